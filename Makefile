@@ -1,0 +1,48 @@
+# LM Warden. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+PKGS := ./...
+BIN := bin/warden
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+
+.PHONY: help build run test test-deps vet lint fmt bench fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: ## build bin/warden (cgo for NVML when gcc is present)
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/warden
+
+run: build ## run the main job on the built-in example
+	$(BIN) sim
+
+test-deps: ## install the servers the tests use (as root), or print the command
+	@scripts/test-deps.sh
+
+test: test-deps vet ## vet, gofmt check, and every test under -race
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+vet: ## go vet
+	$(GO) vet $(PKGS)
+
+lint: vet ## vet plus gofmt
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+
+fmt: ## gofmt -w
+	gofmt -w $$(git ls-files '*.go')
+
+bench: ## run every benchmark once at a sensible size
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1x $(PKGS)
+
+FUZZTIME ?= 10s
+fuzz: ## run each fuzz target for FUZZTIME (default 10s)
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+clean: ## remove build outputs
+	rm -rf bin

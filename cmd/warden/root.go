@@ -1,0 +1,24 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+)
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "warden",
+		Short: "Keep each agent conversation on the vLLM replica that holds its prefix cache",
+		Long: `LM Warden places each new conversation on the least-loaded vLLM replica, keeps it
+there by its session id, and spills only while its home is over a threshold.
+
+It simulates farms before you buy cards (sim, plan), routes production traffic
+(proxy), and writes self-contained HTML reports.`,
+		Example: `  warden sim                       # the built-in 4 x RTX A4000 example
+  warden kv --gpu "RTX A4000" --model Qwen/Qwen3-4B-Instruct-2507`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	// One line per command; each newXCmd lives in its own file.
+	root.AddCommand(newVersionCmd())
+	return root
+}
