@@ -1,0 +1,99 @@
+package metrics
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// Histogram accumulates observations into a cumulative classic Prometheus
+// histogram and writes it to a [Store] as the series name_bucket{le=...}
+// (one per upper bound plus le="+Inf"), name_sum and name_count.
+//
+// Observe accumulates; Append writes the current totals at a scrape instant.
+// Like a real client library's histogram, the written values only grow.
+type Histogram struct {
+	bounds  []float64 // finite upper bounds, strictly increasing
+	counts  []uint64  // per bucket (not cumulative); the last one is +Inf
+	sum     float64
+	count   uint64
+	buckets []*Series // aligned with counts
+	sumS    *Series
+	countS  *Series
+}
+
+// NewHistogram creates the series of the histogram called name (the base
+// name, without _bucket) with the extra labels l (a __name__ in l is
+// replaced) and the given upper bounds. The bounds must be finite and
+// strictly increasing; a trailing +Inf is accepted and dropped, since the
+// +Inf bucket is always written. NewHistogram panics on invalid bounds or an
+// empty name: both are programming errors. The le values are formatted as
+// Prometheus 3 normalises them on scrape ("1.0", "0.005", "+Inf").
+func NewHistogram(s *Store, name string, l labels.Labels, upperBounds []float64) *Histogram {
+	if name == "" {
+		panic("metrics: NewHistogram: empty name")
+	}
+	bounds := append([]float64(nil), upperBounds...)
+	if n := len(bounds); n > 0 && math.IsInf(bounds[n-1], +1) {
+		bounds = bounds[:n-1]
+	}
+	for i, b := range bounds {
+		if math.IsNaN(b) || math.IsInf(b, 0) {
+			panic(fmt.Sprintf("metrics: NewHistogram %s: bound %d is %v, want a finite number", name, i, b))
+		}
+		if i > 0 && b <= bounds[i-1] {
+			panic(fmt.Sprintf("metrics: NewHistogram %s: bound %d (%v) is not above bound %d (%v)", name, i, b, i-1, bounds[i-1]))
+		}
+	}
+	h := &Histogram{
+		bounds:  bounds,
+		counts:  make([]uint64, len(bounds)+1),
+		buckets: make([]*Series, len(bounds)+1),
+	}
+	b := labels.NewBuilder(l)
+	b.Set(LabelName, name+BucketSuffix)
+	for i := range h.buckets {
+		le := math.Inf(+1)
+		if i < len(bounds) {
+			le = bounds[i]
+		}
+		b.Set(LabelLE, labels.FormatOpenMetricsFloat(le))
+		h.buckets[i] = s.Series(b.Labels())
+	}
+	b.Del(LabelLE)
+	b.Set(LabelName, name+SumSuffix)
+	h.sumS = s.Series(b.Labels())
+	b.Set(LabelName, name+CountSuffix)
+	h.countS = s.Series(b.Labels())
+	return h
+}
+
+// Observe records one observation: v counts in every bucket whose upper bound
+// is >= v, and in _sum and _count. NaN counts only in the +Inf bucket (and
+// makes _sum NaN), as in client_golang.
+func (h *Histogram) Observe(v float64) {
+	i := sort.SearchFloat64s(h.bounds, v) // first bound >= v; len(bounds) for +Inf and NaN
+	h.counts[i]++
+	h.sum += v
+	h.count++
+}
+
+// Count reports the number of observations so far.
+func (h *Histogram) Count() uint64 { return h.count }
+
+// Sum reports the sum of all observations so far.
+func (h *Histogram) Sum() float64 { return h.sum }
+
+// Append writes the current cumulative bucket counts, _sum and _count as
+// samples at tMs (milliseconds, non-decreasing; see [Series.Append]).
+func (h *Histogram) Append(tMs int64) {
+	var cum uint64
+	for i, c := range h.counts {
+		cum += c
+		h.buckets[i].Append(tMs, float64(cum))
+	}
+	h.sumS.Append(tMs, h.sum)
+	h.countS.Append(tMs, float64(h.count))
+}

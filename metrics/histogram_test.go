@@ -1,0 +1,91 @@
+package metrics
+
+import (
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+func TestHistogram(t *testing.T) {
+	s := NewStore()
+	h := NewHistogram(s, "lat_seconds", labels.FromStrings("model", "m"), []float64{0.5, 1, 2.5, math.Inf(+1)})
+	h.Append(0) // all zero
+	for _, v := range []float64{0.1, 0.5, 0.7, 1, 3, 100} {
+		h.Observe(v)
+	}
+	h.Append(1000)
+	h.Observe(math.NaN()) // +Inf bucket only
+	h.Append(1000)        // same instant: replaces
+
+	got := map[string][]float64{}
+	for _, sr := range s.all {
+		got[sr.Labels().String()] = append([]float64(nil), sr.vs...)
+	}
+	want := map[string][]float64{
+		`{__name__="lat_seconds_bucket", le="0.5", model="m"}`:  {0, 2},
+		`{__name__="lat_seconds_bucket", le="1.0", model="m"}`:  {0, 4},
+		`{__name__="lat_seconds_bucket", le="2.5", model="m"}`:  {0, 4},
+		`{__name__="lat_seconds_bucket", le="+Inf", model="m"}`: {0, 7},
+		`{__name__="lat_seconds_sum", model="m"}`:               {0, math.NaN()},
+		`{__name__="lat_seconds_count", model="m"}`:             {0, 7},
+	}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b float64) bool {
+		return a == b || (math.IsNaN(a) && math.IsNaN(b))
+	})); diff != "" {
+		t.Errorf("series (-want +got):\n%s", diff)
+	}
+	if h.Count() != 7 || !math.IsNaN(h.Sum()) {
+		t.Errorf("Count, Sum = %d, %v; want 7, NaN", h.Count(), h.Sum())
+	}
+}
+
+func TestHistogramLabelsOverrideName(t *testing.T) {
+	s := NewStore()
+	NewHistogram(s, "h", labels.FromStrings(LabelName, "ignored", "a", "b"), nil)
+	for _, sr := range s.all {
+		if n := sr.Labels().Get(LabelName); n != "h_bucket" && n != "h_sum" && n != "h_count" {
+			t.Errorf("series %s: unexpected name", sr.Labels())
+		}
+	}
+	if s.Len() != 3 { // +Inf bucket, sum, count
+		t.Errorf("%d series, want 3", s.Len())
+	}
+}
+
+func TestHistogramBadBoundsPanic(t *testing.T) {
+	for name, bounds := range map[string][]float64{
+		"decreasing": {1, 0.5},
+		"equal":      {1, 1},
+		"NaN":        {math.NaN()},
+		"-Inf":       {math.Inf(-1), 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("bounds %v did not panic", bounds)
+				}
+			}()
+			NewHistogram(NewStore(), "h", labels.EmptyLabels(), bounds)
+		})
+	}
+}
+
+func TestBuckets(t *testing.T) {
+	v := VLLMTTFTBuckets()
+	if len(v) != 22 || v[0] != 0.001 || v[21] != 2560 {
+		t.Errorf("vLLM TTFT buckets: %d bounds from %v to %v, want 22 from 0.001 to 2560", len(v), v[0], v[len(v)-1])
+	}
+	w := WardenTTFBBuckets()
+	if len(w) != 16 || w[0] != 0.005 || math.Abs(w[15]-163.84) > 1e-9 {
+		t.Errorf("warden TTFB buckets: %v", w)
+	}
+	v[0] = 42
+	if VLLMTTFTBuckets()[0] != 0.001 {
+		t.Error("VLLMTTFTBuckets returns shared memory")
+	}
+	// Both must be accepted by NewHistogram (strictly increasing, finite).
+	NewHistogram(NewStore(), "a", labels.EmptyLabels(), VLLMTTFTBuckets())
+	NewHistogram(NewStore(), "b", labels.EmptyLabels(), WardenTTFBBuckets())
+}

@@ -1,0 +1,190 @@
+package metrics
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/prometheus/storage"
+)
+
+// KPI is one key performance indicator of a report: a PromQL expression with
+// the placeholders $model, $window and $window_s (see [Expand]).
+type KPI struct {
+	Name  string // identifier, [a-z][a-z0-9_]*, e.g. "prefix_hit_pct"
+	Title string // human title, e.g. "Prefix-cache hit rate, all replicas"
+	Unit  string // e.g. "%", "s", "tokens/min"; may be empty
+	Expr  string // PromQL with placeholders, possibly several lines
+}
+
+//go:embed kpi.promql
+var kpiFile []byte
+
+// kpiFileName names the embedded file in parse errors.
+const kpiFileName = "kpi.promql"
+
+var kpis = mustParseKPIs(kpiFileName, kpiFile)
+
+func mustParseKPIs(name string, data []byte) []KPI {
+	ks, err := parseKPIs(name, data)
+	if err != nil {
+		panic(err) // the file is embedded; TestKPIsParse catches this first
+	}
+	return ks
+}
+
+// KPIs returns every KPI of the embedded kpi.promql, in file order. The
+// slice is a copy; callers may modify it.
+func KPIs() []KPI { return append([]KPI(nil), kpis...) }
+
+// KPIByName returns the KPI called name.
+func KPIByName(name string) (KPI, bool) {
+	for _, k := range kpis {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return KPI{}, false
+}
+
+var (
+	headerRE      = regexp.MustCompile(`^# ([a-z][a-z0-9_]*): (\S.*?) \[([^\[\]]*)\]$`)
+	placeholderRE = regexp.MustCompile(`\$[A-Za-z_][A-Za-z0-9_]*`)
+	placeholders  = map[string]bool{"$model": true, "$window": true, "$window_s": true}
+)
+
+// parseKPIs reads the KPI file format documented at the top of kpi.promql.
+// It checks the format and the placeholders, not the PromQL itself (the
+// tests parse every expanded expression).
+func parseKPIs(file string, data []byte) ([]KPI, error) {
+	var (
+		out     []KPI
+		cur     *KPI
+		curLine int
+		lines   []string
+		seen    = map[string]int{}
+	)
+	flush := func() error {
+		if cur == nil {
+			return nil
+		}
+		if len(lines) == 0 {
+			return fmt.Errorf("%s:%d: KPI %q has no expression (want PromQL lines after the header)", file, curLine, cur.Name)
+		}
+		cur.Expr = strings.Join(lines, "\n")
+		out = append(out, *cur)
+		cur, lines = nil, nil
+		return nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimRight(sc.Text(), " \t\r")
+		switch {
+		case line == "":
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		case strings.HasPrefix(line, "##"):
+			// prose
+		case strings.HasPrefix(line, "#"):
+			m := headerRE.FindStringSubmatch(line)
+			if m == nil {
+				return nil, fmt.Errorf("%s:%d: %q: want a header \"# name: Title [unit]\" or prose starting with \"##\"", file, n, line)
+			}
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			if prev, dup := seen[m[1]]; dup {
+				return nil, fmt.Errorf("%s:%d: KPI %q already defined on line %d", file, n, m[1], prev)
+			}
+			seen[m[1]] = n
+			cur, curLine = &KPI{Name: m[1], Title: m[2], Unit: m[3]}, n
+		default:
+			if cur == nil {
+				return nil, fmt.Errorf("%s:%d: expression line outside a KPI block (want a header \"# name: Title [unit]\" first)", file, n)
+			}
+			for _, p := range placeholderRE.FindAllString(line, -1) {
+				if !placeholders[p] {
+					return nil, fmt.Errorf("%s:%d: unknown placeholder %s in KPI %q (want $model, $window or $window_s)", file, n, p, cur.Name)
+				}
+			}
+			lines = append(lines, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no KPI defined", file)
+	}
+	return out, nil
+}
+
+// Expand substitutes the placeholders of a KPI expression:
+//
+//   - $model by model, escaped for a double-quoted PromQL string (the
+//     placeholder must stand inside double quotes);
+//   - $window by window as a PromQL duration: whole seconds ("180s") when
+//     window is a multiple of a second, else whole milliseconds ("90500ms",
+//     truncated to the millisecond, PromQL's resolution);
+//   - $window_s by window in seconds as a decimal number ("180", "90.5").
+//
+// The result is the exact text to send to a Prometheus server. A window under
+// one millisecond yields "0ms", which PromQL rejects.
+func Expand(expr, model string, window time.Duration) string {
+	window = window.Truncate(time.Millisecond)
+	var dur string
+	if window%time.Second == 0 {
+		dur = strconv.FormatInt(int64(window/time.Second), 10) + "s"
+	} else {
+		dur = strconv.FormatInt(window.Milliseconds(), 10) + "ms"
+	}
+	secs := strconv.FormatFloat(float64(window.Milliseconds())/1000, 'f', -1, 64)
+	esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(model)
+	// Longest placeholder first: $window_s before $window.
+	return strings.NewReplacer("$window_s", secs, "$window", dur, "$model", esc).Replace(expr)
+}
+
+// KPIValues evaluates every KPI for model over the window that ends at end
+// (so the window is [end-window, end]: pass a step's end and its length).
+// A KPI whose result has no labels is stored under its name; one with labels
+// (the _by_ KPIs) under name plus the label set, e.g.
+// `prefix_hit_pct_by_engine{engine="0"}`. A KPI without data is NaN under its
+// name. The first failing KPI aborts with an error naming it.
+func (e *Evaluator) KPIValues(ctx context.Context, q storage.Queryable, model string, end time.Time, window time.Duration) (map[string]float64, error) {
+	if window < time.Millisecond {
+		return nil, fmt.Errorf("metrics: KPI window %v, want at least 1ms", window)
+	}
+	out := make(map[string]float64, len(kpis)+8)
+	for _, k := range kpis {
+		v, err := e.Instant(ctx, q, Expand(k.Expr, model, window), end)
+		if err != nil {
+			return nil, fmt.Errorf("metrics: KPI %s: %w", k.Name, err)
+		}
+		if len(v) == 0 {
+			out[k.Name] = math.NaN()
+			continue
+		}
+		for _, s := range v {
+			if s.H != nil {
+				return nil, fmt.Errorf("metrics: KPI %s: native histogram result, want floats", k.Name)
+			}
+			key := k.Name
+			if !s.Metric.IsEmpty() {
+				key += s.Metric.String()
+			}
+			out[key] = s.F
+		}
+	}
+	return out, nil
+}

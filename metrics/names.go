@@ -1,0 +1,88 @@
+package metrics
+
+import "github.com/prometheus/prometheus/model/labels"
+
+// Series names exposed by vLLM (V1 engine, names as they appear on /metrics).
+// Every vLLM series carries the labels [LabelModelName] and [LabelEngine]
+// (the data-parallel rank as a decimal string), except
+// [VLLMCacheConfigInfo], which has no model_name.
+const (
+	VLLMNumRequestsRunning = "vllm:num_requests_running"        // gauge
+	VLLMNumRequestsWaiting = "vllm:num_requests_waiting"        // gauge
+	VLLMKVCacheUsagePerc   = "vllm:kv_cache_usage_perc"         // gauge, a fraction 0..1 despite the name
+	VLLMPrefixCacheQueries = "vllm:prefix_cache_queries_total"  // counter, tokens looked up
+	VLLMPrefixCacheHits    = "vllm:prefix_cache_hits_total"     // counter, tokens served from cache
+	VLLMPromptTokens       = "vllm:prompt_tokens_total"         // counter
+	VLLMGenerationTokens   = "vllm:generation_tokens_total"     // counter
+	VLLMNumPreemptions     = "vllm:num_preemptions_total"       // counter
+	VLLMRequestSuccess     = "vllm:request_success_total"       // counter, extra label LabelFinishedReason
+	VLLMTimeToFirstToken   = "vllm:time_to_first_token_seconds" // histogram base name (see NewHistogram)
+	VLLMCacheConfigInfo    = "vllm:cache_config_info"           // gauge = 1, labels engine + Label{BlockSize,NumGPUBlocks,...}
+)
+
+// Series names of warden's own metrics. Labels: [LabelModel] and, where the
+// series is per replica, [LabelReplica]. Never a session id.
+const (
+	WardenRequests          = "warden_requests_total"           // counter {model,replica,reason}
+	WardenInFlight          = "warden_in_flight"                // gauge {model,replica}
+	WardenSessions          = "warden_sessions"                 // gauge {model,replica}: conversations homed
+	WardenLaterTurns        = "warden_later_turns_total"        // counter {model}: requests with turn > 0
+	WardenLaterTurnsHome    = "warden_later_turns_home_total"   // counter {model}: those served by the session's home
+	WardenSessionsCompleted = "warden_sessions_completed_total" // counter {model}: closed-loop clients only
+	WardenTTFB              = "warden_ttfb_seconds"             // histogram base name {model}: client-side TTFB
+	WardenOutputTokens      = "warden_output_tokens_total"      // counter {model}
+)
+
+// Label names.
+const (
+	LabelName                 = labels.MetricName // "__name__"
+	LabelModelName            = "model_name"      // vLLM's model label
+	LabelEngine               = "engine"          // vLLM's data-parallel rank
+	LabelFinishedReason       = "finished_reason" // "stop" | "length"
+	LabelBlockSize            = "block_size"
+	LabelNumGPUBlocks         = "num_gpu_blocks"
+	LabelGPUMemoryUtilization = "gpu_memory_utilization"
+	LabelEnablePrefixCaching  = "enable_prefix_caching"
+	LabelModel                = "model"   // warden's model label
+	LabelReplica              = "replica" // warden's replica index, decimal
+	LabelReason               = "reason"  // a placement reason, or "retried"
+	LabelLE                   = labels.BucketLabel
+)
+
+// Values of [LabelFinishedReason].
+const (
+	FinishedStop   = "stop"
+	FinishedLength = "length"
+)
+
+// Suffixes of the series that make up a classic histogram.
+const (
+	BucketSuffix = "_bucket"
+	SumSuffix    = "_sum"
+	CountSuffix  = "_count"
+)
+
+// VLLMTTFTBuckets returns the upper bounds (seconds, +Inf excluded) of
+// vLLM's vllm:time_to_first_token_seconds histogram, as defined in
+// vllm/v1/metrics/loggers.py (PrometheusStatLogger). The slice is a fresh
+// copy each call.
+func VLLMTTFTBuckets() []float64 {
+	return []float64{
+		0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0,
+		640.0, 2560.0,
+	}
+}
+
+// WardenTTFBBuckets returns the upper bounds (seconds, +Inf excluded) of
+// warden_ttfb_seconds: 16 exponential buckets, 5 ms doubling up to 163.84 s.
+// The slice is a fresh copy each call.
+func WardenTTFBBuckets() []float64 {
+	b := make([]float64, 16)
+	v := 0.005
+	for i := range b {
+		b[i] = v
+		v *= 2
+	}
+	return b
+}

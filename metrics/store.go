@@ -1,0 +1,344 @@
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/prometheus/prometheus/model/histogram"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/util/annotations"
+)
+
+// Store is an in-memory time-series store of float samples that the PromQL
+// engine can query: it implements [storage.Queryable].
+//
+// Writers obtain a [*Series] once with [Store.Series] and append samples to
+// it in time order. There is no retention, no chunk compression and no
+// native-histogram support: two slices per series (timestamps and values),
+// which is all a simulation of a few hours needs.
+//
+// Concurrency: the series index is guarded by a mutex, so Series, Querier and
+// the querier's methods may be called from several goroutines. Sample slices
+// are not: [Series.Append] must not run concurrently with a query or with
+// another Append on the same Series. The simulator, which writes and queries
+// on one goroutine, never does.
+type Store struct {
+	mu     sync.RWMutex
+	byHash map[uint64][]*Series // labels.Hash() -> series (a slice for collisions)
+	byName map[string][]*Series // __name__ -> series, in creation order
+	all    []*Series            // creation order
+}
+
+// Series is one time series of a [Store]: a label set and its samples.
+type Series struct {
+	lset labels.Labels
+	ts   []int64   // milliseconds, non-decreasing
+	vs   []float64 // values, aligned with ts
+}
+
+// NewStore returns an empty store.
+func NewStore() *Store {
+	return &Store{
+		byHash: make(map[uint64][]*Series),
+		byName: make(map[string][]*Series),
+	}
+}
+
+// Series returns the series with exactly the label set l, creating it when it
+// does not exist yet. l must hold a non-empty __name__ label; Series panics
+// otherwise, because a nameless series is a programming error that the engine
+// could never select by name.
+func (s *Store) Series(l labels.Labels) *Series {
+	name := l.Get(LabelName)
+	if name == "" {
+		panic(fmt.Sprintf("metrics: Store.Series: label set %s has no %s label", l, LabelName))
+	}
+	h := l.Hash()
+	s.mu.RLock()
+	sr := lookup(s.byHash[h], l)
+	s.mu.RUnlock()
+	if sr != nil {
+		return sr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sr := lookup(s.byHash[h], l); sr != nil { // created meanwhile
+		return sr
+	}
+	sr = &Series{lset: l}
+	s.byHash[h] = append(s.byHash[h], sr)
+	s.byName[name] = append(s.byName[name], sr)
+	s.all = append(s.all, sr)
+	return sr
+}
+
+// lookup finds the series with label set l among those sharing its hash.
+func lookup(cands []*Series, l labels.Labels) *Series {
+	for _, c := range cands {
+		if labels.Equal(c.lset, l) {
+			return c
+		}
+	}
+	return nil
+}
+
+// Len reports the number of series in the store.
+func (s *Store) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.all)
+}
+
+// Labels returns the series' label set.
+func (sr *Series) Labels() labels.Labels { return sr.lset }
+
+// Len reports the number of samples in the series.
+func (sr *Series) Len() int { return len(sr.ts) }
+
+// Last returns the newest sample; ok is false when the series is empty.
+func (sr *Series) Last() (tMs int64, v float64, ok bool) {
+	n := len(sr.ts)
+	if n == 0 {
+		return 0, 0, false
+	}
+	return sr.ts[n-1], sr.vs[n-1], true
+}
+
+// Append adds the sample (tMs, v). Timestamps are milliseconds and must be
+// non-decreasing per series: a sample at the same timestamp as the newest one
+// replaces its value (the last write of a scrape instant wins), and an older
+// timestamp makes Append panic, since it means the writer's clock went
+// backwards.
+func (sr *Series) Append(tMs int64, v float64) {
+	n := len(sr.ts)
+	if n > 0 {
+		last := sr.ts[n-1]
+		switch {
+		case tMs == last:
+			sr.vs[n-1] = v
+			return
+		case tMs < last:
+			panic(fmt.Sprintf("metrics: out-of-order sample for %s: t=%d ms after t=%d ms", sr.lset, tMs, last))
+		}
+	}
+	sr.ts = append(sr.ts, tMs)
+	sr.vs = append(sr.vs, v)
+}
+
+// window returns the indexes [lo, hi) of the samples with mint <= t <= maxt.
+func (sr *Series) window(mint, maxt int64) (lo, hi int) {
+	lo = sort.Search(len(sr.ts), func(i int) bool { return sr.ts[i] >= mint })
+	hi = lo + sort.Search(len(sr.ts)-lo, func(i int) bool { return sr.ts[lo+i] > maxt })
+	return lo, hi
+}
+
+// Querier implements [storage.Queryable]. mint and maxt are inclusive bounds
+// in milliseconds.
+func (s *Store) Querier(mint, maxt int64) (storage.Querier, error) {
+	return &querier{s: s, mint: mint, maxt: maxt}, nil
+}
+
+var _ storage.Queryable = (*Store)(nil)
+
+// querier is a view of a Store limited to [mint, maxt].
+type querier struct {
+	s          *Store
+	mint, maxt int64
+}
+
+// candidates returns the series that may match ms: those of the metric name
+// when a matcher fixes it, else all. The caller holds s.mu.
+func (q *querier) candidates(ms []*labels.Matcher) []*Series {
+	for _, m := range ms {
+		if m.Name == LabelName && m.Type == labels.MatchEqual {
+			return q.s.byName[m.Value]
+		}
+	}
+	return q.s.all
+}
+
+func matches(l labels.Labels, ms []*labels.Matcher) bool {
+	for _, m := range ms {
+		if !m.Matches(l.Get(m.Name)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Select returns the series matching all matchers that have at least one
+// sample in the querier's range, clipped to that range. Series come sorted by
+// labels when sortSeries is set, else in creation order. Of the hints only
+// Limit is used (when positive it caps the number of series); the engine
+// clips every selector to its own time range, so ignoring Start, End, Step
+// and Range costs a little speed and never correctness.
+func (q *querier) Select(_ context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
+	limit := 0
+	if hints != nil {
+		limit = hints.Limit
+	}
+	q.s.mu.RLock()
+	var out []*seriesView
+	for _, sr := range q.candidates(ms) {
+		if !matches(sr.lset, ms) {
+			continue
+		}
+		lo, hi := sr.window(q.mint, q.maxt)
+		if lo == hi {
+			continue
+		}
+		out = append(out, &seriesView{lset: sr.lset, ts: sr.ts[lo:hi:hi], vs: sr.vs[lo:hi:hi]})
+	}
+	q.s.mu.RUnlock()
+	if sortSeries {
+		slices.SortFunc(out, func(a, b *seriesView) int { return labels.Compare(a.lset, b.lset) })
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return &seriesSet{list: out, i: -1}
+}
+
+// LabelValues returns the sorted distinct non-empty values of the label name
+// among the series that match ms and have samples in the querier's range.
+func (q *querier) LabelValues(_ context.Context, name string, hints *storage.LabelHints, ms ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	seen := map[string]struct{}{}
+	q.eachInRange(ms, func(l labels.Labels) {
+		if v := l.Get(name); v != "" {
+			seen[v] = struct{}{}
+		}
+	})
+	return sortedKeys(seen, hints), nil, nil
+}
+
+// LabelNames returns the sorted distinct label names of the series that match
+// ms and have samples in the querier's range.
+func (q *querier) LabelNames(_ context.Context, hints *storage.LabelHints, ms ...*labels.Matcher) ([]string, annotations.Annotations, error) {
+	seen := map[string]struct{}{}
+	q.eachInRange(ms, func(l labels.Labels) {
+		l.Range(func(lb labels.Label) { seen[lb.Name] = struct{}{} })
+	})
+	return sortedKeys(seen, hints), nil, nil
+}
+
+func (q *querier) eachInRange(ms []*labels.Matcher, f func(labels.Labels)) {
+	q.s.mu.RLock()
+	defer q.s.mu.RUnlock()
+	for _, sr := range q.candidates(ms) {
+		if !matches(sr.lset, ms) {
+			continue
+		}
+		if lo, hi := sr.window(q.mint, q.maxt); lo < hi {
+			f(sr.lset)
+		}
+	}
+}
+
+func sortedKeys(m map[string]struct{}, hints *storage.LabelHints) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	if hints != nil && hints.Limit > 0 && len(out) > hints.Limit {
+		out = out[:hints.Limit]
+	}
+	return out
+}
+
+// Close releases nothing: the querier holds no resources.
+func (q *querier) Close() error { return nil }
+
+// seriesSet iterates over a fixed list of series views.
+type seriesSet struct {
+	list []*seriesView
+	i    int
+}
+
+func (ss *seriesSet) Next() bool {
+	if ss.i+1 >= len(ss.list) {
+		ss.i = len(ss.list)
+		return false
+	}
+	ss.i++
+	return true
+}
+func (ss *seriesSet) At() storage.Series                { return ss.list[ss.i] }
+func (ss *seriesSet) Err() error                        { return nil }
+func (ss *seriesSet) Warnings() annotations.Annotations { return nil }
+
+// seriesView is a series clipped to a time range; it implements storage.Series.
+type seriesView struct {
+	lset labels.Labels
+	ts   []int64
+	vs   []float64
+}
+
+func (v *seriesView) Labels() labels.Labels { return v.lset }
+
+// Iterator returns an iterator over the view's samples, reusing it when it is
+// one of this package's iterators.
+func (v *seriesView) Iterator(it chunkenc.Iterator) chunkenc.Iterator {
+	if fi, ok := it.(*floatIterator); ok {
+		*fi = floatIterator{ts: v.ts, vs: v.vs, i: -1}
+		return fi
+	}
+	return &floatIterator{ts: v.ts, vs: v.vs, i: -1}
+}
+
+// floatIterator iterates over float samples; i is -1 before the first Next
+// and len(ts) once exhausted.
+type floatIterator struct {
+	ts []int64
+	vs []float64
+	i  int
+}
+
+func (it *floatIterator) Next() chunkenc.ValueType {
+	if it.i+1 >= len(it.ts) {
+		it.i = len(it.ts)
+		return chunkenc.ValNone
+	}
+	it.i++
+	return chunkenc.ValFloat
+}
+
+// millis is int64 under another name. It exists only so that go vet's
+// stdmethods check does not mistake chunkenc.Iterator's Seek for io.Seeker's.
+type millis = int64
+
+func (it *floatIterator) Seek(t millis) chunkenc.ValueType {
+	if it.i < 0 {
+		it.i = 0
+	}
+	if it.i >= len(it.ts) {
+		return chunkenc.ValNone
+	}
+	if it.ts[it.i] < t {
+		rest := it.ts[it.i:]
+		it.i += sort.Search(len(rest), func(j int) bool { return rest[j] >= t })
+		if it.i >= len(it.ts) {
+			return chunkenc.ValNone
+		}
+	}
+	return chunkenc.ValFloat
+}
+
+func (it *floatIterator) At() (int64, float64) { return it.ts[it.i], it.vs[it.i] }
+
+func (it *floatIterator) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
+	panic("metrics: AtHistogram on a float series")
+}
+
+func (it *floatIterator) AtFloatHistogram(*histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
+	panic("metrics: AtFloatHistogram on a float series")
+}
+
+func (it *floatIterator) AtT() int64  { return it.ts[it.i] }
+func (it *floatIterator) AtST() int64 { return 0 }
+func (it *floatIterator) Err() error  { return nil }
