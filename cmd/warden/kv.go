@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lm-warden/warden/hardware"
+)
+
+// kvOptions are the flags of `warden kv`.
+type kvOptions struct {
+	GPU                  string
+	Model                string
+	ModelConfig          string
+	WeightsDType         string
+	KVCacheDType         string
+	GPUMemoryUtilization float64
+	TensorParallelSize   int
+	BlockSize            int
+	MaxModelLen          int
+	Context              int
+	Sessions             int
+	Replicas             int
+	JSON                 bool
+	// probe lists local GPUs for --gpu auto; hardware.Probe outside tests.
+	probe func() ([]hardware.DetectedGPU, error)
+}
+
+// vLLM accepts these block sizes on CUDA.
+var validBlockSizes = []int{1, 8, 16, 32, 64, 128}
+
+func newKVCmd() *cobra.Command {
+	opts := &kvOptions{probe: hardware.Probe}
+	cmd := &cobra.Command{
+		Use:   "kv",
+		Short: "Size the KV cache of a vLLM replica (tokens and blocks) and check sessions x context",
+		Long: `Size one vLLM replica's KV cache the way vLLM does at start-up: usable memory
+(CUDA total x gpu_memory_utilization) minus weights and an overhead model
+(activations, sampler, runtime), in blocks of block_size tokens.
+
+With --context and --sessions it applies the rule of thumb: concurrent sessions x
+their typical context must stay below the KV cache of the whole farm
+(--replicas replicas), or prefix-cache hit rates collapse whatever the routing.
+
+--gpu auto reads the local GPU through NVML (and fails without the driver).
+JSON keys: kv_tokens_per_replica, kv_blocks_per_replica, kv_bytes_per_token,
+weights_bytes, fits and sessions_that_fit (null without --context/--sessions),
+plus the breakdown.`,
+		Example: `  warden kv --gpu "RTX A4000" --model Qwen/Qwen3-4B-Instruct-2507
+  warden kv --gpu a4000 --model qwen3-4b --replicas 4 --context 13000 --sessions 16
+  warden kv --gpu 5090 --model gemma-3-27b-it --weights-dtype int4 --max-model-len 65536 --json
+  warden kv --gpu h100 --model llama-3.1-70b --tensor-parallel-size 4
+  warden kv --gpu auto --model-config ./my-model/config.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runKV(cmd.Context(), opts, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.GPU, "gpu", "", `GPU name or alias from the catalogue ("RTX A4000", "h100"), or "auto" to read it through NVML`)
+	f.StringVar(&opts.Model, "model", "", "model name or alias from the catalogue (e.g. Qwen/Qwen3-4B-Instruct-2507, llama-3.1-8b)")
+	f.StringVar(&opts.ModelConfig, "model-config", "", "path of a Hugging Face config.json (instead of --model)")
+	f.StringVar(&opts.WeightsDType, "weights-dtype", "", "weights format: bf16, fp8 or int4 (default: the model's, bf16 unless its config says quantized)")
+	f.StringVar(&opts.KVCacheDType, "kv-cache-dtype", "auto", "KV cache format: auto (bf16) or fp8")
+	f.Float64Var(&opts.GPUMemoryUtilization, "gpu-memory-utilization", hardware.DefaultGPUMemoryUtilization, "fraction of the GPU's total memory vLLM may use, in (0, 1]")
+	f.IntVar(&opts.TensorParallelSize, "tensor-parallel-size", hardware.DefaultTensorParallelSize, "GPUs per replica; must divide the attention heads")
+	f.IntVar(&opts.BlockSize, "block-size", hardware.DefaultBlockSize, "tokens per KV block (1, 8, 16, 32, 64 or 128)")
+	f.IntVar(&opts.MaxModelLen, "max-model-len", 0, "vLLM's --max-model-len; an error if one sequence of it would not fit (0: not checked)")
+	f.IntVar(&opts.Context, "context", 0, "typical context of one session, in tokens (with --sessions)")
+	f.IntVar(&opts.Sessions, "sessions", 0, "concurrent sessions (with --context)")
+	f.IntVar(&opts.Replicas, "replicas", 1, "replicas in the farm (data_parallel_size)")
+	f.BoolVar(&opts.JSON, "json", false, "print JSON")
+	cmd.MarkFlagsMutuallyExclusive("model", "model-config")
+	cmd.MarkFlagsRequiredTogether("context", "sessions")
+	return cmd
+}
+
+// kvReport is what `warden kv` prints; its JSON keys are part of the CLI's
+// contract (see the command's help).
+type kvReport struct {
+	GPU                  string  `json:"gpu"`
+	GPUDetected          string  `json:"gpu_detected,omitempty"` // NVML's name with --gpu auto
+	Model                string  `json:"model"`
+	ParamCount           int64   `json:"param_count"`
+	WeightsDType         string  `json:"weights_dtype"`
+	KVCacheDType         string  `json:"kv_cache_dtype"`
+	TensorParallelSize   int     `json:"tensor_parallel_size"`
+	GPUMemoryUtilization float64 `json:"gpu_memory_utilization"`
+	BlockSize            int     `json:"block_size"`
+	MaxModelLen          int     `json:"max_model_len,omitempty"`
+	Replicas             int     `json:"replicas"`
+	hardware.KVSizing
+	FarmKVTokens int `json:"farm_kv_tokens"`
+	// Rule of thumb; null when --context/--sessions are not given.
+	Fits            *bool    `json:"fits"`
+	SessionsThatFit *int     `json:"sessions_that_fit"`
+	Sessions        int      `json:"sessions,omitempty"`
+	ContextTokens   int      `json:"context_tokens,omitempty"`
+	DemandRatio     *float64 `json:"demand_ratio,omitempty"` // sessions x context / farm KV tokens
+
+	gpuMemoryBytes    int64 // for the text output
+	modelMaxPositions int
+}
+
+func (o *kvOptions) validate() error {
+	var errs []string
+	if o.GPU == "" {
+		errs = append(errs, `--gpu is required (a catalogue name such as "RTX A4000", or auto)`)
+	}
+	if o.Model == "" && o.ModelConfig == "" {
+		errs = append(errs, "one of --model or --model-config is required")
+	}
+	if !(o.GPUMemoryUtilization > 0 && o.GPUMemoryUtilization <= 1) {
+		errs = append(errs, fmt.Sprintf("--gpu-memory-utilization must be in (0, 1], got %g", o.GPUMemoryUtilization))
+	}
+	if o.TensorParallelSize < 1 {
+		errs = append(errs, fmt.Sprintf("--tensor-parallel-size must be >= 1, got %d", o.TensorParallelSize))
+	}
+	if !slices.Contains(validBlockSizes, o.BlockSize) {
+		errs = append(errs, fmt.Sprintf("--block-size must be one of 1, 8, 16, 32, 64, 128, got %d", o.BlockSize))
+	}
+	if o.MaxModelLen < 0 {
+		errs = append(errs, fmt.Sprintf("--max-model-len must be >= 0, got %d", o.MaxModelLen))
+	}
+	if o.Replicas < 1 {
+		errs = append(errs, fmt.Sprintf("--replicas must be >= 1, got %d", o.Replicas))
+	}
+	if (o.Context != 0 || o.Sessions != 0) && (o.Context < 1 || o.Sessions < 1) {
+		errs = append(errs, fmt.Sprintf("--context and --sessions must both be >= 1, got %d and %d", o.Context, o.Sessions))
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func runKV(_ context.Context, opts *kvOptions, out io.Writer) error {
+	r, err := sizeReport(opts)
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return writeJSON(out, r)
+	}
+	return printKV(out, r)
+}
+
+// sizeReport validates the options, resolves GPU and model, and sizes.
+func sizeReport(opts *kvOptions) (*kvReport, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	weights, err := hardware.ParseDType(opts.WeightsDType)
+	if err != nil {
+		return nil, fmt.Errorf("--weights-dtype: %w", err)
+	}
+	kvd, err := hardware.ParseDType(opts.KVCacheDType)
+	if err != nil || kvd == hardware.INT4 {
+		return nil, fmt.Errorf("--kv-cache-dtype: want auto, bf16 or fp8, got %q", opts.KVCacheDType)
+	}
+	gpu, detected, err := resolveGPU(opts)
+	if err != nil {
+		return nil, err
+	}
+	var model hardware.Model
+	if opts.ModelConfig != "" {
+		model, err = hardware.LoadHFConfig(opts.ModelConfig)
+	} else {
+		model, err = hardware.LookupModel(opts.Model)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d := hardware.Deployment{
+		GPU: gpu, Model: model,
+		WeightsDType: weights, KVCacheDType: kvd,
+		TensorParallelSize:   opts.TensorParallelSize,
+		GPUMemoryUtilization: opts.GPUMemoryUtilization,
+		BlockSize:            opts.BlockSize,
+		MaxModelLen:          opts.MaxModelLen,
+	}
+	s, err := hardware.SizeKV(d)
+	if err != nil {
+		return nil, err
+	}
+	if weights == "" {
+		weights = model.WeightsDType
+	}
+	if weights == "" {
+		weights = hardware.BF16
+	}
+	if kvd == "" {
+		kvd = hardware.BF16
+	}
+	r := &kvReport{
+		GPU: gpu.Name, GPUDetected: detected, Model: model.Name, ParamCount: model.ParamCount,
+		WeightsDType: string(weights), KVCacheDType: string(kvd),
+		TensorParallelSize: opts.TensorParallelSize, GPUMemoryUtilization: opts.GPUMemoryUtilization,
+		BlockSize: opts.BlockSize, MaxModelLen: opts.MaxModelLen, Replicas: opts.Replicas,
+		KVSizing:     s,
+		FarmKVTokens: s.KVTokensPerReplica * opts.Replicas,
+		Sessions:     opts.Sessions, ContextTokens: opts.Context,
+		gpuMemoryBytes: gpu.MemoryBytes, modelMaxPositions: model.MaxPositionTokens,
+	}
+	if opts.Context > 0 {
+		v := hardware.RuleOfThumb(opts.Sessions, opts.Context, r.FarmKVTokens)
+		r.Fits, r.SessionsThatFit, r.DemandRatio = &v.Fits, &v.SessionsThatFit, &v.Ratio
+	}
+	return r, nil
+}
+
+// resolveGPU looks the GPU up, or with "auto" reads it through NVML. Several
+// GPUs of one kind are fine (the first is sized); mixed kinds are an error.
+func resolveGPU(opts *kvOptions) (gpu hardware.GPU, detected string, err error) {
+	if !strings.EqualFold(opts.GPU, "auto") {
+		gpu, err = hardware.LookupGPU(opts.GPU)
+		return gpu, "", err
+	}
+	found, err := opts.probe()
+	if err != nil {
+		return gpu, "", fmt.Errorf("--gpu auto: %w; pass --gpu NAME instead (`warden gpus --catalog` lists them)", err)
+	}
+	if len(found) == 0 {
+		return gpu, "", errors.New("--gpu auto: NVML lists no GPU; pass --gpu NAME instead")
+	}
+	for _, g := range found[1:] {
+		if g.Name != found[0].Name {
+			return gpu, "", fmt.Errorf("--gpu auto: this machine has different GPUs (%q, %q); pass --gpu NAME", found[0].Name, g.Name)
+		}
+	}
+	return found[0].AsGPU(), found[0].Name, nil
+}
+
+func printKV(out io.Writer, r *kvReport) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	gpuLine := fmt.Sprintf("%s (%s CUDA total)", r.GPU, gib(r.gpuMemoryBytes))
+	if r.GPUDetected != "" {
+		gpuLine += ", detected as " + r.GPUDetected
+	}
+	fmt.Fprintf(tw, "GPU\t%s\n", gpuLine)
+	fmt.Fprintf(tw, "model\t%s (%.2fB params, %s weights, %s KV cache)\n", r.Model, float64(r.ParamCount)/1e9, r.WeightsDType, r.KVCacheDType)
+	fmt.Fprintf(tw, "replica\t%d GPU(s): tensor_parallel_size %d, gpu_memory_utilization %g, block_size %d\n",
+		r.TensorParallelSize, r.TensorParallelSize, r.GPUMemoryUtilization, r.BlockSize)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "KV bytes per token\t%s\t(per GPU: %s)\n", kib(r.KVBytesPerToken), kib(r.KVBytesPerTokenPerGPU))
+	fmt.Fprintf(tw, "usable per GPU\t%s\t(%s x %g)\n", gib(r.UsableBytes), gib(r.gpuMemoryBytes), r.GPUMemoryUtilization)
+	fmt.Fprintf(tw, "weights per GPU\t%s\n", gib(r.WeightsBytes))
+	fmt.Fprintf(tw, "overhead per GPU\t%s\t(activations %s, sampler %s, runtime %s)\n",
+		gib(r.OverheadBytes), gib(r.ActivationBytes), gib(r.SamplerBytes), gib(r.RuntimeBytes))
+	fmt.Fprintf(tw, "KV cache per GPU\t%s\n", gib(r.KVBytes))
+	fmt.Fprintf(tw, "KV blocks per replica\t%s\n", thousands(r.KVBlocksPerReplica))
+	fmt.Fprintf(tw, "KV tokens per replica\t%s\n", thousands(r.KVTokensPerReplica))
+	fmt.Fprintf(tw, "KV tokens, farm\t%s\t(%d replica(s), %d GPU(s))\n", thousands(r.FarmKVTokens), r.Replicas, r.Replicas*r.TensorParallelSize)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if r.MaxModelLen == 0 && r.modelMaxPositions > r.KVTokensPerReplica {
+		fmt.Fprintf(out, "\nnote: vLLM's default max_model_len for this model (%s) exceeds the KV cache; start it with --max-model-len <= %d\n",
+			thousands(r.modelMaxPositions), r.KVTokensPerReplica)
+	}
+	if r.Fits != nil {
+		verdict := "fits"
+		cmp := "<="
+		if !*r.Fits {
+			verdict, cmp = "does NOT fit: expect prefix-cache hit rates to collapse", ">"
+		}
+		fmt.Fprintf(out, "\nrule of thumb: %d sessions x %s tokens = %s %s %s farm KV tokens (%.0f%%): %s; %d sessions fit\n",
+			r.Sessions, thousands(r.ContextTokens), thousands(r.Sessions*r.ContextTokens), cmp, thousands(r.FarmKVTokens),
+			100**r.DemandRatio, verdict, *r.SessionsThatFit)
+	}
+	return nil
+}
+
+// thousands formats n with commas: 41408 -> "41,408".
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

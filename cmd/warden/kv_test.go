@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lm-warden/warden/hardware"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// runWarden executes the root command with args and returns stdout and the error.
+func runWarden(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/warden -run %s -update)", err, t.Name())
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s differs from the golden file (-want +got; -update rewrites it):\n%s", path, diff)
+	}
+}
+
+func TestKVGolden(t *testing.T) {
+	tests := []struct {
+		golden string
+		args   []string
+	}{
+		{"kv_a4000_qwen3-4b_farm.json", []string{"kv", "--gpu", "RTX A4000", "--model", "Qwen/Qwen3-4B-Instruct-2507", "--replicas", "4", "--context", "13000", "--sessions", "16", "--json"}},
+		{"kv_4090_llama-3.1-8b.json", []string{"kv", "--gpu", "RTX 4090", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--json"}},
+		{"kv_5090_gemma-3-27b_int4.json", []string{"kv", "--gpu", "5090", "--model", "gemma-3-27b-it", "--weights-dtype", "int4", "--max-model-len", "65536", "--replicas", "7", "--context", "58000", "--sessions", "7", "--json"}},
+		{"kv_a4000_qwen3-4b_farm.txt", []string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--replicas", "4", "--context", "13000", "--sessions", "16"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.golden, func(t *testing.T) {
+			out, err := runWarden(t, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tt.golden, out)
+		})
+	}
+}
+
+// The issue's must-show figures, checked on the JSON keys of the contract.
+func TestKVMustShow(t *testing.T) {
+	tests := []struct {
+		gpu, model string
+		want       float64
+		tolerance  float64
+	}{
+		{"RTX A4000", "Qwen/Qwen3-4B-Instruct-2507", 39000, 0.25},
+		{"RTX 4090", "meta-llama/Llama-3.1-8B-Instruct", 41408, 0.10},
+	}
+	for _, tt := range tests {
+		out, err := runWarden(t, "kv", "--gpu", tt.gpu, "--model", tt.model, "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"kv_tokens_per_replica", "kv_blocks_per_replica", "kv_bytes_per_token", "weights_bytes", "fits", "sessions_that_fit"} {
+			if _, ok := got[k]; !ok {
+				t.Errorf("JSON lacks key %q", k)
+			}
+		}
+		tokens := got["kv_tokens_per_replica"].(float64)
+		if d := (tokens - tt.want) / tt.want; d > tt.tolerance || d < -tt.tolerance {
+			t.Errorf("%s/%s: %v tokens, want %v within %.0f%%", tt.gpu, tt.model, tokens, tt.want, 100*tt.tolerance)
+		}
+	}
+}
+
+func TestKVRuleOfThumbJSON(t *testing.T) {
+	out, err := runWarden(t, "kv", "--gpu", "a4000", "--model", "qwen3-4b", "--replicas", "4", "--context", "13000", "--sessions", "12", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Fits            *bool `json:"fits"`
+		SessionsThatFit *int  `json:"sessions_that_fit"`
+		FarmKVTokens    int   `json:"farm_kv_tokens"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Fits == nil || !*r.Fits || r.SessionsThatFit == nil || *r.SessionsThatFit != r.FarmKVTokens/13000 {
+		t.Errorf("12 x 13k on 4 x A4000: %+v (farm %d)", r, r.FarmKVTokens)
+	}
+}
+
+func TestKVFlagErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"kv", "--model", "qwen3-4b"}, "--gpu is required"},
+		{[]string{"kv", "--gpu", "a4000"}, "one of --model or --model-config"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--model-config", "x.json"}, "none of the others"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--gpu-memory-utilization", "0"}, "--gpu-memory-utilization must be in (0, 1]"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--gpu-memory-utilization", "1.5"}, "--gpu-memory-utilization must be in (0, 1]"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--tensor-parallel-size", "0"}, "--tensor-parallel-size must be >= 1"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--tensor-parallel-size", "3"}, "does not divide the 32 attention heads"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--block-size", "24"}, "--block-size must be one of"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--replicas", "0"}, "--replicas must be >= 1"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--context", "1000"}, "sessions"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--context", "-1", "--sessions", "2"}, "--context and --sessions must both be >= 1"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--weights-dtype", "fp4"}, "--weights-dtype"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--kv-cache-dtype", "int4"}, "--kv-cache-dtype"},
+		{[]string{"kv", "--gpu", "rtx 4080", "--model", "qwen3-4b"}, `unknown GPU "rtx 4080"; did you mean RTX 4090`},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-5b"}, `unknown model "qwen3-5b"; did you mean`},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-32b"}, "short by"},
+		{[]string{"kv", "--gpu", "a4000", "--model", "qwen3-4b", "--max-model-len", "65536"}, "larger than the maximum number of tokens that can be stored in KV cache"},
+		{[]string{"kv", "--gpu", "a4000", "--model-config", "testdata/no-such-config.json"}, "no-such-config.json"},
+	}
+	for _, tt := range tests {
+		_, err := runWarden(t, tt.args...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("warden %s: got %v, want an error containing %q", strings.Join(tt.args, " "), err, tt.want)
+		}
+	}
+}
+
+func TestKVModelConfig(t *testing.T) {
+	out, err := runWarden(t, "kv", "--gpu", "RTX 4090", "--model-config", filepath.Join("..", "..", "hardware", "testdata", "llama-3.1-8b-instruct.config.json"), "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Tokens int   `json:"kv_tokens_per_replica"`
+		Bytes  int64 `json:"kv_bytes_per_token"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	// The estimated parameter count is within 1% of the published one, so the
+	// KV capacity is within a few percent of the catalogue entry's.
+	if r.Bytes != 128<<10 || r.Tokens < 39000 || r.Tokens > 44000 {
+		t.Errorf("from config.json: %+v", r)
+	}
+}
+
+func fakeProbe(gpus []hardware.DetectedGPU, err error) func() ([]hardware.DetectedGPU, error) {
+	return func() ([]hardware.DetectedGPU, error) { return gpus, err }
+}
+
+func TestKVGPUAuto(t *testing.T) {
+	noDriver := fmt.Errorf("%w (NVML: ERROR_LIBRARY_NOT_FOUND)", hardware.ErrNoDriver)
+	g4090, _ := hardware.MatchNVMLName("NVIDIA GeForce RTX 4090")
+	tests := []struct {
+		name    string
+		probe   func() ([]hardware.DetectedGPU, error)
+		wantErr string
+		wantGPU string
+	}{
+		{"no driver", fakeProbe(nil, noDriver), "--gpu auto: no NVIDIA driver found (NVML: ERROR_LIBRARY_NOT_FOUND)", ""},
+		{"no device", fakeProbe([]hardware.DetectedGPU{}, nil), "NVML lists no GPU", ""},
+		{"known", fakeProbe([]hardware.DetectedGPU{{Name: "NVIDIA GeForce RTX 4090", MemoryTotalBytes: 24564 << 20, Catalog: &g4090}}, nil), "", "RTX 4090"},
+		{"unknown", fakeProbe([]hardware.DetectedGPU{{Name: "NVIDIA A10G", MemoryTotalBytes: 23028 << 20}}, nil), "", "NVIDIA A10G"},
+		{"mixed", fakeProbe([]hardware.DetectedGPU{{Name: "NVIDIA L4"}, {Index: 1, Name: "NVIDIA A10G"}}, nil), "different GPUs", ""},
+	}
+	for _, tt := range tests {
+		opts := &kvOptions{GPU: "auto", Model: "llama-3.1-8b", GPUMemoryUtilization: 0.9, TensorParallelSize: 1, BlockSize: 16, Replicas: 1, KVCacheDType: "auto", JSON: true, probe: tt.probe}
+		var out bytes.Buffer
+		err := runKV(context.Background(), opts, &out)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: got %v, want %q", tt.name, err, tt.wantErr)
+			}
+			if tt.name == "no driver" && !errors.Is(err, hardware.ErrNoDriver) {
+				t.Errorf("%s: error does not wrap ErrNoDriver", tt.name)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		var r struct{ GPU, GPUDetected string }
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.GPU != tt.wantGPU {
+			t.Errorf("%s: sized %q, want %q", tt.name, r.GPU, tt.wantGPU)
+		}
+	}
+}
+
+// On this machine (no NVIDIA driver) `warden kv --gpu auto` must fail with the
+// plain message; on a GPU machine it must size the local card.
+func TestKVGPUAutoReal(t *testing.T) {
+	_, probeErr := hardware.Probe()
+	out, err := runWarden(t, "kv", "--gpu", "auto", "--model", "qwen3-4b", "--json")
+	if probeErr != nil {
+		if err == nil || !errors.Is(err, hardware.ErrNoDriver) || !strings.Contains(err.Error(), "no NVIDIA driver found") {
+			t.Fatalf("without a driver: got %v, want a 'no NVIDIA driver found' error", err)
+		}
+		return
+	}
+	if err != nil && !hardware.IsNoFit(err) {
+		t.Fatalf("with a driver: %v", err)
+	}
+	if err == nil && !strings.Contains(out, `"gpu_detected"`) {
+		t.Errorf("with a driver: no gpu_detected in %s", out)
+	}
+}

@@ -1,0 +1,24 @@
+// Package hardware knows the GPUs and models warden plans for, and sizes a
+// vLLM replica's KV cache the way vLLM does.
+//
+// Where to start reading:
+//
+//   - hardware.go: the contract types (GPU, Model, Deployment, KVSizing) that
+//     sim/ and cmd/warden use.
+//   - catalog.go with catalog/gpus.yaml and catalog/models.yaml: the embedded
+//     catalogue (units in the field names, a source per entry), and
+//     LookupGPU / LookupModel, which match names case- and
+//     punctuation-insensitively, know aliases ("A4000", "llama-3.1-8b") and
+//     NVML device names, and suggest close matches for unknown names.
+//   - hfconfig.go: LoadHFConfig reads a Hugging Face config.json (including
+//     multimodal text_config and sliding-window layouts) into a Model.
+//   - kv.go: SizeKV (usable memory, weights, an overhead model calibrated on a
+//     measured vLLM start-up, blocks of block_size, tensor parallelism; typed
+//     errors for a model that does not fit and for a max_model_len the cache
+//     cannot hold) and RuleOfThumb (sessions x context against the farm's KV).
+//   - probe.go, probe_nvml.go (cgo && linux), probe_stub.go: Probe lists local
+//     GPUs through NVML, or returns ErrNoDriver; the binary builds without cgo.
+//
+// The package is a leaf: it imports nothing of the project, and nothing in it
+// starts goroutines.
+package hardware
