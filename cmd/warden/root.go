@@ -20,6 +20,7 @@ It simulates farms before you buy cards (sim, plan), routes production traffic
 	}
 	// One line per command; each newXCmd lives in its own file.
 	root.AddCommand(newVersionCmd())
+	root.AddCommand(newTraceCmd())
 	root.AddCommand(newGPUsCmd())
 	root.AddCommand(newKVCmd())
 	return root

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/lm-warden/warden/traces"
+)
+
+func runTraceCLI(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), errb.String(), err
+}
+
+func TestTraceSynthRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	wl := filepath.Join(dir, "w.yaml")
+	os.WriteFile(wl, []byte("turns: 3\nthink_time: 1s\nsubagent_probability: 0.3\nsubagent_turns: 2\n"), 0o644)
+	path := filepath.Join(dir, "s.jsonl.gz")
+	if _, _, err := runTraceCLI(t, "trace", "synth", "--sessions", "4", "--duration", "30s", "--workload", wl, "--seed", "5", path); err != nil {
+		t.Fatal(err)
+	}
+	got, h, err := traces.LoadSessions(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Concurrency != 4 || h.BlockSize != 16 || !strings.Contains(h.Source, "seed=5") {
+		t.Fatalf("header %+v", h)
+	}
+	// Turns of 1s + 1s think: a slot runs at most 30s / 6s = 5 sessions; one
+	// round more: 6 rounds of 4 top-level sessions.
+	top := 0
+	for _, s := range got {
+		if s.Parent == "" {
+			top++
+		}
+	}
+	if top != 24 {
+		t.Fatalf("%d top-level sessions, want 24", top)
+	}
+	// The file holds exactly the generator's sessions, in generation order.
+	w, _ := traces.LoadWorkload(wl)
+	gen := traces.NewGenerator(w, 16, 5)
+	want := make([]traces.Session, len(got))
+	for i := range want {
+		want[i], _ = gen.NextSession()
+		want[i].ParentTurn = -1
+	}
+	if d := cmp.Diff(want, got, cmpopts.IgnoreFields(traces.Request{}, "ArrivalMs")); d != "" {
+		t.Fatalf("synth file differs from the generator (-want +got):\n%s", d)
+	}
+	for _, s := range got {
+		for i := 1; i < len(s.Turns); i++ {
+			if d := s.Turns[i].ArrivalMs - s.Turns[i-1].ArrivalMs; d != 2000 {
+				t.Fatalf("%s: turns %d ms apart, want 2000 (1s turn + 1s think)", s.ID, d)
+			}
+		}
+	}
+}
+
+func TestTraceImportAndStats(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "m.jsonl")
+	_, log, err := runTraceCLI(t, "trace", "import", "--from", "mooncake", "--block-size", "256", "../../traces/testdata/mooncake_small.jsonl", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log, "imported 6 requests in 4 sessions") {
+		t.Fatalf("summary %q", log)
+	}
+	js, _, err := runTraceCLI(t, "trace", "stats", "--json", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"requests", "sessions", "reuse_upper_bound_pct", "working_set_tokens_p50", "working_set_tokens_max"} {
+		if _, ok := st[k]; !ok {
+			t.Errorf("JSON lacks %q", k)
+		}
+	}
+	if st["requests"] != 6.0 || st["sessions"] != 4.0 {
+		t.Fatalf("requests %v sessions %v", st["requests"], st["sessions"])
+	}
+	text, _, err := runTraceCLI(t, "trace", "stats", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"requests", "reuse upper bound", "working set"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("text output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestTraceImportToStdout(t *testing.T) {
+	var out, log bytes.Buffer
+	err := runTraceImport(context.Background(), traceImportOptions{
+		From: "azure", BlockSize: 16, In: "../../traces/testdata/azure_small.csv", Out: "-", Log: &log,
+	}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := traces.NewReader(&out, "stdout", traces.ReaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := traces.Stats(rd); err != nil || st.Requests != 3 || st.ReuseUpperBoundPct != 0 {
+		t.Fatalf("stats %+v, %v", st, err)
+	}
+}
+
+func TestTraceErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(bad, []byte(`{"format":"warden-trace","version":1,"block_size":16}`+"\n"+`{"t_ms":-1}`+"\n"), 0o644)
+	tests := []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"trace", "import", "--from", "parquet", "a", "b"}, `--from "parquet": want one of mooncake, bailian, azure`},
+		{[]string{"trace", "import", "a", "b"}, `required flag(s) "from" not set`},
+		{[]string{"trace", "stats", bad}, bad + ":2: t_ms: must be >= 0, got -1"},
+		{[]string{"trace", "synth", "--sessions", "0", filepath.Join(dir, "x")}, "--sessions 0: must be >= 1"},
+		{[]string{"trace", "synth", "--workload", filepath.Join(dir, "none.yaml"), filepath.Join(dir, "x")}, "none.yaml"},
+	}
+	for _, tc := range tests {
+		_, _, err := runTraceCLI(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.err)
+		}
+	}
+}
+
+// With a TTL of a few turns, the working set of a synthetic trace holds
+// about the closed loop's N sessions (up to 2N where rounds overlap).
+func TestTraceSynthWorkingSet(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	if _, _, err := runTraceCLI(t, "trace", "synth", "--sessions", "4", "--duration", "2m", path); err != nil {
+		t.Fatal(err)
+	}
+	js, _, err := runTraceCLI(t, "trace", "stats", "--json", "--session-ttl", "1500ms", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st traces.TraceStats
+	if err := json.Unmarshal([]byte(js), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.ActiveSessionsP50 < 4 || st.ActiveSessionsMax > 8 || st.TurnsPerSessionP50 != 6 {
+		t.Fatalf("active sessions p50 %d max %d, turns p50 %d; want >= 4, <= 8 and 6", st.ActiveSessionsP50, st.ActiveSessionsMax, st.TurnsPerSessionP50)
+	}
+}
+
+func TestPlanSynth(t *testing.T) {
+	w := traces.DefaultWorkload()
+	p := planSynth(traceSynthOptions{Sessions: 8, Duration: 3 * time.Minute, MinTurnTime: time.Second}, w)
+	// 6 turns of at least 1 s: a slot finishes at most 30 sessions in 3 min.
+	if p.rounds != 31 || p.perTurnMs != 1000 || p.roundMs != 6000 {
+		t.Fatalf("%+v", p)
+	}
+}

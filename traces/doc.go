@@ -1,0 +1,22 @@
+// Package traces holds LM Warden's request traces: the record (Request,
+// Session), the JSONL trace file format (FORMAT.md), synthetic agent
+// sessions, importers for public traces and streaming statistics.
+//
+// Where to start reading:
+//
+//   - record.go: Request and Session, the contract shared with sim and live.
+//   - format.go: Header, Reader (streaming, constant memory, gzip, line-
+//     numbered errors) and Writer. FORMAT.md documents the file format.
+//   - workload.go and synth.go: Workload (the shape of agent sessions, loaded
+//     from strict YAML) and Generator, an endless deterministic SessionSource
+//     of synthetic sessions whose block ids chain as vLLM's prefix cache
+//     does (hash.go). SliceSource and LoadSessions replay a file instead.
+//   - import.go and import_*.go: Mooncake, Alibaba Bailian and Azure
+//     importers; infer.go infers sessions from prefix chains where a trace
+//     has none.
+//   - stats.go: Stats, the summary behind `warden trace stats`, including
+//     the infinite-cache upper bound of the prefix-cache hit rate and the
+//     working set to hold against a farm's KV capacity.
+//
+// The package is a leaf: it imports nothing of the project.
+package traces
