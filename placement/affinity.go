@@ -1,0 +1,232 @@
+package placement
+
+import (
+	"math"
+	"time"
+)
+
+// Affinity is the product's policy: it keeps each conversation on the
+// replica that already holds its prefix cache. In order:
+//
+//  1. Pinned: a valid pin (Request.Pinned in range and healthy) wins,
+//     reason pinned, counted as ClientPinned. It does not move an existing
+//     home (the pin is one request's choice, not the conversation's); a
+//     session the table does not know yet, or whose home is gone, is homed
+//     on the pinned replica, since that is where its prefix is now cached.
+//     An invalid pin is ignored.
+//  2. Sticky: a later turn goes home, reason sticky, unless home's InFlight
+//     is above the spill threshold (strictly greater): then the request
+//     spills to the least-loaded other healthy replica (lowest InFlight,
+//     then lowest score, then lowest ID), reason spill, and home does not
+//     change. With no other healthy replica it stays home (sticky).
+//  3. New: a session the table does not know, or whose home is unhealthy
+//     or no longer exists (it is re-homed), goes to the healthy replica
+//     with the lowest score (ties to the lowest ID), reason new, and that
+//     replica becomes its home. A subagent (Request.Parent set) goes
+//     instead to its parent's home, reason parent, unless that home is
+//     unusable or above the spill threshold.
+//
+// The score of replica i for a new conversation, lower is better, sums
+// three terms, each normalised to 0..1 and weighted equally:
+//
+//	InFlight[i]/max(InFlight) + KVUsage[i] + Sessions[i]/max(Sessions)
+//
+// where the maxima run over the healthy replicas (a term that is zero on
+// all of them adds nothing), KVUsage is clamped to 0..1 (NaN counts as 0) and Sessions is the
+// policy's own table count (always current, unlike the snapshot's field).
+// In-flight is the load now, KV fill how much cache a newcomer would evict,
+// and sessions held the load still to come from conversations at home.
+//
+// An empty Request.Session cannot be remembered: it is placed as new each
+// time and not stored. With Config.Disabled the policy is LeastLoaded
+// (the same code, composed) and keeps no table.
+//
+// Affinity is not safe for concurrent use; the proxy serialises Pick.
+type Affinity struct {
+	cfg   Config
+	table *Table
+	ll    LeastLoaded // the whole policy when cfg.Disabled
+}
+
+var _ Policy = (*Affinity)(nil)
+
+// NewAffinity returns an affinity policy with an empty session table. Zero
+// fields of cfg take their defaults; negative ones are treated as zero
+// (New validates them instead).
+func NewAffinity(cfg Config) *Affinity {
+	return &Affinity{cfg: cfg, table: NewTable(cfg.SessionTTL, cfg.MaxSessions)}
+}
+
+// Config returns the configuration the policy was made with.
+func (a *Affinity) Config() Config { return a.cfg }
+
+// Table returns the policy's session table, for its counters and Fill.
+// It stays empty while affinity is disabled.
+func (a *Affinity) Table() *Table { return a.table }
+
+// Pick implements Policy.
+func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error) {
+	if a.cfg.Disabled {
+		return a.ll.Pick(r, s, now)
+	}
+	reps := s.Replicas
+	if !anyHealthy(reps) {
+		return Decision{}, noHealthy(s)
+	}
+	t := a.table
+	at := t.clock(now)
+	t.expire(at)
+	threshold := a.cfg.Spill.Resolve(s.MaxNumSeqs)
+
+	remember := r.Session != ""
+	key := fnv1a64(r.Session)
+	i, home := nilIndex, -1
+	if remember {
+		i = t.find(key, at)
+		if i != nilIndex && usable(reps, int(t.entries[i].home)) {
+			home = int(t.entries[i].home)
+		}
+	}
+
+	// 1. Pinned.
+	if p := r.Pinned; usable(reps, p) {
+		t.counter(p).ClientPinned++
+		a.keep(i, key, home, p, at, remember)
+		return Decision{Replica: p, Reason: ReasonPinned}, nil
+	}
+
+	// 2. Sticky, or spill while home is overloaded.
+	if home >= 0 {
+		t.touch(i, at)
+		if reps[home].InFlight > threshold {
+			if o := a.best(s, home); o >= 0 {
+				t.counter(o).SpilledIn++
+				return Decision{Replica: o, Reason: ReasonSpill}, nil
+			}
+		}
+		t.counter(home).Sticky++
+		return Decision{Replica: home, Reason: ReasonSticky}, nil
+	}
+
+	// 3. New (or re-homed): the parent's home for a subagent, else the
+	// lowest score.
+	target, reason := -1, ReasonNew
+	if r.Parent != "" {
+		if ph, ok := t.peek(fnv1a64(r.Parent), at); ok && usable(reps, ph) && reps[ph].InFlight <= threshold {
+			target, reason = ph, ReasonParent
+		}
+	}
+	if target < 0 {
+		target = a.best(s, -1)
+	}
+	if c := t.counter(target); reason == ReasonParent {
+		c.Parent++
+	} else {
+		c.New++
+	}
+	a.keep(i, key, -1, target, at, remember)
+	return Decision{Replica: target, Reason: reason}, nil
+}
+
+// keep records a request placed on replica to for the session whose entry
+// is i (nilIndex if none) and whose usable home is home (-1 if none): the
+// entry is touched, and the session is homed on to unless it has a home.
+func (a *Affinity) keep(i int32, key uint64, home, to int, at int64, remember bool) {
+	switch {
+	case !remember:
+	case i == nilIndex:
+		a.table.insert(key, to, at)
+	default:
+		if home < 0 {
+			a.table.setHome(i, to)
+		}
+		a.table.touch(i, at)
+	}
+}
+
+// best returns the healthy replica other than exclude (-1 for none) with
+// the lowest score, ties to the lowest ID; when exclude >= 0 (a spill) the
+// lowest InFlight comes first and the score breaks ties. It returns -1
+// when there is no candidate. It computes the same scores as Scores, in
+// one pass after the maxima, without storing them.
+func (a *Affinity) best(s *Snapshot, exclude int) int {
+	reps := s.Replicas
+	invIF, invSess := a.norms(reps)
+	held := a.table.counts
+	best, bestIF, bestScore := -1, 0, 0.0
+	for i := range reps {
+		if !reps[i].Healthy || i == exclude {
+			continue
+		}
+		h := 0
+		if i < len(held) {
+			h = held[i].Sessions
+		}
+		score := newScore(&reps[i], h, invIF, invSess)
+		switch {
+		case best < 0:
+		case exclude >= 0 && reps[i].InFlight != bestIF:
+			if reps[i].InFlight > bestIF {
+				continue
+			}
+		case score >= bestScore:
+			continue
+		}
+		best, bestIF, bestScore = i, reps[i].InFlight, score
+	}
+	return best
+}
+
+// Scores appends to dst the new-conversation score of each replica (see
+// Affinity), aligned with s.Replicas; an unhealthy replica scores +Inf.
+// It does not change state.
+func (a *Affinity) Scores(s *Snapshot, dst []float64) []float64 {
+	reps := s.Replicas
+	invIF, invSess := a.norms(reps)
+	for i := range reps {
+		if !reps[i].Healthy {
+			dst = append(dst, math.Inf(1))
+			continue
+		}
+		dst = append(dst, newScore(&reps[i], a.table.held(i), invIF, invSess))
+	}
+	return dst
+}
+
+// norms returns the reciprocals of the largest InFlight and the largest
+// number of sessions held among the healthy replicas; a term that is zero
+// everywhere gets 0, so it adds nothing to any score.
+func (a *Affinity) norms(reps []Replica) (invIF, invSess float64) {
+	maxIF, maxSess := 0, 0
+	for i := range reps {
+		if reps[i].Healthy {
+			maxIF = max(maxIF, reps[i].InFlight)
+			maxSess = max(maxSess, a.table.held(i))
+		}
+	}
+	if maxIF > 0 {
+		invIF = 1 / float64(maxIF)
+	}
+	if maxSess > 0 {
+		invSess = 1 / float64(maxSess)
+	}
+	return invIF, invSess
+}
+
+// newScore is the score of one replica holding held sessions.
+func newScore(r *Replica, held int, invIF, invSess float64) float64 {
+	kv := r.KVUsage
+	if !(kv >= 0) { // negative or NaN
+		kv = 0
+	}
+	return min(kv, 1) + float64(max(r.InFlight, 0))*invIF + float64(held)*invSess
+}
+
+func anyHealthy(reps []Replica) bool {
+	for i := range reps {
+		if reps[i].Healthy {
+			return true
+		}
+	}
+	return false
+}

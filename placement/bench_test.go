@@ -1,0 +1,156 @@
+package placement
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
+
+const benchSessions = 1 << 20 // "1M sessions in the table"
+
+// benchIDs returns 2*benchSessions distinct session ids, built once.
+var benchIDs = func() func() []string {
+	var ids []string
+	return func() []string {
+		if ids == nil {
+			ids = make([]string, 2*benchSessions)
+			for i := range ids {
+				ids[i] = "session-" + strconv.Itoa(i)
+			}
+		}
+		return ids
+	}
+}()
+
+// benchAffinity returns an affinity policy whose table holds the first
+// benchSessions ids, spread over n replicas, and a snapshot of n replicas
+// below the spill threshold.
+func benchAffinity(n int, now time.Time) (*Affinity, *Snapshot) {
+	ids := benchIDs()
+	a := NewAffinity(Config{MaxSessions: benchSessions})
+	for i := range benchSessions {
+		a.Table().Assign(ids[i], i%n, now)
+	}
+	s := farm(n, 32)
+	for i := range s.Replicas {
+		s.Replicas[i].InFlight = 1 + i%3
+		s.Replicas[i].KVUsage = float64(i%10) / 10
+	}
+	return a, s
+}
+
+// BenchmarkAffinity times one decision with 8 and 64 replicas and 1M
+// sessions in the table: a later turn (sticky) and a new conversation,
+// which also evicts the least-recently-used session (the table is full).
+func BenchmarkAffinity(b *testing.B) {
+	for _, n := range []int{8, 64} {
+		b.Run(fmt.Sprintf("replicas=%d/sticky", n), func(b *testing.B) {
+			now := t0
+			a, s := benchAffinity(n, now)
+			ids := benchIDs()[:benchSessions]
+			r := Request{Pinned: NoPin}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				r.Session = ids[i%len(ids)]
+				now = now.Add(time.Microsecond)
+				if d, err := a.Pick(&r, s, now); err != nil || d.Reason != ReasonSticky {
+					b.Fatalf("%v %v, want sticky", d, err)
+				}
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("replicas=%d/new", n), func(b *testing.B) {
+			now := t0
+			a, s := benchAffinity(n, now)
+			ids := benchIDs()
+			r := Request{Pinned: NoPin}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				// Cycling through 2M ids with 1M in an LRU table: every id
+				// is absent when its turn comes.
+				r.Session = ids[(benchSessions+i)%len(ids)]
+				now = now.Add(time.Microsecond)
+				if d, err := a.Pick(&r, s, now); err != nil || d.Reason != ReasonNew {
+					b.Fatalf("%v %v, want new", d, err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkLeastLoaded(b *testing.B) {
+	for _, n := range []int{8, 64} {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			var ll LeastLoaded
+			s := farm(n, 32)
+			for i := range s.Replicas {
+				s.Replicas[i].Running, s.Replicas[i].Waiting = i%7, i%3
+			}
+			r := Request{Session: "a", Pinned: NoPin}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if i%64 == 0 {
+					s.Generation++ // a scrape now and then resets the local increments
+				}
+				if _, err := ll.Pick(&r, s, t0); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkHash(b *testing.B) {
+	for _, n := range []int{8, 64} {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			var h Hash
+			s := farm(n, 32)
+			ids := benchIDs()[:4096]
+			r := Request{Pinned: NoPin}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				r.Session = ids[i%len(ids)]
+				if _, err := h.Pick(&r, s, t0); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkTableBytesPerSession measures the heap held by a table of 1M
+// sessions (the ids themselves are not counted: the table does not keep
+// them) and reports it as bytes/session; the timed loop is Table.Home on
+// that table.
+func BenchmarkTableBytesPerSession(b *testing.B) {
+	ids := benchIDs()[:benchSessions]
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	tab := NewTable(0, benchSessions)
+	for i, id := range ids {
+		tab.Assign(id, i%8, t0)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perSession := float64(after.HeapAlloc-before.HeapAlloc) / float64(tab.Len())
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, ok := tab.Home(ids[i%len(ids)], t0); !ok {
+			b.Fatal("session missing")
+		}
+		i++
+	}
+	b.ReportMetric(perSession, "bytes/session")
+	runtime.KeepAlive(tab)
+}

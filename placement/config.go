@@ -1,0 +1,119 @@
+package placement
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Strategy names accepted by New.
+const (
+	StrategyHash        = "hash"
+	StrategyLeastLoaded = "least-loaded"
+	StrategyAffinity    = "affinity"
+)
+
+// Strategies returns the strategy names New accepts, in a fixed order.
+func Strategies() []string {
+	return []string{StrategyHash, StrategyLeastLoaded, StrategyAffinity}
+}
+
+// Config configures the affinity strategy; the zero value is the default.
+// The hash and least-loaded strategies ignore it.
+type Config struct {
+	// Disabled switches affinity off for a model: the policy then behaves
+	// exactly like LeastLoaded (it runs the same code) and keeps no table.
+	Disabled bool
+	// Spill is the in-flight count above which a later turn leaves its
+	// home; the zero value is auto (a quarter of max_num_seqs).
+	Spill SpillThreshold
+	// SessionTTL is how long an idle conversation keeps its home;
+	// zero means DefaultSessionTTL.
+	SessionTTL time.Duration
+	// MaxSessions caps the session table; zero means DefaultMaxSessions.
+	MaxSessions int
+}
+
+// Validate reports a configuration that cannot be used, naming the field.
+func (c Config) Validate() error {
+	if c.SessionTTL < 0 {
+		return fmt.Errorf("placement: SessionTTL %v is negative (want 0 for the default %v, or more)", c.SessionTTL, DefaultSessionTTL)
+	}
+	if c.MaxSessions < 0 {
+		return fmt.Errorf("placement: MaxSessions %d is negative (want 0 for the default %d, or more)", c.MaxSessions, DefaultMaxSessions)
+	}
+	return nil
+}
+
+// New returns the policy named strategy: "hash", "least-loaded" or
+// "affinity" (configured by cfg).
+func New(strategy string, cfg Config) (Policy, error) {
+	switch strategy {
+	case StrategyHash:
+		return &Hash{}, nil
+	case StrategyLeastLoaded:
+		return &LeastLoaded{}, nil
+	case StrategyAffinity:
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		return NewAffinity(cfg), nil
+	}
+	return nil, fmt.Errorf("placement: unknown strategy %q (want one of %s)", strategy, strings.Join(Strategies(), ", "))
+}
+
+// SpillThreshold is the in-flight count of a home replica above which a
+// later turn spills elsewhere: either auto, max(1, max_num_seqs/4), or a
+// fixed number. The zero value is auto.
+type SpillThreshold struct {
+	n     int
+	fixed bool
+}
+
+// SpillAt returns a fixed threshold of n requests in flight (n >= 0).
+func SpillAt(n int) SpillThreshold { return SpillThreshold{n: max(n, 0), fixed: true} }
+
+// ParseSpillThreshold parses "auto" or a non-negative integer.
+func ParseSpillThreshold(s string) (SpillThreshold, error) {
+	if s == "auto" {
+		return SpillThreshold{}, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return SpillThreshold{}, fmt.Errorf("placement: spill threshold %q: want \"auto\" or a non-negative integer", s)
+	}
+	return SpillAt(n), nil
+}
+
+// Auto reports whether the threshold follows max_num_seqs.
+func (t SpillThreshold) Auto() bool { return !t.fixed }
+
+// Resolve returns the threshold for replicas with the given max_num_seqs.
+func (t SpillThreshold) Resolve(maxNumSeqs int) int {
+	if t.fixed {
+		return t.n
+	}
+	return max(1, maxNumSeqs/4)
+}
+
+// String returns "auto" or the number, as ParseSpillThreshold reads it.
+func (t SpillThreshold) String() string {
+	if !t.fixed {
+		return "auto"
+	}
+	return strconv.Itoa(t.n)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (t SpillThreshold) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (t *SpillThreshold) UnmarshalText(b []byte) error {
+	v, err := ParseSpillThreshold(string(b))
+	if err != nil {
+		return err
+	}
+	*t = v
+	return nil
+}

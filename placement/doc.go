@@ -1,0 +1,75 @@
+// Package placement decides which vLLM replica serves a request. It is the
+// shared heart of LM Warden: the simulator (package sim) and the live proxy
+// (package live) run exactly this code, so a prediction and a production
+// decision cannot drift apart.
+//
+// The package is pure: no I/O, no goroutines, no clock (now is always an
+// argument), no global random source, and no map iterated into output;
+// per-replica scores and counters are slices aligned with
+// Snapshot.Replicas. TestPackageIsPure keeps it so. Policies are not safe
+// for concurrent use; the proxy serialises Pick with a mutex.
+//
+// # Where to start reading
+//
+//   - placement.go: the contract. Replica and Snapshot (what a policy may
+//     observe), Request, Decision with its Reason, Policy, and
+//     ErrNoHealthyReplica.
+//   - config.go: New(strategy, Config), the strategy names and the spill
+//     threshold ("auto" = max(1, max_num_seqs/4), or a number).
+//   - affinity.go: Affinity, the product (pinned, then sticky or spill,
+//     then new or a subagent on its parent's home), and its load score.
+//   - leastloaded.go: LeastLoaded, vLLM's own data-parallel balancer
+//     (4*waiting + running), with notes on where it follows vLLM and where
+//     it differs. Affinity switched off is this policy.
+//   - hash.go: Hash, rendezvous hashing of the session id.
+//   - table.go: Table, the session table (session -> home, last seen) with
+//     idle TTL, hard cap with LRU eviction, and per-replica counters.
+//
+// Every strategy honours a valid pin (Request.Pinned in range and healthy),
+// never picks an unhealthy replica, and returns an error wrapping
+// ErrNoHealthyReplica when nothing is healthy.
+//
+// # Golden scenarios
+//
+// testdata/scenarios/*.txt are readable scenarios: replicas' state and a
+// sequence of requests, each with the expected pick and reason. TestScenarios
+// runs them; go test -run TestScenarios -update rewrites every expected part
+// from the actual decisions (review the diff). FuzzScenario fuzzes the
+// parser and checks that a rewritten file replays cleanly.
+//
+// One directive per line; "#" starts a comment (to the end of the line);
+// blank lines are ignored. The first directive is replicas; at the start
+// every replica is healthy and idle and the clock is at 0s.
+//
+//	replicas N [max_num_seqs M]        the farm: N replicas, IDs 0..N-1
+//	policy NAME [key=value...]         hash, least-loaded or affinity; affinity
+//	                                   takes spill=auto|N, ttl=DURATION,
+//	                                   max_sessions=N, disabled=true|false
+//	state ID|all key=value...          set inflight=, running=, waiting=, kv=
+//	                                   (0..1), healthy= of one or all replicas
+//	scrape                             a stats update: Snapshot.Generation+1
+//	at DURATION                        move the clock to 0s + DURATION (10s, 5m);
+//	                                   it never runs backwards
+//	pick [session=S] [parent=S] [pinned=ID] -> ID REASON | none
+//	                                   one decision; "none" expects an error
+//	                                   wrapping ErrNoHealthyReplica
+//	home session=S -> ID | none        affinity only: Table.Home
+//	expect sessions=N                  affinity only: Table.Len
+//	expect replica ID name=N...        affinity only: that replica's counters
+//	                                   (sessions, new, parent, sticky,
+//	                                   spilled_in, pinned); the ones listed
+//	                                   are checked
+//
+// For example:
+//
+//	replicas 4 max_num_seqs 32         # spill threshold auto = 8
+//	policy affinity
+//	pick session=a -> 0 new
+//	state 0 inflight=9
+//	pick session=a -> 1 spill
+//	expect replica 1 spilled_in=1
+//
+// Picks do not change the replicas' state: in-flight and the scraped
+// fields change only through state lines, so each file shows exactly what
+// a policy saw.
+package placement

@@ -1,0 +1,91 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Replica is what a policy may know about one replica: only what live mode
+// can really observe. Scraped fields may be stale by up to one scrape
+// interval, in the simulator exactly as in the proxy.
+type Replica struct {
+	ID       int     // stable index; also the vLLM data-parallel rank when one server holds all ranks
+	InFlight int     // requests the router has sent and not yet seen finish (instant, local)
+	Running  int     // vllm:num_requests_running (scraped, may be stale)
+	Waiting  int     // vllm:num_requests_waiting (scraped, may be stale)
+	KVUsage  float64 // vllm:kv_cache_usage_perc, 0..1 (scraped, may be stale)
+	Sessions int     // active conversations homed here (filled by the session table, see Table.Fill)
+	Healthy  bool
+}
+
+// Snapshot is the state of all replicas of one model at one instant.
+type Snapshot struct {
+	Replicas   []Replica // sorted by ID; ID == index
+	MaxNumSeqs int       // vLLM's max_num_seqs per replica
+	// Generation changes every time the scraped fields are refreshed (one
+	// scrape). Policies that keep local corrections between refreshes, as
+	// vLLM's own balancer does, reset them when it changes.
+	Generation uint64
+}
+
+// NoPin is the value of Request.Pinned when the client pinned no replica.
+const NoPin = -1
+
+// Request is what a policy needs to know about one request.
+type Request struct {
+	Session      string // opaque session id ("" only if the caller could not derive one)
+	Parent       string // parent session of a subagent, or ""
+	Model        string
+	PromptTokens int
+	Pinned       int // replica chosen by a trusted client, or NoPin
+}
+
+// Reason says why a replica was chosen.
+type Reason uint8
+
+const (
+	ReasonNew         Reason = iota // a new conversation placed on the least-loaded replica
+	ReasonSticky                    // a later turn served by its home
+	ReasonSpill                     // home over the spill threshold: served elsewhere this once
+	ReasonHash                      // hash strategy
+	ReasonLeastLoaded               // least-loaded strategy (vLLM's balancer), or affinity off
+	ReasonPinned                    // a trusted client pinned the replica
+	ReasonParent                    // a subagent's new session placed on its parent's home
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"new", "sticky", "spill", "hash", "least-loaded", "pinned", "parent"}
+
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("Reason(%d)", uint8(r))
+}
+
+// ParseReason is the inverse of Reason.String.
+func ParseReason(s string) (Reason, error) {
+	for i, n := range reasonNames {
+		if n == s {
+			return Reason(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown reason %q (want one of %s)", s, strings.Join(reasonNames[:], ", "))
+}
+
+// Decision is a policy's answer.
+type Decision struct {
+	Replica int
+	Reason  Reason
+}
+
+// ErrNoHealthyReplica is returned (wrapped) when no replica can take a request.
+var ErrNoHealthyReplica = errors.New("no healthy replica")
+
+// Policy picks a replica for a request. Implementations are not safe for
+// concurrent use unless they say so; now is passed in, never read from a clock.
+type Policy interface {
+	Pick(r *Request, s *Snapshot, now time.Time) (Decision, error)
+}

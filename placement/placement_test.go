@@ -1,0 +1,316 @@
+package placement
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// farm returns a snapshot of n healthy, idle replicas.
+func farm(n, maxNumSeqs int) *Snapshot {
+	s := &Snapshot{MaxNumSeqs: maxNumSeqs, Replicas: make([]Replica, n)}
+	for i := range s.Replicas {
+		s.Replicas[i] = Replica{ID: i, Healthy: true}
+	}
+	return s
+}
+
+func pick(t *testing.T, p Policy, r Request, s *Snapshot, now time.Time) Decision {
+	t.Helper()
+	d, err := p.Pick(&r, s, now)
+	if err != nil {
+		t.Fatalf("Pick(%+v): %v", r, err)
+	}
+	return d
+}
+
+func TestReasonRoundTrip(t *testing.T) {
+	for r := Reason(0); r < numReasons; r++ {
+		got, err := ParseReason(r.String())
+		if err != nil || got != r {
+			t.Errorf("ParseReason(%q) = %v, %v; want %v", r.String(), got, err, r)
+		}
+	}
+	if _, err := ParseReason("lucky"); err == nil || !strings.Contains(err.Error(), "parent") {
+		t.Errorf("ParseReason(lucky) error = %v, want one listing every reason", err)
+	}
+	if got := Reason(200).String(); got != "Reason(200)" {
+		t.Errorf("Reason(200).String() = %q", got)
+	}
+}
+
+func TestNew(t *testing.T) {
+	for _, name := range Strategies() {
+		p, err := New(name, Config{})
+		if err != nil || p == nil {
+			t.Errorf("New(%q) = %v, %v", name, p, err)
+		}
+	}
+	_, err := New("round-robin", Config{})
+	if err == nil || !strings.Contains(err.Error(), `"round-robin" (want one of hash, least-loaded, affinity)`) {
+		t.Errorf("New(round-robin) error = %v", err)
+	}
+	if _, err := New(StrategyAffinity, Config{MaxSessions: -1}); err == nil || !strings.Contains(err.Error(), "MaxSessions") {
+		t.Errorf("New with MaxSessions -1: error = %v, want one naming MaxSessions", err)
+	}
+	if _, err := New(StrategyAffinity, Config{SessionTTL: -time.Second}); err == nil || !strings.Contains(err.Error(), "SessionTTL") {
+		t.Errorf("New with a negative TTL: error = %v, want one naming SessionTTL", err)
+	}
+	p, _ := New(StrategyAffinity, Config{SessionTTL: time.Minute, MaxSessions: 7})
+	tab := p.(*Affinity).Table()
+	if tab.TTL() != time.Minute || tab.MaxSessions() != 7 {
+		t.Errorf("table TTL %v cap %d, want 1m and 7", tab.TTL(), tab.MaxSessions())
+	}
+}
+
+func TestSpillThreshold(t *testing.T) {
+	tests := []struct {
+		in         string
+		maxNumSeqs int
+		want       int
+		wantErr    bool
+	}{
+		{"auto", 32, 8, false},
+		{"auto", 256, 64, false},
+		{"auto", 3, 1, false}, // max(1, 3/4)
+		{"auto", 0, 1, false},
+		{"12", 32, 12, false},
+		{"0", 32, 0, false},
+		{"-1", 32, 0, true},
+		{"", 32, 0, true},
+		{"eight", 32, 0, true},
+	}
+	for _, tt := range tests {
+		th, err := ParseSpillThreshold(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("ParseSpillThreshold(%q) error = %v, wantErr %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if got := th.Resolve(tt.maxNumSeqs); got != tt.want {
+			t.Errorf("%q.Resolve(%d) = %d, want %d", tt.in, tt.maxNumSeqs, got, tt.want)
+		}
+		if th.String() != tt.in {
+			t.Errorf("String() = %q, want %q", th.String(), tt.in)
+		}
+		var back SpillThreshold
+		text, _ := th.MarshalText()
+		if err := back.UnmarshalText(text); err != nil || back != th {
+			t.Errorf("text round trip of %q: %v, %v", tt.in, back, err)
+		}
+	}
+	var zero SpillThreshold
+	if !zero.Auto() || zero.String() != "auto" {
+		t.Errorf("zero SpillThreshold is %q, want auto", zero)
+	}
+}
+
+func TestFNV1a(t *testing.T) {
+	// Reference values of 64-bit FNV-1a.
+	for s, want := range map[string]uint64{"": 0xcbf29ce484222325, "a": 0xaf63dc4c8601ec8c, "foobar": 0x85944171f73967e8} {
+		if got := fnv1a64(s); got != want {
+			t.Errorf("fnv1a64(%q) = %#x, want %#x", s, got, want)
+		}
+	}
+}
+
+// TestHashRendezvous: an unhealthy replica moves only its own sessions,
+// and sessions spread evenly.
+func TestHashRendezvous(t *testing.T) {
+	const n, sessions = 8, 20000
+	s := farm(n, 32)
+	var h Hash
+	base := make([]int, sessions)
+	perReplica := make([]int, n)
+	for i := range base {
+		d := pick(t, &h, Request{Session: "s" + strconv.Itoa(i), Pinned: NoPin}, s, t0)
+		base[i] = d.Replica
+		perReplica[d.Replica]++
+	}
+	for r, c := range perReplica {
+		if c < sessions/n*8/10 || c > sessions/n*12/10 {
+			t.Errorf("replica %d holds %d of %d sessions, want %d ±20%%", r, c, sessions, sessions/n)
+		}
+	}
+	for down := range n {
+		s.Replicas[down].Healthy = false
+		for i, was := range base {
+			d := pick(t, &h, Request{Session: "s" + strconv.Itoa(i), Pinned: NoPin}, s, t0)
+			if was != down && d.Replica != was {
+				t.Fatalf("replica %d down: session s%d moved from %d to %d", down, i, was, d.Replica)
+			}
+			if d.Replica == down {
+				t.Fatalf("picked unhealthy replica %d", down)
+			}
+		}
+		s.Replicas[down].Healthy = true
+	}
+}
+
+func TestNoHealthyReplica(t *testing.T) {
+	down := farm(3, 32)
+	for i := range down.Replicas {
+		down.Replicas[i].Healthy = false
+	}
+	snaps := []struct {
+		name string
+		s    *Snapshot
+	}{{"no replicas", farm(0, 32)}, {"all down", down}}
+	for _, strategy := range Strategies() {
+		for _, sn := range snaps {
+			name, s := sn.name, sn.s
+			for _, disabled := range []bool{false, true} {
+				p, _ := New(strategy, Config{Disabled: disabled})
+				_, err := p.Pick(&Request{Session: "a", Pinned: 0}, s, t0)
+				if !errors.Is(err, ErrNoHealthyReplica) {
+					t.Errorf("%s (disabled=%v), %s: error %v, want ErrNoHealthyReplica", strategy, disabled, name, err)
+				}
+			}
+		}
+	}
+}
+
+// TestAffinityOffIsLeastLoaded drives an affinity policy switched off and
+// a LeastLoaded through the same random sequence: decisions must match.
+func TestAffinityOffIsLeastLoaded(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	off := NewAffinity(Config{Disabled: true})
+	var ll LeastLoaded
+	s := farm(5, 16)
+	for step := range 5000 {
+		if rng.IntN(10) == 0 {
+			for i := range s.Replicas {
+				r := &s.Replicas[i]
+				r.Running, r.Waiting, r.InFlight = rng.IntN(20), rng.IntN(5), rng.IntN(20)
+				r.Healthy = rng.IntN(8) != 0
+			}
+			s.Generation++
+		}
+		req := Request{Session: "s" + strconv.Itoa(rng.IntN(50)), Pinned: rng.IntN(12) - 6}
+		if req.Pinned < 0 {
+			req.Pinned = NoPin
+		}
+		d1, err1 := off.Pick(&req, s, t0)
+		d2, err2 := ll.Pick(&req, s, t0)
+		if d1 != d2 || (err1 == nil) != (err2 == nil) {
+			t.Fatalf("step %d: affinity off %v %v, least-loaded %v %v", step, d1, err1, d2, err2)
+		}
+	}
+	if off.Table().Len() != 0 {
+		t.Errorf("disabled affinity remembered %d sessions", off.Table().Len())
+	}
+}
+
+func TestAffinityRehomesOutOfRange(t *testing.T) {
+	a := NewAffinity(Config{})
+	big := farm(4, 32)
+	for i := range 3 {
+		big.Replicas[i].InFlight = 5
+	}
+	if d := pick(t, a, Request{Session: "x", Pinned: NoPin}, big, t0); d != (Decision{3, ReasonNew}) {
+		t.Fatalf("first turn: %v, want 3 new", d)
+	}
+	small := farm(2, 32)
+	if d := pick(t, a, Request{Session: "x", Pinned: NoPin}, small, t0); d != (Decision{0, ReasonNew}) {
+		t.Fatalf("home 3 gone: %v, want 0 new", d)
+	}
+	if h, _ := a.Table().Home("x", t0); h != 0 {
+		t.Errorf("home after re-homing = %d, want 0", h)
+	}
+	if c := a.Table().Counters(); c[3].Sessions != 0 || c[0].Sessions != 1 {
+		t.Errorf("sessions held: %+v", c)
+	}
+}
+
+func TestAffinityEmptySessionIsNotRemembered(t *testing.T) {
+	a := NewAffinity(Config{})
+	s := farm(2, 32)
+	for range 3 {
+		if d := pick(t, a, Request{Pinned: NoPin}, s, t0); d.Reason != ReasonNew {
+			t.Fatalf("empty session: %v, want reason new", d)
+		}
+	}
+	pick(t, a, Request{Pinned: 1}, s, t0)
+	if a.Table().Len() != 0 {
+		t.Errorf("table holds %d sessions, want 0", a.Table().Len())
+	}
+}
+
+func TestAffinityScores(t *testing.T) {
+	a := NewAffinity(Config{})
+	s := farm(3, 32)
+	s.Replicas[0].InFlight, s.Replicas[0].KVUsage = 4, 0.5
+	s.Replicas[1].InFlight, s.Replicas[1].KVUsage = 2, math.NaN()
+	s.Replicas[2].Healthy = false
+	a.Table().Assign("a", 1, t0)
+	got := a.Scores(s, nil)
+	want := []float64{1 + 0.5 + 0, 0.5 + 0 + 1, math.Inf(1)}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("score[%d] = %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestStickyPathDoesNotAllocate(t *testing.T) {
+	a := NewAffinity(Config{})
+	s := farm(8, 32)
+	r := Request{Session: "conversation-42", Pinned: NoPin}
+	now := t0
+	if _, err := a.Pick(&r, s, now); err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		now = now.Add(time.Second)
+		if d, _ := a.Pick(&r, s, now); d.Reason != ReasonSticky {
+			t.Fatalf("reason %v, want sticky", d.Reason)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("sticky Pick allocates %v times, want 0", allocs)
+	}
+	var ll LeastLoaded
+	var h Hash
+	for name, p := range map[string]Policy{"least-loaded": &ll, "hash": &h} {
+		p.Pick(&r, s, now)
+		if n := testing.AllocsPerRun(1000, func() { p.Pick(&r, s, now) }); n != 0 {
+			t.Errorf("%s Pick allocates %v times, want 0", name, n)
+		}
+	}
+}
+
+func TestLeastLoadedScores(t *testing.T) {
+	var ll LeastLoaded
+	s := farm(3, 32)
+	s.Replicas[1].Waiting, s.Replicas[1].Running = 1, 2
+	s.Replicas[2].Healthy = false
+	pick(t, &ll, Request{Pinned: NoPin}, s, t0) // replica 0, local waiting +1
+	got := ll.Scores(s, nil)
+	if want := []int{4, 6, -1}; !equalInts(got, want) {
+		t.Errorf("Scores = %v, want %v", got, want)
+	}
+	s.Generation++
+	if got, want := ll.Scores(s, nil), []int{0, 6, -1}; !equalInts(got, want) {
+		t.Errorf("Scores after a scrape = %v, want %v", got, want)
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,326 @@
+package placement
+
+import (
+	"math"
+	"time"
+)
+
+// Defaults of the session table, used where a Config leaves a field zero.
+const (
+	// DefaultSessionTTL is how long a conversation keeps its home without
+	// a request. Agent sessions pause for tool calls and for their user;
+	// half an hour outlives those pauses but not a prefix cache under load.
+	DefaultSessionTTL = 30 * time.Minute
+	// DefaultMaxSessions is the hard cap on remembered conversations:
+	// about 75 MB of table at the 75 bytes per session measured by
+	// BenchmarkTableBytesPerSession.
+	DefaultMaxSessions = 1 << 20
+)
+
+// expireBatch bounds the lazy expiry done by each call: at most this many
+// idle entries are dropped from the LRU tail per lookup. A call adds at most
+// one entry, so the table catches up with any backlog of idle entries.
+const expireBatch = 8
+
+// nilIndex marks the end of the LRU list and of the free list.
+const nilIndex int32 = -1
+
+// ReplicaCounters are the table's per-replica figures. Sessions is the
+// number of conversations homed on the replica now; the other fields count
+// decisions since the table was made.
+type ReplicaCounters struct {
+	Sessions     int // conversations homed here now (kept incrementally)
+	New          int // new conversations placed here by the load score
+	Parent       int // subagents' new conversations placed on their parent's home here
+	Sticky       int // later turns served by their home, this replica
+	SpilledIn    int // requests spilled here from an overloaded home
+	ClientPinned int // requests a trusted client pinned here
+}
+
+// entry is one remembered conversation. 32 bytes: the key, the time of its
+// last request, its place in the LRU list and its home.
+type entry struct {
+	key  uint64 // fnv1a64 of the session id
+	seen int64  // last request, nanoseconds since Table.base
+	prev int32  // towards the head (more recent); nilIndex at the head
+	next int32  // towards the tail (less recent); also links the free list
+	home int32  // replica ID
+}
+
+// Table remembers the home replica of each conversation: session -> home,
+// last seen. It has an idle TTL and a hard cap; on overflow it evicts the
+// least-recently-used conversation and never refuses a new one. Time is
+// always an argument.
+//
+// Memory: a session is stored as the 64-bit FNV-1a hash of its id, never
+// as the id itself. Entries live in one slice, threaded by an intrusive
+// doubly-linked LRU list of int32 indices and a free list, with a
+// map[uint64]int32 as the index: under 100 bytes per session (see
+// BenchmarkTableBytesPerSession). Two ids with the same hash share one
+// entry, and so one home; with n live sessions the chance that any two
+// collide is about n²/2⁶⁵ (3·10⁻⁸ for a million sessions), and the cost
+// of a collision is only that two conversations share a replica.
+//
+// Expiry is lazy and cheap: each call drops at most expireBatch idle
+// entries from the LRU tail, and an idle entry that is looked up is treated
+// as absent. Len and the Sessions counters may therefore include idle
+// entries not yet dropped; Sweep drops them all. A conversation is idle when
+// more than the TTL has passed since its last request (exactly the TTL is
+// still alive). The table assumes that now does not run backwards by much:
+// the LRU order is the order of calls.
+//
+// A Table is not safe for concurrent use.
+type Table struct {
+	ttl     int64 // nanoseconds, > 0
+	max     int   // hard cap, > 0
+	index   map[uint64]int32
+	entries []entry
+	head    int32 // most recently used
+	tail    int32 // least recently used
+	free    int32 // head of the free list, linked through entry.next
+	n       int
+	base    time.Time // the first now seen; seen times are offsets from it
+	hasBase bool
+	counts  []ReplicaCounters // aligned with replica IDs, grown on demand
+}
+
+// NewTable returns an empty table. A ttl or maxSessions of zero or less
+// selects DefaultSessionTTL or DefaultMaxSessions.
+func NewTable(ttl time.Duration, maxSessions int) *Table {
+	if ttl <= 0 {
+		ttl = DefaultSessionTTL
+	}
+	if maxSessions <= 0 {
+		maxSessions = DefaultMaxSessions
+	}
+	if maxSessions > math.MaxInt32-1 {
+		maxSessions = math.MaxInt32 - 1
+	}
+	return &Table{
+		ttl:   int64(ttl),
+		max:   maxSessions,
+		index: make(map[uint64]int32),
+		head:  nilIndex,
+		tail:  nilIndex,
+		free:  nilIndex,
+	}
+}
+
+// TTL is the idle time after which a conversation is forgotten.
+func (t *Table) TTL() time.Duration { return time.Duration(t.ttl) }
+
+// MaxSessions is the hard cap on remembered conversations.
+func (t *Table) MaxSessions() int { return t.max }
+
+// Len is the number of remembered conversations, including idle ones that
+// lazy expiry has not dropped yet (see Sweep).
+func (t *Table) Len() int { return t.n }
+
+// Home returns the home of session, or false when the table does not know
+// it or it has been idle for longer than the TTL. It does not count as a
+// request: the session's last-seen time is unchanged. It also does a
+// bounded amount of lazy expiry.
+func (t *Table) Home(session string, now time.Time) (int, bool) {
+	at := t.clock(now)
+	t.expire(at)
+	i := t.find(fnv1a64(session), at)
+	if i == nilIndex {
+		return 0, false
+	}
+	return int(t.entries[i].home), true
+}
+
+// Assign makes home the home of session and marks the session seen at now,
+// as if a request had been placed there, without counting a decision. It is
+// for restoring a table (from a journal, say) and for tests. A negative
+// home forgets the session.
+func (t *Table) Assign(session string, home int, now time.Time) {
+	if home < 0 {
+		t.Remove(session)
+		return
+	}
+	at := t.clock(now)
+	t.expire(at)
+	key := fnv1a64(session)
+	if i := t.find(key, at); i != nilIndex {
+		t.setHome(i, home)
+		t.touch(i, at)
+		return
+	}
+	t.insert(key, home, at)
+}
+
+// Remove forgets session and reports whether the table held it.
+func (t *Table) Remove(session string) bool {
+	i, ok := t.index[fnv1a64(session)]
+	if ok {
+		t.remove(i)
+	}
+	return ok
+}
+
+// Sweep drops every conversation idle for longer than the TTL at now and
+// returns how many it dropped. Its work is proportional to that number.
+func (t *Table) Sweep(now time.Time) int {
+	at := t.clock(now)
+	dropped := 0
+	for t.tail != nilIndex && t.idle(t.tail, at) {
+		t.remove(t.tail)
+		dropped++
+	}
+	return dropped
+}
+
+// Counters returns a copy of the per-replica counters; index i holds
+// replica i. Replicas the table never saw are absent or zero.
+func (t *Table) Counters() []ReplicaCounters {
+	return append([]ReplicaCounters(nil), t.counts...)
+}
+
+// Fill writes the number of conversations homed on each replica into
+// s.Replicas[i].Sessions.
+func (t *Table) Fill(s *Snapshot) {
+	for i := range s.Replicas {
+		s.Replicas[i].Sessions = t.held(i)
+	}
+}
+
+// held is the number of sessions homed on replica r.
+func (t *Table) held(r int) int {
+	if r < len(t.counts) {
+		return t.counts[r].Sessions
+	}
+	return 0
+}
+
+// counter returns replica r's counters, growing the slice if needed.
+func (t *Table) counter(r int) *ReplicaCounters {
+	for len(t.counts) <= r {
+		t.counts = append(t.counts, ReplicaCounters{})
+	}
+	return &t.counts[r]
+}
+
+// clock turns now into nanoseconds since the first now the table saw.
+// Offsets rather than UnixNano keep any time.Time valid, including the
+// zero time a simulator may use as its epoch; Sub saturates.
+func (t *Table) clock(now time.Time) int64 {
+	if !t.hasBase {
+		t.base, t.hasBase = now, true
+	}
+	return int64(now.Sub(t.base))
+}
+
+// idle reports whether entry i has been idle for longer than the TTL.
+func (t *Table) idle(i int32, at int64) bool {
+	return at-t.entries[i].seen > t.ttl
+}
+
+// expire drops at most expireBatch idle entries from the LRU tail.
+func (t *Table) expire(at int64) {
+	for k := 0; k < expireBatch && t.tail != nilIndex && t.idle(t.tail, at); k++ {
+		t.remove(t.tail)
+	}
+}
+
+// find returns the live entry for key, dropping it if it is idle.
+func (t *Table) find(key uint64, at int64) int32 {
+	i, ok := t.index[key]
+	if !ok {
+		return nilIndex
+	}
+	if t.idle(i, at) {
+		t.remove(i)
+		return nilIndex
+	}
+	return i
+}
+
+// peek returns the home of key's live entry without changing anything.
+func (t *Table) peek(key uint64, at int64) (int, bool) {
+	i, ok := t.index[key]
+	if !ok || t.idle(i, at) {
+		return 0, false
+	}
+	return int(t.entries[i].home), true
+}
+
+// insert adds a new entry at the head, evicting the LRU entry when full.
+func (t *Table) insert(key uint64, home int, at int64) int32 {
+	if t.n >= t.max {
+		t.remove(t.tail)
+	}
+	var i int32
+	if t.free != nilIndex {
+		i = t.free
+		t.free = t.entries[i].next
+	} else {
+		t.entries = append(t.entries, entry{})
+		i = int32(len(t.entries) - 1)
+	}
+	t.entries[i] = entry{key: key, seen: at, prev: nilIndex, next: nilIndex, home: int32(home)}
+	t.pushFront(i)
+	t.index[key] = i
+	t.counter(home).Sessions++
+	t.n++
+	return i
+}
+
+// remove unlinks entry i, forgets its key and puts it on the free list.
+func (t *Table) remove(i int32) {
+	e := &t.entries[i]
+	t.unlink(i)
+	delete(t.index, e.key)
+	t.counts[e.home].Sessions--
+	e.next = t.free
+	t.free = i
+	t.n--
+}
+
+// touch marks entry i seen at at and moves it to the head.
+func (t *Table) touch(i int32, at int64) {
+	t.entries[i].seen = at
+	if t.head != i {
+		t.unlink(i)
+		t.pushFront(i)
+	}
+}
+
+// setHome moves entry i to a new home, keeping the Sessions counts right.
+func (t *Table) setHome(i int32, home int) {
+	e := &t.entries[i]
+	if int(e.home) == home {
+		return
+	}
+	t.counts[e.home].Sessions--
+	t.counter(home).Sessions++
+	e.home = int32(home)
+}
+
+func (t *Table) unlink(i int32) {
+	e := &t.entries[i]
+	if e.prev != nilIndex {
+		t.entries[e.prev].next = e.next
+	} else {
+		t.head = e.next
+	}
+	if e.next != nilIndex {
+		t.entries[e.next].prev = e.prev
+	} else {
+		t.tail = e.prev
+	}
+	e.prev, e.next = nilIndex, nilIndex
+}
+
+func (t *Table) pushFront(i int32) {
+	e := &t.entries[i]
+	e.prev = nilIndex
+	e.next = t.head
+	if t.head != nilIndex {
+		t.entries[t.head].prev = i
+	}
+	t.head = i
+	if t.tail == nilIndex {
+		t.tail = i
+	}
+}
