@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lm-warden/warden/examples"
+	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/traces"
+)
+
+// simOptions are the flags of `warden sim`.
+type simOptions struct {
+	Farm       string
+	Workload   string
+	Strategies []string
+	Sessions   []int
+	Duration   time.Duration
+	Seed       uint64
+	JSON       bool
+	Progress   bool
+
+	Replicas int    // 0: the farm's
+	GPU      string // "": the farm's
+	Spill    string // "": the farm's
+
+	Trace      string
+	Speed      float64
+	ClosedLoop bool
+
+	// changed reports whether a flag was given on the command line.
+	changed func(name string) bool
+	// stderr receives the progress bar; isTerminal says whether it is one.
+	stderr     io.Writer
+	isTerminal func() bool
+}
+
+func newSimCmd() *cobra.Command {
+	opts := &simOptions{stderr: os.Stderr, isTerminal: func() bool { return isTerminal(os.Stderr) }}
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Simulate a farm of vLLM replicas under agent sessions, strategy against strategy",
+		Long: `Simulate a farm of vLLM data-parallel replicas (KV cache, prefix caching,
+chunked prefill, preemption, a roofline step time) driven by synthetic agent
+sessions in a closed loop, and compare placement strategies on it.
+
+Each strategy runs on its own copy of the farm, from cold caches; the sessions
+steps (--sessions) run back to back on the same warm replicas, --duration each.
+At the end of a step the requests still in flight are cut and reported as
+unfinished; the next step starts fresh sessions. The columns are the KPIs of
+metrics/kpi.promql evaluated by PromQL over the simulated vLLM and warden
+series, the same expressions that run against a real Prometheus.
+
+Without --farm, sim runs the built-in example: 4 x RTX A4000 with Qwen3-4B,
+vLLM's own balancer (least-loaded) against affinity. With two strategies every
+column reads "first -> second".
+
+With --trace, sim replays a trace file instead: at its recorded arrival times
+(divided by --speed), or with --closed-loop as sessions in a closed loop
+(concurrency from the trace header, or the first --sessions value).`,
+		Example: `  warden sim
+  warden sim --farm examples/rtx5090-gemma3-27b-int4.yaml --sessions 13,26 --duration 10m
+  warden sim --strategies hash,least-loaded,affinity --sessions 8,16 --json
+  warden sim --replicas 3 --spill-threshold 4 --progress
+  warden sim --trace agents.jsonl --speed 2`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.changed = cmd.Flags().Changed
+			return runSim(cmd.Context(), opts, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML (default: the built-in 4 x RTX A4000 example)")
+	f.StringVar(&opts.Workload, "workload", "", "workload YAML (default: the product's agent sessions)")
+	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: hash, least-loaded, affinity")
+	f.IntSliceVar(&opts.Sessions, "sessions", sim.DefaultSessions, "concurrent sessions of each step")
+	f.DurationVar(&opts.Duration, "duration", sim.DefaultDuration, "simulated time of each step (replay: 0 = to the end of the trace)")
+	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the synthetic sessions")
+	f.BoolVar(&opts.JSON, "json", false, "print the results as JSON")
+	f.BoolVar(&opts.Progress, "progress", false, "show a progress bar on stderr (when it is a terminal)")
+	f.IntVar(&opts.Replicas, "replicas", 0, "override the farm's number of replicas")
+	f.StringVar(&opts.GPU, "gpu", "", "override the farm's GPU (a catalogue name)")
+	f.StringVar(&opts.Spill, "spill-threshold", "", "override the spill threshold: auto or a number of requests in flight")
+	f.StringVar(&opts.Trace, "trace", "", "replay this trace file instead of synthetic sessions")
+	f.Float64Var(&opts.Speed, "speed", 1, "replay speed-up of a trace's arrival times")
+	f.BoolVar(&opts.ClosedLoop, "closed-loop", false, "replay the trace's sessions in a closed loop")
+	return cmd
+}
+
+// experiment builds the experiment the options describe.
+func (o *simOptions) experiment() (sim.Experiment, error) {
+	changed := o.changed
+	if changed == nil {
+		changed = func(string) bool { return false }
+	}
+	var e sim.Experiment
+	if o.Replicas < 0 {
+		return e, fmt.Errorf("--replicas %d: want >= 1", o.Replicas)
+	}
+	data, name := examples.Default, examples.DefaultName
+	if o.Farm != "" {
+		var err error
+		if data, err = os.ReadFile(o.Farm); err != nil {
+			return e, err
+		}
+		name = o.Farm
+	}
+	farm, err := sim.ParseFarmWith(data, name, func(s *sim.FarmSpec) {
+		if o.Replicas > 0 {
+			s.Replicas = o.Replicas
+		}
+		if o.GPU != "" {
+			s.GPU = o.GPU
+		}
+	})
+	if err != nil {
+		return e, err
+	}
+	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed}
+	for _, s := range o.Strategies {
+		if !slices.Contains(placement.Strategies(), s) {
+			return e, fmt.Errorf("--strategies: unknown strategy %q (want hash, least-loaded or affinity)", s)
+		}
+	}
+	if o.Spill != "" {
+		t, err := placement.ParseSpillThreshold(o.Spill)
+		if err != nil {
+			return e, fmt.Errorf("--spill-threshold: want auto or a non-negative integer, got %q", o.Spill)
+		}
+		e.Spill = &t
+	}
+	if o.Workload != "" {
+		if e.Workload, err = traces.LoadWorkload(o.Workload); err != nil {
+			return e, err
+		}
+	}
+	if o.Trace != "" {
+		if e.Trace, err = sim.LoadTrace(o.Trace); err != nil {
+			return e, err
+		}
+		e.Speed, e.ClosedLoop = o.Speed, o.ClosedLoop
+		if !changed("duration") {
+			e.Duration = 0 // to the end of the trace
+		}
+		if !changed("sessions") {
+			e.Sessions = nil // the trace header's concurrency
+			if o.ClosedLoop && e.Trace.Header.Concurrency == 0 {
+				return e, errors.New("--closed-loop: the trace header gives no concurrency; set --sessions")
+			}
+		}
+	} else if changed("speed") || changed("closed-loop") {
+		return e, errors.New("--speed and --closed-loop need --trace")
+	}
+	return e, nil
+}
+
+func runSim(ctx context.Context, o *simOptions, out io.Writer) error {
+	e, err := o.experiment()
+	if err != nil {
+		return err
+	}
+	if o.Progress && o.stderr != nil && o.isTerminal != nil && o.isTerminal() {
+		bar := newSimBar(o.stderr)
+		e.Progress = bar.set
+		defer bar.finish()
+	}
+	rep, err := sim.Run(ctx, e)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	f := e.Farm
+	load := fmt.Sprintf("%s per step, seed %d", e.Duration, e.Seed)
+	if e.Trace != nil {
+		load = "replay of " + e.Trace.Name
+	}
+	if _, err := fmt.Fprintf(out, "%d replicas x %d x %s, %s: %d KV blocks of %d tokens per replica (%d tokens), max_num_seqs %d; %s\n",
+		f.Spec.Replicas, f.Spec.TensorParallelSize, f.GPU.Name, f.Model.Name, f.NumGPUBlocks, f.Spec.VLLM.BlockSize,
+		f.KVTokensPerReplica(), f.Spec.VLLM.MaxNumSeqs, load); err != nil {
+		return err
+	}
+	return rep.WriteText(out)
+}

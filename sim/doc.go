@@ -1,0 +1,72 @@
+// Package sim is LM Warden's discrete-event simulator of a farm of vLLM
+// data-parallel replicas with prefix caches, driven by agent sessions and
+// routed by the very placement code that the proxy runs.
+//
+// # Reading guide
+//
+// Read the files in this order; each builds on the ones before.
+//
+//  1. farm.go: the farm spec (YAML, strict, errors "file:line: key: reason")
+//     and its resolution into a Farm: GPU and model from hardware, the KV
+//     cache sized by hardware.SizeKV unless num_gpu_blocks is given, vLLM's
+//     defaults for the rest.
+//  2. event.go: virtual time (int64 microseconds) and the event heap,
+//     ordered by (time, push sequence): no two events ever tie, so a run is
+//     deterministic.
+//  3. blockpool.go: vLLM V1's KV block pool: the null block, the LRU free
+//     queue (free appends at the tail, in reverse block order for a finished
+//     request, allocation pops the head), lazy eviction of cached blocks,
+//     duplicate hashes.
+//  4. seq.go and replica.go: one engine. schedule() is vLLM's
+//     Scheduler.schedule: running requests first (preempting the newest
+//     running request when a block cannot be allocated, by recompute), then
+//     waiting ones in FCFS order within max_num_seqs and the
+//     max_num_batched_tokens budget, with chunked prefill; prefix-cache
+//     lookups walk a request's chained block hashes (traces.Request.HashIDs,
+//     then OutputHashIDs for blocks that generated tokens complete) to the
+//     first miss, capped so that one token is always computed. finishStep
+//     is update_from_output: a token for every request whose prefill is
+//     done, finished requests freed. Misses of first lookups are classified
+//     (cold, evicted, elsewhere, partial).
+//  5. steptime.go: how long a step takes: a roofline of the GPU (compute
+//     bound prefill, memory bound decode) plus a per-step overhead, with
+//     efficiency factors that a farm spec may override.
+//  6. run.go: one strategy on one farm: the router (placement.Policy, an
+//     instant in-flight count, scraped fields refreshed every
+//     scrape_interval), the event loop, marks of every counter at the
+//     boundaries of measured steps.
+//  7. driver.go: the clients: a closed loop of N sessions (next turn when
+//     the answer is done plus think time, a new session when one ends) and
+//     an open-loop replay of a trace at its recorded arrival times.
+//  8. record.go: the vllm:* and warden_* series written into a
+//     metrics.Store at every scrape instant, as a real farm exposes them.
+//  9. experiment.go and result.go: Run, the public entry point: strategies
+//     in parallel, each on a fresh farm, steps back to back on a warm one;
+//     rows whose headline columns are the KPIs of metrics/kpi.promql
+//     evaluated by PromQL over each step's window; JSON and text output.
+//
+// # Semantics worth knowing
+//
+//   - A measured step ends by cutting every request in flight (it is
+//     reported as unfinished); the next step starts fresh sessions on the
+//     same warm replicas. A replay without a duration runs to its end.
+//   - Prefix-cache counters follow vLLM: queries and hits count the first
+//     lookup of each request; a preempted request's re-lookup is counted
+//     apart (vLLM's preempted_queries, not exported). vLLM also counts a
+//     lookup again when the allocation that follows it fails; the simulator
+//     counts a request's lookup once, when it is admitted.
+//   - A request longer than a whole replica's KV cache is rejected at once
+//     (unfinished); its client abandons the session and starts the next one
+//     a second later.
+//   - The simulated network is instant: client-side TTFB equals vLLM's TTFT.
+//
+// # Determinism
+//
+// One goroutine per strategy, no map iteration into decisions or output,
+// the sessions from a seeded generator (one PCG stream per session, in
+// traces), ties broken by index in placement: the same seed gives
+// byte-identical JSON (TestSameSeedSameJSON).
+//
+// sim imports placement, hardware, traces and metrics; it must not import
+// live or net/http (TestArchitecture).
+package sim

@@ -1,0 +1,168 @@
+package sim
+
+import (
+	"github.com/lm-warden/warden/traces"
+)
+
+// closedLoop is N concurrent clients, each running one session at a time:
+// a turn is sent when the previous answer has finished plus the turn's
+// think time; when a session ends, the client starts the next one from the
+// source, so the number of sessions in progress stays N until the source
+// runs out.
+//
+// At the end of a measured step every request in flight is cut (reported as
+// unfinished) and every client drops its session; the next step starts N'
+// fresh sessions on the same, warm replicas. The epoch in each send event
+// tells a send of the current step from a stale one.
+type closedLoop struct {
+	src       traces.SessionSource
+	outputCap int // the workload's max_output_tokens (finished_reason "length"); 0 unknown
+	clients   []client
+	epoch     int32
+	active    int // clients with a session
+	exhausted bool
+}
+
+type client struct {
+	sess   traces.Session
+	turn   int
+	home   int
+	active bool
+}
+
+const slotBits = 16 // a send event's arg: epoch<<slotBits | slot
+
+// maxClients bounds the concurrency of a closed loop.
+const maxClients = 1<<slotBits - 1
+
+func sendArg(epoch int32, slot int) int32 { return epoch<<slotBits | int32(slot) }
+
+// cut invalidates every client of the current step: their queued sends
+// and the requests they have in flight no longer count.
+func (c *closedLoop) cut() { c.epoch++ }
+
+// begin starts a new step with n clients at the current instant.
+func (c *closedLoop) begin(r *run, n int) {
+	c.clients = c.clients[:0]
+	c.active = 0
+	for k := range n {
+		c.clients = append(c.clients, client{home: -1})
+		c.nextSession(r, k)
+	}
+}
+
+// rejectBackoff is how long a client whose request was rejected (longer
+// than a replica's whole KV cache) waits before it starts its next session,
+// so that a workload of impossible requests still lets time advance.
+const rejectBackoff = usPerSec
+
+// nextSession gives client k its next session and queues its first turn.
+func (c *closedLoop) nextSession(r *run, k int) { c.nextSessionAfter(r, k, 0) }
+
+// nextSessionAfter is nextSession with the first turn delayed by delay µs.
+func (c *closedLoop) nextSessionAfter(r *run, k int, delay int64) {
+	cl := &c.clients[k]
+	if cl.active {
+		cl.active = false
+		c.active--
+	}
+	if c.exhausted {
+		return
+	}
+	s, ok := c.src.NextSession()
+	if !ok || len(s.Turns) == 0 {
+		c.exhausted = !ok
+		if ok {
+			c.nextSessionAfter(r, k, delay) // skip an empty session
+		}
+		return
+	}
+	*cl = client{sess: s, home: -1, active: true}
+	c.active++
+	c.queue(r, k, delay)
+}
+
+// queue sends client k's current turn after its think time plus delay µs.
+func (c *closedLoop) queue(r *run, k int, delay int64) {
+	t := &c.clients[k].sess.Turns[c.clients[k].turn]
+	r.ev.push(r.now+delay+max(t.ThinkMs, 0)*usPerMs, evSend, sendArg(c.epoch, k))
+}
+
+func (c *closedLoop) send(r *run, arg int32) {
+	if arg>>slotBits != c.epoch {
+		return // a send queued before the step was cut
+	}
+	k := int(arg & (1<<slotBits - 1))
+	cl := &c.clients[k]
+	s := r.newSeq(&cl.sess.Turns[cl.turn], int32(k), c.outputCap)
+	s.epoch = c.epoch
+	r.submit(s, &cl.home)
+}
+
+func (c *closedLoop) done(r *run, s *seq, finished bool) {
+	if s.epoch != c.epoch {
+		return // cut at the end of an earlier step
+	}
+	k := int(s.client)
+	cl := &c.clients[k]
+	if !finished {
+		// Rejected (too long for the KV cache): the session is abandoned.
+		c.nextSessionAfter(r, k, rejectBackoff)
+		return
+	}
+	cl.turn++
+	if cl.turn >= len(cl.sess.Turns) {
+		r.rt.sessionsCompleted++
+		c.nextSession(r, k)
+		return
+	}
+	c.queue(r, k, 0)
+}
+
+// idle reports whether no client has anything left to do.
+func (c *closedLoop) idle() bool { return c.exhausted && c.active == 0 }
+
+// openLoop replays requests at their recorded arrival times, divided by a
+// speed factor, whatever the farm's progress.
+type openLoop struct {
+	reqs  []*traces.Request
+	speed float64
+	homes map[string]int // session -> replica of its first turn (lookups only)
+	next  int            // next request to queue
+	left  int            // requests routed and not yet done
+}
+
+func (o *openLoop) arrival(i int) int64 {
+	return int64(float64(o.reqs[i].ArrivalMs) * usPerMs / o.speed)
+}
+
+// begin queues the first arrival.
+func (o *openLoop) begin(r *run) {
+	if len(o.reqs) > 0 {
+		r.ev.push(o.arrival(0), evSend, 0)
+	}
+}
+
+func (o *openLoop) send(r *run, arg int32) {
+	i := int(arg)
+	req := o.reqs[i]
+	if i+1 < len(o.reqs) {
+		r.ev.push(max(o.arrival(i+1), r.now), evSend, int32(i+1))
+	}
+	o.next = i + 1
+	home, ok := o.homes[req.Session]
+	if !ok {
+		home = -1
+	}
+	s := r.newSeq(req, -1, 0)
+	o.left++
+	if r.submit(s, &home) && req.Turn == 0 {
+		o.homes[req.Session] = home
+	}
+}
+
+func (o *openLoop) done(r *run, s *seq, finished bool) {
+	o.left--
+}
+
+func (o *openLoop) idle() bool { return o.next >= len(o.reqs) && o.left == 0 }

@@ -1,0 +1,427 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/traces"
+)
+
+// Defaults of an Experiment.
+var (
+	// DefaultStrategies is "off -> on": vLLM's own balancer, then affinity.
+	DefaultStrategies = []string{placement.StrategyLeastLoaded, placement.StrategyAffinity}
+	// DefaultSessions are the steps of the product's published benchmark.
+	DefaultSessions = []int{4, 8, 16, 24, 32}
+)
+
+// DefaultDuration is the length of one measured step.
+const DefaultDuration = 3 * time.Minute
+
+// Experiment is what to simulate: a farm, the strategies to compare and
+// the load. Each strategy runs on a fresh copy of the farm (cold caches);
+// within a strategy the steps run back to back on the same, warm replicas.
+//
+// Without a Trace the load is synthetic agent sessions (Workload, Seed) in a
+// closed loop, Sessions[i] at a time for Duration each. With a Trace it is a
+// replay: open loop at the recorded arrival times (divided by Speed), or,
+// with ClosedLoop, the trace's sessions in a closed loop with Sessions[0]
+// (or the trace header's concurrency) at a time.
+type Experiment struct {
+	Farm       *Farm
+	Strategies []string                  // nil: DefaultStrategies
+	Spill      *placement.SpillThreshold // nil: the farm's routing.spill_threshold
+
+	Workload traces.Workload // zero: traces.DefaultWorkload()
+	Sessions []int           // nil: DefaultSessions (closed loop)
+	Duration time.Duration   // per step; 0: DefaultDuration (replay: until the trace is done)
+	Seed     uint64
+
+	Trace      *Trace
+	Speed      float64 // open-loop replay speed-up; 0 means 1
+	ClosedLoop bool
+
+	// Progress, when set, is called now and then with the simulated time
+	// done and in total, summed over strategies. Calls are serialised.
+	Progress func(done, total time.Duration)
+}
+
+// Trace is a trace file in memory.
+type Trace struct {
+	Name     string
+	Header   traces.Header
+	Requests []*traces.Request // in file order
+}
+
+// LoadTrace reads a whole trace file (JSONL, optionally gzipped).
+func LoadTrace(path string) (*Trace, error) {
+	rd, err := traces.Open(path, traces.ReaderOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	t := &Trace{Name: path, Header: rd.Header()}
+	for {
+		req, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return t, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		c := req.Clone() // the reader reuses its Request
+		t.Requests = append(t.Requests, &c)
+	}
+}
+
+// sessions groups the trace's requests by session, in order of first
+// appearance.
+func (t *Trace) sessions() []traces.Session {
+	index := map[string]int{}
+	var out []traces.Session
+	for _, r := range t.Requests {
+		i, ok := index[r.Session]
+		if !ok {
+			i = len(out)
+			index[r.Session] = i
+			out = append(out, traces.Session{ID: r.Session, Parent: r.Parent})
+		}
+		out[i].Turns = append(out[i].Turns, *r)
+	}
+	return out
+}
+
+// withDefaults fills the zero fields and checks the rest.
+func (e Experiment) withDefaults() (Experiment, error) {
+	if e.Farm == nil {
+		return e, errors.New("sim: experiment without a farm")
+	}
+	if len(e.Strategies) == 0 {
+		e.Strategies = DefaultStrategies
+	}
+	for _, s := range e.Strategies {
+		if !validStrategy(s) {
+			return e, fmt.Errorf("sim: unknown strategy %q (want one of %v)", s, placement.Strategies())
+		}
+	}
+	if e.Spill == nil {
+		e.Spill = &e.Farm.Spill
+	}
+	if e.Workload == (traces.Workload{}) {
+		e.Workload = traces.DefaultWorkload()
+	}
+	if err := e.Workload.Validate(); err != nil {
+		return e, fmt.Errorf("sim: workload: %w", err)
+	}
+	if len(e.Sessions) == 0 {
+		e.Sessions = DefaultSessions
+		if e.Trace != nil && e.Trace.Header.Concurrency > 0 {
+			e.Sessions = []int{e.Trace.Header.Concurrency}
+		}
+	}
+	for _, n := range e.Sessions {
+		if n < 1 || n > maxClients {
+			return e, fmt.Errorf("sim: sessions %d: want 1 to %d", n, maxClients)
+		}
+	}
+	if e.Duration == 0 && e.Trace == nil {
+		e.Duration = DefaultDuration
+	}
+	e.Duration = e.Duration.Truncate(time.Millisecond)
+	if e.Duration < 0 || (e.Trace == nil && e.Duration < time.Duration(e.Farm.Spec.ScrapeInterval)) {
+		return e, fmt.Errorf("sim: duration %v: want at least one scrape interval (%v)", e.Duration, time.Duration(e.Farm.Spec.ScrapeInterval))
+	}
+	if e.Speed == 0 {
+		e.Speed = 1
+	}
+	if !(e.Speed > 0) || math.IsInf(e.Speed, 0) {
+		return e, fmt.Errorf("sim: speed %g: want > 0", e.Speed)
+	}
+	if e.Trace != nil && e.Trace.Header.BlockSize != e.Farm.Spec.VLLM.BlockSize {
+		return e, fmt.Errorf("sim: trace %s has block_size %d, the farm's vllm.block_size is %d: hash ids must be of the farm's block size",
+			e.Trace.Name, e.Trace.Header.BlockSize, e.Farm.Spec.VLLM.BlockSize)
+	}
+	return e, nil
+}
+
+// Run runs the experiment: the strategies in parallel, each on its own
+// goroutine and its own copy of the farm. The report's rows go step by
+// step, strategies in the order given.
+func Run(ctx context.Context, e Experiment) (*Report, error) {
+	e, err := e.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	prog := newProgress(e)
+	rows := make([][]Row, len(e.Strategies))
+	errs := make([]error, len(e.Strategies))
+	var wg sync.WaitGroup
+	for i, s := range e.Strategies {
+		wg.Go(func() {
+			rows[i], _, errs[i] = runStrategy(ctx, e, s, prog.slot(i))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	rep := &Report{Farm: e.Farm.Name()}
+	for k := range rows[0] {
+		for i := range rows {
+			rep.Rows = append(rep.Rows, rows[i][k])
+		}
+	}
+	return rep, nil
+}
+
+// progress sums the simulated time of the strategies' goroutines.
+type progress struct {
+	mu    sync.Mutex
+	f     func(done, total time.Duration)
+	done  []time.Duration
+	total time.Duration
+}
+
+func newProgress(e Experiment) *progress {
+	p := &progress{f: e.Progress, done: make([]time.Duration, len(e.Strategies))}
+	per := e.Duration * time.Duration(len(e.Sessions))
+	if e.Trace != nil {
+		per = e.Duration
+		if per == 0 && len(e.Trace.Requests) > 0 && !e.ClosedLoop {
+			per = time.Duration(float64(e.Trace.Requests[len(e.Trace.Requests)-1].ArrivalMs)/e.Speed) * time.Millisecond
+		}
+	}
+	p.total = per * time.Duration(len(e.Strategies))
+	return p
+}
+
+// slot returns the callback of strategy i (nil when there is no Progress).
+func (p *progress) slot(i int) func(time.Duration) {
+	if p.f == nil {
+		return nil
+	}
+	return func(d time.Duration) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.done[i] = d
+		var sum time.Duration
+		for _, v := range p.done {
+			sum += v
+		}
+		p.f(min(sum, p.total), p.total)
+	}
+}
+
+// window is one measured step of one strategy.
+type window struct {
+	sessions   int
+	start, end mark
+	unfinished int64 // cut at the end (rejections come from the marks)
+	ttfbs      []float64
+}
+
+// progressQuantum is how much simulated time passes between progress calls.
+const progressQuantum = 5 * usPerSec
+
+// runStrategy runs one strategy of e and returns its rows and, for tests,
+// the run in its final state.
+func runStrategy(ctx context.Context, e Experiment, strategy string, progress func(time.Duration)) ([]Row, *run, error) {
+	r, err := newRun(e.Farm, strategy, *e.Spill)
+	if err != nil {
+		return nil, nil, err
+	}
+	advance := func(until int64) error {
+		for r.now < until && !r.stopped {
+			next := until
+			if progress != nil {
+				next = min(until, r.now+progressQuantum)
+			}
+			if err := r.loop(ctx, next); err != nil {
+				return err
+			}
+			if r.ev.len() == 0 {
+				break
+			}
+			if !r.stopped {
+				r.now = next
+			}
+			if progress != nil {
+				progress(time.Duration(r.now) * time.Microsecond)
+			}
+		}
+		return nil
+	}
+
+	r.scrape()
+	r.ev.push(r.scrapeUs, evScrape, 0)
+	start := r.takeMark()
+	r.rt.ttfbs = r.rt.ttfbs[:0]
+	var windows []window
+	closeWindow := func(sessions int, cut func() int) {
+		if r.lastScrape != r.now {
+			r.scrape()
+		}
+		end := r.takeMark()
+		w := window{sessions: sessions, start: start, end: end, ttfbs: slices.Clone(r.rt.ttfbs)}
+		w.unfinished = int64(cut())
+		windows = append(windows, w)
+		r.rt.ttfbs = r.rt.ttfbs[:0]
+		start = end
+	}
+
+	dur := micros(e.Duration)
+	switch {
+	case e.Trace == nil || e.ClosedLoop:
+		var src traces.SessionSource
+		outputCap := 0
+		if e.Trace == nil {
+			src = traces.NewGenerator(e.Workload, e.Farm.Spec.VLLM.BlockSize, e.Seed)
+			outputCap = e.Workload.MaxOutputTokens
+		} else {
+			src = traces.NewSliceSource(e.Trace.sessions())
+		}
+		c := &closedLoop{src: src, outputCap: outputCap}
+		r.drv = c
+		steps := e.Sessions
+		if e.Trace != nil {
+			steps = steps[:1]
+			r.stopWhenIdle = true
+		}
+		for _, n := range steps {
+			c.begin(r, n)
+			r.stopped, r.stopQueued = false, false
+			until := int64(math.MaxInt64)
+			if dur > 0 {
+				until = r.now + dur
+				r.ev.push(until, evStop, 0)
+			}
+			r.checkIdle()
+			if err := advance(until); err != nil {
+				return nil, nil, err
+			}
+			closeWindow(n, func() int { c.cut(); return r.abortAll() })
+		}
+	default:
+		o := &openLoop{reqs: e.Trace.Requests, speed: e.Speed, homes: map[string]int{}}
+		r.drv = o
+		r.stopWhenIdle = true
+		o.begin(r)
+		until := int64(math.MaxInt64)
+		if dur > 0 {
+			until = dur
+			r.ev.push(until, evStop, 0)
+		}
+		r.checkIdle()
+		if err := advance(until); err != nil {
+			return nil, nil, err
+		}
+		closeWindow(countSessions(e.Trace.Requests), func() int {
+			o.next = len(o.reqs) // nothing more is sent
+			return r.abortAll()
+		})
+	}
+
+	ev := metrics.NewEvaluator()
+	rows := make([]Row, 0, len(windows))
+	for _, w := range windows {
+		row, err := r.row(ctx, ev, strategy, w)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = append(rows, row)
+	}
+	return rows, r, nil
+}
+
+func countSessions(reqs []*traces.Request) int {
+	seen := map[string]struct{}{}
+	for _, r := range reqs {
+		seen[r.Session] = struct{}{}
+	}
+	return len(seen)
+}
+
+// row computes one row: the KPIs by PromQL over the window, the rest (and
+// the same columns again, for the tests) directly from the marks.
+func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w window) (Row, error) {
+	s, t := w.start, w.end
+	winMs := (t.atUs - s.atUs) / usPerMs
+	row := Row{
+		Strategy:   strategy,
+		Sessions:   w.sessions,
+		DurationS:  Float(float64(winMs) / 1000),
+		Finished:   t.router.finished - s.router.finished,
+		Unfinished: w.unfinished + t.router.unfinished - s.router.unfinished,
+	}
+	d := &row.direct
+	d.laterTurns = t.router.laterTurns - s.router.laterTurns
+	d.home = t.router.laterHome - s.router.laterHome
+	d.sessionsCompleted = t.router.sessionsCompleted - s.router.sessionsCompleted
+	if n := t.samples - s.samples; n > 0 {
+		d.busyMean = float64(t.busySum-s.busySum) / float64(n)
+	}
+	sorted := slices.Clone(w.ttfbs)
+	slices.Sort(sorted)
+	d.ttfbP50, d.ttfbP95 = quantile(sorted, 0.5), quantile(sorted, 0.95)
+	for i := range r.reps {
+		a, b := s.engines[i], t.engines[i]
+		d.queries += b.queries - a.queries
+		d.hits += b.hits - a.hits
+		d.outputTokens += b.generationTokens - a.generationTokens
+		d.prefillComputed += b.prefillComputed - a.prefillComputed
+		d.prefillAbandoned += b.prefillAbandoned - a.prefillAbandoned
+		d.preemptedQueries += b.preemptedQueries - a.preemptedQueries
+		d.preemptedHits += b.preemptedHits - a.preemptedHits
+		miss := b.miss.sub(a.miss)
+		row.MissTokens.Cold += miss.Cold
+		row.MissTokens.Evicted += miss.Evicted
+		row.MissTokens.Elsewhere += miss.Elsewhere
+		row.MissTokens.Partial += miss.Partial
+		row.Preemptions += b.preemptions - a.preemptions
+
+		rr := ReplicaRow{Replica: i, Preemptions: b.preemptions - a.preemptions}
+		for reason := range numReasons {
+			rr.Requests += t.requests[i][reason] - s.requests[i][reason]
+		}
+		rr.Sticky = t.requests[i][placement.ReasonSticky] - s.requests[i][placement.ReasonSticky]
+		rr.SpilledIn = t.requests[i][placement.ReasonSpill] - s.requests[i][placement.ReasonSpill]
+		kvMean := math.NaN()
+		if n := t.samples - s.samples; n > 0 {
+			kvMean = (t.kvSum[i] - s.kvSum[i]) / float64(n)
+		}
+		rr.KVUsageMean = Float(kvMean)
+		rr.KVUsageMax = Float(t.kvMax[i])
+		hit := pct(b.hits-a.hits, b.queries-a.queries)
+		rr.HitPct = Float(hit)
+		d.replicaHitPct = append(d.replicaHitPct, hit)
+		d.replicaKVUsageMean = append(d.replicaKVUsageMean, kvMean)
+		row.Replicas = append(row.Replicas, rr)
+	}
+
+	if winMs <= 0 {
+		nan := Float(math.NaN())
+		row.SessionsPerHour, row.OutputTokensPerMin, row.TTFBP50, row.TTFBP95 = nan, nan, nan, nan
+		row.ReplicasBusy, row.PrefixHitPct, row.StayedPct = nan, nan, nan
+		return row, nil
+	}
+	kpi, err := ev.KPIValues(ctx, r.rec.store, r.model, time.UnixMilli(t.atUs/usPerMs), time.Duration(winMs)*time.Millisecond)
+	if err != nil {
+		return row, err
+	}
+	row.SessionsPerHour = Float(kpi["sessions_per_hour"])
+	row.OutputTokensPerMin = Float(kpi["output_tokens_per_min"])
+	row.TTFBP50 = Float(kpi["ttfb_p50_s"])
+	row.TTFBP95 = Float(kpi["ttfb_p95_s"])
+	row.ReplicasBusy = Float(kpi["replicas_busy"])
+	row.PrefixHitPct = Float(kpi["prefix_hit_pct"])
+	row.StayedPct = Float(kpi["stayed_pct"])
+	return row, nil
+}

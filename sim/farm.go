@@ -1,0 +1,468 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/placement"
+)
+
+// FarmSpec is a farm as written in YAML (see examples/ and issue 3):
+//
+//	name: 4x RTX A4000, Qwen3-4B
+//	model: Qwen/Qwen3-4B-Instruct-2507     # or model_config: path/to/config.json
+//	weights_dtype: bf16                     # bf16 | fp8 | int4
+//	kv_cache_dtype: auto                    # auto | fp8
+//	gpu: RTX A4000                          # or auto (NVML)
+//	replicas: 4
+//	tensor_parallel_size: 1
+//	vllm: {max_num_seqs: 32, max_num_batched_tokens: 2048, gpu_memory_utilization: 0.9,
+//	       block_size: 16, num_gpu_blocks: 0}
+//	routing: {strategy: affinity, spill_threshold: auto, session_ttl: 30m}
+//	scrape_interval: 1s
+//	step_time: {prefill_efficiency: 0.5, bandwidth_efficiency: 0.8, step_overhead: 100us}
+//
+// Zero values mean "the default" (vLLM's where vLLM has one).
+type FarmSpec struct {
+	Name               string      `yaml:"name"`
+	Model              string      `yaml:"model"`
+	ModelConfig        string      `yaml:"model_config"`
+	WeightsDType       string      `yaml:"weights_dtype"`
+	KVCacheDType       string      `yaml:"kv_cache_dtype"`
+	GPU                string      `yaml:"gpu"`
+	Replicas           int         `yaml:"replicas"`
+	TensorParallelSize int         `yaml:"tensor_parallel_size"`
+	VLLM               VLLMSpec    `yaml:"vllm"`
+	Routing            RoutingSpec `yaml:"routing"`
+	ScrapeInterval     Duration    `yaml:"scrape_interval"`
+	StepTime           StepTime    `yaml:"step_time"`
+}
+
+// VLLMSpec holds the engine arguments of every replica.
+type VLLMSpec struct {
+	MaxNumSeqs           int     `yaml:"max_num_seqs"`
+	MaxNumBatchedTokens  int     `yaml:"max_num_batched_tokens"`
+	GPUMemoryUtilization float64 `yaml:"gpu_memory_utilization"`
+	BlockSize            int     `yaml:"block_size"`
+	// NumGPUBlocks, when > 0, is num_gpu_blocks read back from a real
+	// server (vllm:cache_config_info); 0 sizes the cache from hardware.
+	NumGPUBlocks int `yaml:"num_gpu_blocks"`
+	MaxModelLen  int `yaml:"max_model_len"`
+}
+
+// RoutingSpec is the router's configuration.
+type RoutingSpec struct {
+	Strategy       string   `yaml:"strategy"`        // hash | least-loaded | affinity
+	SpillThreshold string   `yaml:"spill_threshold"` // auto | N
+	SessionTTL     Duration `yaml:"session_ttl"`
+	MaxSessions    int      `yaml:"max_sessions"`
+}
+
+// Duration is a time.Duration written as "30m", "1s" or "100us" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML reads a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a duration such as 1s or 30m", n.Line)
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (want e.g. 1s, 30m, 100us)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes the duration as time.Duration.String does.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// Defaults of a farm spec where vLLM has none.
+const (
+	DefaultScrapeInterval = time.Second
+	DefaultBlockSize      = 16
+)
+
+// Farm is a resolved farm: the spec with every default filled, the hardware
+// looked up and the KV cache sized.
+type Farm struct {
+	Spec       FarmSpec // as resolved: defaults filled
+	GPU        hardware.GPU
+	Model      hardware.Model
+	Deployment hardware.Deployment
+	// Sizing is hardware's estimate of one replica's KV cache; when the
+	// spec gives num_gpu_blocks, NumGPUBlocks is that value instead.
+	Sizing       hardware.KVSizing
+	NumGPUBlocks int
+	Spill        placement.SpillThreshold
+}
+
+// Name is the farm's display name.
+func (f *Farm) Name() string { return f.Spec.Name }
+
+// KVTokensPerReplica is the KV capacity of one replica in tokens
+// (usable blocks x block size).
+func (f *Farm) KVTokensPerReplica() int { return (f.NumGPUBlocks - 1) * f.Spec.VLLM.BlockSize }
+
+// LoadFarm reads and resolves a farm spec file.
+func LoadFarm(path string) (*Farm, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseFarm(data, path)
+}
+
+// ParseFarm parses and resolves a farm spec; name is used in errors, which
+// read "name:line: key: reason".
+func ParseFarm(data []byte, name string) (*Farm, error) {
+	return ParseFarmWith(data, name, nil)
+}
+
+// ParseFarmWith is ParseFarm with edit, when not nil, applied to the spec
+// before it is resolved (command-line overrides such as --replicas).
+func ParseFarmWith(data []byte, name string, edit func(*FarmSpec)) (*Farm, error) {
+	spec, lines, err := parseFarmSpec(data, name)
+	if err != nil {
+		return nil, err
+	}
+	if edit != nil {
+		edit(&spec)
+	}
+	f, err := Resolve(spec)
+	if err != nil {
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			if l, ok := lines[fe.key]; ok {
+				return nil, fmt.Errorf("%s:%d: %w", name, l, err)
+			}
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return f, nil
+}
+
+func parseFarmSpec(data []byte, name string) (FarmSpec, map[string]int, error) {
+	var spec FarmSpec
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return spec, nil, fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	lines := map[string]int{}
+	byLine := map[int]string{}
+	collectKeys(&root, "", lines, byLine)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&spec); err != nil {
+		if errors.Is(err, io.EOF) {
+			return spec, nil, fmt.Errorf("%s: empty farm spec (want at least model and gpu)", name)
+		}
+		return spec, nil, yamlError(name, err, byLine)
+	}
+	return spec, lines, nil
+}
+
+// collectKeys records the line of every mapping key, by dotted path.
+func collectKeys(n *yaml.Node, prefix string, lines map[string]int, byLine map[int]string) {
+	if n.Kind == yaml.DocumentNode {
+		for _, c := range n.Content {
+			collectKeys(c, prefix, lines, byLine)
+		}
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key := n.Content[i].Value
+		if prefix != "" {
+			key = prefix + "." + key
+		}
+		if _, dup := lines[key]; !dup {
+			lines[key] = n.Content[i].Line
+		}
+		byLine[n.Content[i].Line] = key
+		collectKeys(n.Content[i+1], key, lines, byLine)
+	}
+}
+
+var (
+	reYAMLLine    = regexp.MustCompile(`^line (\d+): (.*)$`)
+	reYAMLUnknown = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+)
+
+// yamlError rewrites yaml.v3's errors as "file:line: key: reason".
+func yamlError(name string, err error, byLine map[int]string) error {
+	var entries []string
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		entries = te.Errors
+	} else {
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if !reYAMLLine.MatchString(msg) {
+			return fmt.Errorf("%s: %s", name, msg)
+		}
+		entries = []string{msg} // an error of Duration.UnmarshalYAML
+	}
+	msgs := make([]string, 0, len(entries))
+	for _, e := range entries {
+		m := reYAMLLine.FindStringSubmatch(e)
+		if m == nil {
+			msgs = append(msgs, name+": "+e)
+			continue
+		}
+		line, _ := strconv.Atoi(m[1])
+		reason := m[2]
+		key := byLine[line]
+		if u := reYAMLUnknown.FindStringSubmatch(reason); u != nil {
+			if key == "" {
+				key = u[1]
+			}
+			reason = "unknown key"
+		}
+		// A nested "line N: ..." from Duration.UnmarshalYAML.
+		if mm := reYAMLLine.FindStringSubmatch(reason); mm != nil {
+			reason = mm[2]
+		}
+		if key == "" {
+			msgs = append(msgs, fmt.Sprintf("%s:%d: %s", name, line, reason))
+			continue
+		}
+		msgs = append(msgs, fmt.Sprintf("%s:%d: %s: %s", name, line, key, reason))
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// fieldError is a bad value; key is its dotted YAML path.
+type fieldError struct {
+	key, reason string
+	err         error // the cause, if any (hardware.NoFitError, say)
+}
+
+func (e *fieldError) Error() string { return e.key + ": " + e.reason }
+func (e *fieldError) Unwrap() error { return e.err }
+
+func bad(key, format string, args ...any) error {
+	return &fieldError{key: key, reason: fmt.Sprintf(format, args...)}
+}
+
+// Resolve checks a spec, fills its defaults, looks up its GPU and model and
+// sizes its KV cache. Errors name the spec key at fault.
+func Resolve(spec FarmSpec) (*Farm, error) {
+	s := spec
+	if s.Model == "" && s.ModelConfig == "" {
+		return nil, bad("model", "required (a model name, or model_config: path/to/config.json)")
+	}
+	if s.Model != "" && s.ModelConfig != "" {
+		return nil, bad("model_config", "give model or model_config, not both")
+	}
+	if s.GPU == "" {
+		return nil, bad("gpu", "required (a GPU name such as \"RTX A4000\", or auto)")
+	}
+	var (
+		model hardware.Model
+		err   error
+	)
+	if s.ModelConfig != "" {
+		model, err = hardware.LoadHFConfig(s.ModelConfig)
+		if err != nil {
+			return nil, bad("model_config", "%v", err)
+		}
+	} else {
+		model, err = hardware.LookupModel(s.Model)
+		if err != nil {
+			return nil, bad("model", "%v", err)
+		}
+	}
+	if s.Model == "" {
+		s.Model = model.Name
+	}
+	var gpu hardware.GPU
+	if s.GPU == "auto" {
+		gpu, err = probeGPU()
+		if err != nil {
+			return nil, bad("gpu", "auto: %v", err)
+		}
+	} else {
+		gpu, err = hardware.LookupGPU(s.GPU)
+		if err != nil {
+			return nil, bad("gpu", "%v", err)
+		}
+	}
+
+	switch s.WeightsDType {
+	case "":
+		s.WeightsDType = string(hardware.BF16)
+	case string(hardware.BF16), string(hardware.FP8), string(hardware.INT4):
+	default:
+		return nil, bad("weights_dtype", "must be bf16, fp8 or int4, got %q", s.WeightsDType)
+	}
+	switch s.KVCacheDType {
+	case "":
+		s.KVCacheDType = "auto"
+	case "auto", string(hardware.FP8):
+	default:
+		return nil, bad("kv_cache_dtype", "must be auto or fp8, got %q", s.KVCacheDType)
+	}
+	if s.Replicas == 0 {
+		s.Replicas = 1
+	}
+	if s.Replicas < 1 {
+		return nil, bad("replicas", "must be >= 1, got %d", s.Replicas)
+	}
+	if s.TensorParallelSize == 0 {
+		s.TensorParallelSize = 1
+	}
+	if s.TensorParallelSize < 1 {
+		return nil, bad("tensor_parallel_size", "must be >= 1, got %d", s.TensorParallelSize)
+	}
+
+	v := &s.VLLM
+	// vLLM's defaults for the OpenAI server: 256 sequences and 2048 batched
+	// tokens, or 1024 and 8192 on GPUs of 70 GiB or more other than the A100.
+	big := gpu.MemoryBytes >= 70<<30 && !strings.Contains(strings.ToUpper(gpu.Name), "A100")
+	if v.MaxNumSeqs == 0 {
+		v.MaxNumSeqs = 256
+		if big {
+			v.MaxNumSeqs = 1024
+		}
+	}
+	if v.MaxNumSeqs < 1 {
+		return nil, bad("vllm.max_num_seqs", "must be >= 1, got %d", v.MaxNumSeqs)
+	}
+	if v.MaxNumBatchedTokens == 0 {
+		v.MaxNumBatchedTokens = 2048
+		if big {
+			v.MaxNumBatchedTokens = 8192
+		}
+	}
+	if v.MaxNumBatchedTokens < 1 {
+		return nil, bad("vllm.max_num_batched_tokens", "must be >= 1, got %d", v.MaxNumBatchedTokens)
+	}
+	if v.GPUMemoryUtilization == 0 {
+		v.GPUMemoryUtilization = 0.9
+	}
+	if !(v.GPUMemoryUtilization > 0 && v.GPUMemoryUtilization <= 1) {
+		return nil, bad("vllm.gpu_memory_utilization", "must be in (0, 1], got %g", v.GPUMemoryUtilization)
+	}
+	if v.BlockSize == 0 {
+		v.BlockSize = DefaultBlockSize
+	}
+	if v.BlockSize < 1 || v.BlockSize > 1024 {
+		return nil, bad("vllm.block_size", "must be in [1, 1024], got %d", v.BlockSize)
+	}
+	if v.NumGPUBlocks < 0 || v.NumGPUBlocks == 1 {
+		return nil, bad("vllm.num_gpu_blocks", "must be 0 (size from hardware) or >= 2, got %d", v.NumGPUBlocks)
+	}
+	if v.MaxModelLen < 0 {
+		return nil, bad("vllm.max_model_len", "must be >= 0, got %d", v.MaxModelLen)
+	}
+
+	r := &s.Routing
+	if r.Strategy == "" {
+		r.Strategy = placement.StrategyAffinity
+	}
+	if !validStrategy(r.Strategy) {
+		return nil, bad("routing.strategy", "must be one of %s, got %q", strings.Join(placement.Strategies(), ", "), r.Strategy)
+	}
+	if r.SpillThreshold == "" {
+		r.SpillThreshold = "auto"
+	}
+	spill, err := placement.ParseSpillThreshold(r.SpillThreshold)
+	if err != nil {
+		return nil, bad("routing.spill_threshold", "want auto or a non-negative integer, got %q", r.SpillThreshold)
+	}
+	if r.SessionTTL == 0 {
+		r.SessionTTL = Duration(placement.DefaultSessionTTL)
+	}
+	if r.SessionTTL < 0 {
+		return nil, bad("routing.session_ttl", "must be > 0")
+	}
+	if r.MaxSessions < 0 {
+		return nil, bad("routing.max_sessions", "must be >= 0 (0 = default), got %d", r.MaxSessions)
+	}
+	if s.ScrapeInterval == 0 {
+		s.ScrapeInterval = Duration(DefaultScrapeInterval)
+	}
+	if time.Duration(s.ScrapeInterval) < time.Millisecond {
+		return nil, bad("scrape_interval", "must be >= 1ms, got %s", time.Duration(s.ScrapeInterval))
+	}
+	s.StepTime = s.StepTime.withDefaults()
+	if err := s.StepTime.validate(); err != nil {
+		return nil, &fieldError{key: "step_time." + strings.SplitN(err.Error(), ":", 2)[0], reason: strings.TrimSpace(strings.SplitN(err.Error(), ":", 2)[1])}
+	}
+
+	kvDType := hardware.DType(s.KVCacheDType)
+	if s.KVCacheDType == "auto" {
+		kvDType = hardware.BF16
+	}
+	dep := hardware.Deployment{
+		GPU:                  gpu,
+		Model:                model,
+		WeightsDType:         hardware.DType(s.WeightsDType),
+		KVCacheDType:         kvDType,
+		TensorParallelSize:   s.TensorParallelSize,
+		GPUMemoryUtilization: v.GPUMemoryUtilization,
+		BlockSize:            v.BlockSize,
+		MaxModelLen:          v.MaxModelLen,
+	}
+	sizing, err := hardware.SizeKV(dep)
+	if err != nil && v.NumGPUBlocks == 0 {
+		return nil, &fieldError{key: "gpu", reason: err.Error(), err: err}
+	}
+	blocks := v.NumGPUBlocks
+	if blocks == 0 {
+		blocks = sizing.KVBlocksPerReplica
+	}
+	if blocks < 2 {
+		return nil, bad("gpu", "%s on %d x %s leaves no room for a KV cache (%d blocks)", model.Name, s.TensorParallelSize, gpu.Name, blocks)
+	}
+	if s.Name == "" {
+		s.Name = fmt.Sprintf("%d x %s, %s", s.Replicas*s.TensorParallelSize, gpu.Name, model.Name)
+	}
+	return &Farm{
+		Spec:         s,
+		GPU:          gpu,
+		Model:        model,
+		Deployment:   dep,
+		Sizing:       sizing,
+		NumGPUBlocks: blocks,
+		Spill:        spill,
+	}, nil
+}
+
+func validStrategy(s string) bool {
+	for _, n := range placement.Strategies() {
+		if n == s {
+			return true
+		}
+	}
+	return false
+}
+
+// probeGPU returns the first local GPU as NVML reports it (gpu: auto).
+func probeGPU() (hardware.GPU, error) {
+	gpus, err := hardware.Probe()
+	if err != nil {
+		return hardware.GPU{}, err
+	}
+	if len(gpus) == 0 {
+		return hardware.GPU{}, errors.New("NVML reports no GPU")
+	}
+	g := gpus[0].AsGPU()
+	if g.MemoryBandwidthBytesPerSec == 0 || g.BF16FLOPS == 0 {
+		return hardware.GPU{}, fmt.Errorf("%s is not in the catalogue (its bandwidth and FLOP/s are unknown); name a catalogue GPU", g.Name)
+	}
+	return g, nil
+}

@@ -1,0 +1,424 @@
+package sim
+
+// This file is one vLLM engine (one data-parallel rank): the V1 scheduler
+// (vllm/v1/core/sched/scheduler.py, Scheduler.schedule and
+// update_from_output) over the KV cache manager
+// (vllm/v1/core/kv_cache_manager.py: get_computed_blocks, allocate_slots,
+// free) and the block pool of blockpool.go.
+
+// engineConfig is what every replica of a farm shares.
+type engineConfig struct {
+	blockSize           int
+	maxNumSeqs          int
+	maxNumBatchedTokens int
+	numGPUBlocks        int
+	steps               stepModel
+}
+
+// MissTokens classifies the prompt tokens of first lookups that were not
+// served from the prefix cache. Every such token is in exactly one class.
+type MissTokens struct {
+	Cold      int64 `json:"cold"`      // its block was never computed on any replica
+	Evicted   int64 `json:"evicted"`   // its block was cached on this replica before and is gone
+	Elsewhere int64 `json:"elsewhere"` // its block was computed only on other replicas
+	Partial   int64 `json:"partial"`   // a trailing partial block, or the block the hit cap forces
+}
+
+// Total is the sum of the classes.
+func (m MissTokens) Total() int64 { return m.Cold + m.Evicted + m.Elsewhere + m.Partial }
+
+func (m MissTokens) sub(o MissTokens) MissTokens {
+	return MissTokens{m.Cold - o.Cold, m.Evicted - o.Evicted, m.Elsewhere - o.Elsewhere, m.Partial - o.Partial}
+}
+
+// engineStats are one replica's cumulative counters: the source of its
+// vllm:* series and of the direct counts the tests compare PromQL with.
+type engineStats struct {
+	// First lookups of each request, as vLLM exports them
+	// (vllm:prefix_cache_queries_total / _hits_total). A preempted request's
+	// re-lookup is counted apart, as vLLM does (preempted_queries).
+	queries, hits                   int64
+	preemptedQueries, preemptedHits int64
+	// prefillComputed counts the prompt tokens scheduled for computation
+	// by prefill chunks, over all admissions, preempted ones included;
+	// prefillAbandoned the tokens of an admission left uncomputed because
+	// the request was preempted or cut before its prefill ended. With no
+	// prefill in progress: queries + preemptedQueries == hits +
+	// preemptedHits + prefillComputed + prefillAbandoned.
+	prefillComputed  int64
+	prefillAbandoned int64
+
+	promptTokens     int64 // vllm:prompt_tokens_total (at the first token)
+	generationTokens int64 // vllm:generation_tokens_total
+	preemptions      int64 // vllm:num_preemptions_total
+	finishedStop     int64 // vllm:request_success_total{finished_reason="stop"}
+	finishedLength   int64 // ... {finished_reason="length"}
+	miss             MissTokens
+	steps            int64
+}
+
+// replica is one vLLM engine.
+type replica struct {
+	id      int
+	cfg     *engineConfig
+	pool    *blockPool
+	waiting seqQueue
+	running []*seq
+	stats   engineStats
+
+	// everComputed is the farm's set of block hashes computed on any replica
+	// (shared by all replicas of a run).
+	everComputed map[uint64]struct{}
+
+	busy         bool    // a step is in flight
+	abortPending bool    // running requests were aborted during the step in flight
+	batch        []*seq  // the requests scheduled in the step in flight
+	chunks       []chunk // their work, aligned with batch
+	hitBuf       []int32
+	// firstToken, when set, is told of every request's first token.
+	firstToken func(*seq)
+	freeBuf    [][]int32 // recycled block tables
+}
+
+func newReplica(id int, cfg *engineConfig, everComputed map[uint64]struct{}) *replica {
+	r := &replica{
+		id:           id,
+		cfg:          cfg,
+		pool:         newBlockPool(cfg.numGPUBlocks),
+		everComputed: everComputed,
+	}
+	r.pool.onCache = func(h uint64) { everComputed[h] = struct{}{} }
+	return r
+}
+
+// hasWork reports whether the engine would run a step now.
+func (r *replica) hasWork() bool { return r.waiting.len() > 0 || len(r.running) > 0 }
+
+// add enqueues a new request at the tail of the waiting queue.
+func (r *replica) add(s *seq) {
+	s.replica = r.id
+	r.waiting.pushBack(s)
+}
+
+// schedule picks the next step's batch: running requests first (decodes
+// and unfinished chunked prefills, preempting the newest running request
+// when blocks run out), then, if nothing was preempted, waiting requests in
+// FCFS order while the token budget, max_num_seqs and the free blocks allow.
+// It returns the number of requests scheduled.
+func (r *replica) schedule() int {
+	bs := r.cfg.blockSize
+	budget := r.cfg.maxNumBatchedTokens
+	r.batch, r.chunks = r.batch[:0], r.chunks[:0]
+	preempted := false
+
+	for i := 0; i < len(r.running) && budget > 0; {
+		s := r.running[i]
+		n := min(s.numTokens-s.computed, budget)
+		if n <= 0 {
+			i++
+			continue
+		}
+		scheduled := false
+		for {
+			if r.allocateSlots(s, n, nil) {
+				scheduled = true
+				break
+			}
+			victim := r.running[len(r.running)-1]
+			r.running[len(r.running)-1] = nil
+			r.running = r.running[:len(r.running)-1]
+			r.preempt(victim)
+			preempted = true
+			if victim == s {
+				break
+			}
+		}
+		if !scheduled {
+			break
+		}
+		r.batch = append(r.batch, s)
+		r.chunks = append(r.chunks, chunk{start: s.computed, n: n})
+		budget -= n
+		i++
+	}
+
+	if !preempted {
+		for r.waiting.len() > 0 && budget > 0 {
+			if len(r.running) >= r.cfg.maxNumSeqs {
+				break
+			}
+			s := r.waiting.front()
+			hits := r.longestHit(s)
+			hitTokens := len(hits) * bs
+			n := min(s.numTokens-hitTokens, budget)
+			var miss MissTokens
+			if !s.admitted {
+				miss = r.classifyMisses(s, len(hits)) // before allocation caches new blocks
+			}
+			if !r.allocateSlots(s, n, hits) {
+				break
+			}
+			r.waiting.popFront()
+			r.running = append(r.running, s)
+			r.recordAdmission(s, len(hits), miss)
+			s.computed = hitTokens
+			r.batch = append(r.batch, s)
+			r.chunks = append(r.chunks, chunk{start: s.computed, n: n})
+			budget -= n
+		}
+	}
+
+	for i, s := range r.batch {
+		c := r.chunks[i]
+		if c.start < s.admitTokens {
+			r.stats.prefillComputed += int64(c.n)
+		}
+		s.computed += c.n
+	}
+	return len(r.batch)
+}
+
+// longestHit walks the request's block hashes until the first miss, capped
+// so that at least one token is computed (max_cache_hit_length =
+// num_tokens - 1), and returns the cached blocks found (in r.hitBuf).
+func (r *replica) longestHit(s *seq) []int32 {
+	bs := r.cfg.blockSize
+	maxBlocks := (s.numTokens - 1) / bs
+	r.hitBuf = r.hitBuf[:0]
+	for k := range maxBlocks {
+		h, ok := s.blockHash(k, bs)
+		if !ok {
+			break
+		}
+		b := r.pool.lookup(h)
+		if b == noBlock {
+			break
+		}
+		r.hitBuf = append(r.hitBuf, b)
+	}
+	return r.hitBuf
+}
+
+// allocateSlots gives s room for n more tokens after its computed ones and
+// its new cache hits, or reports false and changes nothing when the free
+// queue is too short (vLLM KVCacheManager.allocate_slots). Hit blocks that
+// sit in the free queue count against the free blocks, since touching them
+// takes them out of it. Full blocks of known tokens are then cached.
+func (r *replica) allocateSlots(s *seq, n int, hits []int32) bool {
+	bs := r.cfg.blockSize
+	computed := s.computed + len(hits)*bs
+	need := (computed + n + bs - 1) / bs
+	newBlocks := max(need-len(hits)-len(s.blocks), 0)
+	evictableHits := 0
+	for _, b := range hits {
+		if r.pool.blocks[b].ref == 0 {
+			evictableHits++
+		}
+	}
+	if newBlocks+evictableHits > r.pool.numFree {
+		return false
+	}
+	if s.blocks == nil {
+		s.blocks = r.takeTable()
+	}
+	r.pool.touch(hits)
+	s.blocks = append(s.blocks, hits...)
+	if len(hits) > 0 {
+		s.cachedBlocks = len(hits)
+	}
+	s.blocks = r.pool.allocate(newBlocks, s.blocks)
+
+	// Cache every full block of known tokens (vLLM caches at schedule time:
+	// num_tokens_to_cache = min(computed + new, num_tokens)).
+	full := min(computed+n, s.numTokens) / bs
+	for k := s.cachedBlocks; k < full; k++ {
+		h, ok := s.blockHash(k, bs)
+		if !ok {
+			break
+		}
+		r.pool.cacheBlock(s.blocks[k], h)
+		s.cachedBlocks = k + 1
+	}
+	return true
+}
+
+// recordAdmission counts a lookup of hitBlocks blocks for s and, on its
+// first admission, adds the classification of its missed prompt tokens.
+func (r *replica) recordAdmission(s *seq, hitBlocks int, miss MissTokens) {
+	hitTokens := int64(hitBlocks * r.cfg.blockSize)
+	queried := int64(s.numTokens)
+	s.admitTokens = s.numTokens
+	if s.admitted {
+		r.stats.preemptedQueries += queried
+		r.stats.preemptedHits += hitTokens
+		return
+	}
+	s.admitted = true
+	r.stats.queries += queried
+	r.stats.hits += hitTokens
+	r.stats.miss.Cold += miss.Cold
+	r.stats.miss.Evicted += miss.Evicted
+	r.stats.miss.Elsewhere += miss.Elsewhere
+	r.stats.miss.Partial += miss.Partial
+}
+
+// classifyMisses classifies the prompt tokens of s that a lookup of
+// hitBlocks blocks leaves to compute: past the hit-cap boundary they are
+// partial; a full block before it is evicted if its hash was ever cached
+// on this replica, elsewhere if it was computed only on other replicas,
+// and cold otherwise (or when it has no hash).
+func (r *replica) classifyMisses(s *seq, hitBlocks int) MissTokens {
+	bs := r.cfg.blockSize
+	var m MissTokens
+	maxBlocks := (s.numTokens - 1) / bs
+	m.Partial = int64(s.numTokens - maxBlocks*bs)
+	for k := hitBlocks; k < maxBlocks; k++ {
+		h, ok := s.blockHash(k, bs)
+		switch {
+		case !ok:
+			m.Cold += int64(bs)
+		case r.inEverCached(h):
+			m.Evicted += int64(bs)
+		case r.inEverComputed(h):
+			m.Elsewhere += int64(bs)
+		default:
+			m.Cold += int64(bs)
+		}
+	}
+	return m
+}
+
+func (r *replica) inEverCached(h uint64) bool {
+	_, ok := r.pool.everCached[h]
+	return ok
+}
+
+func (r *replica) inEverComputed(h uint64) bool {
+	_, ok := r.everComputed[h]
+	return ok
+}
+
+// preempt frees a running request's blocks and sends it back to the head of
+// the waiting queue, to be recomputed from scratch (preemption by
+// recompute).
+func (r *replica) preempt(s *seq) {
+	r.abandon(s)
+	r.releaseBlocks(s)
+	s.computed = 0
+	s.preemptions++
+	r.stats.preemptions++
+	r.waiting.pushFront(s)
+}
+
+// abandon counts the prefill tokens of a running request that will not be
+// computed in its current admission.
+func (r *replica) abandon(s *seq) {
+	if s.computed < s.admitTokens {
+		r.stats.prefillAbandoned += int64(s.admitTokens - s.computed)
+	}
+}
+
+// releaseBlocks frees s's block table (in reverse order) and recycles it.
+func (r *replica) releaseBlocks(s *seq) {
+	if s.blocks == nil {
+		return
+	}
+	r.pool.free(s.blocks)
+	r.freeBuf = append(r.freeBuf, s.blocks[:0])
+	s.blocks = nil
+	s.cachedBlocks = 0
+}
+
+func (r *replica) takeTable() []int32 {
+	if n := len(r.freeBuf); n > 0 {
+		t := r.freeBuf[n-1]
+		r.freeBuf = r.freeBuf[:n-1]
+		return t
+	}
+	return make([]int32, 0, 64)
+}
+
+// finishStep applies the outputs of the step in flight at time now: every
+// scheduled request whose computed tokens reached its known tokens samples
+// one token; requests that reach their output length finish and free their
+// blocks. Each finished (or aborted) request is passed to done, in batch
+// order.
+func (r *replica) finishStep(now int64, done func(s *seq, finished bool)) {
+	r.busy = false
+	r.stats.steps++
+	anyGone := false
+	for _, s := range r.batch {
+		if s.aborted {
+			anyGone = true
+			continue
+		}
+		if s.computed < s.numTokens {
+			continue // a chunk of a longer prefill: no token yet
+		}
+		s.generated++
+		s.numTokens++
+		r.stats.generationTokens++
+		if s.firstTokenUs < 0 {
+			s.firstTokenUs = now
+			r.stats.promptTokens += int64(s.prompt)
+			if r.firstToken != nil {
+				r.firstToken(s)
+			}
+		}
+		if s.generated >= s.output {
+			anyGone = true
+		}
+	}
+	if !anyGone && !r.abortPending {
+		return
+	}
+	r.abortPending = false
+	kept := r.running[:0]
+	for _, s := range r.running {
+		switch {
+		case s.aborted:
+			r.releaseBlocks(s)
+			done(s, false)
+		case s.generated >= s.output:
+			r.releaseBlocks(s)
+			if s.lengthCapped {
+				r.stats.finishedLength++
+			} else {
+				r.stats.finishedStop++
+			}
+			done(s, true)
+		default:
+			kept = append(kept, s)
+		}
+	}
+	clear(r.running[len(kept):])
+	r.running = kept
+}
+
+// abortAll cuts every request of the replica (the end of a measured step):
+// waiting ones at once, running ones at once when no step is in flight, and
+// otherwise when the step in flight ends. Each is passed to done.
+func (r *replica) abortAll(done func(s *seq, finished bool)) {
+	for r.waiting.len() > 0 {
+		s := r.waiting.popFront()
+		s.aborted = true
+		r.releaseBlocks(s)
+		done(s, false)
+	}
+	if r.busy {
+		for _, s := range r.running {
+			s.aborted = true
+			r.abandon(s)
+		}
+		r.abortPending = len(r.running) > 0
+		return
+	}
+	for _, s := range r.running {
+		s.aborted = true
+		r.abandon(s)
+		r.releaseBlocks(s)
+		done(s, false)
+	}
+	clear(r.running)
+	r.running = r.running[:0]
+}

@@ -1,0 +1,210 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is the result of an experiment: one row per step and strategy.
+// Its JSON form is the one `warden sim --json` prints; field order is fixed
+// (structs, not maps) and floats are rounded, so two runs with the same
+// seed give the same bytes.
+type Report struct {
+	Farm string `json:"farm"`
+	Rows []Row  `json:"rows"`
+}
+
+// Row is one strategy over one measured step. The headline columns are the
+// KPIs of metrics/kpi.promql evaluated over the step's window against the
+// simulated series; the rest are counted directly.
+type Row struct {
+	Strategy           string        `json:"strategy"`
+	Sessions           int           `json:"sessions"` // concurrent sessions (closed loop) or sessions in the trace (open loop)
+	SessionsPerHour    Float         `json:"sessions_per_hour"`
+	OutputTokensPerMin Float         `json:"output_tokens_per_min"`
+	TTFBP50            Float         `json:"ttfb_p50_s"`
+	TTFBP95            Float         `json:"ttfb_p95_s"`
+	ReplicasBusy       Float         `json:"replicas_busy"`
+	PrefixHitPct       Float         `json:"prefix_hit_pct"`
+	StayedPct          Float         `json:"stayed_pct"`
+	MissTokens         MissTokens    `json:"miss_tokens"`
+	Replicas           []ReplicaRow  `json:"replicas"`
+	DurationS          Float         `json:"duration_s"`
+	Finished           int64         `json:"finished"`   // requests finished in the step
+	Unfinished         int64         `json:"unfinished"` // cut at the step's end, or rejected
+	Preemptions        int64         `json:"preemptions"`
+	direct             directColumns // the same columns counted without PromQL (tests)
+}
+
+// ReplicaRow is one replica over one step.
+type ReplicaRow struct {
+	Replica     int   `json:"replica"`
+	Requests    int64 `json:"requests"`   // routed here
+	Sticky      int64 `json:"sticky"`     // later turns kept home here
+	SpilledIn   int64 `json:"spilled_in"` // spilled here from an overloaded home
+	KVUsageMean Float `json:"kv_usage_mean"`
+	KVUsageMax  Float `json:"kv_usage_max"`
+	HitPct      Float `json:"hit_pct"`
+	Preemptions int64 `json:"preemptions"`
+}
+
+// directColumns are the headline columns counted directly from the
+// simulator's state, for the test that PromQL agrees with them.
+type directColumns struct {
+	queries, hits      int64
+	laterTurns, home   int64
+	sessionsCompleted  int64
+	outputTokens       int64
+	busyMean           float64
+	ttfbP50, ttfbP95   float64 // exact quantiles of the step's TTFBs
+	prefillComputed    int64
+	prefillAbandoned   int64
+	preemptedQueries   int64
+	preemptedHits      int64
+	replicaHitPct      []float64
+	replicaKVUsageMean []float64
+}
+
+// Float is a float64 written in JSON rounded to 3 decimals, NaN as null.
+type Float float64
+
+// MarshalJSON implements json.Marshaler.
+func (f Float) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, round3(v), 'f', -1, 64), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler: null reads back as NaN, so a
+// saved result keeps "measured nothing" apart from zero.
+func (f *Float) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*f = Float(math.NaN())
+		return nil
+	}
+	v, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return fmt.Errorf("want a number or null, got %s", b)
+	}
+	*f = Float(v)
+	return nil
+}
+
+func round3(v float64) float64 {
+	r := math.Round(v*1000) / 1000
+	if r == 0 {
+		return 0 // no "-0"
+	}
+	return r
+}
+
+// pct is 100*a/b, NaN when b is 0.
+func pct(a, b int64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return 100 * float64(a) / float64(b)
+}
+
+// quantile is the q-quantile of sorted values (linear interpolation), NaN
+// for none.
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	pos := q * float64(len(sorted)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(sorted)-1)
+	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
+}
+
+// WriteText writes the report as a table like the product's published one:
+// one line per step; with two strategies every cell reads "off -> on".
+func (rep *Report) WriteText(w io.Writer) error {
+	strategies := []string{}
+	steps := []int{}
+	for _, r := range rep.Rows {
+		if !slices.Contains(strategies, r.Strategy) {
+			strategies = append(strategies, r.Strategy)
+		}
+		if !slices.Contains(steps, r.Sessions) {
+			steps = append(steps, r.Sessions)
+		}
+	}
+	if _, err := fmt.Fprintf(w, "%s: %s\n\n", rep.Farm, strings.Join(strategies, " -> ")); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "sessions\tsessions/h\toutput tok/min\tTTFB p50 s\tTTFB p95 s\treplicas busy\tprefix hit %\tstayed %\tunfinished\t")
+	for _, n := range steps {
+		var cells [9][]string
+		for _, s := range strategies {
+			i := slices.IndexFunc(rep.Rows, func(r Row) bool { return r.Strategy == s && r.Sessions == n })
+			if i < 0 {
+				continue
+			}
+			r := rep.Rows[i]
+			vals := []string{
+				fmtNum(float64(r.SessionsPerHour), 0), fmtNum(float64(r.OutputTokensPerMin), 0),
+				fmtNum(float64(r.TTFBP50), 2), fmtNum(float64(r.TTFBP95), 2),
+				fmtNum(float64(r.ReplicasBusy), 1), fmtNum(float64(r.PrefixHitPct), 1),
+				fmtNum(float64(r.StayedPct), 1), strconv.FormatInt(r.Unfinished, 10),
+			}
+			for j, v := range vals {
+				cells[j] = append(cells[j], v)
+			}
+		}
+		line := strconv.Itoa(n)
+		for _, c := range cells[:8] {
+			line += "\t" + strings.Join(c, " -> ")
+		}
+		fmt.Fprintln(tw, line+"\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// Why prompt tokens missed, per step and strategy.
+	if _, err := fmt.Fprintln(w, "\nprompt tokens not served from cache (cold / evicted / elsewhere / partial):"); err != nil {
+		return err
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	for _, r := range rep.Rows {
+		m := r.MissTokens
+		fmt.Fprintf(tw, "%d\t%s\t%s / %s / %s / %s\t\n", r.Sessions, r.Strategy,
+			fmtNum(float64(m.Cold), 0), fmtNum(float64(m.Evicted), 0), fmtNum(float64(m.Elsewhere), 0), fmtNum(float64(m.Partial), 0))
+	}
+	return tw.Flush()
+}
+
+// fmtNum formats v with d decimals and thousands separators; "-" for NaN.
+func fmtNum(v float64, d int) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "-"
+	}
+	s := strconv.FormatFloat(v, 'f', d, 64)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	intPart, frac, _ := strings.Cut(s, ".")
+	var b strings.Builder
+	for i, c := range intPart {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	out := b.String()
+	if frac != "" {
+		out += "." + frac
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out
+}

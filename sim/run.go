@@ -1,0 +1,374 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/traces"
+)
+
+// run is one strategy on one farm: the replicas, the router in front of
+// them, the event heap and the metric recorder. It runs on one goroutine.
+type run struct {
+	farm     *Farm
+	model    string
+	cfg      engineConfig
+	reps     []*replica
+	policy   placement.Policy
+	table    *placement.Table // the policy's session table, or nil
+	snap     placement.Snapshot
+	preq     placement.Request
+	ev       eventHeap
+	now      int64
+	scrapeUs int64
+
+	lastScrape int64 // time of the last scrape written, -1 before the first
+	rec        *recorder
+	rt         routerStats
+	drv        driver
+	nextID     int
+	seqFree    []*seq
+	kickQueued []bool
+	doneFn     func(*seq, bool)
+	err        error
+	stopped    bool
+
+	stopWhenIdle bool // stop at the next scrape once the driver is idle
+	stopQueued   bool
+
+	// boundaries: the counters at each scrape that closes a measured step
+	// (and at the first one), for the direct counts of the results.
+	marks []mark
+}
+
+// routerStats are the router's cumulative counters: the source of the
+// warden_* series and of the per-replica columns.
+type routerStats struct {
+	requests          [][]int64 // [replica][reason]
+	inFlight          []int
+	laterTurns        int64
+	laterHome         int64
+	sessionsCompleted int64
+	ttfbs             []float64 // every TTFB of the current step, seconds (direct quantiles)
+	finished          int64
+	unfinished        int64
+	rejected          int64
+}
+
+// outputTokens is warden_output_tokens_total: every token streamed to a
+// client. The simulated network is instant, so it is the sum of the
+// engines' generation counters.
+func (r *run) outputTokens() int64 {
+	var n int64
+	for _, rep := range r.reps {
+		n += rep.stats.generationTokens
+	}
+	return n
+}
+
+// driver is the client side of a run: it decides what is sent when.
+type driver interface {
+	// send is called when an evSend event with arg fires.
+	send(r *run, arg int32)
+	// done is called when a request finishes (finished) or is aborted or
+	// rejected (!finished).
+	done(r *run, s *seq, finished bool)
+	// idle reports whether the driver will send nothing more and has
+	// nothing in flight.
+	idle() bool
+}
+
+func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, error) {
+	cfg := placement.Config{
+		Spill:       spill,
+		SessionTTL:  time.Duration(f.Spec.Routing.SessionTTL),
+		MaxSessions: f.Spec.Routing.MaxSessions,
+	}
+	pol, err := placement.New(strategy, cfg)
+	if err != nil {
+		return nil, err
+	}
+	v := f.Spec.VLLM
+	r := &run{
+		farm:  f,
+		model: f.Spec.Model,
+		cfg: engineConfig{
+			blockSize:           v.BlockSize,
+			maxNumSeqs:          v.MaxNumSeqs,
+			maxNumBatchedTokens: v.MaxNumBatchedTokens,
+			numGPUBlocks:        f.NumGPUBlocks,
+			steps:               newStepModel(f.Deployment, float64(f.Sizing.WeightsBytes)*float64(f.Spec.TensorParallelSize), f.Spec.StepTime),
+		},
+		policy:     pol,
+		scrapeUs:   time.Duration(f.Spec.ScrapeInterval).Microseconds(),
+		lastScrape: -1,
+	}
+	if t, ok := pol.(interface{ Table() *placement.Table }); ok {
+		r.table = t.Table()
+	}
+	n := f.Spec.Replicas
+	everComputed := make(map[uint64]struct{})
+	r.reps = make([]*replica, n)
+	r.snap = placement.Snapshot{Replicas: make([]placement.Replica, n), MaxNumSeqs: v.MaxNumSeqs}
+	r.rt.requests = make([][]int64, n)
+	r.rt.inFlight = make([]int, n)
+	r.kickQueued = make([]bool, n)
+	for i := range n {
+		r.reps[i] = newReplica(i, &r.cfg, everComputed)
+		r.reps[i].firstToken = r.onFirstToken
+		r.snap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
+		r.rt.requests[i] = make([]int64, numReasons)
+	}
+	r.doneFn = r.onDone
+	r.rec = newRecorder(r)
+	return r, nil
+}
+
+// numReasons is the number of placement reasons the router counts.
+var numReasons = func() int {
+	n := 0
+	for ; placement.Reason(n).String() != fmt.Sprintf("Reason(%d)", n); n++ {
+	}
+	return n
+}()
+
+// micros converts a duration to virtual time.
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// loop runs events until the heap is empty, the time passes until, the run
+// is stopped or ctx is done.
+func (r *run) loop(ctx context.Context, until int64) error {
+	for n := 0; r.ev.len() > 0 && !r.stopped && r.err == nil; n++ {
+		if n&4095 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if r.ev.peek().at > until {
+			break
+		}
+		e := r.ev.pop()
+		r.now = e.at
+		switch e.kind {
+		case evStepEnd:
+			rep := r.reps[e.arg]
+			rep.finishStep(r.now, r.doneFn)
+			r.start(rep)
+		case evKick:
+			r.kickQueued[e.arg] = false
+			r.start(r.reps[e.arg])
+		case evSend:
+			r.drv.send(r, e.arg)
+		case evScrape:
+			if r.lastScrape != r.now {
+				r.scrape()
+			}
+			r.ev.push(r.now+r.scrapeUs, evScrape, 0)
+		case evStop:
+			r.stopped = true
+		}
+	}
+	return r.err
+}
+
+// kick makes an idle replica look at its queues at the current instant,
+// after every other event of this instant that is already queued (so that
+// requests arriving together are scheduled together, as vLLM's busy loop
+// would).
+func (r *run) kick(rep *replica) {
+	if rep.busy || r.kickQueued[rep.id] {
+		return
+	}
+	r.kickQueued[rep.id] = true
+	r.ev.push(r.now, evKick, int32(rep.id))
+}
+
+// start runs the scheduler of an idle replica and, if it scheduled
+// anything, queues the end of the step.
+func (r *run) start(rep *replica) {
+	if rep.busy || !rep.hasWork() {
+		return
+	}
+	if rep.schedule() == 0 {
+		return
+	}
+	rep.busy = true
+	r.ev.push(r.now+r.cfg.steps.micros(rep.chunks), evStepEnd, int32(rep.id))
+}
+
+// newSeq returns a request ready to be routed.
+func (r *run) newSeq(req *traces.Request, client int32, outputCap int) *seq {
+	var s *seq
+	if n := len(r.seqFree); n > 0 {
+		s = r.seqFree[n-1]
+		r.seqFree = r.seqFree[:n-1]
+	} else {
+		s = new(seq)
+	}
+	out := max(req.OutputTokens, 1)
+	*s = seq{
+		id:           r.nextID,
+		req:          req,
+		client:       client,
+		turn:         req.Turn,
+		prompt:       req.PromptTokens,
+		output:       out,
+		numTokens:    req.PromptTokens,
+		sentUs:       r.now,
+		firstTokenUs: -1,
+		lengthCapped: outputCap > 0 && out >= outputCap,
+	}
+	r.nextID++
+	return s
+}
+
+// submit routes s through the placement policy and enqueues it on the
+// chosen replica. home is the session's home (the replica of its first
+// turn), updated for a first turn; it may be nil. It reports false when
+// the request can never fit in a replica's KV cache: it is then rejected
+// (passed to the driver's done as unfinished) without being routed.
+func (r *run) submit(s *seq, home *int) bool {
+	bs := r.cfg.blockSize
+	if (s.prompt+s.output+bs-1)/bs > r.cfg.numGPUBlocks-1 {
+		r.rt.rejected++
+		r.rt.unfinished++
+		s.rejected = true
+		r.drv.done(r, s, false)
+		r.seqFree = append(r.seqFree, s)
+		r.checkIdle()
+		return false
+	}
+	r.preq = placement.Request{
+		Session:      s.req.Session,
+		Parent:       s.req.Parent,
+		Model:        r.model,
+		PromptTokens: s.prompt,
+		Pinned:       placement.NoPin,
+	}
+	if r.table != nil {
+		r.table.Fill(&r.snap)
+	}
+	d, err := r.policy.Pick(&r.preq, &r.snap, time.UnixMicro(r.now))
+	if err != nil {
+		r.err = fmt.Errorf("placement: %w", err)
+		return false
+	}
+	rp := d.Replica
+	r.rt.requests[rp][d.Reason]++
+	r.rt.inFlight[rp]++
+	r.snap.Replicas[rp].InFlight = r.rt.inFlight[rp]
+	if home != nil {
+		if s.turn == 0 {
+			*home = rp
+		} else {
+			r.rt.laterTurns++
+			if *home == rp {
+				r.rt.laterHome++
+			}
+		}
+	}
+	rep := r.reps[rp]
+	rep.add(s)
+	r.kick(rep)
+	return true
+}
+
+// onDone is every replica's report of a request that left it.
+func (r *run) onDone(s *seq, finished bool) {
+	rp := s.replica
+	r.rt.inFlight[rp]--
+	r.snap.Replicas[rp].InFlight = r.rt.inFlight[rp]
+	if finished {
+		r.rt.finished++
+	}
+	r.drv.done(r, s, finished)
+	r.seqFree = append(r.seqFree, s)
+	r.checkIdle()
+}
+
+// onFirstToken records a request's time to first token (client side and
+// engine side: the simulated network takes no time).
+func (r *run) onFirstToken(s *seq) {
+	ttfb := float64(s.firstTokenUs-s.sentUs) / usPerSec
+	r.rec.observeTTFB(s.replica, ttfb)
+	r.rt.ttfbs = append(r.rt.ttfbs, ttfb)
+}
+
+// checkIdle stops the run at the next scrape instant once the driver has
+// nothing left to do, when the run is set to stop then.
+func (r *run) checkIdle() {
+	if !r.stopWhenIdle || r.stopQueued || !r.drv.idle() {
+		return
+	}
+	r.stopQueued = true
+	at := (r.now + r.scrapeUs - 1) / r.scrapeUs * r.scrapeUs
+	r.ev.push(at, evStop, 0)
+}
+
+// abortAll cuts every request in flight (the end of a measured step) and
+// returns how many there were.
+func (r *run) abortAll() int {
+	n := 0
+	for _, c := range r.rt.inFlight {
+		n += c
+	}
+	for _, rep := range r.reps {
+		rep.abortAll(r.doneFn)
+	}
+	return n
+}
+
+// refreshSnapshot copies the scraped fields of every replica into the
+// snapshot the policy sees (one scrape).
+func (r *run) refreshSnapshot() {
+	for i, rep := range r.reps {
+		p := &r.snap.Replicas[i]
+		p.Running = len(rep.running)
+		p.Waiting = rep.waiting.len()
+		p.KVUsage = rep.pool.usage()
+	}
+	r.snap.Generation++
+}
+
+// scrape is one scrape instant: the snapshot is refreshed and every series
+// gets a sample.
+func (r *run) scrape() {
+	r.refreshSnapshot()
+	if r.table != nil {
+		r.table.Fill(&r.snap)
+	}
+	r.rec.append(r.now / usPerMs)
+	r.lastScrape = r.now
+}
+
+// mark is the state of every counter at one scrape instant.
+type mark struct {
+	atUs     int64
+	engines  []engineStats
+	requests [][]int64
+	router   routerStats // scalars only; slices are not copied
+	kvSum    []float64   // running sums of KV usage samples per replica
+	kvMax    []float64
+	samples  int64
+	busySum  int64
+}
+
+// takeMark records the counters now (right after a scrape at r.now).
+func (r *run) takeMark() mark {
+	m := mark{atUs: r.now, router: r.rt}
+	m.router.requests, m.router.inFlight, m.router.ttfbs = nil, nil, nil
+	m.engines = make([]engineStats, len(r.reps))
+	m.requests = make([][]int64, len(r.reps))
+	for i, rep := range r.reps {
+		m.engines[i] = rep.stats
+		m.requests[i] = append([]int64(nil), r.rt.requests[i]...)
+	}
+	m.kvSum = append([]float64(nil), r.rec.kvSum...)
+	m.kvMax = append([]float64(nil), r.rec.kvMax...)
+	clear(r.rec.kvMax) // the maximum is per step
+	m.samples = r.rec.samples
+	m.busySum = r.rec.busySum
+	return m
+}

@@ -1,0 +1,119 @@
+package sim
+
+import "github.com/lm-warden/warden/traces"
+
+// seq is one request inside a replica: vLLM's Request as far as the
+// scheduler and the KV cache manager see it.
+type seq struct {
+	id     int // run-wide request number, in send order
+	req    *traces.Request
+	client int32 // closed loop: client slot; open loop: -1
+	turn   int
+
+	prompt    int // prompt tokens
+	output    int // tokens to generate (>= 1)
+	numTokens int // prompt + generated so far (vLLM request.num_tokens)
+	computed  int // tokens whose KV is computed or scheduled (num_computed_tokens)
+	generated int
+	// admitTokens is numTokens at the last admission: the prefill ends
+	// when computed reaches it.
+	admitTokens int
+
+	blocks       []int32 // block table
+	cachedBlocks int     // leading blocks already in the prefix cache
+	preemptions  int
+	admitted     bool  // admitted at least once (its first lookup is counted)
+	aborted      bool  // cut at a step end; removed when its step ends
+	lengthCapped bool  // output == the workload's max_output_tokens (finished_reason "length")
+	rejected     bool  // never fitted in a replica's KV cache: not routed
+	epoch        int32 // closed loop: the step that sent it
+	replica      int
+
+	sentUs       int64
+	firstTokenUs int64 // -1 until the first token
+}
+
+// blockHash returns the chained hash of full block k, if known: the
+// prompt's HashIDs for blocks wholly inside the prompt, then the trace's
+// OutputHashIDs for blocks completed by generated tokens; blocks beyond
+// those have no hash and stay uncached, as does any partial block.
+func (s *seq) blockHash(k, blockSize int) (uint64, bool) {
+	full := s.prompt / blockSize
+	if k < full {
+		if k < len(s.req.HashIDs) {
+			return s.req.HashIDs[k], true
+		}
+		return 0, false
+	}
+	if full > len(s.req.HashIDs) {
+		return 0, false // the chain broke inside the prompt
+	}
+	j := k - full
+	if j < len(s.req.OutputHashIDs) {
+		return s.req.OutputHashIDs[j], true
+	}
+	return 0, false
+}
+
+// seqQueue is a FIFO with a cheap push to the front (vLLM's waiting queue,
+// into whose head preempted requests go back).
+type seqQueue struct {
+	buf  []*seq
+	head int
+	n    int
+}
+
+func (q *seqQueue) len() int { return q.n }
+
+func (q *seqQueue) grow() {
+	nb := make([]*seq, max(2*len(q.buf), 16))
+	for i := range q.n {
+		nb[i] = q.buf[(q.head+i)%len(q.buf)]
+	}
+	q.buf, q.head = nb, 0
+}
+
+func (q *seqQueue) pushBack(s *seq) {
+	if q.n == len(q.buf) {
+		q.grow()
+	}
+	q.buf[(q.head+q.n)%len(q.buf)] = s
+	q.n++
+}
+
+func (q *seqQueue) pushFront(s *seq) {
+	if q.n == len(q.buf) {
+		q.grow()
+	}
+	q.head = (q.head - 1 + len(q.buf)) % len(q.buf)
+	q.buf[q.head] = s
+	q.n++
+}
+
+func (q *seqQueue) front() *seq { return q.buf[q.head] }
+
+func (q *seqQueue) at(i int) *seq { return q.buf[(q.head+i)%len(q.buf)] }
+
+func (q *seqQueue) popFront() *seq {
+	s := q.buf[q.head]
+	q.buf[q.head] = nil
+	q.head = (q.head + 1) % len(q.buf)
+	q.n--
+	return s
+}
+
+// filter keeps the requests for which keep is true, in order.
+func (q *seqQueue) filter(keep func(*seq) bool) {
+	kept := 0
+	for i := range q.n {
+		s := q.at(i)
+		if keep(s) {
+			q.buf[(q.head+kept)%len(q.buf)] = s
+			kept++
+		}
+	}
+	for i := kept; i < q.n; i++ {
+		q.buf[(q.head+i)%len(q.buf)] = nil
+	}
+	q.n = kept
+}
