@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lm-warden/warden/live"
+)
+
+// proxyOptions are the flags of `warden proxy`.
+type proxyOptions struct {
+	Config   string
+	Check    bool
+	LogLevel string
+}
+
+func newProxyCmd() *cobra.Command {
+	opts := &proxyOptions{}
+	cmd := &cobra.Command{
+		Use:   "proxy",
+		Short: "Route live OpenAI/Anthropic traffic to vLLM replicas, keeping each conversation home",
+		Long: `Run the production router in front of vLLM replicas. Each request's session id
+(X-Claude-Code-Session-Id, session-id, x-session-id, metadata.user_id,
+prompt_cache_key, user, else a hash of the system prompt and first user message)
+is kept on the replica that holds its prefix cache; a turn spills elsewhere only
+while its home is over the spill threshold.
+
+The admin address serves /metrics (Prometheus), /api/status (JSON) and /healthz.
+SIGHUP reloads the configuration without dropping connections; SIGTERM drains
+(stops accepting, lets streams finish up to timeouts.drain).
+
+See live/testdata/proxy.yaml for every configuration key.`,
+		Example: `  warden proxy --config proxy.yaml
+  warden proxy --config live/testdata/proxy.yaml --check
+  kill -HUP $(pidof warden)      # reload proxy.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runProxy(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Config, "config", "", "proxy configuration (YAML) (required)")
+	f.BoolVar(&opts.Check, "check", false, "validate the configuration and exit")
+	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(opts.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	cfg, err := live.LoadConfig(opts.Config)
+	if err != nil {
+		return err
+	}
+	if opts.Check {
+		_, err := fmt.Fprintf(out, "%s: OK, %d model(s)\n", opts.Config, len(cfg.Models))
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
+	srv, err := live.NewServer(cfg, live.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	adminLn, err := net.Listen("tcp", cfg.Admin)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				next, err := live.LoadConfig(opts.Config)
+				if err == nil {
+					err = srv.Reload(next)
+				}
+				if err != nil {
+					logger.Error("reload failed; keeping the running configuration", "err", err)
+					continue
+				}
+				fmt.Fprintf(out, "reloaded %s\n", opts.Config)
+			}
+		}
+	}()
+	if _, err := fmt.Fprintf(out, "warden proxy listening on http://%s (admin http://%s)\n", ln.Addr(), adminLn.Addr()); err != nil {
+		return err
+	}
+	return srv.Serve(ctx, ln, adminLn)
+}

@@ -1,0 +1,161 @@
+package live
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// API is the wire dialect of a request, which decides the shape of every
+// error the proxy writes itself.
+type API uint8
+
+const (
+	APIOpenAI    API = iota // /v1/chat/completions, /v1/completions
+	APIResponses            // /v1/responses (OpenAI Responses API: its own stream events)
+	APIAnthropic            // /v1/messages, /v1/messages/count_tokens
+)
+
+func (a API) String() string {
+	switch a {
+	case APIResponses:
+		return "responses"
+	case APIAnthropic:
+		return "anthropic"
+	}
+	return "openai"
+}
+
+// errKind is the class of an error the proxy answers itself; each maps to an
+// HTTP status and to each dialect's error type.
+type errKind uint8
+
+const (
+	errInvalid     errKind = iota // 400
+	errAuth                       // 401
+	errNotFound                   // 404
+	errTooLarge                   // 413
+	errUnavailable                // no replica can take it: 503 OpenAI, 529 Anthropic
+	errUpstream                   // 502: backend failed before any byte reached the client
+)
+
+func (k errKind) status(a API) int {
+	switch k {
+	case errAuth:
+		return http.StatusUnauthorized
+	case errNotFound:
+		return http.StatusNotFound
+	case errTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case errUnavailable:
+		if a == APIAnthropic {
+			return 529
+		}
+		return http.StatusServiceUnavailable
+	case errUpstream:
+		return http.StatusBadGateway
+	}
+	return http.StatusBadRequest
+}
+
+func (k errKind) anthropicType() string {
+	switch k {
+	case errAuth:
+		return "authentication_error"
+	case errNotFound:
+		return "not_found_error"
+	case errTooLarge:
+		return "request_too_large"
+	case errUnavailable:
+		return "overloaded_error"
+	case errUpstream:
+		return "api_error"
+	}
+	return "invalid_request_error"
+}
+
+func (k errKind) openAI() (typ, code string) {
+	switch k {
+	case errAuth:
+		return "invalid_request_error", "invalid_api_key"
+	case errNotFound:
+		return "invalid_request_error", "model_not_found"
+	case errTooLarge:
+		return "invalid_request_error", "request_too_large"
+	case errUnavailable:
+		return "server_error", "service_unavailable"
+	case errUpstream:
+		return "server_error", "upstream_error"
+	}
+	return "invalid_request_error", "invalid_request"
+}
+
+type openAIError struct {
+	Error openAIErrorBody `json:"error"`
+}
+
+type openAIErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+type anthropicError struct {
+	Type  string               `json:"type"`
+	Error anthropicErrorDetail `json:"error"`
+}
+
+type anthropicErrorDetail struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// errorBody renders an error in the dialect's JSON shape.
+func errorBody(a API, k errKind, msg string) []byte {
+	var v any
+	if a == APIAnthropic {
+		v = anthropicError{Type: "error", Error: anthropicErrorDetail{Type: k.anthropicType(), Message: msg}}
+	} else {
+		typ, code := k.openAI()
+		v = openAIError{Error: openAIErrorBody{Message: msg, Type: typ, Code: code}}
+	}
+	b, _ := json.Marshal(v) // plain structs of strings: cannot fail
+	return b
+}
+
+// writeError answers a request with an error in its dialect's shape.
+func writeError(w http.ResponseWriter, a API, k errKind, msg string) {
+	b := errorBody(a, k, msg)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(k.status(a))
+	_, _ = w.Write(b)
+}
+
+// streamErrorEvent is the SSE event that ends a stream which failed after its
+// first byte: OpenAI `data: {"error":...}` (no [DONE] after it), Anthropic and
+// Responses `event: error` with their JSON.
+func streamErrorEvent(a API, msg string) []byte {
+	switch a {
+	case APIAnthropic:
+		return append(append([]byte("event: error\ndata: "), errorBody(a, errUpstream, msg)...), "\n\n"...)
+	case APIResponses:
+		b, _ := json.Marshal(struct {
+			Type    string  `json:"type"`
+			Code    string  `json:"code"`
+			Message string  `json:"message"`
+			Param   *string `json:"param"`
+		}{"error", "upstream_error", msg, nil})
+		return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
+	}
+	return append(append([]byte("data: "), errorBody(a, errUpstream, msg)...), "\n\n"...)
+}
+
+// jsonString returns s as a JSON string literal.
+func jsonString(s string) string {
+	b, _ := json.Marshal(s) // a string cannot fail to marshal
+	return string(b)
+}

@@ -1,0 +1,116 @@
+package live
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lm-warden/warden/placement"
+)
+
+// BenchmarkAddedLatency measures what the proxy adds to a request: each
+// iteration sends one request straight to a backend and one through the
+// proxy, paced at 1,000 requests/s, and reports the percentiles of both and
+// of their difference. The backend reads the body and answers a small JSON.
+//
+//	go test -run '^$' -bench AddedLatency -benchtime 2000x ./live/
+func BenchmarkAddedLatency(b *testing.B) {
+	for _, size := range []int{64 << 10, 256 << 10} {
+		b.Run(strconv.Itoa(size>>10)+"KB", func(b *testing.B) {
+			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/metrics" || r.URL.Path == "/health" {
+					return
+				}
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+			}))
+			defer backend.Close()
+			h := startProxy(b, modelsYAML("limits: {max_body_bytes: 1MiB}\n", urlsModel(backend.URL)))
+			body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, testModel, strings.Repeat("x", size-60))
+			send := func(url string, session int) time.Duration {
+				req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+testKey)
+				req.Header.Set("session-id", "bench-"+strconv.Itoa(session%64))
+				start := time.Now()
+				res, err := h.client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					b.Fatalf("status %d", res.StatusCode)
+				}
+				return time.Since(start)
+			}
+			send(backend.URL, 0) // warm both connection pools
+			send(h.url, 0)
+			var direct, proxied []time.Duration
+			tick := time.NewTicker(time.Millisecond) // 1,000 requests/s
+			defer tick.Stop()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				<-tick.C
+				direct = append(direct, send(backend.URL, i))
+				proxied = append(proxied, send(h.url, i))
+				i++
+			}
+			pct := func(d []time.Duration, p float64) float64 {
+				s := slices.Clone(d)
+				slices.Sort(s)
+				return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds())
+			}
+			b.ReportMetric(pct(direct, 0.5), "direct-p50-µs")
+			b.ReportMetric(pct(direct, 0.99), "direct-p99-µs")
+			b.ReportMetric(pct(proxied, 0.5), "proxy-p50-µs")
+			b.ReportMetric(pct(proxied, 0.99), "proxy-p99-µs")
+			b.ReportMetric(pct(proxied, 0.5)-pct(direct, 0.5), "added-p50-µs")
+			b.ReportMetric(pct(proxied, 0.99)-pct(direct, 0.99), "added-p99-µs")
+		})
+	}
+}
+
+// BenchmarkSessionMemory places 1M sessions through a model's pick path
+// (keyed session hashes, affinity policy) and reports the heap they hold.
+//
+//	go test -run '^$' -bench SessionMemory -benchtime 1x ./live/
+func BenchmarkSessionMemory(b *testing.B) {
+	const n = 1_000_000
+	keyer := NewKeyer([]byte("k"))
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		cfg := ModelCfg{Name: "m", Replicas: []string{"http://a:1", "http://b:1", "http://c:1", "http://d:1"},
+			SpillThreshold: Spill{Auto: true}, SessionTTL: Duration(time.Hour), MaxSessions: n}
+		m, err := newModel(cfg, http.DefaultClient, time.Second, time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		now := time.Now()
+		for i := range n {
+			r := placement.Request{Session: keyer.Sum("session-" + strconv.Itoa(i)), Model: "m", Pinned: placement.NoPin}
+			p, err := m.pick(&r, -1, now)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p.rep.inFlight.Add(-1)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if got := m.table.Len(); got != n {
+			b.Fatalf("table holds %d sessions, want %d", got, n)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/session")
+		runtime.KeepAlive(m)
+	}
+}

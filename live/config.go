@@ -1,0 +1,530 @@
+package live
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the proxy's configuration, read from YAML by [LoadConfig] or
+// [ParseConfig]. The zero value of every optional field means "use the
+// default" (see [Config.applyDefaults]); a parsed Config is validated.
+type Config struct {
+	Listen string `yaml:"listen"` // client listener, e.g. "0.0.0.0:8080"
+	Admin  string `yaml:"admin"`  // /metrics, /api/status, /healthz; default 127.0.0.1:9091
+
+	// Auth is "keys" (the default: a client must present one of
+	// ClientAPIKeys) or "passthrough" (the client's credentials are
+	// forwarded unchecked; must be chosen explicitly).
+	Auth          string   `yaml:"auth"`
+	ClientAPIKeys []string `yaml:"client_api_keys"`
+	// BackendAPIKey, when set, replaces the client's credentials on the way
+	// to vLLM (Authorization: Bearer ...).
+	BackendAPIKey string `yaml:"backend_api_key"`
+	// TrustedPinHeader names a header (e.g. X-Warden-Replica) by which an
+	// authenticated client may pin a replica index. Empty (the default):
+	// no header ever chooses a replica.
+	TrustedPinHeader string `yaml:"trusted_pin_header"`
+	// SessionKey keys the HMAC applied to session ids before they are stored,
+	// logged or journaled. Empty: a random key per process (hashes then
+	// differ between runs; set a key to correlate journals across restarts).
+	SessionKey string `yaml:"session_key"`
+
+	Limits         Limits     `yaml:"limits"`
+	Timeouts       Timeouts   `yaml:"timeouts"`
+	ScrapeInterval Duration   `yaml:"scrape_interval"` // default 1s
+	Journal        JournalCfg `yaml:"journal"`
+	Models         []ModelCfg `yaml:"models"`
+}
+
+// Limits bound what a client may send.
+type Limits struct {
+	MaxBodyBytes   ByteSize `yaml:"max_body_bytes"`   // default 16 MiB; larger bodies get 413
+	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"` // default 64 KiB; Go's server answers 431 itself
+	MaxSessionID   int      `yaml:"max_session_id"`   // default 256 bytes; longer ids get 400
+}
+
+// Timeouts bound slow clients and slow backends.
+type Timeouts struct {
+	ReadHeader     Duration `yaml:"read_header"`     // default 10s
+	Read           Duration `yaml:"read"`            // whole request incl. body; default 60s
+	Idle           Duration `yaml:"idle"`            // keep-alive idle; default 120s
+	Connect        Duration `yaml:"connect"`         // dial to a backend; default 2s
+	ResponseHeader Duration `yaml:"response_header"` // backend's headers; default 10m (long prefills)
+	Health         Duration `yaml:"health"`          // /health and /metrics probes; default 2s
+	Drain          Duration `yaml:"drain"`           // SIGTERM: finish streams up to this; default 60s
+}
+
+// JournalCfg configures the optional request journal.
+type JournalCfg struct {
+	Path     string   `yaml:"path"`      // empty: no journal
+	MaxBytes ByteSize `yaml:"max_bytes"` // rotate when a file would exceed this; default 256 MiB
+	Keep     int      `yaml:"keep"`      // rotated files kept; default 5
+}
+
+// ModelCfg is one served model and its replicas, given either as one
+// data-parallel vLLM server (URL + DataParallelSize, a rank reached with the
+// X-data-parallel-rank header) or as one URL per replica (Replicas).
+type ModelCfg struct {
+	Name             string   `yaml:"name"`
+	URL              string   `yaml:"url"`
+	DataParallelSize int      `yaml:"data_parallel_size"`
+	Replicas         []string `yaml:"replicas"`
+	// MaxNumSeqs is vLLM's max_num_seqs per replica. 0: read it from the
+	// server's *_config_info metrics when present, else vLLM's default 256.
+	MaxNumSeqs     int      `yaml:"max_num_seqs"`
+	Strategy       string   `yaml:"strategy"` // affinity (default), least-loaded, hash
+	Affinity       Toggle   `yaml:"affinity"` // off: same as strategy least-loaded
+	SpillThreshold Spill    `yaml:"spill_threshold"`
+	SessionTTL     Duration `yaml:"session_ttl"`  // idle TTL of a session; default 30m
+	MaxSessions    int      `yaml:"max_sessions"` // table cap (LRU eviction); default 1,000,000
+}
+
+// Layout says how a model's replicas are reached.
+type Layout int
+
+const (
+	LayoutURLs Layout = iota // one server per replica
+	LayoutDP                 // one server, ranks chosen by X-data-parallel-rank
+)
+
+// Layout reports the model's replica layout.
+func (m *ModelCfg) Layout() Layout {
+	if m.URL != "" {
+		return LayoutDP
+	}
+	return LayoutURLs
+}
+
+// NumReplicas is the number of replicas of the model.
+func (m *ModelCfg) NumReplicas() int {
+	if m.URL != "" {
+		return m.DataParallelSize
+	}
+	return len(m.Replicas)
+}
+
+// EffectiveStrategy is the placement strategy after applying Affinity.
+func (m *ModelCfg) EffectiveStrategy() string {
+	if m.Affinity.Set && !m.Affinity.On {
+		return "least-loaded"
+	}
+	if m.Strategy == "" {
+		return "affinity"
+	}
+	return m.Strategy
+}
+
+// Toggle is a YAML on|off (also true|false) value; Set says it was given.
+type Toggle struct{ On, Set bool }
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (t *Toggle) UnmarshalYAML(n *yaml.Node) error {
+	switch strings.ToLower(n.Value) {
+	case "on", "true", "yes":
+		*t = Toggle{On: true, Set: true}
+	case "off", "false", "no":
+		*t = Toggle{On: false, Set: true}
+	default:
+		return fmt.Errorf("line %d: want on or off, got %q", n.Line, n.Value)
+	}
+	return nil
+}
+
+// Spill is a spill threshold: "auto" (Auto, a quarter of max_num_seqs) or
+// a number of in-flight requests.
+type Spill struct {
+	N    int
+	Auto bool
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (s *Spill) UnmarshalYAML(n *yaml.Node) error {
+	if n.Value == "auto" {
+		*s = Spill{Auto: true}
+		return nil
+	}
+	v, err := strconv.Atoi(n.Value)
+	if err != nil || v < 1 {
+		return fmt.Errorf("line %d: want auto or a positive integer, got %q", n.Line, n.Value)
+	}
+	*s = Spill{N: v}
+	return nil
+}
+
+// Duration is a time.Duration written as "1s", "30m".
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || v < 0 {
+		return fmt.Errorf("line %d: want a duration such as 1s or 30m, got %q", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// ByteSize is a size in bytes written as a plain integer or with a suffix
+// KiB, MiB, GiB (also KB, MB, GB as powers of 1000).
+type ByteSize int64
+
+var sizeRE = regexp.MustCompile(`^([0-9]+)\s*(|B|KB|MB|GB|KiB|MiB|GiB)$`)
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	m := sizeRE.FindStringSubmatch(strings.TrimSpace(n.Value))
+	if m == nil {
+		return fmt.Errorf("line %d: want a size such as 65536, 64KiB or 16MiB, got %q", n.Line, n.Value)
+	}
+	v, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return fmt.Errorf("line %d: size %q: %v", n.Line, n.Value, err)
+	}
+	mult := map[string]int64{"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m[2]]
+	*b = ByteSize(v * mult)
+	return nil
+}
+
+// Defaults used by applyDefaults.
+const (
+	DefaultAdmin          = "127.0.0.1:9091"
+	DefaultMaxNumSeqs     = 256 // vLLM's default max_num_seqs
+	DefaultMaxBodyBytes   = 16 << 20
+	DefaultMaxHeaderBytes = 64 << 10
+	DefaultMaxSessionID   = 256
+	DefaultMaxSessions    = 1_000_000
+	DefaultSessionTTL     = 30 * time.Minute
+	DefaultScrapeInterval = time.Second
+)
+
+func (c *Config) applyDefaults() {
+	def := func(d *Duration, v time.Duration) {
+		if *d == 0 {
+			*d = Duration(v)
+		}
+	}
+	if c.Admin == "" {
+		c.Admin = DefaultAdmin
+	}
+	if c.Auth == "" {
+		c.Auth = "keys"
+	}
+	if c.Limits.MaxBodyBytes == 0 {
+		c.Limits.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Limits.MaxHeaderBytes == 0 {
+		c.Limits.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.Limits.MaxSessionID == 0 {
+		c.Limits.MaxSessionID = DefaultMaxSessionID
+	}
+	def(&c.Timeouts.ReadHeader, 10*time.Second)
+	def(&c.Timeouts.Read, 60*time.Second)
+	def(&c.Timeouts.Idle, 120*time.Second)
+	def(&c.Timeouts.Connect, 2*time.Second)
+	def(&c.Timeouts.ResponseHeader, 10*time.Minute)
+	def(&c.Timeouts.Health, 2*time.Second)
+	def(&c.Timeouts.Drain, 60*time.Second)
+	def(&c.ScrapeInterval, DefaultScrapeInterval)
+	if c.Journal.MaxBytes == 0 {
+		c.Journal.MaxBytes = 256 << 20
+	}
+	if c.Journal.Keep == 0 {
+		c.Journal.Keep = 5
+	}
+	for i := range c.Models {
+		m := &c.Models[i]
+		if !m.SpillThreshold.Auto && m.SpillThreshold.N == 0 {
+			m.SpillThreshold.Auto = true
+		}
+		def(&m.SessionTTL, DefaultSessionTTL)
+		if m.MaxSessions == 0 {
+			m.MaxSessions = DefaultMaxSessions
+		}
+	}
+}
+
+// LoadConfig reads and validates the YAML file at path. Errors name the file,
+// the line and the key, e.g. "proxy.yaml:12: models[0].replicas: ...".
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseConfig(filepath.Base(path), data)
+}
+
+var yamlLineRE = regexp.MustCompile(`^\s*(?:yaml: )?line (\d+): (.*)$`)
+var unknownFieldRE = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+
+// ParseConfig parses and validates a configuration; name is used in errors.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, yamlError(name, err, nil)
+	}
+	var cfg Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return nil, yamlError(name, err, &root)
+	}
+	cfg.applyDefaults()
+	if err := cfg.validate(); err != nil {
+		var ve *validationError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("%s:%d: %s: %s", name, lineOf(&root, ve.path), ve.path, ve.msg)
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &cfg, nil
+}
+
+// yamlError rewrites the decoder's errors as "file:line: key: message",
+// the key found from the line in root (nil: syntax errors, no key).
+func yamlError(name string, err error, root *yaml.Node) error {
+	var te *yaml.TypeError
+	var lines []string
+	if errors.As(err, &te) {
+		lines = te.Errors
+	} else {
+		lines = []string{err.Error()}
+	}
+	out := make([]string, 0, len(lines))
+	for _, l := range lines {
+		m := yamlLineRE.FindStringSubmatch(l)
+		if m == nil {
+			out = append(out, fmt.Sprintf("%s: %s", name, strings.TrimPrefix(l, "yaml: ")))
+			continue
+		}
+		msg := m[2]
+		if f := unknownFieldRE.FindStringSubmatch(msg); f != nil {
+			msg = fmt.Sprintf("unknown key %q", f[1])
+		}
+		// Our own UnmarshalYAML errors repeat "line N: ".
+		if mm := yamlLineRE.FindStringSubmatch(msg); mm != nil {
+			msg = mm[2]
+		}
+		line, _ := strconv.Atoi(m[1])
+		if p := pathAt(root, line); p != "" {
+			msg = p + ": " + msg
+		}
+		out = append(out, fmt.Sprintf("%s:%d: %s", name, line, msg))
+	}
+	return errors.New(strings.Join(out, "\n"))
+}
+
+type validationError struct {
+	path string // e.g. models[0].replicas
+	msg  string
+}
+
+func (e *validationError) Error() string { return e.path + ": " + e.msg }
+
+func verr(path, format string, args ...any) error {
+	return &validationError{path: path, msg: fmt.Sprintf(format, args...)}
+}
+
+func (c *Config) validate() error {
+	if c.Listen == "" {
+		return verr("listen", "required (e.g. 0.0.0.0:8080)")
+	}
+	switch c.Auth {
+	case "keys":
+		if len(c.ClientAPIKeys) == 0 {
+			return verr("client_api_keys", "at least one key is required unless auth: passthrough is set")
+		}
+		for i, k := range c.ClientAPIKeys {
+			if k == "" {
+				return verr(fmt.Sprintf("client_api_keys[%d]", i), "empty key")
+			}
+		}
+	case "passthrough":
+		if len(c.ClientAPIKeys) > 0 {
+			return verr("client_api_keys", "must be empty with auth: passthrough")
+		}
+	default:
+		return verr("auth", "want keys or passthrough, got %q", c.Auth)
+	}
+	if c.TrustedPinHeader != "" && c.Auth != "keys" {
+		return verr("trusted_pin_header", "needs auth: keys (with passthrough every client could pin a replica)")
+	}
+	if c.Limits.MaxBodyBytes < 1024 {
+		return verr("limits.max_body_bytes", "at least 1KiB, got %d", c.Limits.MaxBodyBytes)
+	}
+	if c.Limits.MaxHeaderBytes < 1024 {
+		return verr("limits.max_header_bytes", "at least 1KiB, got %d", c.Limits.MaxHeaderBytes)
+	}
+	if c.ScrapeInterval.D() < 10*time.Millisecond {
+		return verr("scrape_interval", "at least 10ms, got %s", c.ScrapeInterval.D())
+	}
+	if c.Journal.Path != "" && c.Journal.MaxBytes < 4096 {
+		return verr("journal.max_bytes", "at least 4KiB, got %d", c.Journal.MaxBytes)
+	}
+	if len(c.Models) == 0 {
+		return verr("models", "at least one model is required")
+	}
+	seen := map[string]bool{}
+	for i := range c.Models {
+		m := &c.Models[i]
+		p := fmt.Sprintf("models[%d]", i)
+		if m.Name == "" {
+			return verr(p+".name", "required (the model name clients send)")
+		}
+		if seen[m.Name] {
+			return verr(p+".name", "duplicate model %q", m.Name)
+		}
+		seen[m.Name] = true
+		switch {
+		case m.URL != "" && len(m.Replicas) > 0:
+			return verr(p+".replicas", "give either url + data_parallel_size or replicas, not both")
+		case m.URL == "" && len(m.Replicas) == 0:
+			return verr(p, "needs url + data_parallel_size or a list of replicas")
+		case m.URL != "":
+			if err := checkURL(m.URL); err != nil {
+				return verr(p+".url", "%v", err)
+			}
+			if m.DataParallelSize < 1 {
+				return verr(p+".data_parallel_size", "want a positive integer with url, got %d", m.DataParallelSize)
+			}
+		default:
+			if m.DataParallelSize != 0 {
+				return verr(p+".data_parallel_size", "only with url (one server holding all ranks)")
+			}
+			for j, u := range m.Replicas {
+				if err := checkURL(u); err != nil {
+					return verr(fmt.Sprintf("%s.replicas[%d]", p, j), "%v", err)
+				}
+			}
+		}
+		if m.MaxNumSeqs < 0 {
+			return verr(p+".max_num_seqs", "want a positive integer, got %d", m.MaxNumSeqs)
+		}
+		switch m.Strategy {
+		case "", "affinity", "least-loaded", "hash":
+		default:
+			return verr(p+".strategy", "want affinity, least-loaded or hash, got %q", m.Strategy)
+		}
+		if m.Affinity.Set && m.Affinity.On && m.Strategy != "" && m.Strategy != "affinity" {
+			return verr(p+".affinity", "affinity: on contradicts strategy %q", m.Strategy)
+		}
+		if m.MaxSessions < 1 {
+			return verr(p+".max_sessions", "want a positive integer, got %d", m.MaxSessions)
+		}
+	}
+	return nil
+}
+
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("want an http(s)://host:port URL, got %q", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("no query or fragment allowed, got %q", s)
+	}
+	return nil
+}
+
+// lineOf returns the line of the node at path ("models[0].replicas") in the
+// document, or the line of its deepest existing ancestor.
+func lineOf(root *yaml.Node, path string) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := n.Line
+	for _, part := range strings.Split(path, ".") {
+		key, idx := part, -1
+		if i := strings.IndexByte(part, '['); i >= 0 {
+			key = part[:i]
+			idx, _ = strconv.Atoi(strings.TrimSuffix(part[i+1:], "]"))
+		}
+		next := mapValue(n, key)
+		if next == nil {
+			return line
+		}
+		line, n = next.keyLine, next.value
+		if idx >= 0 {
+			if n.Kind != yaml.SequenceNode || idx >= len(n.Content) {
+				return line
+			}
+			n = n.Content[idx]
+			line = n.Line
+		}
+	}
+	return line
+}
+
+type kv struct {
+	keyLine int
+	value   *yaml.Node
+}
+
+func mapValue(n *yaml.Node, key string) *kv {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return &kv{keyLine: n.Content[i].Line, value: n.Content[i+1]}
+		}
+	}
+	return nil
+}
+
+// pathAt returns the path ("models[0].spill_threshold") of the deepest
+// key or sequence item that starts on line, or "".
+func pathAt(root *yaml.Node, line int) string {
+	if root == nil {
+		return ""
+	}
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	best := ""
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				p := k.Value
+				if path != "" {
+					p = path + "." + k.Value
+				}
+				if k.Line == line {
+					best = p
+				}
+				walk(v, p)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				if c.Kind == yaml.ScalarNode && c.Line == line {
+					best = p
+				}
+				walk(c, p)
+			}
+		}
+	}
+	walk(n, "")
+	return best
+}

@@ -1,0 +1,90 @@
+package live
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata")
+
+func TestExampleConfig(t *testing.T) {
+	cfg, err := LoadConfig("testdata/proxy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Models) != 2 {
+		t.Fatalf("%d models, want 2", len(cfg.Models))
+	}
+	dp, urls := cfg.Models[0], cfg.Models[1]
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"admin", cfg.Admin, "127.0.0.1:9091"},
+		{"dp layout", dp.Layout(), LayoutDP},
+		{"dp replicas", dp.NumReplicas(), 4},
+		{"dp affinity", dp.EffectiveStrategy(), "affinity"},
+		{"dp spill auto", dp.SpillThreshold.Auto, true},
+		{"urls layout", urls.Layout(), LayoutURLs},
+		{"urls replicas", urls.NumReplicas(), 3},
+		{"urls spill", urls.SpillThreshold, Spill{N: 12}},
+		{"urls ttl default", urls.SessionTTL.D(), 30 * time.Minute},
+		{"body limit", cfg.Limits.MaxBodyBytes, ByteSize(16 << 20)},
+		{"drain", cfg.Timeouts.Drain.D(), 60 * time.Second},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+// TestConfigErrors checks each broken file under testdata/config against
+// its golden .err (rewrite with -update).
+func TestConfigErrors(t *testing.T) {
+	files, err := filepath.Glob("testdata/config/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no test files: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			_, err := LoadConfig(f)
+			if err == nil {
+				t.Fatal("loaded without error")
+			}
+			golden := strings.TrimSuffix(f, ".yaml") + ".err"
+			got := err.Error() + "\n"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update)", err)
+			}
+			if got != string(want) {
+				t.Errorf("error =\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestAffinityOffAndStrategyConflict(t *testing.T) {
+	base := "listen: :1\nauth: passthrough\nmodels:\n  - name: m\n    replicas: [http://a:1]\n"
+	cfg, err := ParseConfig("t.yaml", []byte(base+"    affinity: off\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Models[0].EffectiveStrategy(); got != "least-loaded" {
+		t.Errorf("affinity off: strategy %q, want least-loaded", got)
+	}
+	_, err = ParseConfig("t.yaml", []byte(base+"    affinity: on\n    strategy: hash\n"))
+	if err == nil || !strings.Contains(err.Error(), "t.yaml:6: models[0].affinity:") {
+		t.Errorf("conflict error = %v, want one naming t.yaml:6 and models[0].affinity", err)
+	}
+}

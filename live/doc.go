@@ -1,0 +1,63 @@
+// Package live is warden's production router: a reverse proxy in front of
+// vLLM replicas that keeps each agent conversation on the replica holding
+// its prefix cache, using exactly the placement code the simulator runs.
+//
+// Where to start reading:
+//
+//   - server.go: Server, NewServer, Serve (listeners, drain on shutdown),
+//     Reload (SIGHUP: atomic swap of the routing state), Admin (/metrics,
+//     /api/status, /healthz).
+//   - proxy.go: the request path. ServeHTTP checks the key, reads the body
+//     once (size-capped), validates it and decodes only model, stream,
+//     metadata.user_id, prompt_cache_key and user (jsonscan.go), finds the
+//     session (session.go), asks placement for a replica (model.go) and
+//     hands the original bytes to an httputil.ReverseProxy (Rewrite,
+//     FlushInterval -1). Its transport retries a failure that reached no
+//     client byte once on another replica; its response body passes on
+//     whole SSE events only, so a stream that dies midway ends with the
+//     API's own error event (sse.go, apierr.go).
+//   - model.go: per-model state. In-flight counts are atomics, released
+//     exactly once per attempt; the policy, its session table and the
+//     ejection state sit behind one mutex, the only lock of the request
+//     path. fill builds the placement.Snapshot from the latest scrape.
+//   - scrape.go: one loop per backend server reads /metrics (vLLM's text
+//     exposition, per engine label) and /health, and publishes an immutable
+//     ScrapeResult through an atomic.Pointer.
+//   - config.go (strict YAML, errors "file:line: key: ..."), status.go
+//     (the dashboard's data), obs.go (Prometheus metrics), journal.go
+//     (request journal in the trace format).
+//
+// Session ids, in the order tried: X-Claude-Code-Session-Id, session-id
+// (Codex), x-session-id (OpenCode), Anthropic metadata.user_id (JSON form
+// or user_..._session_<id>), OpenAI prompt_cache_key, user, else a hash of
+// the system prompt and first user message (Claude Code's billing block
+// skipped; for /v1/completions the prompt's first 32 KiB). A Claude Code
+// subagent (x-claude-code-agent-id) is its own session with the root
+// conversation as parent. Ids are HMAC-hashed (session_key, or a random key
+// per process) before they are stored, logged or journaled; ids longer than
+// limits.max_session_id (256) bytes are refused with 400.
+//
+// Failure handling. Refused or reset connections and 502/503 answers
+// before any byte reached the client are retried once on another replica
+// (reason "retried"); a refused connection also ejects the replica for a
+// back-off of 1 s doubling to 30 s, never more than half of a model's
+// replicas at once; after its back-off a replica warms up for 30 s, seen
+// as healthy by a share of picks growing from 10 % to 100 %. /health is
+// probed with every scrape (timeouts.health). A scrape that failed or is
+// older than three intervals is replaced by the proxy's own counts (see
+// model.fill), shown as "failed"/"stale" in /api/status. When no replica
+// can take a request the answer is 503 (OpenAI shape) or 529
+// overloaded_error (Anthropic shape), at once.
+//
+// Limits. Bodies over limits.max_body_bytes get 413 in the client's shape.
+// Headers over limits.max_header_bytes are answered by Go's http.Server
+// itself, before any handler, with a plain-text "431 Request Header Fields
+// Too Large" (it allows 4 KiB of slack over the limit): that one error
+// cannot be in the API's shape. Slow clients are bounded by
+// timeouts.read_header and timeouts.read.
+//
+// Tests run real HTTP servers on 127.0.0.1: fakevllm_test.go is a
+// hand-written vLLM (OpenAI and Anthropic streaming, per-engine prefix
+// caches, vLLM-style /metrics). NewServer and Serve(ctx, ln, adminLn)
+// accept 127.0.0.1:0 listeners for end-to-end tests from other packages.
+package live

@@ -1,0 +1,385 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lm-warden/warden/placement"
+)
+
+// Passive ejection and recovery. A replica whose connection is refused is
+// ejected for a back-off that doubles with each consecutive failure
+// (ejectBase, 2*ejectBase, ... up to ejectMax); at most half of a model's
+// replicas (rounded down: never the only replica) are ejected at once, so a
+// network blip cannot empty a farm. When its back-off ends the
+// replica warms up for warmup: it is shown to the policy as healthy for a
+// share of picks that grows linearly from warmStart to 100 %, so new
+// conversations come back to it gradually instead of all at once.
+const (
+	ejectBase = time.Second
+	ejectMax  = 30 * time.Second
+	warmup    = 30 * time.Second
+	warmStart = 0.1
+)
+
+// numCounted is the number of reasons a replica counts: placement's
+// reasons plus "retried".
+const numCounted = 8
+
+const reasonRetried = numCounted - 1 // index of "retried" in replica.byReason
+
+// reasonName returns the metric label of a counted reason index.
+func reasonName(i int) string {
+	if i == reasonRetried {
+		return "retried"
+	}
+	return placement.Reason(i).String()
+}
+
+// replica is one target of a model: its own server (URL layout) or one
+// data-parallel rank of a shared server (DP layout).
+type replica struct {
+	id     int
+	target *url.URL
+	rank   string   // X-data-parallel-rank value; "" in the URL layout
+	server *scraper // the server whose /metrics describe this replica
+	engine int      // engine label to read; -1: sum the whole server
+
+	inFlight atomic.Int64                // requests sent, response not finished
+	byReason [numCounted]atomic.Int64    // requests served here, by reason
+	upErrors atomic.Int64                // upstream failures seen here
+	base     atomic.Pointer[EngineStats] // counters at the first good scrape, for since-start rates
+
+	failures atomic.Int32 // consecutive connect failures
+
+	// Ejection state, guarded by model.mu.
+	ejectedUntil time.Time // zero: not ejected
+	warmUntil    time.Time // after ejectedUntil: warming up until then
+	warmPicks    uint64    // picks seen while warming
+}
+
+// stats returns the replica's scraped figures from r, or nil.
+func (rep *replica) stats(r *ScrapeResult) *EngineStats {
+	if rep.engine < 0 {
+		return r.total()
+	}
+	return r.engine(rep.engine)
+}
+
+// model is the routing state of one served model: its replicas, scrapers,
+// placement policy and session table. The policy, the table and the
+// ejection fields are guarded by mu; everything else on the request path is
+// atomic.
+type model struct {
+	cfg      ModelCfg
+	replicas []*replica
+	servers  []*scraper
+	interval time.Duration
+
+	mu       sync.Mutex
+	policy   placement.Policy
+	table    *placement.Table // the affinity policy's table, or an observer table
+	observer bool             // table is ours (records first-turn homes for stats)
+	snap     placement.Snapshot
+
+	laterTurns atomic.Int64 // requests of a session already known
+	laterHome  atomic.Int64 // those served by the session's home
+
+	cancel context.CancelFunc // stops the scrapers; nil until started
+}
+
+// newModel builds the state of one configured model.
+func newModel(cfg ModelCfg, client *http.Client, interval, timeout time.Duration) (*model, error) {
+	m := &model{cfg: cfg, interval: interval}
+	switch cfg.Layout() {
+	case LayoutDP:
+		u, err := url.Parse(cfg.URL)
+		if err != nil {
+			return nil, err
+		}
+		s := newScraper(cfg.URL, client, interval, timeout)
+		m.servers = []*scraper{s}
+		for i := range cfg.DataParallelSize {
+			m.replicas = append(m.replicas, &replica{id: i, target: u, rank: strconv.Itoa(i), server: s, engine: i})
+		}
+	default:
+		for i, raw := range cfg.Replicas {
+			u, err := url.Parse(raw)
+			if err != nil {
+				return nil, err
+			}
+			s := newScraper(raw, client, interval, timeout)
+			m.servers = append(m.servers, s)
+			m.replicas = append(m.replicas, &replica{id: i, target: u, server: s, engine: -1})
+		}
+	}
+	for _, s := range m.servers {
+		s.onResult = func(r *ScrapeResult) { m.baseline(s, r) }
+	}
+	if err := m.newPolicy(); err != nil {
+		return nil, err
+	}
+	m.snap.Replicas = make([]placement.Replica, len(m.replicas))
+	return m, nil
+}
+
+// baseline keeps, per replica of server s, the prefix-cache counters of
+// the first successful scrape (again after a counter reset: a restarted
+// vLLM), from which Status computes hit rates since start.
+func (m *model) baseline(s *scraper, r *ScrapeResult) {
+	if r.OK.IsZero() {
+		return
+	}
+	for _, rep := range m.replicas {
+		if rep.server != s {
+			continue
+		}
+		e := rep.stats(r)
+		if e == nil {
+			continue
+		}
+		if b := rep.base.Load(); b == nil || e.PrefixQueries < b.PrefixQueries || e.PrefixHits < b.PrefixHits {
+			rep.base.Store(e)
+		}
+	}
+}
+
+// newPolicy makes the model's placement policy from its configuration.
+func (m *model) newPolicy() error {
+	pc := placement.Config{
+		SessionTTL:  m.cfg.SessionTTL.D(),
+		MaxSessions: m.cfg.MaxSessions,
+	}
+	if !m.cfg.SpillThreshold.Auto {
+		pc.Spill = placement.SpillAt(m.cfg.SpillThreshold.N)
+	}
+	strategy := m.cfg.EffectiveStrategy()
+	if strategy == placement.StrategyLeastLoaded {
+		// Affinity switched off runs vLLM's balancer through the same type.
+		strategy, pc.Disabled = placement.StrategyAffinity, true
+	}
+	p, err := placement.New(strategy, pc)
+	if err != nil {
+		return fmt.Errorf("model %q: %w", m.cfg.Name, err)
+	}
+	m.policy = p
+	if a, ok := p.(*placement.Affinity); ok && !pc.Disabled {
+		m.table, m.observer = a.Table(), false
+	} else {
+		m.table, m.observer = placement.NewTable(pc.SessionTTL, pc.MaxSessions), true
+	}
+	return nil
+}
+
+// sameBackends reports whether o reaches the same replicas the same way, so
+// that m's state (sessions, counters, scrapers) can be kept across a reload.
+func (m *model) sameBackends(o ModelCfg) bool {
+	a := m.cfg
+	if a.URL != o.URL || a.DataParallelSize != o.DataParallelSize || len(a.Replicas) != len(o.Replicas) {
+		return false
+	}
+	for i := range a.Replicas {
+		if a.Replicas[i] != o.Replicas[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// samePolicy reports whether o asks for the policy m already runs.
+func (m *model) samePolicy(o ModelCfg) bool {
+	a := m.cfg
+	return a.EffectiveStrategy() == o.EffectiveStrategy() && a.SpillThreshold == o.SpillThreshold &&
+		a.SessionTTL == o.SessionTTL && a.MaxSessions == o.MaxSessions && a.MaxNumSeqs == o.MaxNumSeqs
+}
+
+// start launches one scrape loop per server.
+func (m *model) start(ctx context.Context) {
+	ctx, m.cancel = context.WithCancel(ctx)
+	for _, s := range m.servers {
+		go s.run(ctx)
+	}
+}
+
+// stop ends the scrape loops and waits for them.
+func (m *model) stop() {
+	if m.cancel == nil {
+		return
+	}
+	m.cancel()
+	for _, s := range m.servers {
+		<-s.stopped
+	}
+}
+
+// maxNumSeqs is the configured max_num_seqs, else the server's, else
+// vLLM's default; source says which.
+func (m *model) maxNumSeqs() (n int, source string) {
+	if m.cfg.MaxNumSeqs > 0 {
+		return m.cfg.MaxNumSeqs, "config"
+	}
+	for _, s := range m.servers {
+		for _, e := range s.last.Load().Engines {
+			if e.MaxNumSeqs > 0 {
+				return e.MaxNumSeqs, "server"
+			}
+		}
+	}
+	return DefaultMaxNumSeqs, "default"
+}
+
+// fill refreshes m.snap for a pick at now. Called with m.mu held.
+//
+// Scraped fields come from the latest scrape when it is fresh (see
+// ScrapeResult.fresh). When it is stale or failed, the replica is described
+// by the proxy's own counts instead: Running = min(InFlight, max_num_seqs),
+// Waiting = the rest, KVUsage = the mean of the replicas with fresh data
+// (0 when none has): neither idle nor saturated, so the policy neither
+// floods nor shuns it.
+func (m *model) fill(now time.Time) {
+	maxSeqs, _ := m.maxNumSeqs()
+	s := &m.snap
+	s.MaxNumSeqs = maxSeqs
+	var gen uint64
+	var kvSum float64
+	var kvN int
+	stale := make([]bool, len(m.replicas))
+	for i, rep := range m.replicas {
+		r := rep.server.last.Load()
+		gen += r.Seq
+		inFlight := int(rep.inFlight.Load())
+		pr := placement.Replica{ID: i, InFlight: inFlight, Healthy: r.Healthy && m.admit(rep, now)}
+		if st := rep.stats(r); st != nil && r.fresh(now, m.interval) {
+			pr.Running, pr.Waiting, pr.KVUsage = int(st.Running), int(st.Waiting), st.KVUsage
+			kvSum += st.KVUsage
+			kvN++
+		} else {
+			stale[i] = true
+			pr.Running = min(inFlight, maxSeqs)
+			pr.Waiting = inFlight - pr.Running
+		}
+		s.Replicas[i] = pr
+	}
+	for i := range s.Replicas {
+		if stale[i] && kvN > 0 {
+			s.Replicas[i].KVUsage = kvSum / float64(kvN)
+		}
+	}
+	s.Generation = gen
+	m.table.Fill(s)
+}
+
+// admit applies ejection and warm-up to one pick. Called with m.mu held.
+func (m *model) admit(rep *replica, now time.Time) bool {
+	if now.Before(rep.ejectedUntil) {
+		return false
+	}
+	if !now.Before(rep.warmUntil) {
+		return true
+	}
+	elapsed := now.Sub(rep.ejectedUntil)
+	share := warmStart + (1-warmStart)*float64(elapsed)/float64(warmup)
+	n := rep.warmPicks
+	rep.warmPicks++
+	// Admit when the running share crosses an integer: deterministic, no rand.
+	return int(float64(n+1)*share) > int(float64(n)*share)
+}
+
+// picked is the outcome of model.pick.
+type picked struct {
+	placement.Decision
+	rep  *replica
+	home int // the session's home before the pick; -1: a new session
+}
+
+// pick asks the policy for a replica and counts the request in flight
+// there. exclude (-1 for none) is shown to the policy as unhealthy: the
+// replica a failed first attempt went to.
+func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fill(now)
+	if exclude >= 0 {
+		m.snap.Replicas[exclude].Healthy = false
+	}
+	home, known := -1, false
+	if r.Session != "" {
+		home, known = m.table.Home(r.Session, now)
+	}
+	d, err := m.policy.Pick(r, &m.snap, now)
+	if err != nil {
+		return picked{}, err
+	}
+	if d.Replica < 0 || d.Replica >= len(m.replicas) {
+		return picked{}, fmt.Errorf("placement picked replica %d of %d", d.Replica, len(m.replicas))
+	}
+	if m.observer && r.Session != "" {
+		if known {
+			m.table.Assign(r.Session, home, now) // keep the first turn's replica, refresh last seen
+		} else {
+			m.table.Assign(r.Session, d.Replica, now)
+		}
+	}
+	if known && exclude < 0 {
+		m.laterTurns.Add(1)
+		if d.Replica == home {
+			m.laterHome.Add(1)
+		}
+	}
+	rep := m.replicas[d.Replica]
+	rep.inFlight.Add(1)
+	if !known {
+		home = -1
+	}
+	return picked{Decision: d, rep: rep, home: home}, nil
+}
+
+// connectFailed records a refused connection to rep and ejects it unless
+// that would eject more than half of the model's replicas. It reports
+// whether rep was ejected.
+func (m *model) connectFailed(rep *replica, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	failures := rep.failures.Add(1)
+	ejected := 0
+	for _, o := range m.replicas {
+		if o != rep && now.Before(o.ejectedUntil) {
+			ejected++
+		}
+	}
+	if (ejected+1)*2 > len(m.replicas) {
+		return false
+	}
+	backoff := ejectBase << min(failures-1, 10)
+	backoff = min(backoff, ejectMax)
+	rep.ejectedUntil = now.Add(backoff)
+	rep.warmUntil = rep.ejectedUntil.Add(warmup)
+	rep.warmPicks = 0
+	return true
+}
+
+// succeeded resets rep's failure count after a good response.
+func (m *model) succeeded(rep *replica) {
+	if rep.failures.Load() != 0 {
+		rep.failures.Store(0)
+	}
+}
+
+// state names a replica's routing state for Status.
+func (m *model) state(rep *replica, r *ScrapeResult, now time.Time) string {
+	switch {
+	case !r.Healthy:
+		return "down"
+	case now.Before(rep.ejectedUntil):
+		return "ejected"
+	case now.Before(rep.warmUntil):
+		return "warming"
+	}
+	return "healthy"
+}

@@ -1,0 +1,93 @@
+package live
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func testModelState(t *testing.T, n int) *model {
+	t.Helper()
+	cfg := ModelCfg{Name: "m", SpillThreshold: Spill{Auto: true}, SessionTTL: Duration(time.Hour), MaxSessions: 100}
+	for range n {
+		cfg.Replicas = append(cfg.Replicas, "http://127.0.0.1:9")
+	}
+	m, err := newModel(cfg, http.DefaultClient, time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestEjectionCapAndBackoff(t *testing.T) {
+	m := testModelState(t, 4)
+	now := time.Unix(1000, 0)
+	for i, want := range []bool{true, true, false} {
+		if got := m.connectFailed(m.replicas[i], now); got != want {
+			t.Errorf("replica %d ejected = %v, want %v (at most half of 4)", i, got, want)
+		}
+	}
+	if got := m.replicas[0].ejectedUntil.Sub(now); got != ejectBase {
+		t.Errorf("first back-off %v, want %v", got, ejectBase)
+	}
+	// Consecutive failures double the back-off, up to the cap.
+	rep := m.replicas[0]
+	for range 10 {
+		m.connectFailed(rep, now)
+	}
+	if got := rep.ejectedUntil.Sub(now); got != ejectMax {
+		t.Errorf("back-off after 11 failures %v, want the cap %v", got, ejectMax)
+	}
+	m.succeeded(rep)
+	if rep.failures.Load() != 0 {
+		t.Error("a success must reset the failure count")
+	}
+	one := testModelState(t, 1)
+	if one.connectFailed(one.replicas[0], now) {
+		t.Error("the only replica of a model must never be ejected")
+	}
+}
+
+func TestWarmUpIsGradual(t *testing.T) {
+	m := testModelState(t, 2)
+	rep := m.replicas[0]
+	start := time.Unix(1000, 0)
+	m.connectFailed(rep, start)
+	if m.admit(rep, start) {
+		t.Fatal("an ejected replica was admitted")
+	}
+	admitted := func(at time.Time) int {
+		n := 0
+		for range 1000 {
+			if m.admit(rep, at) {
+				n++
+			}
+		}
+		return n
+	}
+	back := rep.ejectedUntil
+	early, mid, late := admitted(back), admitted(back.Add(warmup/2)), admitted(back.Add(warmup))
+	if early < 50 || early > 150 || mid < 450 || mid > 650 || late != 1000 {
+		t.Errorf("admitted per 1000 picks: %d at the start of warm-up, %d half-way, %d after; want ~100, ~550, 1000", early, mid, late)
+	}
+}
+
+func TestFillFallsBackToLocalCounts(t *testing.T) {
+	m := testModelState(t, 2)
+	now := time.Now()
+	// Replica 0 has a fresh scrape, replica 1 none.
+	m.replicas[0].server.last.Store(&ScrapeResult{Seq: 1, OK: now, Healthy: true,
+		Engines: []EngineStats{{Running: 5, Waiting: 1, KVUsage: 0.6}}})
+	m.replicas[1].inFlight.Store(300)
+	m.mu.Lock()
+	m.fill(now)
+	s := m.snap
+	m.mu.Unlock()
+	r0, r1 := s.Replicas[0], s.Replicas[1]
+	if r0.Running != 5 || r0.Waiting != 1 || r0.KVUsage != 0.6 {
+		t.Errorf("fresh replica %+v, want the scraped figures", r0)
+	}
+	if r1.Running != DefaultMaxNumSeqs || r1.Waiting != 300-DefaultMaxNumSeqs || r1.KVUsage != 0.6 || !r1.Healthy {
+		t.Errorf("unscraped replica %+v, want local counts (running 256, waiting 44), the fresh mean KV use, healthy", r1)
+	}
+}

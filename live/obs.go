@@ -1,0 +1,179 @@
+package live
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/lm-warden/warden/metrics"
+)
+
+// Series names of warden's own metrics that the shared vocabulary
+// (package metrics) does not define, because only live mode has them.
+const (
+	seriesSpills          = "warden_spills_total"
+	seriesUpstreamErrors  = "warden_upstream_errors_total"
+	seriesRejected        = "warden_rejected_total"
+	seriesEjections       = "warden_ejections_total"
+	seriesDuration        = "warden_request_duration_seconds"
+	seriesPromptTokens    = "warden_prompt_tokens_total"
+	seriesScrapeAge       = "warden_scrape_age_seconds"
+	seriesReplicaHealthy  = "warden_replica_healthy"
+	seriesSessionCapacity = "warden_session_capacity"
+)
+
+// observer holds the proxy's Prometheus metrics in a private registry
+// (no global state). Per-request series are updated on the request path;
+// per-replica gauges (in flight, sessions, scrape age, health) are read from
+// the routing state when scraped, by stateCollector.
+type observer struct {
+	reg            *prometheus.Registry
+	requests       *prometheus.CounterVec // model, replica, reason
+	spills         *prometheus.CounterVec // model, replica (the home that overflowed)
+	upstreamErrors *prometheus.CounterVec // model, replica, kind
+	rejected       *prometheus.CounterVec // reason
+	ejections      *prometheus.CounterVec // model, replica
+	laterTurns     *prometheus.CounterVec // model
+	laterHome      *prometheus.CounterVec // model
+	outputTokens   *prometheus.CounterVec // model
+	promptTokens   *prometheus.CounterVec // model
+	ttfb           *prometheus.HistogramVec
+	duration       *prometheus.HistogramVec
+}
+
+func newObserver(state func() *routing) *observer {
+	o := &observer{reg: prometheus.NewRegistry()}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		o.reg.MustRegister(c)
+		return c
+	}
+	o.requests = counter(metrics.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen (new, sticky, spill, parent, hash, least-loaded, pinned, retried).", "model", "replica", "reason")
+	o.spills = counter(seriesSpills, "Later turns that left their home because it was over the spill threshold, by home replica.", "model", "replica")
+	o.upstreamErrors = counter(seriesUpstreamErrors, "Upstream failures by kind: connect, reset, status (502/503 before any byte), stream (after the first byte).", "model", "replica", "kind")
+	o.rejected = counter(seriesRejected, "Requests the proxy answered itself with an error, by reason.", "reason")
+	o.ejections = counter(seriesEjections, "Passive ejections of a replica after a refused connection.", "model", "replica")
+	o.laterTurns = counter(metrics.WardenLaterTurns, "Requests of a session already known (turn > 0).", "model")
+	o.laterHome = counter(metrics.WardenLaterTurnsHome, "Later turns served by the session's home.", "model")
+	o.outputTokens = counter(metrics.WardenOutputTokens, "Output tokens reported in responses' usage.", "model")
+	o.promptTokens = counter(seriesPromptTokens, "Prompt tokens reported in responses' usage.", "model")
+	o.ttfb = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    metrics.WardenTTFB,
+		Help:    "Time from receiving a request to forwarding its first output token (streams) or first body byte.",
+		Buckets: metrics.WardenTTFBBuckets(),
+	}, []string{"model"})
+	o.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    seriesDuration,
+		Help:    "Time from receiving a request to the end of its response.",
+		Buckets: metrics.WardenTTFBBuckets(),
+	}, []string{"model"})
+	for _, r := range rejectReasons {
+		o.rejected.WithLabelValues(r)
+	}
+	o.reg.MustRegister(o.ttfb, o.duration,
+		&stateCollector{state: state},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return o
+}
+
+// rejectReasons are the values of warden_rejected_total's reason label.
+var rejectReasons = []string{"auth", "path", "method", "too_large", "read", "utf8", "json", "model", "unknown_model", "session_id", "unavailable"}
+
+// upstreamKinds are the values of warden_upstream_errors_total's kind label.
+var upstreamKinds = []string{"connect", "reset", "status", "stream"}
+
+// initModel creates a model's series at zero, so that they exist before
+// their first event (PromQL's increase() misses a counter's first step).
+func (o *observer) initModel(m *model) {
+	name := m.cfg.Name
+	for _, v := range []*prometheus.CounterVec{o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens} {
+		v.WithLabelValues(name)
+	}
+	o.ttfb.WithLabelValues(name)
+	o.duration.WithLabelValues(name)
+	for _, rep := range m.replicas {
+		id := strconv.Itoa(rep.id)
+		for i := range numCounted {
+			o.requests.WithLabelValues(name, id, reasonName(i))
+		}
+		o.spills.WithLabelValues(name, id)
+		o.ejections.WithLabelValues(name, id)
+		for _, k := range upstreamKinds {
+			o.upstreamErrors.WithLabelValues(name, id, k)
+		}
+	}
+}
+
+// dropModel deletes a model's series (a reload removed or rebuilt it).
+func (o *observer) dropModel(name string) {
+	l := prometheus.Labels{"model": name}
+	for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections, o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens} {
+		v.DeletePartialMatch(l)
+	}
+	o.ttfb.DeletePartialMatch(l)
+	o.duration.DeletePartialMatch(l)
+}
+
+var (
+	descInFlight = prometheus.NewDesc(metrics.WardenInFlight, "Requests sent to the replica whose response has not finished.", []string{"model", "replica"}, nil)
+	descSessions = prometheus.NewDesc(metrics.WardenSessions, "Conversations homed on the replica (the session table).", []string{"model", "replica"}, nil)
+	descAge      = prometheus.NewDesc(seriesScrapeAge, "Seconds since the replica's server was last scraped successfully (+Inf: never).", []string{"model", "replica"}, nil)
+	descHealthy  = prometheus.NewDesc(seriesReplicaHealthy, "1 if the replica may receive requests (health probe passing, not ejected).", []string{"model", "replica"}, nil)
+	descCapacity = prometheus.NewDesc(seriesSessionCapacity, "The session table's cap for the model.", []string{"model"}, nil)
+)
+
+// stateCollector exports the per-replica gauges from the live routing state.
+type stateCollector struct{ state func() *routing }
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descInFlight
+	ch <- descSessions
+	ch <- descAge
+	ch <- descHealthy
+	ch <- descCapacity
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	rt := c.state()
+	if rt == nil {
+		return
+	}
+	now := time.Now()
+	for _, name := range rt.names {
+		m := rt.models[name]
+		m.mu.Lock()
+		counts := m.table.Counters()
+		capacity := m.table.MaxSessions()
+		states := make([]string, len(m.replicas))
+		for i, rep := range m.replicas {
+			states[i] = m.state(rep, rep.server.last.Load(), now)
+		}
+		m.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(capacity), name)
+		for i, rep := range m.replicas {
+			id := strconv.Itoa(i)
+			sessions := 0
+			if i < len(counts) {
+				sessions = counts[i].Sessions
+			}
+			age := inf
+			if r := rep.server.last.Load(); !r.OK.IsZero() {
+				age = now.Sub(r.OK).Seconds()
+			}
+			healthy := 0.0
+			if states[i] == "healthy" || states[i] == "warming" {
+				healthy = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(rep.inFlight.Load()), name, id)
+			ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(sessions), name, id)
+			ch <- prometheus.MustNewConstMetric(descAge, prometheus.GaugeValue, age, name, id)
+			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, name, id)
+		}
+	}
+}
+
+var inf = math.Inf(1)

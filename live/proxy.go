@@ -1,0 +1,603 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/lm-warden/warden/placement"
+)
+
+// endpoints maps the paths the proxy serves to their dialect.
+var endpoints = map[string]API{
+	"/v1/chat/completions":      APIOpenAI,
+	"/v1/completions":           APIOpenAI,
+	"/v1/responses":             APIResponses,
+	"/v1/messages":              APIAnthropic,
+	"/v1/messages/count_tokens": APIAnthropic,
+}
+
+// maxUsageBody bounds how much of a non-streamed response is kept to read
+// its usage.
+const maxUsageBody = 1 << 20
+
+// callKey carries the *call of a request through the ReverseProxy.
+type callKey struct{}
+
+// call is one client request on its way through the proxy.
+type call struct {
+	srv       *Server
+	m         *model
+	api       API
+	path      string
+	body      []byte
+	stream    bool
+	req       placement.Request // Session/Parent are keyed hashes
+	source    string            // where the session id came from
+	turnKnown bool              // the session was known before this request (for the journal)
+	start     time.Time
+
+	cur      *attempt    // the attempt whose response is being served
+	reason   string      // reason of cur: a placement reason or "retried"
+	attempts int         // attempts made
+	noRep    atomic.Bool // a retry found no replica
+
+	ttfb     atomic.Int64 // ns from start to first output token; 0: none
+	usage    Usage
+	status   int
+	finished atomic.Bool
+	jt       journalTicket // place in the journal's arrival order
+}
+
+// attempt is one try of a call on one replica; it holds one in-flight count
+// and gives it back exactly once.
+type attempt struct {
+	m        *model
+	rep      *replica
+	released atomic.Bool
+}
+
+func (a *attempt) release() {
+	if a != nil && a.released.CompareAndSwap(false, true) {
+		a.rep.inFlight.Add(-1)
+	}
+}
+
+func callFrom(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{}).(*call)
+	return c
+}
+
+// ServeHTTP is the client-facing handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt := s.state.Load()
+	api, ok := endpoints[r.URL.Path]
+	if !ok && r.Header.Get("anthropic-version") != "" {
+		api = APIAnthropic
+	}
+	if r.URL.Path == "/v1/models" {
+		if !s.authorized(rt, r, api) {
+			s.reject(w, api, errAuth, "auth", "invalid API key")
+			return
+		}
+		s.serveModels(w, r, rt)
+		return
+	}
+	if !ok {
+		s.reject(w, api, errNotFound, "path", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		s.reject(w, api, errInvalid, "method", fmt.Sprintf("%s %s: only POST is allowed", r.Method, r.URL.Path))
+		return
+	}
+	if !s.authorized(rt, r, api) {
+		s.reject(w, api, errAuth, "auth", "invalid API key")
+		return
+	}
+	c, kind, reason, msg := s.admit(rt, w, r, api)
+	if c == nil {
+		s.reject(w, api, kind, reason, msg)
+		return
+	}
+	defer c.finish()
+	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
+	r.Body = io.NopCloser(bytes.NewReader(c.body))
+	r.ContentLength = int64(len(c.body))
+	s.proxy.ServeHTTP(w, r)
+}
+
+// reject answers a request the proxy refuses itself, counted by reason.
+func (s *Server) reject(w http.ResponseWriter, api API, k errKind, reason, msg string) {
+	s.obs.rejected.WithLabelValues(reason).Inc()
+	writeError(w, api, k, msg)
+}
+
+// authorized checks the client's API key: OpenAI clients send
+// Authorization: Bearer KEY, Anthropic clients x-api-key: KEY (either is
+// accepted on every path). With auth: passthrough every request passes.
+func (s *Server) authorized(rt *routing, r *http.Request, api API) bool {
+	if rt.cfg.Auth == "passthrough" {
+		return true
+	}
+	key := r.Header.Get("x-api-key")
+	if a := r.Header.Get("Authorization"); key == "" && len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
+		key = strings.TrimSpace(a[7:])
+	}
+	if key == "" {
+		return false
+	}
+	ok := 0
+	for _, k := range rt.clientKeys {
+		ok |= subtle.ConstantTimeCompare([]byte(key), k)
+	}
+	return ok == 1
+}
+
+// admit reads and checks the body, finds the model and the session, and
+// places the request. It returns nil and the error to answer on failure.
+func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api API) (*call, errKind, string, string) {
+	start := time.Now()
+	limit := int64(rt.cfg.Limits.MaxBodyBytes)
+	if r.ContentLength > limit {
+		return nil, errTooLarge, "too_large", fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, limit)
+	}
+	data, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, errTooLarge, "too_large", fmt.Sprintf("request body exceeds the limit of %d bytes", limit)
+		}
+		return nil, errInvalid, "read", "reading the request body: " + err.Error()
+	}
+	if !utf8.Valid(data) {
+		return nil, errInvalid, "utf8", "request body is not valid UTF-8"
+	}
+	b, err := decodeBody(data)
+	if err != nil {
+		return nil, errInvalid, "json", err.Error()
+	}
+	if b.Model == "" {
+		return nil, errInvalid, "model", "missing required field: model"
+	}
+	m := rt.models[b.Model]
+	if m == nil {
+		return nil, errNotFound, "unknown_model", fmt.Sprintf("model %q is not served here (see /v1/models)", b.Model)
+	}
+	id, err := extractFrom(r.Header, data, &b, api, rt.cfg.Limits.MaxSessionID)
+	if err != nil {
+		return nil, errInvalid, "session_id", err.Error()
+	}
+	c := &call{
+		srv: s, m: m, api: api, path: r.URL.Path, body: data, stream: b.Stream, start: start,
+		source: id.Source, status: http.StatusOK, usage: unknownUsage(),
+		req: placement.Request{
+			Session: s.keyer.Sum(id.Session),
+			Parent:  s.keyer.Sum(id.Parent),
+			Model:   b.Model,
+			// Approximate prompt size for policies that weigh it: ~4 bytes a token.
+			PromptTokens: len(data) / 4,
+			Pinned:       placement.NoPin,
+		},
+	}
+	if h := rt.cfg.TrustedPinHeader; h != "" {
+		if v := r.Header.Get(h); v != "" {
+			if n, err := strconv.Atoi(v); err == nil && n >= 0 && n < len(m.replicas) {
+				c.req.Pinned = n
+			}
+		}
+	}
+	p, err := m.pick(&c.req, -1, start)
+	if err != nil {
+		return nil, errUnavailable, "unavailable", "no replica of " + b.Model + " can take the request now: " + err.Error()
+	}
+	c.cur = &attempt{m: m, rep: p.rep}
+	c.reason = p.Reason.String()
+	c.attempts = 1
+	c.turnKnown = p.home >= 0
+	if p.home >= 0 {
+		s.obs.laterTurns.WithLabelValues(m.cfg.Name).Inc()
+		if p.Replica == p.home {
+			s.obs.laterHome.WithLabelValues(m.cfg.Name).Inc()
+		}
+	}
+	if p.Reason == placement.ReasonSpill && p.home >= 0 {
+		s.obs.spills.WithLabelValues(m.cfg.Name, strconv.Itoa(p.home)).Inc()
+	}
+	if s.journal != nil {
+		c.jt = s.journal.begin()
+	}
+	return c, 0, "", ""
+}
+
+// finish records a call once its response is over (or failed).
+func (c *call) finish() {
+	if !c.finished.CompareAndSwap(false, true) {
+		return
+	}
+	c.cur.release()
+	s, name := c.srv, c.m.cfg.Name
+	dur := time.Since(c.start)
+	s.obs.requests.WithLabelValues(name, strconv.Itoa(c.cur.rep.id), c.reason).Inc()
+	c.cur.rep.byReason[reasonIndex(c.reason)].Add(1)
+	s.obs.duration.WithLabelValues(name).Observe(dur.Seconds())
+	if c.usage.OutputTokens > 0 {
+		s.obs.outputTokens.WithLabelValues(name).Add(float64(c.usage.OutputTokens))
+	}
+	if c.usage.PromptTokens > 0 {
+		s.obs.promptTokens.WithLabelValues(name).Add(float64(c.usage.PromptTokens))
+	}
+	if s.journal != nil {
+		if c.path == "/v1/messages/count_tokens" {
+			s.journal.skip(c.jt)
+		} else {
+			s.journal.record(c, dur)
+		}
+	}
+	s.log.Debug("request", "model", name, "replica", c.cur.rep.id, "reason", c.reason,
+		"session", shortID(c.req.Session), "source", c.source, "status", c.status,
+		"attempts", c.attempts, "duration", dur)
+}
+
+func reasonIndex(reason string) int {
+	if reason == "retried" {
+		return reasonRetried
+	}
+	r, err := placement.ParseReason(reason)
+	if err != nil || int(r) >= reasonRetried {
+		return reasonRetried
+	}
+	return int(r)
+}
+
+// shortID abbreviates a keyed session hash for logs.
+func shortID(h string) string { return h[:min(len(h), 12)] }
+
+// rewrite points the outgoing request at the attempt's replica and sets
+// the headers the proxy owns: X-data-parallel-rank (only ever the proxy's),
+// the backend credentials, and no trusted pin header.
+func (s *Server) rewrite(pr *httputil.ProxyRequest) {
+	c := callFrom(pr.In.Context())
+	pr.SetURL(c.cur.rep.target)
+	pr.SetXForwarded()
+	s.setHeaders(pr.Out, c)
+}
+
+func (s *Server) setHeaders(out *http.Request, c *call) {
+	rt := s.state.Load()
+	h := out.Header
+	h.Del("X-data-parallel-rank")
+	if c.cur.rep.rank != "" {
+		h.Set("X-data-parallel-rank", c.cur.rep.rank)
+	}
+	if p := rt.cfg.TrustedPinHeader; p != "" {
+		h.Del(p)
+	}
+	if rt.cfg.Auth != "passthrough" || rt.cfg.BackendAPIKey != "" {
+		h.Del("Authorization")
+		h.Del("x-api-key")
+	}
+	if rt.cfg.BackendAPIKey != "" {
+		h.Set("Authorization", "Bearer "+rt.cfg.BackendAPIKey)
+	}
+}
+
+// transport sends each attempt, retries a failure that reached no client
+// byte once on another replica, and wraps the response body.
+type transport struct {
+	srv  *Server
+	base http.RoundTripper
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c := callFrom(req.Context())
+	if c == nil {
+		return t.base.RoundTrip(req)
+	}
+	res, err := t.try(c, req)
+	if !retryable(res, err) || req.Context().Err() != nil {
+		return res, err
+	}
+	if res != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+		res.Body.Close()
+	}
+	prev := c.cur.rep
+	p, perr := c.m.pick(&c.req, prev.id, time.Now())
+	if perr != nil {
+		c.noRep.Store(true)
+		if err == nil {
+			err = fmt.Errorf("replica %d answered %d and no other replica is available", prev.id, res.StatusCode)
+		}
+		return nil, err
+	}
+	rep := p.rep
+	c.cur = &attempt{m: c.m, rep: rep}
+	c.reason = "retried"
+	c.attempts++
+	req2 := req.Clone(req.Context())
+	req2.Body = io.NopCloser(bytes.NewReader(c.body))
+	req2.GetBody = nil
+	req2.URL.Scheme, req2.URL.Host = rep.target.Scheme, rep.target.Host
+	req2.URL.Path, req2.URL.RawPath = joinPath(rep.target.Path, c.path), ""
+	req2.Host = ""
+	t.srv.setHeaders(req2, c)
+	return t.try(c, req2)
+}
+
+func joinPath(base, p string) string {
+	return strings.TrimSuffix(base, "/") + p
+}
+
+// retryable reports a failure before any response byte: a transport error
+// (connection refused or reset, EOF before the headers) or a 502/503.
+func retryable(res *http.Response, err error) bool {
+	if err != nil {
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	}
+	return res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable
+}
+
+// try sends one attempt on c.cur.
+func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
+	a := c.cur
+	s, name, id := t.srv, c.m.cfg.Name, strconv.Itoa(a.rep.id)
+	res, err := t.base.RoundTrip(req)
+	if err != nil {
+		a.release()
+		if req.Context().Err() != nil {
+			return nil, err
+		}
+		a.rep.upErrors.Add(1)
+		kind := "reset"
+		if isConnectError(err) {
+			kind = "connect"
+			if c.m.connectFailed(a.rep, time.Now()) {
+				s.obs.ejections.WithLabelValues(name, id).Inc()
+				s.log.Warn("replica ejected", "model", name, "replica", a.rep.id, "err", err)
+			}
+		}
+		s.obs.upstreamErrors.WithLabelValues(name, id, kind).Inc()
+		return nil, err
+	}
+	if res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable {
+		a.rep.upErrors.Add(1)
+		s.obs.upstreamErrors.WithLabelValues(name, id, "status").Inc()
+		if c.attempts == 1 {
+			a.release()
+			return res, nil // RoundTrip retries; the body is discarded there
+		}
+	} else {
+		c.m.succeeded(a.rep)
+	}
+	c.status = res.StatusCode
+	res.Body = newRespBody(c, a, res)
+	return res, nil
+}
+
+// isConnectError reports a failure to establish the connection at all.
+func isConnectError(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// errorHandler answers a request that got no response at all.
+func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	c := callFrom(r.Context())
+	if c == nil {
+		writeError(w, APIOpenAI, errUpstream, "upstream error")
+		return
+	}
+	if r.Context().Err() != nil {
+		c.status = 499 // client closed the request; nobody reads an answer
+		return
+	}
+	kind := errUpstream
+	if c.noRep.Load() || isConnectError(err) {
+		kind = errUnavailable
+	}
+	c.status = kind.status(c.api)
+	s.log.Warn("upstream failed", "model", c.m.cfg.Name, "replica", c.cur.rep.id, "attempts", c.attempts, "err", err)
+	writeError(w, c.api, kind, fmt.Sprintf("upstream replica failed before responding (%d attempt(s))", c.attempts))
+}
+
+// respBody wraps a backend's response body. It releases the attempt's
+// in-flight count when closed; it notes the first output token and the
+// usage; and for event streams it passes on only whole events, so that if
+// the backend fails mid-stream it can end the stream with the API's own
+// error event (and no [DONE] or message_stop) instead of a torn event.
+type respBody struct {
+	rc    io.ReadCloser
+	c     *call
+	a     *attempt
+	watch *streamWatch // nil: not an event stream
+	ctx   context.Context
+
+	rbuf  []byte // read buffer (streams)
+	held  []byte // bytes after the last complete event
+	out   []byte // bytes ready for the client
+	final bool   // no more bytes after out
+	err   error  // returned after out when final
+
+	usageBuf []byte // non-streamed body kept for its usage, up to maxUsageBody
+	first    bool
+}
+
+func newRespBody(c *call, a *attempt, res *http.Response) *respBody {
+	b := &respBody{rc: res.Body, c: c, a: a, ctx: res.Request.Context()}
+	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+		b.watch = newStreamWatch(c.api, func() { c.ttfb.CompareAndSwap(0, int64(max(time.Since(c.start), 1))) })
+		b.rbuf = make([]byte, 32<<10)
+	}
+	return b
+}
+
+func (b *respBody) Read(p []byte) (int, error) {
+	if b.watch == nil {
+		n, err := b.rc.Read(p)
+		if n > 0 {
+			if !b.first {
+				b.first = true
+				b.c.ttfb.CompareAndSwap(0, int64(max(time.Since(b.c.start), 1)))
+			}
+			if len(b.usageBuf)+n <= maxUsageBody {
+				b.usageBuf = append(b.usageBuf, p[:n]...)
+			}
+		}
+		if err != nil && err != io.EOF && b.ctx.Err() == nil {
+			b.upstreamFailed("stream")
+		}
+		return n, err
+	}
+	for {
+		if len(b.out) > 0 {
+			n := copy(p, b.out)
+			b.out = b.out[n:]
+			return n, nil
+		}
+		if b.final {
+			return 0, b.err
+		}
+		n, err := b.rc.Read(b.rbuf)
+		if n > 0 {
+			chunk := b.rbuf[:n]
+			_, _ = b.watch.Write(chunk)
+			b.held = append(b.held, chunk...)
+			if cut := lastEventEnd(b.held); cut > 0 {
+				b.out = append(b.out[:0], b.held[:cut]...)
+				b.held = append(b.held[:0], b.held[cut:]...)
+			} else if len(b.held) > maxSSELine {
+				b.out = append(b.out[:0], b.held...)
+				b.held = b.held[:0]
+			}
+		}
+		switch {
+		case err == nil:
+		case b.ctx.Err() != nil:
+			b.final, b.err = true, err // the client is gone
+		case err == io.EOF && (b.watch.terminal || b.watch.upstreamErr):
+			b.out = append(b.out, b.held...) // a clean end
+			b.held = nil
+			b.final, b.err = true, io.EOF
+		default:
+			// Died mid-stream, or ended without its final event.
+			b.upstreamFailed("stream")
+			msg := "upstream replica failed mid-stream"
+			if err == io.EOF {
+				msg = "upstream replica ended the stream early"
+			}
+			b.c.srv.log.Warn("stream broken", "model", b.c.m.cfg.Name, "replica", b.a.rep.id, "err", err)
+			b.out = append(b.out, streamErrorEvent(b.c.api, msg)...)
+			b.held = nil
+			b.final, b.err = true, io.EOF
+		}
+	}
+}
+
+func (b *respBody) upstreamFailed(kind string) {
+	b.a.rep.upErrors.Add(1)
+	b.c.srv.obs.upstreamErrors.WithLabelValues(b.c.m.cfg.Name, strconv.Itoa(b.a.rep.id), kind).Inc()
+}
+
+func (b *respBody) Close() error {
+	err := b.rc.Close()
+	b.a.release()
+	if b.watch != nil {
+		b.c.usage = b.watch.usage
+	} else if len(b.usageBuf) > 0 {
+		b.c.usage = bodyUsage(b.c.api, b.usageBuf)
+	}
+	if t := b.c.ttfb.Load(); t > 0 {
+		b.c.srv.obs.ttfb.WithLabelValues(b.c.m.cfg.Name).Observe(time.Duration(t).Seconds())
+	}
+	return err
+}
+
+// lastEventEnd returns the offset just past the last blank line (the end
+// of an event) in b, or 0.
+func lastEventEnd(b []byte) int {
+	end := 0
+	if i := bytes.LastIndex(b, []byte("\n\n")); i >= 0 {
+		end = i + 2
+	}
+	if i := bytes.LastIndex(b, []byte("\r\n\r\n")); i >= 0 && i+4 > end {
+		end = i + 4
+	}
+	if i := bytes.LastIndex(b, []byte("\r\r")); i >= 0 && i+2 > end {
+		end = i + 2
+	}
+	return end
+}
+
+// serveModels answers GET /v1/models with the configured models, in
+// Anthropic's shape when the client sent anthropic-version.
+func (s *Server) serveModels(w http.ResponseWriter, r *http.Request, rt *routing) {
+	var buf bytes.Buffer
+	if r.Header.Get("anthropic-version") != "" {
+		buf.WriteString(`{"data":[`)
+		for i, name := range rt.names {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			fmt.Fprintf(&buf, `{"type":"model","id":%s,"display_name":%s,"created_at":"1970-01-01T00:00:00Z"}`, jsonString(name), jsonString(name))
+		}
+		first, last := "null", "null"
+		if len(rt.names) > 0 {
+			first, last = jsonString(rt.names[0]), jsonString(rt.names[len(rt.names)-1])
+		}
+		fmt.Fprintf(&buf, `],"has_more":false,"first_id":%s,"last_id":%s}`, first, last)
+	} else {
+		buf.WriteString(`{"object":"list","data":[`)
+		for i, name := range rt.names {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			fmt.Fprintf(&buf, `{"id":%s,"object":"model","created":0,"owned_by":"warden"}`, jsonString(name))
+		}
+		buf.WriteString(`]}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(buf.Bytes())
+}
+
+// logWriter adapts the ReverseProxy's log.Logger to slog at debug level
+// (it reports client disconnects, which are routine).
+type logWriter struct{ log *slog.Logger }
+
+func (l logWriter) Write(p []byte) (int, error) {
+	l.log.Debug(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// readBody reads a whole request body, in one allocation when the client
+// declared its length (net/http never returns more than Content-Length).
+func readBody(r io.Reader, length int64) ([]byte, error) {
+	if length <= 0 {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, length)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			return nil, fmt.Errorf("body shorter than its Content-Length %d", length)
+		}
+		return nil, err
+	}
+	return buf, nil
+}

@@ -1,0 +1,279 @@
+package live
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// Session id sources, in the order [Extract] tries them (the first one that
+// yields a non-empty id wins).
+const (
+	SourceClaudeCode     = "X-Claude-Code-Session-Id" // Claude Code
+	SourceCodex          = "session-id"               // Codex CLI
+	SourceOpenCode       = "x-session-id"             // OpenCode
+	SourceMetadataUserID = "metadata.user_id"         // Anthropic body
+	SourcePromptCacheKey = "prompt_cache_key"         // OpenAI body
+	SourceUser           = "user"                     // OpenAI body (older)
+	SourcePromptHash     = "prompt-hash"              // fallback: system prompt + first user message
+)
+
+// Subagent headers sent by Claude Code.
+const (
+	headerAgentID       = "x-claude-code-agent-id"
+	headerParentAgentID = "x-claude-code-parent-agent-id"
+)
+
+// billingPrefix starts Claude Code's per-request system block (it carries a
+// changing cch= value) which the fallback hash skips.
+const billingPrefix = "x-anthropic-billing-header:"
+
+// fallbackPromptBytes bounds how much of a /v1/completions prompt the
+// fallback hashes: completions resend the whole conversation as one string,
+// so only a prefix is stable across turns.
+const fallbackPromptBytes = 32 << 10
+
+// Identity is what a request says about its conversation. Session and
+// Parent are raw client values: hash them with a [Keyer] before they are
+// stored or logged.
+type Identity struct {
+	Session string
+	Parent  string // the root conversation of a subagent, or ""
+	Source  string // one of the Source* constants
+}
+
+// body is the part of a request body the proxy decodes; every other field
+// is skipped by the decoder without being stored.
+type body struct {
+	Model    string `json:"model"`
+	Stream   bool   `json:"stream"`
+	Metadata *struct {
+		UserID string `json:"user_id"`
+	} `json:"metadata"`
+	PromptCacheKey string `json:"prompt_cache_key"`
+	User           string `json:"user"`
+}
+
+// ErrSessionTooLong is returned (wrapped) when a client's session id is
+// longer than the configured maximum.
+var ErrSessionTooLong = errors.New("session id too long")
+
+// decodeBody validates a request body and decodes the fields the proxy
+// needs (see scanBody).
+func decodeBody(data []byte) (body, error) { return scanBody(data) }
+
+// extractFrom finds the session id of a request whose body b was decoded
+// from raw, trying in order: the headers
+// X-Claude-Code-Session-Id, session-id, x-session-id; the body's
+// metadata.user_id (JSON-string form {"session_id":...} or the older
+// user_<hash>_account_<uuid>_session_<uuid>); prompt_cache_key; user; and
+// finally a hash of the system prompt and the first user message (Claude
+// Code's billing-header system block skipped). A Claude Code subagent
+// (x-claude-code-agent-id) gets its own session with the root conversation
+// as Parent. An id longer than maxLen bytes is an error.
+func extractFrom(h http.Header, raw []byte, b *body, api API, maxLen int) (Identity, error) {
+	id := Identity{}
+	for _, name := range [...]string{SourceClaudeCode, SourceCodex, SourceOpenCode} {
+		if v := strings.TrimSpace(h.Get(name)); v != "" {
+			id = Identity{Session: v, Source: name}
+			break
+		}
+	}
+	if id.Session == "" && b.Metadata != nil && b.Metadata.UserID != "" {
+		id = Identity{Session: sessionFromUserID(b.Metadata.UserID), Source: SourceMetadataUserID}
+	}
+	if id.Session == "" && b.PromptCacheKey != "" {
+		id = Identity{Session: b.PromptCacheKey, Source: SourcePromptCacheKey}
+	}
+	if id.Session == "" && b.User != "" {
+		id = Identity{Session: b.User, Source: SourceUser}
+	}
+	if len(id.Session) > maxLen {
+		return Identity{}, fmt.Errorf("%w: %s is %d bytes (at most %d)", ErrSessionTooLong, id.Source, len(id.Session), maxLen)
+	}
+	if agent := strings.TrimSpace(h.Get(headerAgentID)); agent != "" {
+		parent := id.Session
+		if parent == "" {
+			parent = strings.TrimSpace(h.Get(headerParentAgentID))
+		}
+		for _, kv := range [...][2]string{{headerAgentID, agent}, {headerParentAgentID, parent}} {
+			if len(kv[1]) > maxLen {
+				return Identity{}, fmt.Errorf("%w: %s is %d bytes (at most %d)", ErrSessionTooLong, kv[0], len(kv[1]), maxLen)
+			}
+		}
+		switch {
+		case parent != "":
+			src := id.Source
+			if src == "" {
+				src = headerParentAgentID
+			}
+			id = Identity{Session: parent + "\x00agent\x00" + agent, Parent: parent, Source: src}
+		default:
+			id = Identity{Session: agent, Source: headerAgentID}
+		}
+	}
+	if id.Session != "" {
+		return id, nil
+	}
+	return Identity{Session: promptHash(raw, api), Source: SourcePromptHash}, nil
+}
+
+// Extract validates a request body (raw) and returns its session; see
+// extractFrom for the order of the sources.
+func Extract(h http.Header, raw []byte, api API, maxLen int) (Identity, error) {
+	b, err := decodeBody(raw)
+	if err != nil {
+		return Identity{}, err
+	}
+	return extractFrom(h, raw, &b, api, maxLen)
+}
+
+// sessionFromUserID reads the session out of Anthropic's metadata.user_id.
+func sessionFromUserID(u string) string {
+	if strings.HasPrefix(u, "{") {
+		var v struct {
+			SessionID string `json:"session_id"`
+		}
+		if json.Unmarshal([]byte(u), &v) == nil && v.SessionID != "" {
+			return v.SessionID
+		}
+		return u
+	}
+	if i := strings.LastIndex(u, "_session_"); i >= 0 && i+len("_session_") < len(u) {
+		return u[i+len("_session_"):]
+	}
+	return u
+}
+
+// content is a message's content: a string or a list of typed blocks.
+type content []byte
+
+// text returns the text of a content value: the string itself, or the
+// text of each text block joined; non-text blocks contribute their raw JSON.
+func (c content) text(skipBilling bool) string {
+	c = bytes.TrimSpace(c)
+	if len(c) == 0 || string(c) == "null" {
+		return ""
+	}
+	if c[0] == '"' {
+		var s string
+		if json.Unmarshal(c, &s) == nil {
+			return s
+		}
+		return ""
+	}
+	var blocks []json.RawMessage
+	if json.Unmarshal(c, &blocks) != nil {
+		return string(c)
+	}
+	var sb strings.Builder
+	for _, raw := range blocks {
+		var blk struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		text := string(raw)
+		if json.Unmarshal(raw, &blk) == nil && blk.Text != "" {
+			if skipBilling && strings.HasPrefix(blk.Text, billingPrefix) {
+				continue
+			}
+			text = blk.Text
+		}
+		if sb.Len() > 0 {
+			sb.WriteByte(0) // blocks are separated; one text block reads as the string
+		}
+		sb.WriteString(text)
+	}
+	return sb.String()
+}
+
+type message struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// promptParts returns the system prompt and the first user message of a
+// request body; only called when no explicit session id was found.
+func promptParts(raw []byte, api API) (system, user string) {
+	var v struct {
+		System       json.RawMessage `json:"system"`       // Anthropic
+		Messages     []message       `json:"messages"`     // chat, Anthropic
+		Instructions string          `json:"instructions"` // Responses
+		Input        json.RawMessage `json:"input"`        // Responses
+		Prompt       json.RawMessage `json:"prompt"`       // completions
+	}
+	_ = json.Unmarshal(raw, &v) // already validated; type mismatches leave fields empty
+	switch api {
+	case APIAnthropic:
+		system = content(v.System).text(true)
+	case APIResponses:
+		system = v.Instructions
+		in := bytes.TrimSpace(v.Input)
+		if len(in) > 0 && in[0] == '"' {
+			return system, content(in).text(false)
+		}
+		_ = json.Unmarshal(in, &v.Messages)
+	}
+	if len(v.Prompt) > 0 {
+		p := content(v.Prompt).text(false)
+		return "", p[:min(len(p), fallbackPromptBytes)]
+	}
+	var sys strings.Builder
+	sys.WriteString(system)
+	for _, m := range v.Messages {
+		switch m.Role {
+		case "system", "developer":
+			sys.WriteString(content(m.Content).text(true))
+			sys.WriteByte(0)
+		case "user":
+			return sys.String(), content(m.Content).text(false)
+		}
+	}
+	return sys.String(), ""
+}
+
+// promptHash is the fallback session id: a digest of the system prompt and
+// the first user message, which stay the same on every turn.
+func promptHash(raw []byte, api API) string {
+	system, user := promptParts(raw, api)
+	h := sha256.New()
+	h.Write([]byte(system))
+	h.Write([]byte{0, 0})
+	h.Write([]byte(user))
+	return "prompt:" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Keyer turns raw session ids into keyed hashes (HMAC-SHA256, 128 bits,
+// hex): the only form in which an id is stored, logged or journaled. It is
+// safe for concurrent use.
+type Keyer struct {
+	pool sync.Pool
+}
+
+// NewKeyer returns a Keyer for key.
+func NewKeyer(key []byte) *Keyer {
+	k := append([]byte(nil), key...)
+	return &Keyer{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, k) }}}
+}
+
+// Sum returns the keyed hash of id as 32 hex digits, or "" for "".
+func (k *Keyer) Sum(id string) string {
+	if id == "" {
+		return ""
+	}
+	m := k.pool.Get().(hash.Hash)
+	m.Reset()
+	m.Write([]byte(id))
+	var buf [sha256.Size]byte
+	sum := m.Sum(buf[:0])
+	k.pool.Put(m)
+	return hex.EncodeToString(sum[:16])
+}

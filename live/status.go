@@ -1,0 +1,186 @@
+package live
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/lm-warden/warden/placement"
+)
+
+// StatusReport is the body of GET /api/status on the admin listener: the
+// data of the dashboard's routing panel, one Status per model, sorted by
+// model name.
+type StatusReport struct {
+	Time   time.Time `json:"time"`
+	Models []Status  `json:"models"`
+}
+
+// Status is the routing state of one model.
+type Status struct {
+	Model            string          `json:"model"`
+	Layout           string          `json:"layout"`   // "urls" or "data-parallel"
+	Strategy         string          `json:"strategy"` // affinity, least-loaded or hash
+	Affinity         bool            `json:"affinity"`
+	SpillThreshold   int             `json:"spill_threshold"` // in flight on the home above which a turn spills
+	SpillAuto        bool            `json:"spill_auto"`      // threshold follows max_num_seqs/4
+	MaxNumSeqs       int             `json:"max_num_seqs"`
+	MaxNumSeqsSource string          `json:"max_num_seqs_source"` // config, server or default
+	InFlight         int64           `json:"in_flight"`
+	Sessions         int             `json:"sessions"` // conversations remembered
+	SessionCap       int             `json:"session_cap"`
+	LaterTurns       int64           `json:"later_turns"`      // requests of known sessions since start
+	LaterTurnsHome   int64           `json:"later_turns_home"` // of those, served by the session's home
+	StickyPct        *float64        `json:"sticky_pct"`       // 100*home/later; null before any later turn
+	Replicas         []ReplicaStatus `json:"replicas"`
+}
+
+// ReplicaStatus is one row of the routing panel. Counters run since the
+// model's state was created (process start, or the reload that changed it).
+type ReplicaStatus struct {
+	ID    int    `json:"id"`
+	URL   string `json:"url"`
+	Rank  *int   `json:"rank"`  // X-data-parallel-rank; null in the URL layout
+	State string `json:"state"` // healthy, warming, ejected or down
+
+	InFlight     int64 `json:"in_flight"`
+	Sessions     int   `json:"sessions"` // conversations homed here
+	New          int64 `json:"new"`
+	Sticky       int64 `json:"sticky"`
+	SpilledIn    int64 `json:"spilled_in"`
+	ClientPinned int64 `json:"client_pinned"`
+	Parent       int64 `json:"parent"`   // subagents placed with their parent
+	Balanced     int64 `json:"balanced"` // least-loaded and hash decisions
+	Retried      int64 `json:"retried"`  // served after another replica failed
+	Requests     int64 `json:"requests"`
+	UpstreamErrs int64 `json:"upstream_errors"`
+
+	// Scraped from vLLM; null until the first successful scrape.
+	Running       *float64 `json:"running"`
+	Waiting       *float64 `json:"waiting"`
+	KVUsage       *float64 `json:"kv_usage"`       // 0..1
+	PrefixHitPct  *float64 `json:"prefix_hit_pct"` // since start: delta hits / delta queries
+	PrefixHits    *float64 `json:"prefix_hits"`    // vLLM's counter, tokens
+	PrefixQueries *float64 `json:"prefix_queries"` // vLLM's counter, tokens
+	ScrapeAgeSec  *float64 `json:"scrape_age_s"`   // since the last successful scrape
+	ScrapeState   string   `json:"scrape_state"`   // ok, stale, failed or pending
+	ScrapeError   string   `json:"scrape_error,omitempty"`
+	HealthError   string   `json:"health_error,omitempty"`
+}
+
+// Status returns the current routing state of every model.
+func (s *Server) Status() StatusReport {
+	rt := s.state.Load()
+	now := time.Now()
+	rep := StatusReport{Time: now.UTC(), Models: make([]Status, 0, len(rt.names))}
+	for _, name := range rt.names {
+		rep.Models = append(rep.Models, rt.models[name].status(now))
+	}
+	return rep
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// fptr returns a pointer to v, or nil when v is NaN or infinite (JSON has
+// no such numbers).
+func fptr(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func (m *model) status(now time.Time) Status {
+	maxSeqs, src := m.maxNumSeqs()
+	st := Status{
+		Model:            m.cfg.Name,
+		Layout:           "urls",
+		Strategy:         m.cfg.EffectiveStrategy(),
+		SpillAuto:        m.cfg.SpillThreshold.Auto,
+		MaxNumSeqs:       maxSeqs,
+		MaxNumSeqsSource: src,
+		LaterTurns:       m.laterTurns.Load(),
+		LaterTurnsHome:   m.laterHome.Load(),
+	}
+	st.Affinity = st.Strategy == "affinity"
+	if m.cfg.Layout() == LayoutDP {
+		st.Layout = "data-parallel"
+	}
+	st.SpillThreshold = m.cfg.SpillThreshold.N
+	if st.SpillAuto {
+		st.SpillThreshold = max(1, maxSeqs/4)
+	}
+	if st.LaterTurns > 0 {
+		st.StickyPct = ptr(100 * float64(st.LaterTurnsHome) / float64(st.LaterTurns))
+	}
+	m.mu.Lock()
+	counts := m.table.Counters()
+	st.Sessions, st.SessionCap = m.table.Len(), m.table.MaxSessions()
+	states := make([]string, len(m.replicas))
+	for i, r := range m.replicas {
+		states[i] = m.state(r, r.server.last.Load(), now)
+	}
+	m.mu.Unlock()
+	for i, r := range m.replicas {
+		sr := r.server.last.Load()
+		rs := ReplicaStatus{
+			ID: i, URL: r.target.String(), State: states[i],
+			InFlight:     r.inFlight.Load(),
+			New:          r.byReason[placement.ReasonNew].Load(),
+			Sticky:       r.byReason[placement.ReasonSticky].Load(),
+			SpilledIn:    r.byReason[placement.ReasonSpill].Load(),
+			Balanced:     r.byReason[placement.ReasonHash].Load() + r.byReason[placement.ReasonLeastLoaded].Load(),
+			ClientPinned: r.byReason[placement.ReasonPinned].Load(),
+			Parent:       r.byReason[placement.ReasonParent].Load(),
+			Retried:      r.byReason[reasonRetried].Load(),
+			UpstreamErrs: r.upErrors.Load(),
+			HealthError:  sr.HealthErr,
+		}
+		for k := range r.byReason {
+			rs.Requests += r.byReason[k].Load()
+		}
+		st.InFlight += rs.InFlight
+		if r.rank != "" {
+			rs.Rank = ptr(r.engine)
+		}
+		if i < len(counts) {
+			rs.Sessions = counts[i].Sessions
+		}
+		switch {
+		case sr.OK.IsZero() && sr.Err == "":
+			rs.ScrapeState = "pending"
+		case sr.Err != "":
+			rs.ScrapeState, rs.ScrapeError = "failed", sr.Err
+		case !sr.fresh(now, m.interval):
+			rs.ScrapeState = "stale"
+		default:
+			rs.ScrapeState = "ok"
+		}
+		if !sr.OK.IsZero() {
+			rs.ScrapeAgeSec = fptr(now.Sub(sr.OK).Seconds())
+		}
+		if e := r.stats(sr); e != nil {
+			rs.Running, rs.Waiting, rs.KVUsage = fptr(e.Running), fptr(e.Waiting), fptr(e.KVUsage)
+			rs.PrefixHits, rs.PrefixQueries = fptr(e.PrefixHits), fptr(e.PrefixQueries)
+			if base := r.base.Load(); base != nil {
+				if dq := e.PrefixQueries - base.PrefixQueries; dq > 0 {
+					rs.PrefixHitPct = fptr(100 * (e.PrefixHits - base.PrefixHits) / dq)
+				}
+			}
+		}
+		st.Replicas = append(st.Replicas, rs)
+	}
+	return st
+}
+
+func (s *Server) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	b, err := json.Marshal(s.Status())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
+}
