@@ -1,0 +1,386 @@
+package web
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/lm-warden/warden/planner"
+	"github.com/lm-warden/warden/sim"
+)
+
+// PlanReport turns a capacity plan's result into a report: the question and the answer at the
+// top; the candidates compared at the wanted concurrency (table and charts across candidates);
+// the rule-of-thumb gauge per candidate; one section per candidate that fits with the seed-style
+// table per routing and its charts (TTFB p50/p95 on a log scale, prefix hit %, output tokens per
+// minute, replicas busy, prompt tokens per second cached and computed, per-replica figures); the
+// workload and settings used; and the PromQL that defines each figure. The same result gives
+// the same bytes.
+func PlanReport(res *planner.Result) *Report {
+	r := &Report{
+		Title:    res.Title,
+		Question: res.Question,
+		Answer:   res.Answer,
+	}
+	at := planner.Level(res.Sessions, res.Concurrency)
+	r.Sections = append(r.Sections, planOverview(res, at), planRuleOfThumb(res))
+	for i := range res.Candidates {
+		if c := &res.Candidates[i]; c.Fits && len(c.Configs) > 0 {
+			r.Sections = append(r.Sections, planCandidate(res, i, at))
+		}
+	}
+	r.Sections = append(r.Sections, planSettings(res), definitionsSection(nil))
+	return r
+}
+
+// chosenRow is candidate c's row at level index at with its chosen routing, or nil.
+func chosenRow(c *planner.Candidate, at int) *sim.Row {
+	if !c.Fits || c.Chosen < 0 || at < 0 || at >= len(c.Configs[c.Chosen].Rows) {
+		return nil
+	}
+	return &c.Configs[c.Chosen].Rows[at]
+}
+
+// planOverview compares the candidates at the wanted concurrency.
+func planOverview(res *planner.Result, at int) Section {
+	costHeader := "cost (cards)"
+	if res.CostUnit != "cards" {
+		costHeader = "cost " + res.CostUnit
+	}
+	t := Table{
+		Caption: fmt.Sprintf("Candidates at %d concurrent sessions, each with its best routing", res.Concurrency),
+		Header: []string{"candidate", "cards", costHeader, "routing", "meets targets", "TTFB p95 s", "prefix hit %",
+			"output tok/min", "sessions/h", "meets up to", "stops at", "sessions x context / KV"},
+	}
+	var notFit Table
+	var names []string
+	var p95s, hits, maxes []float64
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		name := c.Name
+		switch i {
+		case res.Best:
+			name += " (answer)"
+		case res.Closest:
+			name += " (closest)"
+		}
+		if !c.Fits {
+			notFit.Rows = append(notFit.Rows, []string{c.Name, strconv.Itoa(c.Cards), c.Error})
+			continue
+		}
+		x := chosenRow(c, at)
+		meets := "no"
+		if c.Meets {
+			meets = "yes"
+		} else if x != nil {
+			meets = "misses " + strings.Join(missedPhrases(res, c, at), ", ")
+		}
+		routing, p95, hit, tok, sph := "-", math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		if x != nil {
+			routing = c.Configs[c.Chosen].Label()
+			p95, hit, tok, sph = float64(x.TTFBP95), float64(x.PrefixHitPct), float64(x.OutputTokensPerMin), float64(x.SessionsPerHour)
+		}
+		t.Rows = append(t.Rows, []string{
+			name, strconv.Itoa(c.Cards), fmtCost(c.Cost, res.CostUnit), routing, meets,
+			fmtNum(p95, 2), fmtNum(hit, 1), fmtNum(tok, 0), fmtNum(sph, 0),
+			levelOrDash(c.MaxSessions), levelOrDash(c.FailsAt), ruleCell(c),
+		})
+		names = append(names, c.Name)
+		p95s = append(p95s, p95)
+		hits = append(hits, hit)
+		maxes = append(maxes, float64(c.MaxSessions))
+	}
+	s := Section{
+		Heading: "Candidates compared",
+		Paragraphs: []string{
+			fmt.Sprintf("Targets: %s, at %d concurrent sessions. A farm's routing is the strategy and spill threshold that meets the "+
+				"targets there with the lowest TTFB p95 (when none meets, the one closest to them). \"Meets up to\" is the highest "+
+				"sessions level of the first run of levels, scanning upwards, that meet the targets; \"stops at\" is the level after it.",
+				strings.Join(res.Targets.Phrases(), ", "), res.Concurrency),
+			"When no candidate meets the targets, the closest is the one that misses the fewest targets, then the one whose " +
+				"figures are nearest their limits (the sum of each shortfall relative to its limit), then the cheapest.",
+		},
+		Tables: []Table{t},
+	}
+	if len(notFit.Rows) > 0 {
+		notFit.Caption = "Candidates whose model does not fit (not simulated)"
+		notFit.Header = []string{"candidate", "cards", "why"}
+		s.Tables = append(s.Tables, notFit)
+	}
+	if len(names) == 0 {
+		return s
+	}
+	xs := make([]float64, len(res.Sessions))
+	for i, n := range res.Sessions {
+		xs[i] = float64(n)
+	}
+	var p95Lines, hitLines []Series
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		if !c.Fits || c.Chosen < 0 {
+			continue
+		}
+		rows := c.Configs[c.Chosen].Rows
+		p95Lines = append(p95Lines, Series{Name: c.Name, Y: column(rows, func(r *sim.Row) float64 { return float64(r.TTFBP95) })})
+		hitLines = append(hitLines, Series{Name: c.Name, Y: column(rows, func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })})
+	}
+	sessions := Axis{Name: "sessions"}
+	s.Charts = []*Chart{
+		NewBarChart("overview-ttfb", fmt.Sprintf("TTFB p95 at %d sessions", res.Concurrency), names, Axis{Name: "seconds", Log: true},
+			Series{Name: "TTFB p95", Y: p95s}),
+		NewBarChart("overview-hit", fmt.Sprintf("Prefix-cache hit rate at %d sessions", res.Concurrency), names, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
+			Series{Name: "prefix hit %", Y: hits}),
+		NewBarChart("overview-capacity", "Highest sessions level that meets the targets", names, Axis{Name: "sessions", Min: ptr(0.0)},
+			Series{Name: "meets up to", Y: maxes}),
+		NewLineChart("overview-ttfb-lines", "TTFB p95 against sessions, each candidate with its routing", sessions, xs, Axis{Name: "seconds", Log: true}, p95Lines...),
+		NewLineChart("overview-hit-lines", "Prefix-cache hit rate against sessions, each candidate with its routing", sessions, xs,
+			Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, hitLines...),
+	}
+	return s
+}
+
+// missedPhrases lists the targets candidate c misses at level index at, with the values.
+func missedPhrases(res *planner.Result, c *planner.Candidate, at int) []string {
+	var out []string
+	for _, m := range c.Configs[c.Chosen].Checks[at].Misses {
+		out = append(out, res.Targets.MissPhrase(m))
+	}
+	return out
+}
+
+func levelOrDash(n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
+func fmtCost(v float64, unit string) string {
+	if unit == "cards" {
+		return fmtNum(v, 0)
+	}
+	return fmtNum(v, 2)
+}
+
+// ruleCell is the rule-of-thumb ratio and verdict, e.g. "125 % (over)".
+func ruleCell(c *planner.Candidate) string {
+	v := c.RuleOfThumb
+	verdict := "fits"
+	if !v.Fits {
+		verdict = "over"
+	}
+	return fmtNum(100*v.Ratio, 0) + " % (" + verdict + ")"
+}
+
+// gaugesPerChart keeps the dials of one gauge chart readable.
+const gaugesPerChart = 6
+
+// planRuleOfThumb shows concurrency x typical context against each farm's KV cache.
+func planRuleOfThumb(res *planner.Result) Section {
+	t := Table{
+		Caption: fmt.Sprintf("%d sessions x %s tokens of typical context against the farm's KV cache", res.Concurrency, fmtInt(int64(res.Workload.TypicalContextTokens))),
+		Header:  []string{"candidate", "KV blocks per replica", "KV tokens per replica", "KV tokens, farm", "demand, tokens", "ratio %", "sessions that fit", "verdict"},
+	}
+	var gauges []Gauge
+	top := 100.0
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		if !c.Fits {
+			continue
+		}
+		v := c.RuleOfThumb
+		verdict := "fits"
+		if !v.Fits {
+			verdict = "over: expect hit rates to collapse whatever the routing"
+		}
+		t.Rows = append(t.Rows, []string{c.Name, fmtInt(int64(c.NumGPUBlocks)), fmtInt(int64(c.KVTokensPerReplica)), fmtInt(c.KVTokensTotal),
+			fmtInt(v.DemandTokens), fmtNum(100*v.Ratio, 0), fmtInt(int64(v.SessionsThatFit)), verdict})
+		gauges = append(gauges, Gauge{Name: c.Name, Value: 100 * v.Ratio, Unit: "%"})
+		top = math.Max(top, 100*v.Ratio)
+	}
+	s := Section{
+		Heading: "Rule of thumb: sessions x context against the KV cache",
+		Paragraphs: []string{
+			"Concurrent sessions times their typical context must stay below the farm's total KV cache; beyond it prefix-cache hit " +
+				"rates collapse whatever the routing. A dial shows the demand as a percentage of the farm's KV cache: over 100 % is over.",
+			"Typical context: " + res.Workload.TypicalContextHow + ".",
+		},
+		Tables: []Table{t},
+	}
+	scale := 100 * math.Ceil(top/100)
+	for k := 0; k < len(gauges); k += gaugesPerChart {
+		part := gauges[k:min(k+gaugesPerChart, len(gauges))]
+		for j := range part {
+			part[j].Max = scale
+		}
+		title := "Demand as % of the farm's KV cache"
+		if len(gauges) > gaugesPerChart {
+			title += fmt.Sprintf(" (%d of %d)", k/gaugesPerChart+1, (len(gauges)+gaugesPerChart-1)/gaugesPerChart)
+		}
+		s.Charts = append(s.Charts, NewGaugeChart(fmt.Sprintf("rule-%d", k/gaugesPerChart+1), title, part...))
+	}
+	return s
+}
+
+// column is one figure of each row.
+func column(rows []sim.Row, f func(*sim.Row) float64) []float64 {
+	out := make([]float64, len(rows))
+	for i := range rows {
+		out[i] = f(&rows[i])
+	}
+	return out
+}
+
+// promptRates splits a step's prompt tokens per second into computed and cached. The rows hold
+// no time series, so the rates are the step's totals over its duration: computed are the prompt
+// tokens not served from cache (miss_tokens), cached = computed x hit / (100 - hit).
+func promptRates(r *sim.Row) (computed, cached float64) {
+	d, hit := float64(r.DurationS), float64(r.PrefixHitPct)
+	if !(d > 0) {
+		return math.NaN(), math.NaN()
+	}
+	miss := float64(r.MissTokens.Total())
+	computed = miss / d
+	switch {
+	case math.IsNaN(hit):
+		cached = math.NaN()
+	case hit >= 100:
+		cached = math.NaN() // nothing computed: the total is unknown
+	default:
+		cached = miss * hit / (100 - hit) / d
+	}
+	return computed, cached
+}
+
+// planCandidate is one candidate's section: every routing at every level.
+func planCandidate(res *planner.Result, i, at int) Section {
+	c := &res.Candidates[i]
+	id := func(name string) string { return fmt.Sprintf("c%d-%s", i+1, name) }
+	xs := make([]float64, len(res.Sessions))
+	for k, n := range res.Sessions {
+		xs[k] = float64(n)
+	}
+	t := Table{
+		Caption: "Per routing and load (KPIs evaluated with PromQL over each step's window)",
+		Header: []string{"sessions", "routing", "sessions/h", "output tok/min", "TTFB p50 s", "TTFB p95 s", "replicas busy",
+			"prefix hit %", "stayed %", "unfinished", "preemptions", "targets"},
+	}
+	for l, n := range res.Sessions {
+		for k := range c.Configs {
+			cfg := &c.Configs[k]
+			x, ch := &cfg.Rows[l], cfg.Checks[l]
+			verdict := "met"
+			if !ch.Meets {
+				var m []string
+				for _, miss := range ch.Misses {
+					m = append(m, res.Targets.MissPhrase(miss))
+				}
+				verdict = "misses " + strings.Join(m, ", ")
+			}
+			t.Rows = append(t.Rows, []string{strconv.Itoa(n), cfg.Label(), fmtNum(float64(x.SessionsPerHour), 0), fmtNum(float64(x.OutputTokensPerMin), 0),
+				fmtNum(float64(x.TTFBP50), 2), fmtNum(float64(x.TTFBP95), 2), fmtNum(float64(x.ReplicasBusy), 1),
+				fmtNum(float64(x.PrefixHitPct), 1), fmtNum(float64(x.StayedPct), 1), fmtInt(x.Unfinished), fmtInt(x.Preemptions), verdict})
+		}
+	}
+	perConfig := func(suffix string, f func(*sim.Row) float64) []Series {
+		out := make([]Series, 0, len(c.Configs))
+		for k := range c.Configs {
+			out = append(out, Series{Name: c.Configs[k].Label() + suffix, Y: column(c.Configs[k].Rows, f)})
+		}
+		return out
+	}
+	sessions := Axis{Name: "sessions"}
+	ttfb := append(perConfig(" p50", func(r *sim.Row) float64 { return float64(r.TTFBP50) }),
+		perConfig(" p95", func(r *sim.Row) float64 { return float64(r.TTFBP95) })...)
+	chosen := &c.Configs[c.Chosen]
+	computed := column(chosen.Rows, func(r *sim.Row) float64 { v, _ := promptRates(r); return v })
+	cached := column(chosen.Rows, func(r *sim.Row) float64 { _, v := promptRates(r); return v })
+
+	status := "does not meet the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
+	if c.Meets {
+		status = "meets the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
+	}
+	s := Section{
+		Heading: "Candidate: " + c.Name,
+		Paragraphs: []string{
+			fmt.Sprintf("%s serving %s, %d replica(s) at tensor parallel size %d, max_num_seqs %d, %s KV blocks (%s tokens) per replica. "+
+				"With %s it %s; it meets them up to %s sessions.",
+				c.Name, c.Model, c.Replicas, c.TensorParallelSize, c.MaxNumSeqs, fmtInt(int64(c.NumGPUBlocks)), fmtInt(int64(c.KVTokensPerReplica)),
+				chosen.Label(), status, levelOrDash(c.MaxSessions)),
+			"Prompt tokens per second: the simulator's rows hold each step's totals, not time series, so the rates are totals over the " +
+				"step: computed = prompt tokens not served from cache (miss tokens), cached = computed x hit % / (100 - hit %).",
+		},
+		Tables: []Table{t},
+		Charts: []*Chart{
+			NewLineChart(id("ttfb"), "Time to first token, p50 and p95", sessions, xs, Axis{Name: "seconds", Log: true}, ttfb...),
+			NewLineChart(id("hit"), "Prefix-cache hit rate", sessions, xs, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
+				perConfig("", func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })...),
+			NewLineChart(id("tokens"), "Output tokens per minute", sessions, xs, Axis{Name: "tokens/min"},
+				perConfig("", func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) })...),
+			NewLineChart(id("busy"), "Replicas busy (mean)", sessions, xs, Axis{Name: "replicas", Min: ptr(0.0)},
+				perConfig("", func(r *sim.Row) float64 { return float64(r.ReplicasBusy) })...),
+			NewStackedAreaChart(id("prompt"), "Prompt tokens per second, computed and cached ("+chosen.Label()+")", sessions, xs, Axis{Name: "tokens/s", Min: ptr(0.0)},
+				Series{Name: "computed", Y: computed}, Series{Name: "cached", Y: cached}),
+		},
+	}
+	// Per replica at the wanted concurrency (per-step means: the rows hold no time series).
+	if at >= 0 {
+		nrep := c.Replicas
+		cats := make([]string, nrep)
+		for k := range cats {
+			cats[k] = "replica " + strconv.Itoa(k)
+		}
+		var req, kv []Series
+		for k := range c.Configs {
+			rq, kvm := nanSlice(nrep), nanSlice(nrep)
+			for _, rr := range c.Configs[k].Rows[at].Replicas {
+				if rr.Replica >= 0 && rr.Replica < nrep {
+					rq[rr.Replica] = float64(rr.Requests)
+					kvm[rr.Replica] = 100 * float64(rr.KVUsageMean)
+				}
+			}
+			req = append(req, Series{Name: c.Configs[k].Label(), Y: rq})
+			kv = append(kv, Series{Name: c.Configs[k].Label(), Y: kvm})
+		}
+		s.Charts = append(s.Charts,
+			NewBarChart(id("replica-requests"), fmt.Sprintf("Requests routed to each replica at %d sessions", res.Concurrency), cats, Axis{Name: "requests"}, req...),
+			NewBarChart(id("replica-kv"), fmt.Sprintf("KV cache use per replica at %d sessions (mean over the step)", res.Concurrency), cats,
+				Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, kv...),
+		)
+	}
+	return s
+}
+
+// planSettings shows the workload and the plan's settings.
+func planSettings(res *planner.Result) Section {
+	spills := strings.Join(res.Spills, ", ")
+	cost := "card count"
+	if res.CostUnit != "cards" {
+		cost = "sum of the GPUs' prices, " + res.CostUnit
+	}
+	t := Table{
+		Caption: "Plan",
+		Header:  []string{"setting", "value"},
+		Rows: [][]string{
+			{"wanted concurrency", strconv.Itoa(res.Concurrency) + " sessions"},
+			{"sessions levels", joinIntsWeb(res.Sessions)},
+			{"step duration", strconv.FormatFloat(res.DurationS, 'f', -1, 64) + " s"},
+			{"seed", strconv.FormatUint(res.Seed, 10)},
+			{"strategies", strings.Join(res.Strategies, ", ")},
+			{"spill thresholds (affinity)", spills},
+			{"targets", strings.Join(res.Targets.Phrases(), ", ")},
+			{"cost", cost},
+			{"typical context", fmtInt(int64(res.Workload.TypicalContextTokens)) + " tokens"},
+		},
+	}
+	return Section{Heading: "Workload and settings", Paragraphs: res.Workload.Description, Tables: []Table{t}}
+}
+
+func joinIntsWeb(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,183 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/planner"
+	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/web/webtest"
+)
+
+// samplePlanResult is a small planner result made by hand (so that the golden files change
+// only when the report does): two candidates that fit, with two routings at two levels, one
+// missing value (NaN), and one candidate whose model does not fit.
+func samplePlanResult() *planner.Result {
+	res := &planner.Result{
+		Kind: planner.Kind, Title: "Sample plan", Concurrency: 8, Sessions: []int{4, 8}, DurationS: 60, Seed: 1,
+		Question:   "How many cards, of which kind, and which routing, for 8 concurrent agent sessions within TTFB p95 <= 10 s and prefix hit >= 80 %?",
+		Answer:     "For 8 concurrent agent sessions, 3 x RTX A4000 with affinity (spill auto) is the cheapest farm that meets TTFB p95 <= 10 s and prefix hit >= 80 %.",
+		Strategies: []string{"least-loaded", "affinity"}, Spills: []string{"auto"},
+		Targets:  planner.Targets{TTFBP95MaxS: 10, PrefixHitPctMin: 80},
+		CostUnit: "cards", Best: 1, Closest: -1,
+		Workload: planner.WorkloadInfo{TypicalContextTokens: 12338, TypicalContextHow: "the mean context over a session's 6 turns",
+			Description: []string{"Synthetic agent sessions."}},
+	}
+	for ci, n := range []int{2, 3} {
+		c := planner.Candidate{
+			Name: map[int]string{2: "2 x RTX A4000", 3: "3 x RTX A4000"}[n], GPU: "RTX A4000", Model: "Qwen/Qwen3-4B-Instruct-2507",
+			Replicas: n, TensorParallelSize: 1, Cards: n, Cost: float64(n), Fits: true, MaxNumSeqs: 32,
+			NumGPUBlocks: 2464, KVTokensPerReplica: 39408, KVTokensTotal: int64(39408 * n),
+			RuleOfThumb: hardware.RuleOfThumb(8, 12338, 39408*n),
+			Chosen:      1, Meets: n == 3, MaxSessions: 4 + 4*ci, FailsAt: 8 * (1 - ci),
+		}
+		for k, s := range []string{"least-loaded", "affinity"} {
+			cfg := planner.Config{Strategy: s}
+			if s == "affinity" {
+				cfg.Spill = "auto"
+			}
+			for _, sess := range []int{4, 8} {
+				f := float64(sess) / 4
+				row := sim.Row{
+					Strategy: s, Sessions: sess, DurationS: 60,
+					SessionsPerHour: sim.Float(40 * f), OutputTokensPerMin: sim.Float(5000 * f),
+					TTFBP50: sim.Float(f * float64(4-n) * float64(2-k)), TTFBP95: sim.Float(3 * f * float64(4-n) * float64(2-k)),
+					ReplicasBusy: sim.Float(math.Min(float64(n), f)), PrefixHitPct: sim.Float(50 + 20*float64(k) + 5*float64(ci)),
+					StayedPct: sim.Float(50 + 40*float64(k)), MissTokens: sim.MissTokens{Cold: 100000, Evicted: int64(20000 * (2 - k)), Elsewhere: 5000, Partial: 700},
+					Finished: int64(300 * sess),
+				}
+				if s == "least-loaded" && sess == 8 && n == 2 {
+					row.TTFBP95 = sim.Float(math.NaN())
+				}
+				for r := range n {
+					row.Replicas = append(row.Replicas, sim.ReplicaRow{Replica: r, Requests: int64(100*sess + 7*r), KVUsageMean: sim.Float(0.5 + 0.1*float64(r))})
+				}
+				cfg.Rows = append(cfg.Rows, row)
+				meets := n == 3 && k == 1
+				ch := planner.Check{Sessions: sess, Meets: meets}
+				if !meets {
+					ch.Misses = []planner.Miss{{Target: "prefix_hit_pct_min", Value: row.PrefixHitPct, Limit: 80, Shortfall: 0.1}}
+				}
+				cfg.Checks = append(cfg.Checks, ch)
+			}
+			c.Configs = append(c.Configs, cfg)
+		}
+		res.Candidates = append(res.Candidates, c)
+	}
+	res.Candidates = append(res.Candidates, planner.Candidate{
+		Name: "1 x RTX A4000, meta-llama/Llama-3.1-70B-Instruct", GPU: "RTX A4000", Model: "meta-llama/Llama-3.1-70B-Instruct",
+		Replicas: 1, TensorParallelSize: 1, Cards: 1, Cost: 1, Chosen: -1,
+		Error: "meta-llama/Llama-3.1-70B-Instruct with bf16 weights does not fit on RTX A4000",
+	})
+	return res
+}
+
+func TestPlanReportGolden(t *testing.T) {
+	r := PlanReport(samplePlanResult())
+	if r.Answer != samplePlanResult().Answer || r.Question == "" {
+		t.Errorf("answer %q, question %q: want the result's", r.Answer, r.Question)
+	}
+	var ids []string
+	for _, c := range r.Charts() {
+		ids = append(ids, c.ID)
+		got, err := c.OptionsJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkGolden(t, filepath.Join("testdata", "plan-"+c.ID+".json"), got)
+	}
+	want := "overview-ttfb overview-hit overview-capacity overview-ttfb-lines overview-hit-lines rule-1 " +
+		"c1-ttfb c1-hit c1-tokens c1-busy c1-prompt c1-replica-requests c1-replica-kv " +
+		"c2-ttfb c2-hit c2-tokens c2-busy c2-prompt c2-replica-requests c2-replica-kv"
+	if got := strings.Join(ids, " "); got != want {
+		t.Errorf("chart ids\n%s\nwant\n%s", got, want)
+	}
+	var a, b bytes.Buffer
+	if err := r.Render(&a); err != nil {
+		t.Fatal(err)
+	}
+	if err := PlanReport(samplePlanResult()).Render(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Error("two renders of one result differ")
+	}
+	html := a.String()
+	for _, want := range []string{"does not fit on RTX A4000", "3 x RTX A4000 (answer)", "prefix_hit_pct", "sum(vllm:prefix_cache_hits_total"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+func TestPromptRates(t *testing.T) {
+	r := sim.Row{DurationS: 10, PrefixHitPct: 75, MissTokens: sim.MissTokens{Cold: 800, Partial: 200}}
+	computed, cached := promptRates(&r)
+	// 1,000 tokens computed are 25 % of 4,000 asked: 3,000 cached, over 10 s.
+	if computed != 100 || cached != 300 {
+		t.Errorf("computed %v cached %v tokens/s, want 100 and 300", computed, cached)
+	}
+	r.PrefixHitPct = sim.Float(math.NaN())
+	if _, cached := promptRates(&r); !math.IsNaN(cached) {
+		t.Errorf("cached with no hit rate = %v, want NaN", cached)
+	}
+}
+
+// TestPlanReportDrawsOfflineInChromium solves the built-in plan, saves its result as JSON, reads
+// it back, and opens the report in headless Chromium with the network blocked: every chart
+// drew, nothing was logged or requested, and the answer sentence is on the page. The report of
+// the saved result is byte-identical to the fresh one.
+func TestPlanReportDrawsOfflineInChromium(t *testing.T) {
+	b := webtest.Find(t)
+	p, err := planner.ParsePlan(planner.DefaultPlan, planner.DefaultPlanName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := planner.Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := planner.ReadResult(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh, again bytes.Buffer
+	r := PlanReport(res)
+	if err := r.Render(&fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := PlanReport(saved).Render(&again); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(fresh.Bytes(), again.Bytes()) {
+		t.Error("the report of the saved JSON result differs from the fresh one")
+	}
+	path := filepath.Join(t.TempDir(), "plan.html")
+	if err := os.WriteFile(path, fresh.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := b.Check(t, "file://"+path)
+	if want := len(r.Charts()); got.Canvases != want || want < 10 {
+		t.Errorf("page drew %d canvases, want one per chart (%d, at least 10)", got.Canvases, want)
+	}
+	if len(got.Console) > 0 {
+		t.Errorf("console messages: %q", got.Console)
+	}
+	if len(got.Blocked) > 0 {
+		t.Errorf("the page tried to reach the network: %q", got.Blocked)
+	}
+	if !strings.Contains(got.Text, res.Answer) {
+		t.Errorf("page text lacks the answer %q", res.Answer)
+	}
+}

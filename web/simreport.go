@@ -1,0 +1,280 @@
+package web
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/sim"
+)
+
+// SimReportOptions say what a simulator report is about; every field is optional.
+type SimReportOptions struct {
+	Title    string   // default "LM Warden simulation: FARM"
+	Question string   // default: what the simulation compares
+	Answer   string   // default: the strategy with the lowest TTFB p95 at the highest load
+	Workload []string // paragraphs describing the workload and farm used
+	// KPIs define the report's figures; nil means metrics.KPIs().
+	KPIs []metrics.KPI
+}
+
+// SimReport turns the simulator's result into a report: the per-strategy table in the shape of
+// `warden sim`'s text output, charts of TTFB p50/p95 (log scale), prefix hit %, output tokens per
+// minute and replicas busy against sessions, the reasons prompt tokens missed the cache, the
+// per-replica figures at the highest load, and the PromQL that defines each figure.
+func SimReport(rep *sim.Report, o SimReportOptions) *Report {
+	strategies, steps := axes(rep.Rows)
+	xs := make([]float64, len(steps))
+	for i, n := range steps {
+		xs[i] = float64(n)
+	}
+	row := func(s string, n int) *sim.Row {
+		i := slices.IndexFunc(rep.Rows, func(r sim.Row) bool { return r.Strategy == s && r.Sessions == n })
+		if i < 0 {
+			return nil
+		}
+		return &rep.Rows[i]
+	}
+	perStrategy := func(suffix string, f func(*sim.Row) float64) []Series {
+		out := make([]Series, 0, len(strategies))
+		for _, s := range strategies {
+			ys := make([]float64, len(steps))
+			for i, n := range steps {
+				ys[i] = math.NaN()
+				if r := row(s, n); r != nil {
+					ys[i] = f(r)
+				}
+			}
+			out = append(out, Series{Name: s + suffix, Y: ys})
+		}
+		return out
+	}
+
+	r := &Report{
+		Title:    cmp.Or(o.Title, "LM Warden simulation: "+rep.Farm),
+		Question: cmp.Or(o.Question, fmt.Sprintf("Which routing serves agent sessions best on %s: %s?", rep.Farm, strings.Join(strategies, ", "))),
+		Answer:   cmp.Or(o.Answer, simAnswer(rep, strategies, steps, row)),
+	}
+
+	// The table, one row per step and strategy.
+	table := Table{
+		Caption: "Per strategy and load (KPIs evaluated with PromQL over each step's window)",
+		Header: []string{"sessions", "strategy", "sessions/h", "output tok/min", "TTFB p50 s", "TTFB p95 s",
+			"replicas busy", "prefix hit %", "stayed %", "finished", "unfinished", "preemptions"},
+	}
+	for _, n := range steps {
+		for _, s := range strategies {
+			if x := row(s, n); x != nil {
+				table.Rows = append(table.Rows, []string{
+					strconv.Itoa(n), s, fmtNum(float64(x.SessionsPerHour), 0), fmtNum(float64(x.OutputTokensPerMin), 0),
+					fmtNum(float64(x.TTFBP50), 2), fmtNum(float64(x.TTFBP95), 2), fmtNum(float64(x.ReplicasBusy), 1),
+					fmtNum(float64(x.PrefixHitPct), 1), fmtNum(float64(x.StayedPct), 1),
+					fmtInt(x.Finished), fmtInt(x.Unfinished), fmtInt(x.Preemptions),
+				})
+			}
+		}
+	}
+	summary := Section{Heading: "Strategies compared", Paragraphs: o.Workload, Tables: []Table{table}}
+	sessions := Axis{Name: "sessions"}
+	ttfb := append(perStrategy(" p50", func(r *sim.Row) float64 { return float64(r.TTFBP50) }),
+		perStrategy(" p95", func(r *sim.Row) float64 { return float64(r.TTFBP95) })...)
+	summary.Charts = []*Chart{
+		NewLineChart("ttfb", "Time to first token, p50 and p95", sessions, xs, Axis{Name: "seconds", Log: true}, ttfb...),
+		NewLineChart("hit", "Prefix-cache hit rate", sessions, xs, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
+			perStrategy("", func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })...),
+		NewLineChart("tokens", "Output tokens per minute", sessions, xs, Axis{Name: "tokens/min"},
+			perStrategy("", func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) })...),
+		NewLineChart("busy", "Replicas busy (mean)", sessions, xs, Axis{Name: "replicas", Min: ptr(0.0)},
+			perStrategy("", func(r *sim.Row) float64 { return float64(r.ReplicasBusy) })...),
+	}
+
+	// Why prompt tokens missed the cache.
+	var cats []string
+	miss := [4]Series{{Name: "cold"}, {Name: "evicted"}, {Name: "elsewhere"}, {Name: "partial"}}
+	missTable := Table{Caption: "Prompt tokens not served from cache", Header: []string{"sessions", "strategy", "cold", "evicted", "elsewhere", "partial"}}
+	for _, n := range steps {
+		for _, s := range strategies {
+			x := row(s, n)
+			if x == nil {
+				continue
+			}
+			m := x.MissTokens
+			cats = append(cats, fmt.Sprintf("%s @ %d", s, n))
+			for i, v := range []int64{m.Cold, m.Evicted, m.Elsewhere, m.Partial} {
+				miss[i].Y = append(miss[i].Y, float64(v))
+			}
+			missTable.Rows = append(missTable.Rows, []string{strconv.Itoa(n), s, fmtInt(m.Cold), fmtInt(m.Evicted), fmtInt(m.Elsewhere), fmtInt(m.Partial)})
+		}
+	}
+	missSection := Section{
+		Heading: "Why prompt tokens missed the cache",
+		Paragraphs: []string{"cold: never computed on any replica; evicted: cached on this replica before and gone; " +
+			"elsewhere: computed only on other replicas (the cost of moving a conversation); partial: a trailing partial block, or the block the hit cap forces."},
+		Tables: []Table{missTable},
+		Charts: []*Chart{NewBarChart("miss", "Prompt tokens missed, by reason", cats, Axis{Name: "tokens"}, miss[:]...)},
+	}
+
+	r.Sections = []Section{summary, missSection}
+	if len(steps) > 0 {
+		r.Sections = append(r.Sections, replicaSection(steps[len(steps)-1], strategies, row))
+	}
+	r.Sections = append(r.Sections, definitionsSection(o.KPIs))
+	return r
+}
+
+// replicaSection shows the per-replica figures of every strategy at n sessions.
+func replicaSection(n int, strategies []string, row func(string, int) *sim.Row) Section {
+	nrep := 0
+	for _, s := range strategies {
+		if x := row(s, n); x != nil {
+			nrep = max(nrep, len(x.Replicas))
+		}
+	}
+	cats := make([]string, nrep)
+	for i := range cats {
+		cats[i] = "replica " + strconv.Itoa(i)
+	}
+	var req, hit, kv []Series
+	t := Table{
+		Caption: fmt.Sprintf("Per replica at %d sessions", n),
+		Header:  []string{"strategy", "replica", "requests", "sticky", "spilled in", "KV use mean %", "KV use max %", "prefix hit %", "preemptions"},
+	}
+	for _, s := range strategies {
+		x := row(s, n)
+		if x == nil {
+			continue
+		}
+		rq, ht, kvm := nanSlice(nrep), nanSlice(nrep), nanSlice(nrep)
+		for _, rr := range x.Replicas {
+			if rr.Replica < 0 || rr.Replica >= nrep {
+				continue
+			}
+			rq[rr.Replica] = float64(rr.Requests)
+			ht[rr.Replica] = float64(rr.HitPct)
+			kvm[rr.Replica] = 100 * float64(rr.KVUsageMean)
+			t.Rows = append(t.Rows, []string{s, strconv.Itoa(rr.Replica), fmtInt(rr.Requests), fmtInt(rr.Sticky), fmtInt(rr.SpilledIn),
+				fmtNum(100*float64(rr.KVUsageMean), 1), fmtNum(100*float64(rr.KVUsageMax), 1), fmtNum(float64(rr.HitPct), 1), fmtInt(rr.Preemptions)})
+		}
+		req = append(req, Series{Name: s, Y: rq})
+		hit = append(hit, Series{Name: s, Y: ht})
+		kv = append(kv, Series{Name: s, Y: kvm})
+	}
+	return Section{
+		Heading: fmt.Sprintf("Replicas at %d sessions", n),
+		Tables:  []Table{t},
+		Charts: []*Chart{
+			NewBarChart("replica-requests", "Requests routed to each replica", cats, Axis{Name: "requests"}, req...),
+			NewBarChart("replica-hit", "Prefix-cache hit rate per replica", cats, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, hit...),
+			NewBarChart("replica-kv", "KV cache use per replica (mean)", cats, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, kv...),
+		},
+	}
+}
+
+// definitionsSection lists the PromQL of every KPI.
+func definitionsSection(kpis []metrics.KPI) Section {
+	if kpis == nil {
+		kpis = metrics.KPIs()
+	}
+	s := Section{
+		Heading: "How each figure is defined",
+		Paragraphs: []string{"Each figure is a PromQL expression, evaluated over each step's window against the series the simulator " +
+			"writes; the same text runs against a Prometheus server scraping a live farm. $model is the model name, " +
+			"$window the window as a PromQL duration and $window_s the same in seconds."},
+	}
+	for _, k := range kpis {
+		s.Definitions = append(s.Definitions, Definition{Name: k.Name, Title: k.Title, Unit: k.Unit, Expr: k.Expr})
+	}
+	return s
+}
+
+// simAnswer names the strategy with the lowest TTFB p95 at the highest load.
+func simAnswer(rep *sim.Report, strategies []string, steps []int, row func(string, int) *sim.Row) string {
+	if len(steps) == 0 {
+		return "The simulation produced no results."
+	}
+	n := steps[len(steps)-1]
+	var best *sim.Row
+	var others []string
+	for _, s := range strategies {
+		x := row(s, n)
+		if x == nil || math.IsNaN(float64(x.TTFBP95)) {
+			continue
+		}
+		if best == nil || x.TTFBP95 < best.TTFBP95 {
+			best = x
+		}
+	}
+	if best == nil {
+		return fmt.Sprintf("At %d sessions on %s no strategy finished a request.", n, rep.Farm)
+	}
+	for _, s := range strategies {
+		switch x := row(s, n); {
+		case x == nil || x == best:
+		case !finite(float64(x.TTFBP95)):
+			others = append(others, s+" finished no request")
+		default:
+			others = append(others, fmt.Sprintf("%s %s s", s, fmtNum(float64(x.TTFBP95), 2)))
+		}
+	}
+	ans := fmt.Sprintf("At %d sessions on %s, %s routing gives the lowest TTFB p95, %s s, with a prefix-cache hit rate of %s %%",
+		n, rep.Farm, best.Strategy, fmtNum(float64(best.TTFBP95), 2), fmtNum(float64(best.PrefixHitPct), 1))
+	if len(others) > 0 {
+		ans += " (" + strings.Join(others, ", ") + ")"
+	}
+	return ans + "."
+}
+
+// axes returns the strategies in order of first appearance and the session steps ascending.
+func axes(rows []sim.Row) (strategies []string, steps []int) {
+	for _, r := range rows {
+		if !slices.Contains(strategies, r.Strategy) {
+			strategies = append(strategies, r.Strategy)
+		}
+		if !slices.Contains(steps, r.Sessions) {
+			steps = append(steps, r.Sessions)
+		}
+	}
+	slices.Sort(steps)
+	return strategies, steps
+}
+
+func nanSlice(n int) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = math.NaN()
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func fmtInt(v int64) string { return fmtNum(float64(v), 0) }
+
+// fmtNum formats v with d decimals and thousands separators; "-" for NaN or infinity.
+func fmtNum(v float64, d int) string {
+	if !finite(v) {
+		return "-"
+	}
+	s := strconv.FormatFloat(v, 'f', d, 64)
+	sign := ""
+	if strings.HasPrefix(s, "-") {
+		sign, s = "-", s[1:]
+	}
+	intPart, frac, hasFrac := strings.Cut(s, ".")
+	var b strings.Builder
+	b.WriteString(sign)
+	for i, c := range intPart {
+		if i > 0 && (len(intPart)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if hasFrac {
+		b.WriteString("." + frac)
+	}
+	return b.String()
+}

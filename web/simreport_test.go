@@ -1,0 +1,128 @@
+package web
+
+import (
+	"bytes"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/sim"
+)
+
+// sampleSimResult is a small result in the simulator's shape: three strategies, three steps,
+// two replicas, one cell without a TTFB (NaN) and one strategy missing a step.
+func sampleSimResult() *sim.Report {
+	rep := &sim.Report{Farm: "2x H100-80GB, Qwen3-32B"}
+	strategies := []string{"hash", "least-loaded", "affinity"}
+	for _, n := range []int{8, 16, 32} {
+		for si, s := range strategies {
+			if s == "hash" && n == 16 {
+				continue
+			}
+			f := float64(n) / 8
+			row := sim.Row{
+				Strategy: s, Sessions: n,
+				SessionsPerHour:    sim.Float(120 * f),
+				OutputTokensPerMin: sim.Float(9000*f - 500*float64(si)),
+				TTFBP50:            sim.Float(0.1 * f * float64(3-si)),
+				TTFBP95:            sim.Float(0.4 * f * float64(3-si)),
+				ReplicasBusy:       sim.Float(math.Min(2, 0.5*f)),
+				PrefixHitPct:       sim.Float(50 + 15*float64(si)),
+				StayedPct:          sim.Float(60 + 20*float64(si)),
+				MissTokens:         sim.MissTokens{Cold: 1000, Evicted: int64(500 * (3 - si)), Elsewhere: int64(2000 * (2 - si)), Partial: 300},
+				Finished:           int64(100 * n), Unfinished: int64(si), Preemptions: int64(2 - si),
+			}
+			if s == "least-loaded" && n == 32 {
+				row.TTFBP95 = sim.Float(math.NaN())
+			}
+			for r := range 2 {
+				row.Replicas = append(row.Replicas, sim.ReplicaRow{
+					Replica: r, Requests: int64(50*n + 10*r), Sticky: int64(40 * n), SpilledIn: int64(r * si),
+					KVUsageMean: sim.Float(0.3 + 0.1*float64(r)), KVUsageMax: sim.Float(0.9), HitPct: sim.Float(70 + float64(r)),
+				})
+			}
+			rep.Rows = append(rep.Rows, row)
+		}
+	}
+	return rep
+}
+
+func TestSimReport(t *testing.T) {
+	r := SimReport(sampleSimResult(), SimReportOptions{Workload: []string{"32 agent sessions, 20k-token system prompt."}})
+	wantAnswer := "At 32 sessions on 2x H100-80GB, Qwen3-32B, affinity routing gives the lowest TTFB p95, 1.60 s, " +
+		"with a prefix-cache hit rate of 80.0 % (hash 4.80 s, least-loaded finished no request)."
+	if r.Answer != wantAnswer {
+		t.Errorf("Answer =\n%q\nwant\n%q", r.Answer, wantAnswer)
+	}
+	var ids []string
+	for _, c := range r.Charts() {
+		ids = append(ids, c.ID)
+		got, err := c.OptionsJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkGolden(t, filepath.Join("testdata", "sim-"+c.ID+".json"), got)
+	}
+	if got, want := strings.Join(ids, " "), "ttfb hit tokens busy miss replica-requests replica-hit replica-kv"; got != want {
+		t.Errorf("chart ids %q, want %q", got, want)
+	}
+	var buf bytes.Buffer
+	if err := r.Render(&buf); err != nil {
+		t.Fatal(err)
+	}
+	html := buf.String()
+	for _, want := range []string{
+		"<td>32</td><td>affinity</td><td>480</td><td>35,000</td><td>0.40</td><td>1.60</td><td>2.0</td><td>80.0</td><td>100.0</td><td>3,200</td><td>2</td><td>0</td>",
+		"<td>affinity</td><td>1</td><td>1,610</td><td>1,280</td><td>2</td><td>40.0</td><td>90.0</td><td>71.0</td><td>0</td>",
+		"32 agent sessions, 20k-token system prompt.",
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("rendered report lacks %q", want)
+		}
+	}
+	for _, k := range metrics.KPIs() {
+		if !strings.Contains(html, "<span class=\"muted\">"+k.Name+"</span>") {
+			t.Errorf("rendered report lacks the definition of KPI %s", k.Name)
+		}
+	}
+}
+
+func TestSimReportEmpty(t *testing.T) {
+	r := SimReport(&sim.Report{Farm: "none"}, SimReportOptions{})
+	if r.Answer != "The simulation produced no results." {
+		t.Errorf("Answer = %q", r.Answer)
+	}
+	if err := r.Render(&bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFmtNum(t *testing.T) {
+	tests := []struct {
+		v    float64
+		d    int
+		want string
+	}{
+		{0, 0, "0"}, {999, 0, "999"}, {1000, 0, "1,000"}, {1234567.891, 2, "1,234,567.89"},
+		{-12345, 1, "-12,345.0"}, {math.NaN(), 2, "-"}, {math.Inf(1), 0, "-"},
+	}
+	for _, tt := range tests {
+		if got := fmtNum(tt.v, tt.d); got != tt.want {
+			t.Errorf("fmtNum(%v, %d) = %q, want %q", tt.v, tt.d, got, tt.want)
+		}
+	}
+}
+
+func BenchmarkRenderSimReport(b *testing.B) {
+	res := sampleSimResult()
+	var buf bytes.Buffer
+	b.ReportAllocs()
+	for b.Loop() {
+		buf.Reset()
+		if err := SimReport(res, SimReportOptions{}).Render(&buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
