@@ -20,8 +20,12 @@ It simulates farms before you buy cards (sim, plan), routes production traffic
 	}
 	// One line per command; each newXCmd lives in its own file.
 	root.AddCommand(newVersionCmd())
+	root.AddCommand(newSimCmd())
 	root.AddCommand(newTraceCmd())
 	root.AddCommand(newGPUsCmd())
 	root.AddCommand(newKVCmd())
+	root.AddCommand(newProxyCmd())
+	root.AddCommand(newPlanCmd())
+	root.AddCommand(newReportCmd())
 	return root
 }

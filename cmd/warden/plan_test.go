@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"html"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lm-warden/warden/planner"
+)
+
+func TestPlanBuiltInExample(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "plan.html")
+	stdout, err := runWarden(t, "plan", "--out", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _, _ := strings.Cut(stdout, "\n")
+	if !strings.HasPrefix(answer, "For 16 concurrent agent sessions, ") || !strings.Contains(stdout, "report: "+out) {
+		t.Errorf("stdout does not start with the answer and end with the report:\n%s", stdout)
+	}
+	for _, want := range []string{"2 x RTX A4000", "3 x RTX A4000", "4 x RTX A4000", "sessions x context / KV"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, stdout)
+		}
+	}
+	page, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(page, []byte(html.EscapeString(answer))) {
+		t.Errorf("report lacks the answer %q", answer)
+	}
+}
+
+// TestPlanJSONRoundTrip: what --json prints, report --from renders into the very report that
+// plan --out wrote.
+func TestPlanJSONRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	a, b, js := filepath.Join(dir, "a.html"), filepath.Join(dir, "b.html"), filepath.Join(dir, "result.json")
+	stdout, err := runWarden(t, "plan", "--json", "--out", a, "--sessions", "4,8", "--duration", "20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res planner.Result
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Kind != planner.Kind {
+		t.Fatalf("--json printed no plan result (%v):\n%.300s", err, stdout)
+	}
+	if res.Concurrency != 16 || len(res.Sessions) != 3 {
+		t.Errorf("--sessions 4,8 over the built-in plan: concurrency %d, levels %v; want 16 added to 4, 8", res.Concurrency, res.Sessions)
+	}
+	if err := os.WriteFile(js, []byte(stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := runWarden(t, "report", "--from", js, "--out", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(got, res.Answer+"\n") {
+		t.Errorf("report printed %q, want the answer first", got)
+	}
+	ha, _ := os.ReadFile(a)
+	hb, _ := os.ReadFile(b)
+	if len(ha) == 0 || !bytes.Equal(ha, hb) {
+		t.Error("the report of the saved JSON differs from the one plan wrote")
+	}
+}
+
+func TestPlanFromFlags(t *testing.T) {
+	stdout, err := runWarden(t, "plan", "--gpu", "H100 SXM,RTX A4000", "--replicas", "1", "--model", "Qwen/Qwen3-4B-Instruct-2507",
+		"--sessions", "2", "--duration", "10s", "--strategies", "affinity", "--target-ttfb-p95", "30s", "--target-hit-pct", "0", "--out", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both meet a lax TTFB target; with no prices the cheaper is the one with fewer cards, then plan order.
+	if !strings.HasPrefix(stdout, "For 2 concurrent agent sessions, 1 x H100 SXM with affinity (spill auto) is the cheapest farm that meets TTFB p95 <= 30 s.") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	if strings.Contains(stdout, "report:") {
+		t.Error(`--out "" wrote a report`)
+	}
+}
+
+func TestPlanFile(t *testing.T) {
+	dir := t.TempDir()
+	plan := filepath.Join(dir, "plan.yaml")
+	body := `farms:
+  - gpus: [RTX A4000]
+    replicas: [1]
+    model: meta-llama/Llama-3.1-70B-Instruct
+  - gpus: [H100 SXM]
+    replicas: [1]
+    model: Qwen/Qwen3-4B-Instruct-2507
+prices: {RTX A4000: 0.2, h100: 2.5}
+sessions: [2]
+duration: 10s
+targets: {ttfb_p95_s_max: 30}
+`
+	if err := os.WriteFile(plan, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := runWarden(t, "plan", "--plan", plan, "--out", "", "--strategies", "least-loaded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"1 x H100 SXM, Qwen/Qwen3-4B-Instruct-2507 with least-loaded is the cheapest farm (2.50 per hour)",
+		"does not fit", "cost per hour",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("farms:\n  - gpus: [RTX A4000]\n    replicas: [0]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--replicas", "2"}, "--replicas needs --gpu"},
+		{[]string{"plan", "--gpu", "h100"}, "--gpu needs --model"},
+		{[]string{"plan", "--gpu", "h100", "--plan", bad}, "none of the others can be"},
+		{[]string{"plan", "--plan", bad}, bad + ":3: farms[0].replicas[0]: want 1 to 4096, got 0"},
+		{[]string{"plan", "--strategies", "random", "--out", ""}, `strategies[0]: unknown strategy "random"`},
+		{[]string{"report", "--out", "x.html"}, `required flag(s) "from" not set`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, err := runWarden(t, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestPlanProgressOnlyOnATerminal(t *testing.T) {
+	for _, term := range []bool{false, true} {
+		var stderr, stdout bytes.Buffer
+		o := &planOptions{
+			Sessions: []int{2}, Duration: 10 * time.Second, Progress: true,
+			stderr: &stderr, isTerminal: func() bool { return term },
+			changed: func(name string) bool { return name == "sessions" || name == "duration" },
+		}
+		if err := runPlan(context.Background(), o, &stdout); err != nil {
+			t.Fatal(err)
+		}
+		if got := stderr.Len() > 0; got != term {
+			t.Errorf("terminal %v: wrote %d bytes of progress to stderr", term, stderr.Len())
+		}
+	}
+}
+
+func TestReportFromSimJSON(t *testing.T) {
+	dir := t.TempDir()
+	js, out := filepath.Join(dir, "sim.json"), filepath.Join(dir, "sim.html")
+	sim := `{"farm":"4x RTX A4000, Qwen3-4B","rows":[
+{"strategy":"least-loaded","sessions":4,"sessions_per_hour":100,"output_tokens_per_min":5000,"ttfb_p50_s":1,"ttfb_p95_s":null,
+ "replicas_busy":2,"prefix_hit_pct":50,"stayed_pct":30,"miss_tokens":{"cold":1,"evicted":2,"elsewhere":3,"partial":4},
+ "replicas":[{"replica":0,"requests":5,"sticky":0,"spilled_in":0,"kv_usage_mean":0.5,"kv_usage_max":0.9,"hit_pct":50,"preemptions":0}],
+ "duration_s":60,"finished":10,"unfinished":0,"preemptions":0},
+{"strategy":"affinity","sessions":4,"sessions_per_hour":110,"output_tokens_per_min":5500,"ttfb_p50_s":0.8,"ttfb_p95_s":2,
+ "replicas_busy":2,"prefix_hit_pct":80,"stayed_pct":95,"miss_tokens":{"cold":1,"evicted":0,"elsewhere":0,"partial":4},
+ "replicas":[{"replica":0,"requests":5,"sticky":4,"spilled_in":0,"kv_usage_mean":0.5,"kv_usage_max":0.9,"hit_pct":80,"preemptions":0}],
+ "duration_s":60,"finished":11,"unfinished":0,"preemptions":0}]}`
+	if err := os.WriteFile(js, []byte(sim), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := runWarden(t, "report", "--from", js, "--out", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// least-loaded's null TTFB p95 reads back as "no value", not as 0 s (which would win).
+	if !strings.HasPrefix(stdout, "At 4 sessions on 4x RTX A4000, Qwen3-4B, affinity routing gives the lowest TTFB p95") {
+		t.Errorf("stdout: %s", stdout)
+	}
+	if st, err := os.Stat(out); err != nil || st.Size() == 0 {
+		t.Errorf("no report written: %v", err)
+	}
+	if err := os.WriteFile(js, []byte(`{"kind":"something-else"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runWarden(t, "report", "--from", js, "--out", out); err == nil || !strings.Contains(err.Error(), `kind "something-else"`) {
+		t.Errorf("unknown kind: error %v", err)
+	}
+}

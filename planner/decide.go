@@ -1,0 +1,307 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/lm-warden/warden/sim"
+)
+
+// targetSpec is one target: its JSON key, how it reads in a sentence, the
+// figure of a row it limits, and whether it is a maximum.
+type targetSpec struct {
+	key    string
+	phrase string // "TTFB p95 <= %s s"
+	unit   string // for values in sentences
+	isMax  bool
+	limit  func(Targets) float64
+	value  func(*sim.Row) float64
+	digits int
+}
+
+var targetSpecs = []targetSpec{
+	{"ttfb_p95_s_max", "TTFB p95 <= %s s", "s", true,
+		func(t Targets) float64 { return t.TTFBP95MaxS }, func(r *sim.Row) float64 { return float64(r.TTFBP95) }, 2},
+	{"prefix_hit_pct_min", "prefix hit >= %s %%", "%", false,
+		func(t Targets) float64 { return t.PrefixHitPctMin }, func(r *sim.Row) float64 { return float64(r.PrefixHitPct) }, 1},
+	{"output_tokens_per_min_min", "output >= %s tokens/min", "tokens/min", false,
+		func(t Targets) float64 { return t.OutputTokensPerMinMin }, func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) }, 0},
+	{"sessions_per_hour_min", "sessions/h >= %s", "sessions/h", false,
+		func(t Targets) float64 { return t.SessionsPerHourMin }, func(r *sim.Row) float64 { return float64(r.SessionsPerHour) }, 0},
+}
+
+// check checks the targets on one row.
+func (t Targets) check(r *sim.Row) Check {
+	c := Check{Sessions: r.Sessions, Meets: true}
+	var sum float64
+	for _, ts := range targetSpecs {
+		limit := ts.limit(t)
+		if limit == 0 {
+			continue
+		}
+		v := ts.value(r)
+		var short float64
+		switch {
+		case math.IsNaN(v) || math.IsInf(v, 0):
+			short = NoValueShortfall
+		case ts.isMax && v > limit:
+			short = (v - limit) / limit
+		case !ts.isMax && v < limit:
+			short = (limit - v) / limit
+		default:
+			continue
+		}
+		c.Meets = false
+		c.Misses = append(c.Misses, Miss{Target: ts.key, Value: sim.Float(v), Limit: limit, Shortfall: sim.Float(short)})
+		sum += short
+	}
+	c.Shortfall = sim.Float(sum)
+	return c
+}
+
+// Phrases returns the set targets as they read in a sentence, e.g.
+// ["TTFB p95 <= 10 s", "prefix hit >= 80 %"].
+func (t Targets) Phrases() []string {
+	var out []string
+	for _, ts := range targetSpecs {
+		if l := ts.limit(t); l != 0 {
+			out = append(out, fmt.Sprintf(ts.phrase, fmtLimit(l)))
+		}
+	}
+	return out
+}
+
+func fmtLimit(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// decide checks every row, finds each candidate's routing and capacity, and
+// picks the best candidate (or the closest).
+func (res *Result) decide() {
+	at := Level(res.Sessions, res.Concurrency)
+	for ci := range res.Candidates {
+		c := &res.Candidates[ci]
+		if !c.Fits {
+			continue
+		}
+		for k := range c.Configs {
+			cfg := &c.Configs[k]
+			cfg.Checks = make([]Check, len(cfg.Rows))
+			for l := range cfg.Rows {
+				cfg.Checks[l] = res.Targets.check(&cfg.Rows[l])
+			}
+			cfg.MaxSessions, cfg.FailsAt = capacity(res.Sessions, cfg.Checks)
+			if cfg.MaxSessions > c.MaxSessions {
+				c.MaxSessions, c.FailsAt = cfg.MaxSessions, cfg.FailsAt
+			}
+		}
+		c.Chosen = chooseConfig(c.Configs, at)
+		c.Meets = c.Chosen >= 0 && c.Configs[c.Chosen].Checks[at].Meets
+	}
+
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		if !c.Meets {
+			continue
+		}
+		if res.Best < 0 || betterFarm(c, &res.Candidates[res.Best], at) {
+			res.Best = i
+		}
+	}
+	if res.Best >= 0 {
+		return
+	}
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		if !c.Fits || c.Chosen < 0 {
+			continue
+		}
+		if res.Closest < 0 || closer(c, &res.Candidates[res.Closest], at) < 0 {
+			res.Closest = i
+		}
+	}
+}
+
+// capacity scans the levels upwards: the first run of levels that meet the
+// targets ends at max; fails is the level after it (0 when the run reaches
+// the highest level, or when no level meets the targets).
+func capacity(sessions []int, checks []Check) (maxSessions, failsAt int) {
+	started := false
+	for l, ch := range checks {
+		switch {
+		case ch.Meets:
+			started = true
+			maxSessions = sessions[l]
+		case started:
+			return maxSessions, sessions[l]
+		}
+	}
+	return maxSessions, 0
+}
+
+// chooseConfig picks the routing of a candidate at level index at: among
+// the configs that meet the targets there, the lowest TTFB p95 (ties: plan
+// order); when none meets, the closest (Closeness).
+func chooseConfig(configs []Config, at int) int {
+	best := -1
+	for k := range configs {
+		if best < 0 {
+			best = k
+			continue
+		}
+		a, b := &configs[k], &configs[best]
+		ca, cb := a.Checks[at], b.Checks[at]
+		switch {
+		case ca.Meets != cb.Meets:
+			if ca.Meets {
+				best = k
+			}
+		case ca.Meets:
+			if ttfb(a.Rows[at]) < ttfb(b.Rows[at]) {
+				best = k
+			}
+		default:
+			if closeness(ca, cb) < 0 {
+				best = k
+			}
+		}
+	}
+	return best
+}
+
+// ttfb is a row's TTFB p95 with a missing value as +Inf.
+func ttfb(r sim.Row) float64 {
+	v := float64(r.TTFBP95)
+	if math.IsNaN(v) {
+		return math.Inf(1)
+	}
+	return v
+}
+
+// closeness orders two checks that miss: fewer targets missed first, then
+// the smaller sum of normalised shortfalls. It returns < 0 when a is closer.
+//
+// This is the plan's definition of "closest": a farm that misses one target
+// by 40 % is closer than one that misses two by 5 % each; among farms that
+// miss as many targets, the one whose figures are nearest their limits,
+// each distance relative to its limit, is closer.
+func closeness(a, b Check) int {
+	if c := cmp.Compare(len(a.Misses), len(b.Misses)); c != 0 {
+		return c
+	}
+	return cmp.Compare(float64(a.Shortfall), float64(b.Shortfall))
+}
+
+// betterFarm orders two candidates that meet the targets: cheaper, then
+// fewer cards, then more headroom (MaxSessions), then lower TTFB p95 at the
+// wanted concurrency. Equal ones keep plan order.
+func betterFarm(a, b *Candidate, at int) bool {
+	if c := cmp.Compare(a.Cost, b.Cost); c != 0 {
+		return c < 0
+	}
+	if c := cmp.Compare(a.Cards, b.Cards); c != 0 {
+		return c < 0
+	}
+	if c := cmp.Compare(a.MaxSessions, b.MaxSessions); c != 0 {
+		return c > 0
+	}
+	return ttfb(a.Configs[a.Chosen].Rows[at]) < ttfb(b.Configs[b.Chosen].Rows[at])
+}
+
+// closer orders two candidates that miss the targets: closeness of their
+// chosen routings at the wanted concurrency, then cost.
+func closer(a, b *Candidate, at int) int {
+	if c := closeness(a.Configs[a.Chosen].Checks[at], b.Configs[b.Chosen].Checks[at]); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Cost, b.Cost)
+}
+
+// question is the report's question.
+func question(res *Result) string {
+	return fmt.Sprintf("How many cards, of which kind, and which routing, for %d concurrent %s within %s?",
+		res.Concurrency, res.sessionsNoun(), joinAnd(res.Targets.Phrases()))
+}
+
+func (res *Result) sessionsNoun() string {
+	if res.Workload.Spec.Trace != "" {
+		return "sessions of the trace"
+	}
+	return "agent sessions"
+}
+
+// answer is the answer in one sentence.
+func answer(res *Result) string {
+	targets := joinAnd(res.Targets.Phrases())
+	lead := fmt.Sprintf("For %d concurrent %s, ", res.Concurrency, res.sessionsNoun())
+	if res.Best >= 0 {
+		c := &res.Candidates[res.Best]
+		cost := ""
+		if res.CostUnit != "cards" {
+			cost = fmt.Sprintf(" (%s %s)", fmtCost(c.Cost), res.CostUnit)
+		}
+		return fmt.Sprintf("%s%s with %s is the cheapest farm%s that meets %s.",
+			lead, c.Name, c.Configs[c.Chosen].label(), cost, targets)
+	}
+	if res.Closest < 0 {
+		if len(res.Candidates) == 0 {
+			return lead + "the plan has no candidate farm."
+		}
+		return fmt.Sprintf("%sno candidate can run the model: it does not fit on any of them (%s).", lead, res.Candidates[0].Error)
+	}
+	c := &res.Candidates[res.Closest]
+	at := Level(res.Sessions, res.Concurrency)
+	ch := c.Configs[c.Chosen].Checks[at]
+	var missed []string
+	for _, m := range ch.Misses {
+		missed = append(missed, res.Targets.MissPhrase(m))
+	}
+	return fmt.Sprintf("%sno candidate meets %s; the closest is %s with %s, which misses %s.",
+		lead, targets, c.Name, c.Configs[c.Chosen].label(), joinAnd(missed))
+}
+
+// MissPhrase says which target a miss is of and by what figure, e.g.
+// "TTFB p95 <= 10 s (34.20 s)".
+func (t Targets) MissPhrase(m Miss) string {
+	return fmt.Sprintf("%s (%s)", phraseOf(t, m.Target), fmtValue(m))
+}
+
+func phraseOf(t Targets, key string) string {
+	for _, ts := range targetSpecs {
+		if ts.key == key {
+			return fmt.Sprintf(ts.phrase, fmtLimit(ts.limit(t)))
+		}
+	}
+	return key
+}
+
+// fmtValue writes a missed figure with its unit, "no value" when the step
+// measured none.
+func fmtValue(m Miss) string {
+	v := float64(m.Value)
+	for _, ts := range targetSpecs {
+		if ts.key != m.Target {
+			continue
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return "none measured"
+		}
+		s := strconv.FormatFloat(v, 'f', ts.digits, 64)
+		return s + " " + ts.unit
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+func fmtCost(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+
+// joinAnd joins "a", "a and b", "a, b and c".
+func joinAnd(items []string) string {
+	switch len(items) {
+	case 0:
+		return "no target"
+	case 1:
+		return items[0]
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
+}

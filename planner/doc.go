@@ -1,0 +1,22 @@
+// Package planner answers the capacity question LM Warden exists for: how
+// many cards, of which kind, and which routing, for this many concurrent
+// agent sessions within these service targets?
+//
+// Start reading at plan.go: a Plan (a YAML plan file, or built from flags)
+// names a workload, candidate farms (GPU kinds x replica counts x tensor
+// parallel sizes), the strategies and spill thresholds to try, the sessions
+// levels to simulate and the targets (TTFB p95, prefix hit %, output tokens
+// per minute, sessions per hour). Solve (solve.go) expands the candidates,
+// runs every simulation in parallel through the simulator (package sim),
+// checks the targets on every step and decides (decide.go): the cheapest
+// candidate that meets them at the wanted concurrency, with its routing; for
+// each candidate the sessions level at which it stops meeting them; the
+// rule-of-thumb check (concurrency x typical context against the farm's KV
+// cache, workload.go says how the typical context is computed); and, when
+// no candidate meets the targets, the closest one.
+//
+// A Result's JSON (result.go, json.go) round-trips exactly, so `warden
+// report --from` renders a saved result as `warden plan` did; package web
+// (PlanReport) turns a Result into the HTML report. DefaultPlan
+// (examples/default.yaml) is the built-in plan.
+package planner

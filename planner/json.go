@@ -1,0 +1,70 @@
+package planner
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// ReadResult reads a Result from its JSON form (as `warden plan --json`
+// writes it). A null figure reads back as NaN, as it was written.
+func ReadResult(data []byte) (*Result, error) {
+	var res Result
+	if err := DecodeJSON(data, &res); err != nil {
+		return nil, fmt.Errorf("plan result: %w", err)
+	}
+	if res.Kind != Kind {
+		return nil, fmt.Errorf("plan result: kind is %q, want %q", res.Kind, Kind)
+	}
+	if err := res.validate(); err != nil {
+		return nil, fmt.Errorf("plan result: %w", err)
+	}
+	return &res, nil
+}
+
+// validate checks the indexes a report follows, so that a hand-edited file
+// gives an error rather than a panic.
+func (res *Result) validate() error {
+	n := len(res.Sessions)
+	if res.Best < -1 || res.Best >= len(res.Candidates) {
+		return fmt.Errorf("best %d: want -1 or a candidate index below %d", res.Best, len(res.Candidates))
+	}
+	if res.Closest < -1 || res.Closest >= len(res.Candidates) {
+		return fmt.Errorf("closest %d: want -1 or a candidate index below %d", res.Closest, len(res.Candidates))
+	}
+	if Level(res.Sessions, res.Concurrency) < 0 && len(res.Candidates) > 0 {
+		return fmt.Errorf("concurrency %d is not one of the sessions levels %v", res.Concurrency, res.Sessions)
+	}
+	for i, c := range res.Candidates {
+		if c.Chosen < -1 || c.Chosen >= len(c.Configs) {
+			return fmt.Errorf("candidates[%d].chosen %d: want -1 or a config index below %d", i, c.Chosen, len(c.Configs))
+		}
+		if (res.Best == i || res.Closest == i) && c.Chosen < 0 {
+			return fmt.Errorf("candidates[%d] is the best or closest but has no chosen config", i)
+		}
+		for k, cfg := range c.Configs {
+			if len(cfg.Rows) != n || len(cfg.Checks) != n {
+				return fmt.Errorf("candidates[%d].configs[%d]: %d rows and %d checks, want one per sessions level (%d)", i, k, len(cfg.Rows), len(cfg.Checks), n)
+			}
+		}
+	}
+	return nil
+}
+
+// roundTrip returns res as its JSON reads back.
+func roundTrip(res *Result) (*Result, error) {
+	data, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	return ReadResult(data)
+}
+
+// DecodeJSON is json.Unmarshal for the project's result types, strict about
+// unknown fields. sim.Float reads null back as NaN (a step that measured
+// nothing), so a saved result keeps that apart from zero.
+func DecodeJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}

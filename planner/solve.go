@@ -1,0 +1,353 @@
+package planner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/sim"
+)
+
+// Solve answers a plan: it expands the candidate farms, simulates every
+// candidate that fits with every strategy and spill threshold at every
+// sessions level, checks the targets on each step, and picks the cheapest
+// candidate that meets them at the wanted concurrency (or, when none does,
+// the closest one).
+//
+// The simulations run in parallel, at most Plan.Parallelism (GOMAXPROCS) at
+// a time; the result does not depend on the order in which they finish.
+// Solve returns ctx's error when ctx is done before it finishes, and the
+// first failing simulation's error (in candidate order) otherwise.
+func Solve(ctx context.Context, p Plan) (*Result, error) {
+	p = p.withDefaults()
+	if err := p.check(true); err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
+	var trace *sim.Trace
+	if p.Workload.Trace != "" {
+		t, err := sim.LoadTrace(p.Workload.Trace)
+		if err != nil {
+			return nil, fmt.Errorf("plan: workload.trace: %w", err)
+		}
+		if len(t.Requests) == 0 {
+			return nil, fmt.Errorf("plan: workload.trace: %s holds no request", p.Workload.Trace)
+		}
+		trace = t
+	}
+	res := &Result{
+		Kind:        Kind,
+		Concurrency: p.Concurrency,
+		Sessions:    p.Sessions,
+		DurationS:   time.Duration(p.Duration).Seconds(),
+		Seed:        p.Seed,
+		Strategies:  p.Strategies,
+		Spills:      p.SpillThresholds,
+		Targets:     p.Targets,
+		Workload:    describeWorkload(p, trace),
+		CostUnit:    "cards",
+		Best:        -1,
+		Closest:     -1,
+	}
+	if len(p.Prices) > 0 {
+		res.CostUnit = "per hour"
+	}
+	farms, err := p.expand(res)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.simulate(ctx, res, farms, trace); err != nil {
+		return nil, err
+	}
+	res.decide()
+	res.Question = question(res)
+	res.Answer = answer(res)
+	res.Title = p.title()
+	// What Solve returns is what its JSON says, to the last digit: a saved
+	// result renders the same report as a fresh one.
+	return roundTrip(res)
+}
+
+// expand fills res.Candidates, in plan order, and returns the resolved farm
+// of each (nil for one whose model does not fit).
+func (p Plan) expand(res *Result) ([]*sim.Farm, error) {
+	var farms []*sim.Farm
+	for i, set := range p.Farms {
+		for gi, gpuName := range set.GPUs {
+			gpu, err := hardware.LookupGPU(gpuName)
+			if err != nil {
+				return nil, fmt.Errorf("plan: farms[%d].gpus[%d]: %w", i, gi, err)
+			}
+			for _, tp := range set.TensorParallelSizes {
+				for _, n := range set.Replicas {
+					spec := set.spec(gpuName, n, tp)
+					c, farm, err := p.candidate(spec, gpu, res.Workload.TypicalContextTokens)
+					if err != nil {
+						return nil, fmt.Errorf("plan: farms[%d]: %w", i, err)
+					}
+					res.Candidates = append(res.Candidates, c)
+					farms = append(farms, farm)
+				}
+			}
+		}
+	}
+	multiModel := false
+	for _, c := range res.Candidates {
+		multiModel = multiModel || c.Model != res.Candidates[0].Model
+	}
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		c.Name = candidateName(c, multiModel)
+	}
+	return farms, nil
+}
+
+// candidate resolves one farm. A model that does not fit gives a candidate
+// with Fits false and the reason; any other resolution error is the plan's.
+func (p Plan) candidate(spec sim.FarmSpec, gpu hardware.GPU, context int) (Candidate, *sim.Farm, error) {
+	c := Candidate{
+		GPU:                gpu.Name,
+		Model:              spec.Model,
+		Replicas:           spec.Replicas,
+		TensorParallelSize: spec.TensorParallelSize,
+		Cards:              spec.Replicas * spec.TensorParallelSize,
+		Chosen:             -1,
+	}
+	c.Cost = float64(c.Cards)
+	if price, ok := p.price(gpu.Name); ok {
+		c.Cost = price * float64(c.Cards)
+	}
+	// The same spec with a KV cache forced to exist: if that resolves, the
+	// real spec fails only for want of memory.
+	probe := spec
+	probe.VLLM.NumGPUBlocks = max(probe.VLLM.NumGPUBlocks, 2)
+	pf, err := sim.Resolve(probe)
+	if err != nil {
+		return c, nil, err
+	}
+	c.Model = pf.Model.Name
+	c.MaxNumSeqs = pf.Spec.VLLM.MaxNumSeqs
+	farm, err := sim.Resolve(spec)
+	if err != nil {
+		c.Error = strings.TrimPrefix(err.Error(), "gpu: ")
+		return c, nil, nil
+	}
+	c.Fits = true
+	c.NumGPUBlocks = farm.NumGPUBlocks
+	c.KVTokensPerReplica = farm.KVTokensPerReplica()
+	c.KVTokensTotal = int64(c.KVTokensPerReplica) * int64(c.Replicas)
+	c.RuleOfThumb = hardware.RuleOfThumb(p.Concurrency, context, int(min(c.KVTokensTotal, int64(maxInt))))
+	return c, farm, nil
+}
+
+const maxInt = int(^uint(0) >> 1)
+
+// candidateName is "3 x RTX A4000", "8 x H100 SXM (2 replicas at TP 4)",
+// with the model appended when the plan has several.
+func candidateName(c *Candidate, withModel bool) string {
+	name := fmt.Sprintf("%d x %s", c.Cards, c.GPU)
+	if c.TensorParallelSize > 1 {
+		name += fmt.Sprintf(" (%d replicas at TP %d)", c.Replicas, c.TensorParallelSize)
+	}
+	if withModel {
+		name += ", " + c.Model
+	}
+	return name
+}
+
+// job is one simulation: one candidate, one config, and either every
+// sessions level in a row (synthetic load, level -1) or one level (trace).
+type job struct {
+	cand, cfg int
+	level     int // index in Result.Sessions, or -1 for all
+}
+
+// simulate runs every job and fills each fitting candidate's Configs.
+func (p Plan) simulate(ctx context.Context, res *Result, farms []*sim.Farm, trace *sim.Trace) error {
+	configs := p.configs()
+	var jobs []job
+	for ci, farm := range farms {
+		if farm == nil {
+			continue
+		}
+		c := &res.Candidates[ci]
+		c.Configs = make([]Config, len(configs))
+		for k, cfg := range configs {
+			c.Configs[k] = Config{Strategy: cfg.Strategy, Spill: cfg.Spill, Rows: make([]sim.Row, len(res.Sessions))}
+			if trace == nil {
+				jobs = append(jobs, job{ci, k, -1})
+				continue
+			}
+			for l := range res.Sessions {
+				jobs = append(jobs, job{ci, k, l})
+			}
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+
+	step := time.Duration(p.Duration)
+	prog := &progress{f: p.Progress, done: make([]time.Duration, len(jobs)), per: make([]time.Duration, len(jobs))}
+	for i, j := range jobs {
+		prog.per[i] = step
+		if j.level < 0 {
+			prog.per[i] = step * time.Duration(len(res.Sessions))
+		}
+		prog.total += prog.per[i]
+	}
+
+	run := func(ctx context.Context, i int) error {
+		j := jobs[i]
+		c := &res.Candidates[j.cand]
+		cfg := &c.Configs[j.cfg]
+		e := sim.Experiment{
+			Farm:       farms[j.cand],
+			Strategies: []string{cfg.Strategy},
+			Workload:   p.Workload.Workload,
+			Sessions:   res.Sessions,
+			Duration:   step,
+			Seed:       p.Seed,
+		}
+		if cfg.Spill != "" {
+			spill, err := placement.ParseSpillThreshold(cfg.Spill)
+			if err != nil {
+				return err
+			}
+			e.Spill = &spill
+		}
+		if trace != nil {
+			e.Trace, e.ClosedLoop = trace, true
+			e.Sessions = res.Sessions[j.level : j.level+1]
+		}
+		if prog.f != nil {
+			e.Progress = func(done, _ time.Duration) { prog.set(i, done) }
+		}
+		rep, err := sim.Run(ctx, e)
+		if err != nil {
+			return fmt.Errorf("%s, %s: %w", c.Name, cfg.label(), err)
+		}
+		if len(rep.Rows) != len(e.Sessions) {
+			return fmt.Errorf("%s, %s: the simulator returned %d rows for %d sessions levels", c.Name, cfg.label(), len(rep.Rows), len(e.Sessions))
+		}
+		// Each job writes its own rows: no two jobs share a slot.
+		first := max(j.level, 0)
+		copy(cfg.Rows[first:], rep.Rows)
+		prog.set(i, prog.per[i])
+		return nil
+	}
+	return forEach(ctx, len(jobs), p.Parallelism, run)
+}
+
+// forEach calls f(ctx, i) for every i in [0, n), at most par at a time
+// (GOMAXPROCS when par <= 0). The first error cancels the others' ctx; the
+// error returned is ctx's own when it was done first, else the error of the
+// lowest i that failed for a reason of its own.
+func forEach(ctx context.Context, n, par int, f func(ctx context.Context, i int) error) error {
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+	par = min(par, n)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	errs := make([]error, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range par {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(ctx, i); err != nil {
+					errs[i] = err
+					cancel(err)
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil && context.Cause(ctx) == err {
+		// Done from outside (the parent), not by a failing f.
+		return err
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// progress sums the simulated time done by every job.
+type progress struct {
+	mu    sync.Mutex
+	f     func(done, total time.Duration)
+	done  []time.Duration
+	per   []time.Duration
+	sum   time.Duration
+	total time.Duration
+}
+
+func (p *progress) set(i int, d time.Duration) {
+	if p.f == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d = min(d, p.per[i])
+	if d <= p.done[i] {
+		return
+	}
+	p.sum += d - p.done[i]
+	p.done[i] = d
+	p.f(p.sum, p.total)
+}
+
+// configs lists the routings to try: each strategy once, affinity once per
+// spill threshold.
+func (p Plan) configs() []Config {
+	var out []Config
+	for _, s := range p.Strategies {
+		if s != placement.StrategyAffinity {
+			out = append(out, Config{Strategy: s})
+			continue
+		}
+		for _, t := range p.SpillThresholds {
+			out = append(out, Config{Strategy: s, Spill: t})
+		}
+	}
+	return out
+}
+
+// label is "affinity (spill auto)" or "least-loaded".
+func (c *Config) label() string {
+	if c.Spill == "" {
+		return c.Strategy
+	}
+	return c.Strategy + " (spill " + c.Spill + ")"
+}
+
+// Label names the routing as the report and the answer do, e.g.
+// "affinity (spill auto)" or "least-loaded".
+func (c Config) Label() string { return c.label() }
+
+// Level returns the index of a sessions level in sessions, or -1.
+func Level(sessions []int, n int) int { return slices.Index(sessions, n) }

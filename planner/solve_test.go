@@ -1,0 +1,273 @@
+package planner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/traces"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// kvBoundPlan is a plan whose answer is known by construction: short
+// sessions (a mean context of about 2.1k tokens, 2.45k at the last turn) on
+// replicas of exactly 600 KV blocks (9,600 tokens) each, on H100s so fast
+// that latency never matters. At 12 concurrent sessions the working set
+// (about 29k tokens) fits in three replicas (28.8k, the shared system
+// prompt counted once) but not in two (19.2k): two replicas evict what the
+// next turn needs and their hit rate collapses, three keep it.
+func kvBoundPlan() Plan {
+	return Plan{
+		Workload: WorkloadSpec{Workload: traces.Workload{
+			SystemPromptTokens: 256, FirstMessageTokens: 1500, Turns: 6, NewTokensPerTurn: 100,
+			MaxOutputTokens: 32, OutputTokensMean: 32,
+		}},
+		Farms: []FarmSet{{
+			GPUs: []string{"H100 SXM"}, Replicas: []int{2, 3, 4},
+			Model: "Qwen/Qwen3-4B-Instruct-2507",
+			VLLM:  sim.VLLMSpec{NumGPUBlocks: 600, MaxNumSeqs: 16},
+		}},
+		Strategies:  []string{"least-loaded", "affinity"},
+		Sessions:    []int{6, 12},
+		Concurrency: 12,
+		Duration:    sim.Duration(30 * time.Second),
+		Seed:        7,
+		Targets:     Targets{PrefixHitPctMin: 80},
+	}
+}
+
+func TestSolveKnownAnswer(t *testing.T) {
+	res, err := Solve(context.Background(), kvBoundPlan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Candidates) != 3 {
+		t.Fatalf("%d candidates, want 3", len(res.Candidates))
+	}
+	if res.Best != 1 {
+		t.Fatalf("best = %d (%s), want 1 (3 x H100 SXM)\n%s", res.Best, res.Answer, dump(res))
+	}
+	best := res.Candidates[1]
+	if got := best.Configs[best.Chosen].Label(); got != "affinity (spill auto)" {
+		t.Errorf("routing of the best = %s, want affinity (spill auto)", got)
+	}
+	want := "For 12 concurrent agent sessions, 3 x H100 SXM with affinity (spill auto) is the cheapest farm that meets prefix hit >= 80 %."
+	if res.Answer != want {
+		t.Errorf("answer\n%q\nwant\n%q", res.Answer, want)
+	}
+	two := res.Candidates[0]
+	if two.Meets || two.MaxSessions != 6 || two.FailsAt != 12 {
+		t.Errorf("2 x H100: meets %v, max sessions %d, fails at %d; want false, 6, 12\n%s", two.Meets, two.MaxSessions, two.FailsAt, dump(res))
+	}
+	if four := res.Candidates[2]; !four.Meets || four.MaxSessions != 12 || four.FailsAt != 0 {
+		t.Errorf("4 x H100: meets %v, max sessions %d, fails at %d; want true, 12, 0", four.Meets, four.MaxSessions, four.FailsAt)
+	}
+	// The rule of thumb agrees: 12 x 2,118 tokens does not fit in 2 x 9,584, fits in 3 x 9,584.
+	if res.Workload.TypicalContextTokens != 2118 {
+		t.Errorf("typical context %d, want 256+1500+32+2.5*132 = 2118", res.Workload.TypicalContextTokens)
+	}
+	for i, wantFit := range []bool{false, true, true} {
+		if got := res.Candidates[i].RuleOfThumb.Fits; got != wantFit {
+			t.Errorf("%s: rule of thumb fits = %v, want %v (%+v)", res.Candidates[i].Name, got, wantFit, res.Candidates[i].RuleOfThumb)
+		}
+	}
+}
+
+func dump(res *Result) string {
+	var b strings.Builder
+	for _, c := range res.Candidates {
+		for _, cfg := range c.Configs {
+			for _, r := range cfg.Rows {
+				b.WriteString(c.Name + " " + cfg.Label() + " ")
+				json.NewEncoder(&b).Encode(map[string]any{"sessions": r.Sessions, "hit": r.PrefixHitPct, "p95": r.TTFBP95})
+			}
+		}
+	}
+	return b.String()
+}
+
+func TestSolveNoneMeets(t *testing.T) {
+	p := kvBoundPlan()
+	// Nothing answers in a microsecond: every candidate misses the TTFB
+	// target; two cards also miss the hit rate, so they are not the closest.
+	p.Targets.TTFBP95MaxS = 1e-6
+	res, err := Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Best != -1 {
+		t.Fatalf("best = %d, want -1 (none meets)", res.Best)
+	}
+	if res.Closest != 1 && res.Closest != 2 {
+		t.Fatalf("closest = %d, want 3 or 4 cards (they miss one target, 2 cards miss two)\n%s", res.Closest, dump(res))
+	}
+	c := res.Candidates[res.Closest]
+	at := Level(res.Sessions, res.Concurrency)
+	if n := len(c.Configs[c.Chosen].Checks[at].Misses); n != 1 {
+		t.Errorf("closest misses %d targets, want 1", n)
+	}
+	prefix := "For 12 concurrent agent sessions, no candidate meets TTFB p95 <= 0.000001 s and prefix hit >= 80 %; the closest is " + c.Name + " with affinity (spill auto), which misses TTFB p95 <= 0.000001 s ("
+	if !strings.HasPrefix(res.Answer, prefix) || !strings.HasSuffix(res.Answer, " s).") {
+		t.Errorf("answer\n%q\nwant it to start with\n%q", res.Answer, prefix)
+	}
+}
+
+func TestSolveModelDoesNotFit(t *testing.T) {
+	p := kvBoundPlan()
+	p.Farms = append(p.Farms, FarmSet{GPUs: []string{"RTX A4000"}, Replicas: []int{2}, Model: "meta-llama/Llama-3.1-70B-Instruct"})
+	p.Farms[0].Replicas = []int{3}
+	res, err := Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Candidates) != 2 {
+		t.Fatalf("%d candidates, want 2: one that fits, one that does not", len(res.Candidates))
+	}
+	c := res.Candidates[1]
+	if c.Fits || c.Configs != nil || c.Chosen != -1 {
+		t.Errorf("70B on an A4000: fits %v, %d configs, chosen %d; want false, none, -1", c.Fits, len(c.Configs), c.Chosen)
+	}
+	if !strings.Contains(c.Error, "does not fit on RTX A4000") {
+		t.Errorf("error %q does not say the model does not fit", c.Error)
+	}
+	if c.Name != "2 x RTX A4000, meta-llama/Llama-3.1-70B-Instruct" {
+		t.Errorf("name %q: with two models the name carries the model", c.Name)
+	}
+	if res.Best != 0 {
+		t.Errorf("best = %d, want the H100 farm (0)", res.Best)
+	}
+
+	// Nothing fits at all: the answer says so.
+	p.Farms = p.Farms[1:]
+	res, err = Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Best != -1 || res.Closest != -1 || !strings.Contains(res.Answer, "no candidate can run the model") {
+		t.Errorf("best %d closest %d answer %q; want -1, -1 and no candidate can run the model", res.Best, res.Closest, res.Answer)
+	}
+}
+
+func TestSolveDeterministic(t *testing.T) {
+	var out [2][]byte
+	for i, par := range []int{1, 3} {
+		p := kvBoundPlan()
+		p.Parallelism = par
+		p.SpillThresholds = []string{"auto", "2"}
+		res, err := Solve(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i], err = json.MarshalIndent(res, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(out[0], out[1]) {
+		t.Error("two runs of one plan (parallelism 1 and 3) gave different JSON")
+	}
+}
+
+func TestResultJSONRoundTrip(t *testing.T) {
+	res, err := Solve(context.Background(), kvBoundPlan())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A NaN figure (a step that measured nothing) must survive as NaN.
+	res.Candidates[0].Configs[0].Rows[0].TTFBP95 = sim.Float(math.NaN())
+	a, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadResult(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := back.Candidates[0].Configs[0].Rows[0].TTFBP95; !math.IsNaN(float64(v)) {
+		t.Errorf("null TTFB read back as %v, want NaN", v)
+	}
+	b, err := json.Marshal(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Error("JSON -> ReadResult -> JSON changed the bytes")
+	}
+	for _, bad := range []string{`{"kind":"other"}`, `{"kind":"warden-plan","best":5}`, `{"kind":"warden-plan","bogus":1}`, `[`} {
+		if _, err := ReadResult([]byte(bad)); err == nil {
+			t.Errorf("ReadResult(%s): no error", bad)
+		}
+	}
+}
+
+func TestSolveCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := kvBoundPlan()
+	p.Parallelism = 2
+	var calls atomic.Int64
+	p.Progress = func(done, total time.Duration) {
+		if calls.Add(1) == 1 {
+			cancel()
+		}
+	}
+	_, err := Solve(ctx, p)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Solve after cancel: %v, want context.Canceled", err)
+	}
+}
+
+func TestSolveProgress(t *testing.T) {
+	p := kvBoundPlan()
+	var last, total time.Duration
+	p.Progress = func(done, tot time.Duration) {
+		if done < last {
+			t.Errorf("progress went back from %v to %v", last, done)
+		}
+		last, total = done, tot
+	}
+	if _, err := Solve(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	// 3 candidates x 2 strategies x 2 levels x 30 s.
+	if want := 3 * 2 * 2 * 30 * time.Second; last != want || total != want {
+		t.Errorf("progress ended at %v of %v, want %v of %v", last, total, want, want)
+	}
+}
+
+func TestForEachFirstError(t *testing.T) {
+	boom := errors.New("boom")
+	err := forEach(context.Background(), 50, 4, func(ctx context.Context, i int) error {
+		switch {
+		case i == 7 || i == 9:
+			return boom
+		case i > 9:
+			<-ctx.Done() // later jobs see the cancellation
+			return ctx.Err()
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("forEach = %v, want boom", err)
+	}
+}
+
+func TestSyntheticContext(t *testing.T) {
+	got, how := syntheticContext(traces.DefaultWorkload())
+	// 3500 + 7300 + 153.6 + 2.5 x (400 + 153.6) = 12,337.6
+	if got != 12338 {
+		t.Errorf("typical context of the default workload = %d, want 12338", got)
+	}
+	if !strings.Contains(how, "12,338 tokens") {
+		t.Errorf("how %q does not give the total", how)
+	}
+}
