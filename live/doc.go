@@ -6,7 +6,8 @@
 //
 //   - server.go: Server, NewServer, Serve (listeners, drain on shutdown),
 //     Reload (SIGHUP: atomic swap of the routing state), Admin (/metrics,
-//     /api/status, /healthz).
+//     /api/status, /healthz, and what WithAdminHandler adds: cmd/warden
+//     mounts web's dashboard at "/", since live does not import web).
 //   - proxy.go: the request path. ServeHTTP checks the key, reads the body
 //     once (size-capped), validates it and decodes only model, stream,
 //     metadata.user_id, prompt_cache_key and user (jsonscan.go), finds the
@@ -60,4 +61,7 @@
 // hand-written vLLM (OpenAI and Anthropic streaming, per-engine prefix
 // caches, vLLM-style /metrics). NewServer and Serve(ctx, ln, adminLn)
 // accept 127.0.0.1:0 listeners for end-to-end tests from other packages.
+// prometheus_test.go has a real Prometheus server (metrics/promtest) scrape
+// the proxy and a fake, and checks the KPI PromQL of metrics/kpi.promql
+// against what they counted.
 package live

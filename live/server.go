@@ -42,6 +42,8 @@ type Server struct {
 
 	state atomic.Pointer[routing]
 
+	adminExtra []adminRoute // WithAdminHandler
+
 	mu      sync.Mutex      // serialises Reload and Serve's start/stop
 	runCtx  context.Context // scrapers' parent while serving; nil before
 	stopped bool
@@ -52,6 +54,21 @@ type Option func(*Server)
 
 // WithLogger sets the server's logger (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
+
+// adminRoute is one handler added to the admin mux.
+type adminRoute struct {
+	pattern string
+	h       http.Handler
+}
+
+// WithAdminHandler mounts h on the admin listener at pattern (an
+// http.ServeMux pattern, e.g. "/" or "GET /dashboard/"), next to /metrics,
+// /api/status and /healthz, which stay more specific and keep precedence.
+// cmd/warden uses it for the dashboard, which live does not import. Admin
+// panics, as http.ServeMux.Handle does, if pattern conflicts with another.
+func WithAdminHandler(pattern string, h http.Handler) Option {
+	return func(s *Server) { s.adminExtra = append(s.adminExtra, adminRoute{pattern, h}) }
+}
 
 // NewServer builds a server for cfg. It starts nothing: Serve starts the
 // scrape loops and the listeners.
@@ -180,7 +197,7 @@ func (s *Server) Reload(cfg *Config) error {
 }
 
 // Admin returns the admin handler: /metrics (Prometheus), /api/status
-// (JSON, see Status) and /healthz.
+// (JSON, see Status), /healthz and the handlers of WithAdminHandler.
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.obs.reg, promhttp.HandlerOpts{Registry: s.obs.reg}))
@@ -189,6 +206,9 @@ func (s *Server) Admin() http.Handler {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	for _, r := range s.adminExtra {
+		mux.Handle(r.pattern, r.h)
+	}
 	return mux
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lm-warden/warden/live"
+	"github.com/lm-warden/warden/web"
 )
 
 // proxyOptions are the flags of `warden proxy`.
@@ -33,7 +34,9 @@ prompt_cache_key, user, else a hash of the system prompt and first user message)
 is kept on the replica that holds its prefix cache; a turn spills elsewhere only
 while its home is over the spill threshold.
 
-The admin address serves /metrics (Prometheus), /api/status (JSON) and /healthz.
+The admin address serves the dashboard (/: the routing panel of every model,
+/stats: prompt tokens per second, cached and computed, and the hit rate; echarts
+is served from the binary), /metrics (Prometheus), /api/status (JSON) and /healthz.
 SIGHUP reloads the configuration without dropping connections; SIGTERM drains
 (stops accepting, lets streams finish up to timeouts.drain).
 
@@ -54,6 +57,14 @@ See live/testdata/proxy.yaml for every configuration key.`,
 	return cmd
 }
 
+// dashboard mounts web's dashboard at the root of the admin listener: / and
+// /stats, with echarts under /static/. The dashboard polls /api/status; the
+// admin mux's own routes (/metrics, /api/status, /healthz) are more specific
+// and keep precedence.
+func dashboard() live.Option {
+	return live.WithAdminHandler("/", web.DashboardHandler(web.DashboardOptions{Prefix: "/", StatusURL: "/api/status"}))
+}
+
 func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) error {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(opts.LogLevel)); err != nil {
@@ -68,7 +79,7 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
-	srv, err := live.NewServer(cfg, live.WithLogger(logger))
+	srv, err := live.NewServer(cfg, live.WithLogger(logger), dashboard())
 	if err != nil {
 		return err
 	}

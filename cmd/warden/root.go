@@ -27,5 +27,6 @@ It simulates farms before you buy cards (sim, plan), routes production traffic
 	root.AddCommand(newProxyCmd())
 	root.AddCommand(newPlanCmd())
 	root.AddCommand(newReportCmd())
+	root.AddCommand(newCompletionCmd())
 	return root
 }

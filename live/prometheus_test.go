@@ -1,0 +1,170 @@
+package live
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	pmodel "github.com/prometheus/common/model"
+
+	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/promtest"
+)
+
+// TestPrometheusEvaluatesKPIs is the issue's real-Prometheus check: a real
+// Prometheus server (Debian's package, on 127.0.0.1) scrapes the proxy's
+// admin /metrics and a fake vLLM server with two data-parallel engines,
+// traffic runs through the proxy, and the simulator's KPI PromQL
+// (metrics/kpi.promql, sent verbatim after metrics.Expand) is evaluated by
+// that server. Its answers must agree with what the fake and the proxy
+// counted themselves: hit rate per engine and overall exactly, stayed %
+// exactly, TTFB p95 inside the bucket that the proxy's own histogram puts
+// the 95th percentile in.
+func TestPrometheusEvaluatesKPIs(t *testing.T) {
+	const name = "m" // the fake exposes model_name="m"
+	f := newFakeVLLM(t, 2)
+	f.tokens = 2
+	f.tokenDelay = 25 * time.Millisecond // every streamed TTFB is at least this
+	f.hold = make(chan struct{})         // streams pause after their first token until closed
+	h := startProxy(t, modelsYAML("", "  - name: "+name+"\n    url: "+f.URL()+"\n    data_parallel_size: 2\n    spill_threshold: 1\n"))
+	// Prometheus applies its targets about 5 s after it starts: start it
+	// first and let the traffic below run meanwhile.
+	prom := promtest.Start(t, promtest.Options{
+		Targets:        []string{strings.TrimPrefix(h.admin, "http://"), strings.TrimPrefix(f.URL(), "http://")},
+		ScrapeInterval: 250 * time.Millisecond,
+	})
+	h.scraped()
+
+	// A spill and a return home (as TestSpillAndReturnHome): session "sp"
+	// is homed by a JSON turn, two streamed turns are held in flight at
+	// home, the next turn spills (2 > threshold 1), the last returns home.
+	post := func(session string, turn int, stream bool) {
+		t.Helper()
+		if r := h.do("POST", "/v1/chat/completions", chatBody(name, session, turn, stream), sessionHdr(session)); r.status != 200 {
+			t.Fatalf("%s turn %d: %d %s", session, turn, r.status, r.body)
+		}
+	}
+	post("sp", 0, false)
+	home := onlyOne(t, f.served(), 1)
+	var wg sync.WaitGroup
+	for turn := 1; turn <= 2; turn++ {
+		wg.Go(func() { post("sp", turn, true) })
+		h.waitFor("turns in flight at home", func(StatusReport) bool { return f.served()[home] == turn+1 })
+	}
+	post("sp", 3, false)
+	if got := f.served(); got[1-home] != 1 {
+		t.Fatalf("per engine %v: turn 3 did not spill from %d", got, home)
+	}
+	close(f.hold)
+	wg.Wait()
+	h.waitFor("home drained", func(st StatusReport) bool { return st.Models[0].InFlight == 0 })
+	post("sp", 4, false)
+
+	// Four streamed sessions of four turns, one after another: all stay home.
+	for s := range 4 {
+		for turn := range 4 {
+			post(fmt.Sprintf("s%d", s), turn, true)
+		}
+	}
+	const requests, later, laterHome = 5 + 16, 4 + 12, 3 + 12
+
+	// The proxy counts a request just after its response went out: wait
+	// for it, then for a scrape of every target that began after that.
+	h.waitMetrics(fmt.Sprintf(`warden_ttfb_seconds_count{model="m"} %d`, requests))
+	prom.WaitScraped(t, 2)
+	prom.Sync(t)
+
+	// What the fake and the proxy counted directly.
+	f.mu.Lock()
+	queries, cached := append([]float64(nil), f.queries...), append([]float64(nil), f.cached...)
+	f.mu.Unlock()
+	st := h.status().Models[0]
+	if st.LaterTurns != later || st.LaterTurnsHome != laterHome {
+		t.Fatalf("proxy counted %d later turns, %d home; want %d, %d", st.LaterTurns, st.LaterTurnsHome, later, laterHome)
+	}
+	ttfbLo, ttfbHi := quantileBucket(t, h.metrics(), metrics.WardenTTFB, 0.95)
+
+	// Every KPI, over a window reaching back before the first scrape (so
+	// each counter counts from zero), as the planner sends it.
+	const window = time.Hour
+	now := time.Now()
+	got := map[string]pmodel.Vector{}
+	for _, k := range metrics.KPIs() {
+		got[k.Name] = prom.Query(t, metrics.Expand(k.Expr, name, window), now)
+	}
+	one := func(kpi string) float64 {
+		t.Helper()
+		v := got[kpi]
+		if len(v) != 1 {
+			t.Fatalf("%s: %d samples %v, want 1", kpi, len(v), v)
+		}
+		return float64(v[0].Value)
+	}
+
+	byEngine := map[string]float64{}
+	for _, smp := range got["prefix_hit_pct_by_engine"] {
+		byEngine[string(smp.Metric["engine"])] = float64(smp.Value)
+	}
+	if len(byEngine) != 2 {
+		t.Fatalf("prefix_hit_pct_by_engine = %v, want engines 0 and 1", got["prefix_hit_pct_by_engine"])
+	}
+	for e := range 2 {
+		want := 100 * cached[e] / queries[e]
+		if v, ok := byEngine[strconv.Itoa(e)]; !ok || v != want {
+			t.Errorf("prefix_hit_pct_by_engine{engine=%d} = %v, want %v (fake: %v hits / %v queries)", e, v, want, cached[e], queries[e])
+		}
+	}
+	if want := 100 * (cached[0] + cached[1]) / (queries[0] + queries[1]); one("prefix_hit_pct") != want {
+		t.Errorf("prefix_hit_pct = %v, want %v", one("prefix_hit_pct"), want)
+	}
+	if want := 100.0 * laterHome / later; one("stayed_pct") != want {
+		t.Errorf("stayed_pct = %v, want %v", one("stayed_pct"), want)
+	}
+	p95 := one("ttfb_p95_s")
+	if p95 < ttfbLo || p95 > ttfbHi {
+		t.Errorf("ttfb_p95_s = %v, outside the proxy histogram's 95th-percentile bucket [%v, %v]", p95, ttfbLo, ttfbHi)
+	}
+	if ttfbLo < 0.02 {
+		t.Errorf("95th-percentile TTFB bucket [%v, %v] is below the fake's %v token delay", ttfbLo, ttfbHi, f.tokenDelay)
+	}
+	reasons := map[string]float64{}
+	for _, smp := range got["requests_by_reason"] {
+		reasons[string(smp.Metric["reason"])] = float64(smp.Value)
+	}
+	if reasons["new"] != 5 || reasons["sticky"] != laterHome || reasons["spill"] != 1 {
+		t.Errorf("requests_by_reason = %v, want new 5, sticky %d, spill 1", reasons, laterHome)
+	}
+	for _, k := range metrics.KPIs() {
+		t.Logf("%-28s %v", k.Name, got[k.Name])
+	}
+}
+
+// quantileBucket reads histogram name from a text exposition and returns
+// the bounds of the bucket that holds its q-quantile: histogram_quantile's
+// answer must lie in [lo, hi].
+func quantileBucket(t *testing.T, exposition, name string, q float64) (lo, hi float64) {
+	t.Helper()
+	p := expfmt.NewTextParser(pmodel.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(exposition))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	fam := fams[name]
+	if fam == nil || len(fam.GetMetric()) != 1 {
+		t.Fatalf("/metrics: want one %s histogram, got %v", name, fam)
+	}
+	hist := fam.GetMetric()[0].GetHistogram()
+	rank := q * float64(hist.GetSampleCount())
+	for _, b := range hist.GetBucket() {
+		if float64(b.GetCumulativeCount()) >= rank {
+			return lo, b.GetUpperBound()
+		}
+		lo = b.GetUpperBound()
+	}
+	return lo, math.Inf(1)
+}
