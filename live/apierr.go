@@ -31,12 +31,13 @@ func (a API) String() string {
 type errKind uint8
 
 const (
-	errInvalid     errKind = iota // 400
-	errAuth                       // 401
-	errNotFound                   // 404
-	errTooLarge                   // 413
-	errUnavailable                // no replica can take it: 503 OpenAI, 529 Anthropic
-	errUpstream                   // 502: backend failed before any byte reached the client
+	errInvalid         errKind = iota // 400
+	errAuth                           // 401
+	errNotFound                       // 404
+	errTooLarge                       // 413
+	errUnavailable                    // no replica can take it: 503 OpenAI, 529 Anthropic
+	errUpstream                       // 502: backend failed before any byte reached the client
+	errHeadersTooLarge                // 431
 )
 
 func (k errKind) status(a API) int {
@@ -47,6 +48,8 @@ func (k errKind) status(a API) int {
 		return http.StatusNotFound
 	case errTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case errHeadersTooLarge:
+		return http.StatusRequestHeaderFieldsTooLarge
 	case errUnavailable:
 		if a == APIAnthropic {
 			return 529
@@ -64,7 +67,7 @@ func (k errKind) anthropicType() string {
 		return "authentication_error"
 	case errNotFound:
 		return "not_found_error"
-	case errTooLarge:
+	case errTooLarge, errHeadersTooLarge:
 		return "request_too_large"
 	case errUnavailable:
 		return "overloaded_error"
@@ -82,6 +85,8 @@ func (k errKind) openAI() (typ, code string) {
 		return "invalid_request_error", "model_not_found"
 	case errTooLarge:
 		return "invalid_request_error", "request_too_large"
+	case errHeadersTooLarge:
+		return "invalid_request_error", "request_header_fields_too_large"
 	case errUnavailable:
 		return "server_error", "service_unavailable"
 	case errUpstream:

@@ -51,10 +51,9 @@
 // overloaded_error (Anthropic shape), at once.
 //
 // Limits. Bodies over limits.max_body_bytes get 413 in the client's shape.
-// Headers over limits.max_header_bytes are answered by Go's http.Server
-// itself, before any handler, with a plain-text "431 Request Header Fields
-// Too Large" (it allows 4 KiB of slack over the limit): that one error
-// cannot be in the API's shape. Slow clients are bounded by
+// Headers over limits.max_header_bytes get 431 in the client's shape;
+// only headers over four times the limit meet Go's own plain-text 431,
+// before any handler, as a backstop. Slow clients are bounded by
 // timeouts.read_header and timeouts.read.
 //
 // Tests run real HTTP servers on 127.0.0.1: fakevllm_test.go is a

@@ -88,6 +88,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok && r.Header.Get("anthropic-version") != "" {
 		api = APIAnthropic
 	}
+	if n, limit := headerBytes(r), int(rt.cfg.Limits.MaxHeaderBytes); n > limit {
+		s.reject(w, api, errHeadersTooLarge, "header_too_large",
+			fmt.Sprintf("request headers of %d bytes exceed the limit of %d bytes", n, limit))
+		return
+	}
 	if r.URL.Path == "/v1/models" {
 		if !s.authorized(rt, r, api) {
 			s.reject(w, api, errAuth, "auth", "invalid API key")
@@ -119,6 +124,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(c.body))
 	r.ContentLength = int64(len(c.body))
 	s.proxy.ServeHTTP(w, r)
+}
+
+// headerBytes is the size of r's header block as a client sent it: the
+// request line and each "Name: value\r\n" line.
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // reject answers a request the proxy refuses itself, counted by reason.

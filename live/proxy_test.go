@@ -351,6 +351,8 @@ func TestBadInputNeverReachesBackend(t *testing.T) {
 		{"no key anthropic", "/v1/messages", `{"model":"qwen"}`, map[string]string{"Authorization": ""}, 401, "authentication_error"},
 		{"wrong method", "/v1/chat/completions", ``, map[string]string{"X-Method": "GET"}, 400, ""},
 		{"unknown path", "/v1/embeddings", `{"model":"qwen"}`, nil, 404, ""},
+		{"oversized headers", "/v1/chat/completions", `{"model":"qwen"}`, map[string]string{"X-Big": strings.Repeat("h", 3<<10)}, 431, ""},
+		{"oversized headers anthropic", "/v1/messages", `{"model":"qwen"}`, map[string]string{"X-Big": strings.Repeat("h", 3<<10)}, 431, "request_too_large"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			method := "POST"
@@ -370,9 +372,9 @@ func TestBadInputNeverReachesBackend(t *testing.T) {
 			}
 		})
 	}
-	t.Run("oversized headers", func(t *testing.T) {
-		// Go's http.Server answers these itself, before any handler, with a
-		// plain-text 431 (see doc.go).
+	t.Run("headers over the backstop", func(t *testing.T) {
+		// Over four times the limit, Go's http.Server answers itself,
+		// before any handler, with a plain-text 431 (see doc.go).
 		r := h.do("POST", "/v1/chat/completions", `{"model":"qwen"}`, map[string]string{"X-Big": strings.Repeat("h", 16<<10)})
 		if r.status != http.StatusRequestHeaderFieldsTooLarge {
 			t.Errorf("status %d, want 431", r.status)

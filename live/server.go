@@ -237,8 +237,10 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 		ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
 		ReadTimeout:       cfg.Timeouts.Read.D(),
 		IdleTimeout:       cfg.Timeouts.Idle.D(),
-		MaxHeaderBytes:    int(cfg.Limits.MaxHeaderBytes),
-		ErrorLog:          log.New(logWriter{s.log}, "", 0),
+		// The handler answers headers over the limit in the client's API
+		// shape; Go's own plain-text 431 is only a backstop well above it.
+		MaxHeaderBytes: 4 * int(cfg.Limits.MaxHeaderBytes),
+		ErrorLog:       log.New(logWriter{s.log}, "", 0),
 	}
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
