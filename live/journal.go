@@ -1,10 +1,7 @@
 package live
 
 import (
-	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,21 +13,18 @@ import (
 
 // Journal block model. The journal records no prompt text: a prompt is
 // described by keyed hashes of its blocks, in the trace format of package
-// traces (FORMAT.md). The proxy does not tokenize, so it approximates:
-// one token is journalBytesPerToken bytes of the prompt's canonical text
+// traces (FORMAT.md). The proxy does not tokenize, so it applies the
+// canonical-text rule of traces/text.go, shared with the emulator and the
+// benchmark client: one token is 4 bytes of the prompt's canonical text
 // (system prompt, then each message's role and text, in order; Claude
-// Code's billing block skipped), and a block is journalBlockSize tokens,
-// i.e. 64 bytes. Block j's id hashes the journal key, block j-1's id and
-// the block's bytes, so equal ids mean an equal prefix, as in vLLM. The
-// number of ids follows the format's rule, ceil(prompt_tokens/block_size),
-// with prompt_tokens from the response's usage when it reports one (else
-// the approximation): ids beyond the text are chained from the last one,
-// and a final partial block gets an id of its own.
-const (
-	journalBlockSize     = 16
-	journalBytesPerToken = 4
-	journalBlockBytes    = journalBlockSize * journalBytesPerToken
-)
+// Code's billing block skipped), and a block is 16 tokens, i.e. 64 bytes.
+// Block j's id hashes the journal key, block j-1's id and the block's
+// bytes, so equal ids mean an equal prefix, as in vLLM. The number of ids
+// follows the format's rule, ceil(prompt_tokens/block_size), with
+// prompt_tokens from the response's usage when it reports one (else the
+// approximation): ids beyond the text are chained from the last one, and a
+// final partial block gets an id of its own.
+const journalBlockSize = traces.TextBlockTokens
 
 // Journal writes one trace record per finished request, in arrival order,
 // rotating files by size. It is safe for concurrent use.
@@ -125,8 +119,7 @@ func (j *Journal) skip(t journalTicket) {
 // record journals a finished call.
 func (j *Journal) record(c *call, _ time.Duration) {
 	text := promptText(c.body, c.api)
-	approx := max(1, (len(text)+journalBytesPerToken-1)/journalBytesPerToken)
-	promptTokens := approx
+	promptTokens := traces.TextTokens(text)
 	if c.usage.PromptTokens > 0 {
 		promptTokens = c.usage.PromptTokens
 	}
@@ -225,70 +218,20 @@ func (j *Journal) Close() error {
 }
 
 // blockIDs returns the chained keyed ids of text's blocks, exactly
-// ceil(tokens/journalBlockSize) of them (see the journal block model).
+// ceil(tokens/journalBlockSize) of them (traces.TextBlockIDs).
 func blockIDs(key [32]byte, text []byte, tokens int) []uint64 {
-	n := (tokens + journalBlockSize - 1) / journalBlockSize
-	ids := make([]uint64, 0, n)
-	var prev uint64
-	var buf [8]byte
-	h := sha256.New()
-	for j := range n {
-		h.Reset()
-		h.Write(key[:])
-		binary.LittleEndian.PutUint64(buf[:], prev)
-		h.Write(buf[:])
-		lo := j * journalBlockBytes
-		full := (j+1)*journalBlockSize <= tokens
-		switch {
-		case lo+journalBlockBytes <= len(text) && full:
-			h.Write(text[lo : lo+journalBlockBytes])
-		case lo < len(text):
-			h.Write(text[lo:min(len(text), lo+journalBlockBytes)])
-		default:
-			binary.LittleEndian.PutUint64(buf[:], uint64(j))
-			h.Write([]byte("beyond-text"))
-			h.Write(buf[:])
-		}
-		if !full {
-			h.Write([]byte("partial")) // a partial block never equals a full one
-		}
-		var sum [sha256.Size]byte
-		prev = binary.LittleEndian.Uint64(h.Sum(sum[:0]))
-		ids = append(ids, prev)
-	}
-	return ids
+	return traces.TextBlockIDs(key[:], text, tokens)
 }
 
-// promptText is the canonical text of a request's prompt for the journal:
-// the system prompt, then each message's role and text, in order.
+// promptText is the canonical text of a request's prompt for the journal
+// (traces.PromptText).
 func promptText(raw []byte, api API) []byte {
-	var v struct {
-		System       json.RawMessage `json:"system"`
-		Messages     []message       `json:"messages"`
-		Instructions string          `json:"instructions"`
-		Input        json.RawMessage `json:"input"`
-		Prompt       json.RawMessage `json:"prompt"`
+	d := traces.DialectOpenAI
+	switch api {
+	case APIResponses:
+		d = traces.DialectResponses
+	case APIAnthropic:
+		d = traces.DialectAnthropic
 	}
-	_ = json.Unmarshal(raw, &v)
-	var b bytes.Buffer
-	if len(v.Prompt) > 0 {
-		b.WriteString(content(v.Prompt).text(false))
-		return b.Bytes()
-	}
-	b.WriteString(content(v.System).text(true))
-	b.WriteString(v.Instructions)
-	if api == APIResponses {
-		in := bytes.TrimSpace(v.Input)
-		if len(in) > 0 && in[0] == '"' {
-			b.WriteString("\x00user\x00")
-			b.WriteString(content(in).text(false))
-			return b.Bytes()
-		}
-		_ = json.Unmarshal(in, &v.Messages)
-	}
-	for _, m := range v.Messages {
-		b.WriteString("\x00" + m.Role + "\x00")
-		b.WriteString(content(m.Content).text(m.Role == "system"))
-	}
-	return b.Bytes()
+	return traces.PromptText(raw, d)
 }

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/lm-warden/warden/traces"
 )
 
 // Session id sources, in the order [Extract] tries them (the first one that
@@ -31,10 +33,6 @@ const (
 	headerAgentID       = "x-claude-code-agent-id"
 	headerParentAgentID = "x-claude-code-parent-agent-id"
 )
-
-// billingPrefix starts Claude Code's per-request system block (it carries a
-// changing cch= value) which the fallback hash skips.
-const billingPrefix = "x-anthropic-billing-header:"
 
 // fallbackPromptBytes bounds how much of a /v1/completions prompt the
 // fallback hashes: completions resend the whole conversation as one string,
@@ -157,43 +155,10 @@ func sessionFromUserID(u string) string {
 type content []byte
 
 // text returns the text of a content value: the string itself, or the
-// text of each text block joined; non-text blocks contribute their raw JSON.
-func (c content) text(skipBilling bool) string {
-	c = bytes.TrimSpace(c)
-	if len(c) == 0 || string(c) == "null" {
-		return ""
-	}
-	if c[0] == '"' {
-		var s string
-		if json.Unmarshal(c, &s) == nil {
-			return s
-		}
-		return ""
-	}
-	var blocks []json.RawMessage
-	if json.Unmarshal(c, &blocks) != nil {
-		return string(c)
-	}
-	var sb strings.Builder
-	for _, raw := range blocks {
-		var blk struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}
-		text := string(raw)
-		if json.Unmarshal(raw, &blk) == nil && blk.Text != "" {
-			if skipBilling && strings.HasPrefix(blk.Text, billingPrefix) {
-				continue
-			}
-			text = blk.Text
-		}
-		if sb.Len() > 0 {
-			sb.WriteByte(0) // blocks are separated; one text block reads as the string
-		}
-		sb.WriteString(text)
-	}
-	return sb.String()
-}
+// text of each text block joined; non-text blocks contribute their raw JSON;
+// with skipBilling, Claude Code's billing block is left out
+// (traces.ContentText).
+func (c content) text(skipBilling bool) string { return traces.ContentText(c, skipBilling) }
 
 type message struct {
 	Role    string          `json:"role"`

@@ -18,6 +18,21 @@ const (
 	VLLMRequestSuccess     = "vllm:request_success_total"       // counter, extra label LabelFinishedReason
 	VLLMTimeToFirstToken   = "vllm:time_to_first_token_seconds" // histogram base name (see NewHistogram)
 	VLLMCacheConfigInfo    = "vllm:cache_config_info"           // gauge = 1, labels engine + Label{BlockSize,NumGPUBlocks,...}
+
+	// Per-request and per-step histograms (base names), as vLLM V1 observes
+	// them: inter-token latency per generated token after the first; the
+	// others once per finished request (queue: arrival to first scheduled;
+	// prefill: first scheduled to first token; decode: first to last token;
+	// e2e: arrival to last token); iteration tokens once per engine step
+	// (prompt and generated tokens scheduled in it).
+	VLLMInterTokenLatency       = "vllm:inter_token_latency_seconds"
+	VLLMRequestQueueTime        = "vllm:request_queue_time_seconds"
+	VLLMRequestPrefillTime      = "vllm:request_prefill_time_seconds"
+	VLLMRequestDecodeTime       = "vllm:request_decode_time_seconds"
+	VLLME2ERequestLatency       = "vllm:e2e_request_latency_seconds"
+	VLLMRequestPromptTokens     = "vllm:request_prompt_tokens"
+	VLLMRequestGenerationTokens = "vllm:request_generation_tokens"
+	VLLMIterationTokens         = "vllm:iteration_tokens_total"
 )
 
 // Series names of warden's own metrics. Labels: [LabelModel] and, where the
@@ -85,4 +100,40 @@ func WardenTTFBBuckets() []float64 {
 		v *= 2
 	}
 	return b
+}
+
+// VLLMITLBuckets returns the upper bounds (seconds) of
+// vllm:inter_token_latency_seconds (vllm/v1/metrics/loggers.py).
+func VLLMITLBuckets() []float64 {
+	return []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
+}
+
+// VLLMRequestLatencyBuckets returns the upper bounds (seconds) of vLLM's
+// per-request latency histograms (e2e, queue, prefill, decode).
+func VLLMRequestLatencyBuckets() []float64 {
+	return []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+		30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+}
+
+// VLLMTokenBuckets returns vLLM's 1-2-5 buckets up to maxLen (at least
+// 1,000,000 when maxLen is smaller), for vllm:request_prompt_tokens and
+// vllm:request_generation_tokens.
+func VLLMTokenBuckets(maxLen int) []float64 {
+	maxLen = max(maxLen, 1_000_000)
+	var out []float64
+	for e := 1; ; e *= 10 {
+		for _, m := range []int{1, 2, 5} {
+			if m*e > maxLen {
+				return out
+			}
+			out = append(out, float64(m*e))
+		}
+	}
+}
+
+// VLLMIterationTokenBuckets returns the upper bounds of
+// vllm:iteration_tokens_total (tokens per engine step).
+func VLLMIterationTokenBuckets() []float64 {
+	return []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
 }

@@ -40,6 +40,8 @@ type blockPool struct {
 
 	// everCached is every hash ever cached on this replica; it tells an
 	// evicted miss from one that never was here (miss classification).
+	// nil: not tracked (a long-running EngineReplica), misses then read as
+	// cold.
 	everCached map[uint64]struct{}
 	// onCache, when set, is told of every hash cached (the farm's record of
 	// what was ever computed anywhere).
@@ -128,6 +130,9 @@ func (p *blockPool) cacheBlock(b int32, hash uint64) {
 		p.blocks[last].dupNext = b
 	} else {
 		p.cached[hash] = b
+	}
+	if p.everCached == nil {
+		return // not tracked (EngineReplica)
 	}
 	if _, seen := p.everCached[hash]; !seen {
 		p.everCached[hash] = struct{}{}

@@ -45,6 +45,11 @@
 //     rows whose headline columns are the KPIs of metrics/kpi.promql
 //     evaluated by PromQL over each step's window; JSON and text output.
 //
+// engine.go exports one replica to drivers outside the event loop:
+// EngineReplica (the emulator serves it over HTTP in wall time) runs the
+// same schedule, finishStep, block pool and step time, with virtual time
+// moved by its caller (Submit, Advance, Abort, Stats).
+//
 // # Semantics worth knowing
 //
 //   - A measured step ends by cutting every request in flight (it is

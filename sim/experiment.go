@@ -52,6 +52,12 @@ type Experiment struct {
 	// Progress, when set, is called now and then with the simulated time
 	// done and in total, summed over strategies. Calls are serialised.
 	Progress func(done, total time.Duration)
+
+	// OnStore, when set, receives each strategy's metric store once its
+	// run is over (simulated time starts at the Unix epoch), so that a
+	// caller can evaluate any PromQL on the series, as calibration does.
+	// Calls come from the strategies' goroutines, possibly concurrently.
+	OnStore func(strategy string, st *metrics.Store)
 }
 
 // Trace is a trace file in memory.
@@ -166,7 +172,11 @@ func Run(ctx context.Context, e Experiment) (*Report, error) {
 	var wg sync.WaitGroup
 	for i, s := range e.Strategies {
 		wg.Go(func() {
-			rows[i], _, errs[i] = runStrategy(ctx, e, s, prog.slot(i))
+			var r *run
+			rows[i], r, errs[i] = runStrategy(ctx, e, s, prog.slot(i))
+			if e.OnStore != nil && errs[i] == nil {
+				e.OnStore(s, r.rec.store)
+			}
 		})
 	}
 	wg.Wait()

@@ -87,6 +87,16 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // MarshalText writes the duration as time.Duration.String does.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
+// UnmarshalText reads what MarshalText writes (JSON round trips).
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (want e.g. 1s, 30m, 100us)", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
 // Defaults of a farm spec where vLLM has none.
 const (
 	DefaultScrapeInterval = time.Second

@@ -37,6 +37,9 @@ type engineSeries struct {
 	queries, hits, prompt, gen      *metrics.Series
 	preempt, stop, length, cacheCfg *metrics.Series
 	ttft                            *metrics.Histogram
+	// vLLM's per-token, per-request and per-step histograms.
+	itl, queue, prefill, decode, e2e *metrics.Histogram
+	promptLen, genLen, iterTokens    *metrics.Histogram
 }
 
 type routerSeries struct {
@@ -81,6 +84,17 @@ func newRecorder(r *run) *recorder {
 			ttft: metrics.NewHistogram(st, metrics.VLLMTimeToFirstToken,
 				labels.FromStrings(metrics.LabelModelName, model, metrics.LabelEngine, eng), metrics.VLLMTTFTBuckets()),
 		})
+		e := &rec.eng[len(rec.eng)-1]
+		hl := labels.FromStrings(metrics.LabelModelName, model, metrics.LabelEngine, eng)
+		lat := metrics.VLLMRequestLatencyBuckets()
+		e.itl = metrics.NewHistogram(st, metrics.VLLMInterTokenLatency, hl, metrics.VLLMITLBuckets())
+		e.queue = metrics.NewHistogram(st, metrics.VLLMRequestQueueTime, hl, lat)
+		e.prefill = metrics.NewHistogram(st, metrics.VLLMRequestPrefillTime, hl, lat)
+		e.decode = metrics.NewHistogram(st, metrics.VLLMRequestDecodeTime, hl, lat)
+		e.e2e = metrics.NewHistogram(st, metrics.VLLME2ERequestLatency, hl, lat)
+		e.promptLen = metrics.NewHistogram(st, metrics.VLLMRequestPromptTokens, hl, metrics.VLLMTokenBuckets(v.MaxModelLen))
+		e.genLen = metrics.NewHistogram(st, metrics.VLLMRequestGenerationTokens, hl, metrics.VLLMTokenBuckets(v.MaxModelLen))
+		e.iterTokens = metrics.NewHistogram(st, metrics.VLLMIterationTokens, hl, metrics.VLLMIterationTokenBuckets())
 		rs := routerSeries{
 			inFlight: st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenInFlight, metrics.LabelModel, model, metrics.LabelReplica, eng)),
 			sessions: st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenSessions, metrics.LabelModel, model, metrics.LabelReplica, eng)),
@@ -111,6 +125,34 @@ func (rec *recorder) observeTTFB(replica int, sec float64) {
 	rec.eng[replica].ttft.Observe(sec)
 }
 
+// observeStep records the step rep just scheduled at now: its tokens
+// (vllm:iteration_tokens_total) and the first scheduling time of its
+// requests.
+func (rec *recorder) observeStep(rep *replica, now int64) {
+	tokens := 0
+	for i, s := range rep.batch {
+		tokens += rep.chunks[i].n
+		if s.scheduledUs < 0 {
+			s.scheduledUs = now
+		}
+	}
+	rec.eng[rep.id].iterTokens.Observe(float64(tokens))
+}
+
+// observeFinished records a request that finished at now, as vLLM does
+// when a request finishes: its queue, prefill, decode and end-to-end
+// times and its prompt and generated tokens.
+func (rec *recorder) observeFinished(s *seq, now int64) {
+	e := &rec.eng[s.replica]
+	sec := func(us int64) float64 { return float64(us) / usPerSec }
+	e.queue.Observe(sec(s.scheduledUs - s.sentUs))
+	e.prefill.Observe(sec(s.firstTokenUs - s.scheduledUs))
+	e.decode.Observe(sec(now - s.firstTokenUs))
+	e.e2e.Observe(sec(now - s.sentUs))
+	e.promptLen.Observe(float64(s.prompt))
+	e.genLen.Observe(float64(s.generated))
+}
+
 // append writes one sample of every series at tMs.
 func (rec *recorder) append(tMs int64) {
 	r := rec.run
@@ -131,6 +173,9 @@ func (rec *recorder) append(tMs int64) {
 		e.length.Append(tMs, float64(st.finishedLength))
 		e.cacheCfg.Append(tMs, 1)
 		e.ttft.Append(tMs)
+		for _, h := range [...]*metrics.Histogram{e.itl, e.queue, e.prefill, e.decode, e.e2e, e.promptLen, e.genLen, e.iterTokens} {
+			h.Append(tMs)
+		}
 
 		rs := &rec.rt[i]
 		for reason, s := range rs.requests {

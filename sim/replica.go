@@ -15,6 +15,24 @@ type engineConfig struct {
 	steps               stepModel
 }
 
+// newEngineConfig returns the engine configuration of f's replicas.
+func newEngineConfig(f *Farm) engineConfig {
+	v := f.Spec.VLLM
+	return engineConfig{
+		blockSize:           v.BlockSize,
+		maxNumSeqs:          v.MaxNumSeqs,
+		maxNumBatchedTokens: v.MaxNumBatchedTokens,
+		numGPUBlocks:        f.NumGPUBlocks,
+		steps:               newStepModel(f.Deployment, float64(f.Sizing.WeightsBytes)*float64(f.Spec.TensorParallelSize), f.Spec.StepTime),
+	}
+}
+
+// fits reports whether a request of prompt + output tokens can ever be held
+// by one replica's KV cache (all blocks but the null block).
+func (c *engineConfig) fits(prompt, output int) bool {
+	return (prompt+output+c.blockSize-1)/c.blockSize <= c.numGPUBlocks-1
+}
+
 // MissTokens classifies the prompt tokens of first lookups that were not
 // served from the prefix cache. Every such token is in exactly one class.
 type MissTokens struct {
@@ -75,8 +93,10 @@ type replica struct {
 	batch        []*seq  // the requests scheduled in the step in flight
 	chunks       []chunk // their work, aligned with batch
 	hitBuf       []int32
-	// firstToken, when set, is told of every request's first token.
+	// firstToken, when set, is told of every request's first token;
+	// nextToken of every later one, before s.lastTokenUs moves to now.
 	firstToken func(*seq)
+	nextToken  func(s *seq, now int64)
 	freeBuf    [][]int32 // recycled block tables
 }
 
@@ -98,6 +118,20 @@ func (r *replica) hasWork() bool { return r.waiting.len() > 0 || len(r.running) 
 func (r *replica) add(s *seq) {
 	s.replica = r.id
 	r.waiting.pushBack(s)
+}
+
+// startStep runs the scheduler of an idle replica and returns the duration
+// of the step it started; false when the replica is busy or scheduled
+// nothing.
+func (r *replica) startStep() (us int64, ok bool) {
+	if r.busy || !r.hasWork() {
+		return 0, false
+	}
+	if r.schedule() == 0 {
+		return 0, false
+	}
+	r.busy = true
+	return r.cfg.steps.micros(r.chunks), true
 }
 
 // schedule picks the next step's batch: running requests first (decodes
@@ -254,6 +288,7 @@ func (r *replica) recordAdmission(s *seq, hitBlocks int, miss MissTokens) {
 		return
 	}
 	s.admitted = true
+	s.cachedTokens = int(hitTokens)
 	r.stats.queries += queried
 	r.stats.hits += hitTokens
 	r.stats.miss.Cold += miss.Cold
@@ -364,7 +399,10 @@ func (r *replica) finishStep(now int64, done func(s *seq, finished bool)) {
 			if r.firstToken != nil {
 				r.firstToken(s)
 			}
+		} else if r.nextToken != nil {
+			r.nextToken(s, now)
 		}
+		s.lastTokenUs = now
 		if s.generated >= s.output {
 			anyGone = true
 		}
@@ -421,4 +459,41 @@ func (r *replica) abortAll(done func(s *seq, finished bool)) {
 	}
 	clear(r.running)
 	r.running = r.running[:0]
+}
+
+// abort cuts one request (a client went away), as abortAll does for all:
+// a waiting one at once, a running one at once when no step is in flight,
+// and otherwise when the step in flight ends. It is passed to done then.
+// A request that already left the replica is ignored.
+func (r *replica) abort(s *seq, done func(s *seq, finished bool)) {
+	if s.aborted || s.replica != r.id {
+		return
+	}
+	for i := range r.waiting.len() {
+		if r.waiting.at(i) == s {
+			r.waiting.filter(func(q *seq) bool { return q != s })
+			s.aborted = true
+			r.releaseBlocks(s)
+			done(s, false)
+			return
+		}
+	}
+	for i, q := range r.running {
+		if q != s {
+			continue
+		}
+		s.aborted = true
+		r.abandon(s)
+		if r.busy {
+			r.abortPending = true
+			return
+		}
+		r.releaseBlocks(s)
+		last := len(r.running) - 1
+		copy(r.running[i:], r.running[i+1:]) // keep the order: the newest is preempted first
+		r.running[last] = nil
+		r.running = r.running[:last]
+		done(s, false)
+		return
+	}
 }

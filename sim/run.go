@@ -92,15 +92,9 @@ func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, err
 	}
 	v := f.Spec.VLLM
 	r := &run{
-		farm:  f,
-		model: f.Spec.Model,
-		cfg: engineConfig{
-			blockSize:           v.BlockSize,
-			maxNumSeqs:          v.MaxNumSeqs,
-			maxNumBatchedTokens: v.MaxNumBatchedTokens,
-			numGPUBlocks:        f.NumGPUBlocks,
-			steps:               newStepModel(f.Deployment, float64(f.Sizing.WeightsBytes)*float64(f.Spec.TensorParallelSize), f.Spec.StepTime),
-		},
+		farm:       f,
+		model:      f.Spec.Model,
+		cfg:        newEngineConfig(f),
 		policy:     pol,
 		scrapeUs:   time.Duration(f.Spec.ScrapeInterval).Microseconds(),
 		lastScrape: -1,
@@ -118,6 +112,7 @@ func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, err
 	for i := range n {
 		r.reps[i] = newReplica(i, &r.cfg, everComputed)
 		r.reps[i].firstToken = r.onFirstToken
+		r.reps[i].nextToken = r.onNextToken
 		r.snap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
 		r.rt.requests[i] = make([]int64, numReasons)
 	}
@@ -188,14 +183,10 @@ func (r *run) kick(rep *replica) {
 // start runs the scheduler of an idle replica and, if it scheduled
 // anything, queues the end of the step.
 func (r *run) start(rep *replica) {
-	if rep.busy || !rep.hasWork() {
-		return
+	if us, ok := rep.startStep(); ok {
+		r.rec.observeStep(rep, r.now)
+		r.ev.push(r.now+us, evStepEnd, int32(rep.id))
 	}
-	if rep.schedule() == 0 {
-		return
-	}
-	rep.busy = true
-	r.ev.push(r.now+r.cfg.steps.micros(rep.chunks), evStepEnd, int32(rep.id))
 }
 
 // newSeq returns a request ready to be routed.
@@ -207,21 +198,29 @@ func (r *run) newSeq(req *traces.Request, client int32, outputCap int) *seq {
 	} else {
 		s = new(seq)
 	}
+	*s = makeSeq(r.nextID, req, client, outputCap, r.now)
+	r.nextID++
+	return s
+}
+
+// makeSeq returns request number id, sent at now: req's prompt, and its
+// output tokens (at least 1), which finish with reason "length" when they
+// reach outputCap (> 0), else "stop".
+func makeSeq(id int, req *traces.Request, client int32, outputCap int, now int64) seq {
 	out := max(req.OutputTokens, 1)
-	*s = seq{
-		id:           r.nextID,
+	return seq{
+		id:           id,
 		req:          req,
 		client:       client,
 		turn:         req.Turn,
 		prompt:       req.PromptTokens,
 		output:       out,
 		numTokens:    req.PromptTokens,
-		sentUs:       r.now,
+		sentUs:       now,
 		firstTokenUs: -1,
+		scheduledUs:  -1,
 		lengthCapped: outputCap > 0 && out >= outputCap,
 	}
-	r.nextID++
-	return s
 }
 
 // submit routes s through the placement policy and enqueues it on the
@@ -230,8 +229,7 @@ func (r *run) newSeq(req *traces.Request, client int32, outputCap int) *seq {
 // the request can never fit in a replica's KV cache: it is then rejected
 // (passed to the driver's done as unfinished) without being routed.
 func (r *run) submit(s *seq, home *int) bool {
-	bs := r.cfg.blockSize
-	if (s.prompt+s.output+bs-1)/bs > r.cfg.numGPUBlocks-1 {
+	if !r.cfg.fits(s.prompt, s.output) {
 		r.rt.rejected++
 		r.rt.unfinished++
 		s.rejected = true
@@ -282,6 +280,7 @@ func (r *run) onDone(s *seq, finished bool) {
 	r.snap.Replicas[rp].InFlight = r.rt.inFlight[rp]
 	if finished {
 		r.rt.finished++
+		r.rec.observeFinished(s, r.now)
 	}
 	r.drv.done(r, s, finished)
 	r.seqFree = append(r.seqFree, s)
@@ -294,6 +293,11 @@ func (r *run) onFirstToken(s *seq) {
 	ttfb := float64(s.firstTokenUs-s.sentUs) / usPerSec
 	r.rec.observeTTFB(s.replica, ttfb)
 	r.rt.ttfbs = append(r.rt.ttfbs, ttfb)
+}
+
+// onNextToken records the inter-token latency of a token after the first.
+func (r *run) onNextToken(s *seq, now int64) {
+	r.rec.eng[s.replica].itl.Observe(float64(now-s.lastTokenUs) / usPerSec)
 }
 
 // checkIdle stops the run at the next scrape instant once the driver has

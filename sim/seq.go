@@ -22,6 +22,7 @@ type seq struct {
 	blocks       []int32 // block table
 	cachedBlocks int     // leading blocks already in the prefix cache
 	preemptions  int
+	cachedTokens int   // prompt tokens served from the prefix cache at the first admission
 	admitted     bool  // admitted at least once (its first lookup is counted)
 	aborted      bool  // cut at a step end; removed when its step ends
 	lengthCapped bool  // output == the workload's max_output_tokens (finished_reason "length")
@@ -31,6 +32,8 @@ type seq struct {
 
 	sentUs       int64
 	firstTokenUs int64 // -1 until the first token
+	scheduledUs  int64 // first scheduled, -1 before (vLLM's scheduled_ts)
+	lastTokenUs  int64 // the latest token (inter-token latency)
 }
 
 // blockHash returns the chained hash of full block k, if known: the

@@ -27,6 +27,7 @@ It simulates farms before you buy cards (sim, plan), routes production traffic
 	root.AddCommand(newProxyCmd())
 	root.AddCommand(newPlanCmd())
 	root.AddCommand(newReportCmd())
+	root.AddCommand(newEmulateCmd())
 	root.AddCommand(newCompletionCmd())
 	return root
 }

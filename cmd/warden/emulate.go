@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lm-warden/warden/emulator"
+	"github.com/lm-warden/warden/examples"
+	"github.com/lm-warden/warden/sim"
+)
+
+// emulateOptions are the flags of `warden emulate`.
+type emulateOptions struct {
+	Farm   string
+	Listen string
+	Layout string
+	Speed  float64
+	Seed   uint64
+
+	// ready, when set, is called once every listener is open (tests).
+	ready func(urls []string)
+}
+
+func newEmulateCmd() *cobra.Command {
+	opts := &emulateOptions{}
+	cmd := &cobra.Command{
+		Use:   "emulate",
+		Short: "Serve an emulated vLLM farm (the simulator's replica model) over HTTP, without GPUs",
+		Long: `Serve a farm's replicas in wall time with the simulator's replica model: the
+same scheduler, KV block pool, prefix cache and step time as warden sim. Each
+replica speaks vLLM's OpenAI (/v1/chat/completions, /v1/completions) and
+Anthropic (/v1/messages) APIs, streamed or not, and exposes /metrics (vLLM's
+series, engine label per replica), /health and /v1/models.
+
+Layouts: urls serves replica k on the listen port + k (one URL per replica, as
+vLLM with --data-parallel-rank k); dp serves all replicas on one port, a request
+picking its rank with X-data-parallel-rank or else vLLM's own balancer.
+
+Prompts become blocks by the canonical-text rule (4 bytes of text per token,
+16-token blocks hashed in a chain), so equal prefixes hit; each answer is
+max_tokens tokens (default 256) of deterministic text, which a following turn
+that carries it hits too. usage.prompt_tokens_details.cached_tokens is returned.
+--speed 10 runs the model ten times faster than the wall clock; /metrics
+histograms record model time.`,
+		Example: `  warden emulate                                   # the built-in 4 x RTX A4000 farm on ports 8000-8003
+  warden emulate --farm examples/a4000-qwen3-4b.yaml --layout dp --speed 10
+  curl -s localhost:8000/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runEmulate(cmd.Context(), opts, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML (default: the built-in 4 x RTX A4000 example)")
+	f.StringVar(&opts.Listen, "listen", "127.0.0.1:8000", "address of the first replica (urls: replica k on port+k; dp: the one server)")
+	f.StringVar(&opts.Layout, "layout", "urls", "urls (one port per replica) or dp (one server, X-data-parallel-rank)")
+	f.Float64Var(&opts.Speed, "speed", 1, "time factor: the model runs this many times faster than the wall clock")
+	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the answers' text")
+	return cmd
+}
+
+// runEmulate serves the emulated farm until ctx is done.
+func runEmulate(ctx context.Context, opts *emulateOptions, out io.Writer) error {
+	layout, err := emulator.ParseLayout(opts.Layout)
+	if err != nil {
+		return fmt.Errorf("--layout: %w", err)
+	}
+	data, name := examples.Default, examples.DefaultName
+	if opts.Farm != "" {
+		if data, err = os.ReadFile(opts.Farm); err != nil {
+			return err
+		}
+		name = opts.Farm
+	}
+	farm, err := sim.ParseFarm(data, name)
+	if err != nil {
+		return err
+	}
+	e, err := emulator.New(farm, emulator.Options{Layout: layout, Speed: opts.Speed, Seed: opts.Seed})
+	if err != nil {
+		return err
+	}
+	lns, err := listen(opts.Listen, e.Listeners())
+	if err != nil {
+		return err
+	}
+	urls := make([]string, len(lns))
+	for i, ln := range lns {
+		urls[i] = "http://" + ln.Addr().String()
+	}
+	fmt.Fprintf(out, "warden emulate: %s, %d replica(s) of %s, max_model_len %d, speed x%g, layout %s\n",
+		farm.Name(), e.Replicas(), e.Model(), e.MaxModelLen(), opts.Speed, layout)
+	for i, u := range urls {
+		if layout == emulator.LayoutDP {
+			fmt.Fprintf(out, "  %s  ranks 0-%d (header %s)\n", u, e.Replicas()-1, emulator.RankHeader)
+			break
+		}
+		fmt.Fprintf(out, "  replica %d  %s\n", i, u)
+	}
+	if opts.ready != nil {
+		opts.ready(urls)
+	}
+	return e.Serve(ctx, lns)
+}
+
+// listen opens n listeners: addr, then the following ports. Port 0 gives
+// n ports chosen by the system.
+func listen(addr string, n int) ([]net.Listener, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port+n-1 > 65535 {
+		return nil, fmt.Errorf("--listen %q: want host:port with room for %d port(s)", addr, n)
+	}
+	var lns []net.Listener
+	for i := range n {
+		p := 0
+		if port > 0 {
+			p = port + i
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("--listen: %w", err)
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
+}

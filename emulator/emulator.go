@@ -1,0 +1,258 @@
+package emulator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/traces"
+)
+
+// Layout says how the farm's replicas are served.
+type Layout uint8
+
+const (
+	// LayoutURLs serves each replica on its own listener, as vLLM servers
+	// started with --data-parallel-rank k (external load balancing).
+	LayoutURLs Layout = iota
+	// LayoutDP serves every replica from one listener, as one vLLM server
+	// with --data-parallel-size N: a request picks its rank with the
+	// X-data-parallel-rank header, else vLLM's own balancer picks one.
+	LayoutDP
+)
+
+// ParseLayout reads "urls" or "dp".
+func ParseLayout(s string) (Layout, error) {
+	switch s {
+	case "urls":
+		return LayoutURLs, nil
+	case "dp":
+		return LayoutDP, nil
+	}
+	return 0, fmt.Errorf("layout %q: want urls or dp", s)
+}
+
+func (l Layout) String() string {
+	if l == LayoutDP {
+		return "dp"
+	}
+	return "urls"
+}
+
+// Options configure an Emulator.
+type Options struct {
+	Layout Layout
+	// Speed multiplies time: the model's virtual time runs Speed times
+	// faster than the wall clock (10: TTFT and step times divided by 10).
+	// 0 means 1.
+	Speed float64
+	// Seed seeds the answers' text (the same seed and prompt give the same
+	// answer).
+	Seed uint64
+}
+
+// RankHeader is the header by which a client picks a data-parallel rank.
+const RankHeader = "X-data-parallel-rank"
+
+// Emulator serves a farm's replicas over HTTP in wall time, each replica
+// being the simulator's replica model (sim.EngineReplica).
+type Emulator struct {
+	farm        *sim.Farm
+	opts        Options
+	model       string
+	maxModelLen int
+	created     int64 // Unix seconds, for the response objects
+	clock       *clock
+	engines     []*engine
+
+	lbMu      sync.Mutex // vLLM's balancer (LayoutDP without a rank header)
+	lb        placement.LeastLoaded
+	lbSnap    placement.Snapshot
+	lbRefresh time.Time // wall time of the last stats update
+
+	stopping chan struct{} // closed when Serve begins to stop
+	served   sync.Once
+}
+
+// lbInterval is how often vLLM's balancer gets fresh engine counts
+// (the DP coordinator publishes about every 100 ms), in model time.
+const lbInterval = 100 * time.Millisecond
+
+// New returns an emulator of farm f. Its clock starts now; Serve serves it.
+func New(f *sim.Farm, opts Options) (*Emulator, error) {
+	if opts.Speed == 0 {
+		opts.Speed = 1
+	}
+	if !(opts.Speed > 0) || opts.Speed > 1e6 {
+		return nil, fmt.Errorf("speed %g: want a factor in (0, 1e6]", opts.Speed)
+	}
+	bs := f.Spec.VLLM.BlockSize
+	if bs%traces.TextBlockTokens != 0 {
+		return nil, fmt.Errorf("vllm.block_size %d: the emulator needs a multiple of %d (its prompt blocks)", bs, traces.TextBlockTokens)
+	}
+	now := time.Now()
+	e := &Emulator{
+		farm:     f,
+		opts:     opts,
+		model:    f.Spec.Model,
+		created:  now.Unix(),
+		clock:    &clock{start: now, speed: opts.Speed},
+		stopping: make(chan struct{}),
+	}
+	e.maxModelLen = f.KVTokensPerReplica()
+	switch {
+	case f.Spec.VLLM.MaxModelLen > 0:
+		e.maxModelLen = min(e.maxModelLen, f.Spec.VLLM.MaxModelLen)
+	case f.Model.MaxPositionTokens > 0:
+		e.maxModelLen = min(e.maxModelLen, f.Model.MaxPositionTokens)
+	}
+	n := f.Spec.Replicas
+	e.lbSnap = placement.Snapshot{Replicas: make([]placement.Replica, n), MaxNumSeqs: f.Spec.VLLM.MaxNumSeqs}
+	for i := range n {
+		e.engines = append(e.engines, newEngine(i, sim.NewEngineReplica(f, i), e.clock))
+		e.lbSnap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
+	}
+	return e, nil
+}
+
+// Model is the served model name.
+func (e *Emulator) Model() string { return e.model }
+
+// Replicas is the number of replicas (data-parallel ranks).
+func (e *Emulator) Replicas() int { return len(e.engines) }
+
+// MaxModelLen is the longest prompt plus output a request may ask for:
+// the farm's max_model_len (else the model's context), at most one
+// replica's KV cache.
+func (e *Emulator) MaxModelLen() int { return e.maxModelLen }
+
+// Listeners returns how many listeners Serve takes: one per replica
+// (LayoutURLs) or one (LayoutDP).
+func (e *Emulator) Listeners() int {
+	if e.opts.Layout == LayoutDP {
+		return 1
+	}
+	return len(e.engines)
+}
+
+// Handler returns the HTTP handler of listener i (see Listeners).
+func (e *Emulator) Handler(i int) http.Handler {
+	if e.opts.Layout == LayoutDP {
+		return e.newServer(e.engines)
+	}
+	return e.newServer(e.engines[i : i+1])
+}
+
+// shutdownGrace bounds how long Serve waits for handlers after ctx is done.
+const shutdownGrace = 5 * time.Second
+
+// Serve runs the engines and serves lns (Listeners of them, in order) until
+// ctx is done, then stops: streams in progress end at once (without their
+// final event), the listeners close and every goroutine it started has
+// returned when it returns. An emulator is served once.
+func (e *Emulator) Serve(ctx context.Context, lns []net.Listener) error {
+	if len(lns) != e.Listeners() {
+		return fmt.Errorf("emulator: %d listeners for layout %s, want %d", len(lns), e.opts.Layout, e.Listeners())
+	}
+	first := false
+	e.served.Do(func() { first = true })
+	if !first {
+		return errors.New("emulator: already served")
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, eng := range e.engines {
+		wg.Go(func() { eng.run(runCtx) })
+	}
+	servers := make([]*http.Server, len(lns))
+	errc := make(chan error, len(lns))
+	for i, ln := range lns {
+		srv := &http.Server{Handler: e.Handler(i), ReadHeaderTimeout: 10 * time.Second}
+		servers[i] = srv
+		wg.Go(func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		})
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	close(e.stopping)
+	sctx, scancel := context.WithTimeout(context.Background(), shutdownGrace)
+	for _, srv := range servers {
+		if serr := srv.Shutdown(sctx); serr != nil {
+			_ = srv.Close()
+		}
+	}
+	scancel()
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// pick chooses the rank of a LayoutDP request: the X-data-parallel-rank
+// header when it is an integer (a non-integer is ignored, as vLLM does),
+// else vLLM's balancer (placement.LeastLoaded: lowest 4*waiting + running,
+// over counts refreshed every lbInterval of model time).
+func (e *Emulator) pick(engines []*engine, h http.Header, promptTokens int) (*engine, error) {
+	if len(engines) == 1 {
+		return engines[0], nil
+	}
+	if v := h.Get(RankHeader); v != "" {
+		if rank, ok := parseRank(strings.TrimSpace(v)); ok {
+			if rank < 0 || rank >= len(engines) {
+				return nil, badRequest("", "data_parallel_rank %d is out of range [0, %d).", rank, len(engines))
+			}
+			return engines[rank], nil
+		}
+	}
+	e.lbMu.Lock()
+	defer e.lbMu.Unlock()
+	now := time.Now()
+	if e.lbSnap.Generation == 0 || now.Sub(e.lbRefresh) >= time.Duration(float64(lbInterval)/e.opts.Speed) {
+		for i, eng := range engines {
+			st := eng.stats()
+			e.lbSnap.Replicas[i].Running = st.Running
+			e.lbSnap.Replicas[i].Waiting = st.Waiting
+			e.lbSnap.Replicas[i].KVUsage = st.KVUsage
+		}
+		e.lbSnap.Generation++
+		e.lbRefresh = now
+	}
+	d, err := e.lb.Pick(&placement.Request{Model: e.model, PromptTokens: promptTokens, Pinned: placement.NoPin}, &e.lbSnap, now)
+	if err != nil {
+		return nil, err
+	}
+	return engines[d.Replica], nil
+}
+
+// parseRank reads a decimal integer, as Python's int() would.
+func parseRank(v string) (int, bool) {
+	n, neg, i := 0, false, 0
+	if v != "" && (v[0] == '-' || v[0] == '+') {
+		neg, i = v[0] == '-', 1
+	}
+	if i == len(v) || len(v) > 9 {
+		return 0, false
+	}
+	for ; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(v[i]-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}

@@ -1,0 +1,261 @@
+package emulator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lm-warden/warden/sim"
+)
+
+// maxBodyBytes bounds a request body.
+const maxBodyBytes = 32 << 20
+
+// server is the HTTP face of some engines: all of a LayoutDP server, or
+// one of LayoutURLs.
+type server struct {
+	e       *Emulator
+	engines []*engine
+	mux     *http.ServeMux
+	nextID  atomic.Uint64
+}
+
+func (e *Emulator) newServer(engines []*engine) http.Handler {
+	s := &server{e: e, engines: engines, mux: http.NewServeMux()}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(e, engines))
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.Handle("POST /v1/chat/completions", s.infer(APIChat))
+	s.mux.Handle("POST /v1/completions", s.infer(APICompletions))
+	s.mux.Handle("POST /v1/messages", s.infer(APIMessages))
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"}) // FastAPI's answer
+	})
+	return s.mux
+}
+
+func (s *server) models(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID          string  `json:"id"`
+		Object      string  `json:"object"`
+		Created     int64   `json:"created"`
+		OwnedBy     string  `json:"owned_by"`
+		Root        string  `json:"root"`
+		Parent      *string `json:"parent"`
+		MaxModelLen int     `json:"max_model_len"`
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{"list", []model{{s.e.model, "model", s.e.created, "vllm", s.e.model, nil, s.e.maxModelLen}}})
+}
+
+// call is one inference request in progress.
+type call struct {
+	e       *Emulator
+	api     API
+	req     *Request
+	id      string
+	answer  string
+	eng     *engine
+	st      *stream
+	cached  int
+	gen     int
+	capped  bool
+	started bool // streaming: the first token's event went out
+}
+
+// infer serves one inference endpoint.
+func (s *server) infer(api API) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeError(w, api, &APIError{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over %d bytes", mbe.Limit)})
+				return
+			}
+			writeError(w, api, badRequest("", "reading the body: %v", err))
+			return
+		}
+		c, aerr := s.start(api, body, r.Header)
+		if aerr != nil {
+			writeError(w, api, aerr)
+			return
+		}
+		if c.req.Stream {
+			s.stream(w, r.Context(), c)
+			return
+		}
+		s.complete(w, r.Context(), c)
+	})
+}
+
+// start validates a request and submits it to an engine.
+func (s *server) start(api API, body []byte, h http.Header) (*call, *APIError) {
+	req, err := ParseRequest(api, body)
+	if err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) {
+			return nil, ae
+		}
+		return nil, badRequest("", "%v", err)
+	}
+	e := s.e
+	if req.Model != "" && req.Model != e.model {
+		return nil, &APIError{Status: http.StatusNotFound, Param: "model", Message: fmt.Sprintf("The model `%s` does not exist.", req.Model)}
+	}
+	if p := req.PromptTokens; p >= e.maxModelLen {
+		return nil, badRequest("", "This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", e.maxModelLen, p)
+	} else if p+req.MaxTokens > e.maxModelLen {
+		return nil, badRequest("max_tokens", "'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+			req.MaxTokens, e.maxModelLen, p, req.MaxTokens, e.maxModelLen, p)
+	}
+	eng, err := e.pick(s.engines, h, req.PromptTokens)
+	if err != nil {
+		var ae *APIError
+		if errors.As(err, &ae) {
+			return nil, ae
+		}
+		return nil, &APIError{Status: http.StatusServiceUnavailable, Message: err.Error()}
+	}
+	ereq, answer := engineRequest(api, req, e.opts.Seed, e.farm.Spec.VLLM.BlockSize)
+	st, err := eng.submit(ereq, req.MaxTokens)
+	if err != nil {
+		return nil, badRequest("", "%v", err)
+	}
+	prefix := map[API]string{APIChat: "chatcmpl-", APICompletions: "cmpl-", APIMessages: "msg_"}[api]
+	id := fmt.Sprintf("%s%d-%d", prefix, eng.index, s.nextID.Add(1))
+	return &call{e: e, api: api, req: req, id: id, answer: answer, eng: eng, st: st}, nil
+}
+
+// wait returns the next events of c's stream; false when the client went
+// away or the emulator stops (the request is then aborted).
+func (s *server) wait(ctx context.Context, c *call, buf []sim.EngineEvent) ([]sim.EngineEvent, bool) {
+	for {
+		if buf = c.st.take(buf[:0]); len(buf) > 0 {
+			return buf, true
+		}
+		select {
+		case <-c.st.notify:
+		case <-ctx.Done():
+			c.eng.abort(c.st)
+			return nil, false
+		case <-s.e.stopping:
+			c.eng.abort(c.st)
+			return nil, false
+		}
+	}
+}
+
+// complete answers a non-streamed request once it finished.
+func (s *server) complete(w http.ResponseWriter, ctx context.Context, c *call) {
+	var buf []sim.EngineEvent
+	for {
+		var ok bool
+		if buf, ok = s.wait(ctx, c, buf); !ok {
+			return
+		}
+		for _, ev := range buf {
+			c.note(ev)
+			switch ev.Kind {
+			case sim.EventFinished:
+				writeJSON(w, http.StatusOK, c.response())
+				return
+			case sim.EventAborted:
+				writeError(w, c.api, &APIError{Status: http.StatusInternalServerError, Message: "request aborted"})
+				return
+			}
+		}
+	}
+}
+
+// note records what an event says about the request.
+func (c *call) note(ev sim.EngineEvent) {
+	c.gen = ev.Generated
+	c.cached = ev.CachedTokens
+	c.capped = ev.LengthCapped
+}
+
+// stream answers a streamed request as server-sent events, one token
+// event per model token, written when the engine produces it.
+func (s *server) stream(w http.ResponseWriter, ctx context.Context, c *call) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	var buf []sim.EngineEvent
+	for {
+		var ok bool
+		if buf, ok = s.wait(ctx, c, buf); !ok {
+			return
+		}
+		for _, ev := range buf {
+			c.note(ev)
+			var err error
+			switch ev.Kind {
+			case sim.EventToken:
+				err = c.writeToken(w)
+			case sim.EventFinished:
+				err = c.writeEnd(w)
+				_ = rc.Flush()
+				return
+			case sim.EventAborted:
+				_ = writeStreamError(w, c.api, "request aborted")
+				_ = rc.Flush()
+				return
+			}
+			if err != nil {
+				c.eng.abort(c.st)
+				return
+			}
+		}
+		if err := rc.Flush(); err != nil {
+			c.eng.abort(c.st)
+			return
+		}
+	}
+}
+
+// finishReason is the request's finish reason in its dialect.
+func (c *call) finishReason() string {
+	switch {
+	case c.api == APIMessages && c.capped:
+		return "max_tokens"
+	case c.api == APIMessages:
+		return "end_turn"
+	case c.capped:
+		return "length"
+	}
+	return "stop"
+}
+
+// text is the answer generated so far.
+func (c *call) text() string { return c.answer[:c.gen*bytesPerToken] }
+
+// token is the text of the last token generated.
+func (c *call) token() string { return c.answer[(c.gen-1)*bytesPerToken : c.gen*bytesPerToken] }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"detail":"encoding the response failed"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
