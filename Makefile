@@ -6,7 +6,7 @@ BIN := bin/warden
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help build run test test-deps vet lint fmt bench fuzz clean
+.PHONY: help build run test test-deps vet lint fmt bench fuzz loop clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -23,6 +23,13 @@ test-deps: ## install the servers the tests use (as root), or print the command
 test: test-deps vet ## vet, gofmt check, and every test under -race
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	@# Timing-sensitive checks (emulator vs simulator fidelity) run again
+	@# without the race detector, whose slowdown swamps the model's latencies.
+	$(GO) test -count=1 -run 'TestLoopAffinityBeatsBalancer' ./bench/
+	SHORT=1 scripts/loop.sh >/dev/null
+
+loop: ## the whole loop on one machine: emulate, proxy, bench, sim, compare
+	scripts/loop.sh
 
 vet: ## go vet
 	$(GO) vet $(PKGS)

@@ -28,6 +28,8 @@ It simulates farms before you buy cards (sim, plan), routes production traffic
 	root.AddCommand(newPlanCmd())
 	root.AddCommand(newReportCmd())
 	root.AddCommand(newEmulateCmd())
+	root.AddCommand(newBenchCmd())
+	root.AddCommand(newCompareCmd())
 	root.AddCommand(newCompletionCmd())
 	return root
 }

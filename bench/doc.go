@@ -1,0 +1,43 @@
+// Package bench measures a live deployment with the load the simulator
+// predicts for, and puts the two side by side: `warden bench` and `warden
+// compare`.
+//
+// Where to start reading:
+//
+//   - bench.go: Config and Run. A preflight request (GET /v1/models, else
+//     /health, with a short timeout) makes an unreachable target an error at
+//     once. Then each step holds N closed-loop clients for Config.Step: a
+//     client runs the sessions of traces.NewGenerator (the same seed gives
+//     the same sessions as `warden sim`), sending each turn when the
+//     previous answer has ended plus its think time; a failed request ends
+//     its session (a new one starts after a second, as in the simulator).
+//     At the step's end the requests in flight are cut (unfinished) and the
+//     next step starts fresh sessions on the warm farm.
+//   - text.go: how token counts become text (4 bytes per token of the
+//     canonical text of traces/text.go, role markers accounted for), and the
+//     session's UUID, sent as X-Claude-Code-Session-Id (and in Anthropic's
+//     metadata.user_id) the way Claude Code sends it.
+//   - stream.go: the two streaming APIs on the wire, and TTFB measured from
+//     the send to the first non-empty text delta.
+//   - scrape.go and prom.go: the farm's side: vLLM /metrics counters read at
+//     each step's ends and sampled during it (prefix hit %, replicas busy,
+//     per-replica figures), a warden proxy's admin /metrics (stayed %), or a
+//     Prometheus server running the KPIs of metrics/kpi.promql.
+//   - quantile.go: TTFB quantiles are estimated from the buckets of
+//     warden_ttfb_seconds exactly as PromQL's histogram_quantile does, the
+//     definition the simulator's rows use, so that a prediction and a
+//     measurement are compared like with like; the exact quantiles are kept
+//     beside them (StepStats).
+//   - compare.go: Compare matches a prediction's rows (sim.Report) with a
+//     measurement's by strategy and sessions and computes, per column, the
+//     relative error and, for percentages, the difference in points.
+//
+// Results are sim.Report values (bench imports sim for its result types
+// only), so `warden bench --json` prints what `warden sim --json` prints and
+// `warden compare` and `warden report` read both. Columns a client cannot
+// know are zero (miss_tokens) or null (a metrics column without a source).
+//
+// Time: Config.Speed is the target's time compression (warden emulate
+// --speed); steps and think times are divided by it and measured times
+// multiplied by it, so every column reads in the farm's own time.
+package bench

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/lm-warden/warden/bench"
+	"github.com/lm-warden/warden/traces"
+)
+
+// benchOptions are the flags of `warden bench`.
+type benchOptions struct {
+	Target          string
+	API             string
+	Model           string
+	APIKey          string
+	Sessions        []int
+	Step            time.Duration
+	Seed            uint64
+	Workload        string
+	Speed           float64
+	MetricsURLs     []string
+	ProxyMetricsURL string
+	Prometheus      string
+	Label           string
+	Timeout         time.Duration
+	SampleInterval  time.Duration
+	IgnoreEOS       bool
+	JSON            bool
+	Progress        bool
+
+	// stderr receives warnings and the progress bar; isTerminal says
+	// whether it is a terminal.
+	stderr     io.Writer
+	isTerminal func() bool
+}
+
+func newBenchCmd() *cobra.Command {
+	opts := &benchOptions{stderr: os.Stderr, isTerminal: func() bool { return isTerminal(os.Stderr) }}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the synthetic agent sessions against a live endpoint and measure what warden sim predicts",
+		Long: `Run the synthetic agent sessions of 'warden sim' (same --seed, same sessions)
+closed-loop against any OpenAI- or Anthropic-compatible streaming endpoint: a
+warden proxy, vLLM itself, or 'warden emulate'. Each step holds N concurrent
+sessions for --step; at its end the requests in flight are cut (unfinished)
+and the next step starts fresh sessions on the warm farm.
+
+Prompts are text of 4 bytes per token (the canonical-text rule shared with
+the proxy's journal and the emulator): one system prompt for every session, a
+first message of each session's own, the streamed answers appended. Each
+request carries the session's UUID in X-Claude-Code-Session-Id (and, for
+Anthropic, metadata.user_id), as Claude Code sends it.
+
+The columns are those of 'warden sim': sessions per hour and output tokens
+per minute counted by the client; TTFB p50/p95 measured by the client (send to
+the first streamed token) and estimated from warden_ttfb_seconds' buckets as
+the simulator's KPI is; replicas busy and prefix hit % from the vLLM /metrics
+pages (--metrics-url, default the target's /metrics) or, with --prometheus,
+from a Prometheus server with the KPIs of metrics/kpi.promql; stayed % from a
+warden proxy's admin /metrics (--proxy-metrics-url), else null.
+
+With --json the result is a 'warden sim --json' report: 'warden compare' and
+'warden report' read it.`,
+		Example: `  warden bench --target http://127.0.0.1:8080 --sessions 4,8 --step 1m
+  warden bench --target http://vllm:8000 --api anthropic --model Qwen/Qwen3-4B-Instruct-2507 --json > bench.json
+  warden bench --target http://127.0.0.1:8080 --metrics-url http://127.0.0.1:8000/metrics \
+      --proxy-metrics-url http://127.0.0.1:9091/metrics --label affinity --speed 20 --step 3m --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBench(cmd.Context(), opts, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Target, "target", "", "base URL of the endpoint (required)")
+	f.StringVar(&opts.API, "api", "openai", "API to speak: openai (/v1/chat/completions) or anthropic (/v1/messages)")
+	f.StringVar(&opts.Model, "model", "", "model to ask for (default: the first of the target's /v1/models)")
+	f.StringVar(&opts.APIKey, "api-key", "", "API key (Authorization: Bearer, or x-api-key for anthropic)")
+	f.IntSliceVar(&opts.Sessions, "sessions", bench.DefaultSessions, "concurrent sessions of each step")
+	f.DurationVar(&opts.Step, "step", bench.DefaultStep, "length of each step, in the target's time (see --speed)")
+	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the synthetic sessions (as warden sim --seed)")
+	f.StringVar(&opts.Workload, "workload", "", "workload YAML (default: the product's agent sessions)")
+	f.Float64Var(&opts.Speed, "speed", 1, "the target's time compression (warden emulate --speed): steps and think times shrink, measured times grow by it")
+	f.StringSliceVar(&opts.MetricsURLs, "metrics-url", nil, "vLLM /metrics pages of the farm, in replica order (default: the target's /metrics)")
+	f.StringVar(&opts.ProxyMetricsURL, "proxy-metrics-url", "", "a warden proxy's admin /metrics, for stayed % (e.g. http://127.0.0.1:9091/metrics)")
+	f.StringVar(&opts.Prometheus, "prometheus", "", "Prometheus server scraping the farm: hit %, replicas busy and stayed % from the KPIs' PromQL")
+	f.StringVar(&opts.Label, "label", bench.DefaultLabel, "the strategy column: the routing the target runs (warden compare matches it with the prediction's)")
+	f.DurationVar(&opts.Timeout, "timeout", bench.DefaultTimeout, "timeout of one request, wall time")
+	f.DurationVar(&opts.SampleInterval, "sample-interval", bench.DefaultSampleInterval, "wall time between samples of the replicas' load")
+	f.BoolVar(&opts.IgnoreEOS, "ignore-eos", true, "send vLLM's ignore_eos (openai), so answers have the workload's lengths")
+	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON (the shape of warden sim --json)")
+	f.BoolVar(&opts.Progress, "progress", true, "draw a progress bar on stderr (only when stderr is a terminal)")
+	_ = cmd.MarkFlagRequired("target")
+	return cmd
+}
+
+// config builds the benchmark the options describe.
+func (o *benchOptions) config() (bench.Config, error) {
+	api, err := bench.ParseAPI(o.API)
+	if err != nil {
+		return bench.Config{}, fmt.Errorf("--api: %w", err)
+	}
+	if len(o.Sessions) == 0 {
+		return bench.Config{}, fmt.Errorf("--sessions: want at least one step, e.g. 4,8,16")
+	}
+	for _, n := range o.Sessions {
+		if n < 1 || n > bench.MaxSessions {
+			return bench.Config{}, fmt.Errorf("--sessions %d: want 1 to %d concurrent sessions", n, bench.MaxSessions)
+		}
+	}
+	if o.Step <= 0 {
+		return bench.Config{}, fmt.Errorf("--step %v: want a positive duration such as 3m", o.Step)
+	}
+	if o.Timeout <= 0 || o.SampleInterval <= 0 {
+		return bench.Config{}, fmt.Errorf("--timeout and --sample-interval: want positive durations")
+	}
+	cfg := bench.Config{
+		Target: o.Target, API: api, Model: o.Model, APIKey: o.APIKey,
+		Sessions: o.Sessions, Step: o.Step, Seed: o.Seed, Speed: o.Speed,
+		MetricsURLs: o.MetricsURLs, ProxyMetricsURL: o.ProxyMetricsURL, PrometheusURL: o.Prometheus,
+		Label: o.Label, Timeout: o.Timeout, SampleInterval: o.SampleInterval, IgnoreEOS: o.IgnoreEOS,
+	}
+	if o.Workload != "" {
+		if cfg.Workload, err = traces.LoadWorkload(o.Workload); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
+	cfg, err := o.config()
+	if err != nil {
+		return err
+	}
+	if o.stderr != nil {
+		cfg.Warn = func(msg string) { fmt.Fprintln(o.stderr, "warning:", msg) }
+	}
+	if o.Progress && o.stderr != nil && o.isTerminal != nil && o.isTerminal() {
+		bar := progressbar.NewOptions64(1,
+			progressbar.OptionSetWriter(o.stderr),
+			progressbar.OptionSetDescription("benchmarking"),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(200*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+			progressbar.OptionSetWidth(30),
+		)
+		cfg.Progress = func(done, total time.Duration) {
+			if m := int64(total / time.Second); m > 0 && m != bar.GetMax64() {
+				bar.ChangeMax64(m)
+			}
+			_ = bar.Set64(int64(done / time.Second))
+		}
+		defer bar.Finish()
+	}
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(&res.Report)
+	}
+	return res.WriteText(out)
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lineWriter is an io.Writer safe for concurrent use that hands each
+// complete line to a channel (for servers that print their addresses).
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.WriteString(line)
+			return len(p), nil
+		}
+		select {
+		case w.lines <- line:
+		default:
+		}
+	}
+}
+
+var proxyAddrRE = regexp.MustCompile(`listening on (http://\S+) \(admin (http://\S+)\)`)
+
+// TestREADMELoop runs the README's loop in-process, in a short form: warden
+// emulate (the built-in 4-replica farm, 20 times faster), two warden proxies
+// in front of it (affinity off, then on: one emulated farm, warm between the
+// runs as in the published benchmark), warden bench through each, warden
+// sim with the same seed and load, and warden compare with its HTML report.
+func TestREADMELoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+
+	urlc := make(chan []string, 1)
+	em := &emulateOptions{Listen: "127.0.0.1:0", Layout: "urls", Speed: 20, Seed: 1, ready: func(u []string) { urlc <- u }}
+	var emOut bytes.Buffer
+	emErr := make(chan error, 1)
+	wg.Go(func() { emErr <- runEmulate(ctx, em, &emOut) })
+	var urls []string
+	select {
+	case urls = <-urlc:
+	case err := <-emErr:
+		t.Fatalf("emulate: %v", err)
+	}
+
+	proxy := func(affinity string) (target, admin string) {
+		cfg := filepath.Join(dir, "proxy-"+affinity+".yaml")
+		yaml := fmt.Sprintf("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nauth: passthrough\nscrape_interval: 50ms\nmodels:\n"+
+			"  - name: Qwen/Qwen3-4B-Instruct-2507\n    replicas: [%s]\n    max_num_seqs: 32\n    affinity: %s\n", strings.Join(urls, ", "), affinity)
+		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		w := &lineWriter{lines: make(chan string, 16)}
+		errc := make(chan error, 1)
+		wg.Go(func() { errc <- runProxy(ctx, &proxyOptions{Config: cfg, LogLevel: "error"}, w, &bytes.Buffer{}) })
+		for {
+			select {
+			case line := <-w.lines:
+				if m := proxyAddrRE.FindStringSubmatch(line); m != nil {
+					return m[1], m[2] + "/metrics"
+				}
+			case err := <-errc:
+				t.Fatalf("proxy %s: %v", affinity, err)
+			}
+		}
+	}
+	metricsURLs := make([]string, len(urls))
+	for i, u := range urls {
+		metricsURLs[i] = u + "/metrics"
+	}
+	benchJSON := func(affinity, label string) string {
+		target, admin := proxy(affinity)
+		out, err := execWarden(t, "bench", "--target", target, "--metrics-url", strings.Join(metricsURLs, ","),
+			"--proxy-metrics-url", admin, "--label", label, "--sessions", "2,4", "--step", "40s", "--speed", "20",
+			"--sample-interval", "50ms", "--json")
+		if err != nil {
+			t.Fatalf("bench %s: %v", label, err)
+		}
+		path := filepath.Join(dir, label+".json")
+		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	off := benchJSON("off", "least-loaded")
+	on := benchJSON("on", "affinity")
+
+	simOut, err := execWarden(t, "sim", "--sessions", "2,4", "--duration", "40s", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	simPath := filepath.Join(dir, "sim.json")
+	if err := os.WriteFile(simPath, []byte(simOut), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	html := filepath.Join(dir, "compare.html")
+	out, err := execWarden(t, "compare", "--predicted", simPath, "--observed", off, "--observed", on, "--out", html)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("warden compare:\n%s", out)
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"2 least-loaded prefix hit %", "4 affinity stayed %", "report: " + html} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("compare output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "without a partner") {
+		t.Errorf("every step should have matched:\n%s", out)
+	}
+	if st, err := os.Stat(html); err != nil || st.Size() < 100_000 {
+		t.Errorf("report %s: %v (want a self-contained page)", html, err)
+	}
+	// The report reads either side: warden report renders the bench result.
+	if _, err := execWarden(t, "report", "--from", on, "--out", filepath.Join(dir, "on.html")); err != nil {
+		t.Errorf("warden report --from bench.json: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-emErr:
+		if err != nil {
+			t.Errorf("emulate: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Error("emulate did not stop within a minute of its context ending")
+	}
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The whole loop on one machine, no GPU: an emulated 4 x RTX A4000 farm
+# (warden emulate), warden proxy in front of it with affinity off and then on
+# (a fresh farm for each, as warden sim runs each strategy on a cold farm),
+# warden bench through each, warden sim with the same seed and load, and
+# warden compare.
+#
+#   scripts/loop.sh            # steps of 4 and 8 sessions, 3 minutes each, 20x faster (~1 minute)
+#   SHORT=1 scripts/loop.sh    # the short form make test runs (2 sessions, 40 s steps)
+#
+# Outputs go to $OUT (default: a new temporary directory): sim.json,
+# off.json, on.json and compare.html.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SPEED=${SPEED:-20}
+if [ -n "${SHORT:-}" ]; then SESSIONS=2; STEP=40s; else SESSIONS=4,8; STEP=3m; fi
+OUT=${OUT:-$(mktemp -d)}
+BASE=${BASE_PORT:-18000}
+warden=$OUT/warden
+
+go build -o "$warden" ./cmd/warden
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+replicas=() metrics=()
+for k in 0 1 2 3; do
+  replicas+=("http://127.0.0.1:$((BASE + k))")
+  metrics+=("http://127.0.0.1:$((BASE + k))/metrics")
+done
+wait_up() { for _ in $(seq 100); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
+
+run_proxy() { # affinity label port
+  "$warden" emulate --listen "127.0.0.1:$BASE" --speed "$SPEED" > "$OUT/emulate-$1.log" 2>&1 &
+  local emu=$!
+  pids+=($emu)
+  for r in "${replicas[@]}"; do wait_up "$r/health"; done
+  local cfg=$OUT/proxy-$1.yaml
+  cat > "$cfg" <<YAML
+listen: 127.0.0.1:$3
+admin: 127.0.0.1:$(($3 + 1))
+auth: passthrough
+scrape_interval: 50ms   # the simulator's 1 s scrape at --speed 20
+models:
+  - name: Qwen/Qwen3-4B-Instruct-2507
+    replicas: [$(IFS=,; echo "${replicas[*]}")]
+    max_num_seqs: 32
+    affinity: $1
+YAML
+  "$warden" proxy --config "$cfg" --log-level error > "$OUT/proxy-$1.log" 2>&1 &
+  pids+=($!)
+  wait_up "http://127.0.0.1:$(($3 + 1))/healthz"
+  "$warden" bench --target "http://127.0.0.1:$3" --metrics-url "$(IFS=,; echo "${metrics[*]}")" \
+    --proxy-metrics-url "http://127.0.0.1:$(($3 + 1))/metrics" --label "$2" \
+    --sessions "$SESSIONS" --step "$STEP" --speed "$SPEED" --sample-interval 50ms --json > "$OUT/$1.json"
+  kill "$emu"; wait "$emu" 2>/dev/null || true
+}
+run_proxy off least-loaded $((BASE + 80))
+run_proxy on affinity $((BASE + 90))
+
+"$warden" sim --sessions "$SESSIONS" --duration "$STEP" --json > "$OUT/sim.json"
+"$warden" compare --predicted "$OUT/sim.json" --observed "$OUT/off.json" --observed "$OUT/on.json" --out "$OUT/compare.html"
