@@ -41,6 +41,9 @@ type Result struct {
 	// Closest, when Best is -1, is the index of the candidate that comes
 	// closest (see Closeness), or -1 when no candidate fits at all.
 	Closest int `json:"closest"`
+	// Observation, for a plan of the farm a Prometheus watches
+	// (SolveObserved), is its prediction against what was observed.
+	Observation *Observation `json:"observation,omitempty"`
 }
 
 // WorkloadInfo says what load the candidates were simulated with.

@@ -30,6 +30,9 @@ func PlanReport(res *planner.Result) *Report {
 			r.Sections = append(r.Sections, planCandidate(res, i, at))
 		}
 	}
+	if res.Observation != nil {
+		r.Sections = append(r.Sections, ObservedSection(res.Observation))
+	}
 	r.Sections = append(r.Sections, planSettings(res), definitionsSection(nil))
 	return r
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/lm-warden/warden/calibrate"
 	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/web"
@@ -46,6 +47,8 @@ type planOptions struct {
 	JSON        bool
 	Progress    bool
 	Parallelism int
+
+	prom planPromOptions // --prometheus mode (plan_observed.go)
 
 	// changed reports whether a flag was given on the command line (flags
 	// given override a plan file's values).
@@ -86,7 +89,9 @@ it is a terminal.`,
       --sessions 4,8,16 --target-ttfb-p95 10s --target-hit-pct 80
   warden plan --gpu h100 --replicas 1,2 --tensor-parallel-size 4 --model llama-3.1-70b --sessions 32,64
   warden plan --plan my-plan.yaml --out capacity.html --json > result.json
-  warden report --from result.json --out capacity.html`,
+  warden report --from result.json --out capacity.html
+  warden plan --prometheus http://localhost:9090 --model Qwen/Qwen3-4B-Instruct-2507 --current-gpu "RTX A4000" \
+      --since 6h --replicas 3,4,6 --json > predicted.json   # the farm you have, under the load you have`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.changed = cmd.Flags().Changed
@@ -114,6 +119,12 @@ it is a terminal.`,
 	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON (what 'warden report --from' reads) instead of the summary")
 	f.BoolVar(&opts.Progress, "progress", true, "draw a progress bar on stderr (only when stderr is a terminal)")
 	f.IntVar(&opts.Parallelism, "parallelism", 0, "simulations run at once (0: one per CPU)")
+	f.StringVar(&opts.prom.Prometheus, "prometheus", "", "plan the farm this Prometheus watches, under its load (with --model, --current-gpu); --gpu/--replicas add candidates")
+	f.DurationVar(&opts.prom.Since, "since", time.Hour, "with --prometheus: the window read, ending now (or at --end)")
+	f.StringVar(&opts.prom.End, "end", "", "with --prometheus: end of the window, RFC 3339 (default: now)")
+	f.StringVar(&opts.prom.CurrentGPU, "current-gpu", "", "with --prometheus: catalogue GPU of the current farm")
+	f.StringVar(&opts.prom.Journal, "journal", "", "with --prometheus: the proxy's journal, for the load")
+	f.Float64Var(&opts.prom.Tolerance, "tolerance", 0.1, "with --prometheus: relative drift that marks a KPI in prediction vs observation")
 	cmd.MarkFlagsMutuallyExclusive("plan", "gpu")
 	return cmd
 }
@@ -190,16 +201,15 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 }
 
 func runPlan(ctx context.Context, o *planOptions, out io.Writer) error {
-	p, err := o.buildPlan()
-	if err != nil {
-		return err
+	var (
+		res *planner.Result
+		err error
+	)
+	if o.prom.Prometheus != "" {
+		res, err = o.solveObserved(ctx)
+	} else {
+		res, err = o.solve(ctx)
 	}
-	if o.Progress && o.stderr != nil && o.isTerminal != nil && o.isTerminal() {
-		bar := newSimBar(o.stderr)
-		p.Progress = bar.set
-		defer bar.finish()
-	}
-	res, err := planner.Solve(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -214,6 +224,20 @@ func runPlan(ctx context.Context, o *planOptions, out io.Writer) error {
 		return enc.Encode(res)
 	}
 	return writePlanSummary(out, res, o.Out)
+}
+
+// solve is plan's usual mode: a plan file, the flags or the example.
+func (o *planOptions) solve(ctx context.Context) (*planner.Result, error) {
+	p, err := o.buildPlan()
+	if err != nil {
+		return nil, err
+	}
+	if o.Progress && o.stderr != nil && o.isTerminal != nil && o.isTerminal() {
+		bar := newSimBar(o.stderr)
+		p.Progress = bar.set
+		defer bar.finish()
+	}
+	return planner.Solve(ctx, p)
 }
 
 // writePlanSummary prints the answer and one line per candidate.
@@ -264,6 +288,12 @@ func writePlanSummary(w io.Writer, res *planner.Result, reportPath string) error
 	for i := range res.Candidates {
 		if c := &res.Candidates[i]; !c.Fits {
 			fmt.Fprintf(&b, "\n%s: %s", c.Name, c.Error)
+		}
+	}
+	if ob := res.Observation; ob != nil {
+		fmt.Fprintf(&b, "\nprediction vs observation (%s, %s over %s):\n", ob.Source, ob.Strategy, ob.End.Sub(ob.Start))
+		if err := calibrate.WriteComparisons(&b, ob.KPIs); err != nil {
+			return err
 		}
 	}
 	if reportPath != "" {

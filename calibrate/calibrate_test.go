@@ -1,0 +1,106 @@
+package calibrate
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/sim"
+)
+
+const testModel = "Qwen/Qwen3-4B-Instruct-2507"
+
+// truth is the farm the tests simulate, with parameters calibration must
+// recover: a KV cache that is not the hardware estimate and efficiencies
+// far from the defaults.
+func truthSpec() sim.FarmSpec {
+	return sim.FarmSpec{
+		Model:    testModel,
+		GPU:      "RTX A4000",
+		Replicas: 2,
+		VLLM:     sim.VLLMSpec{MaxNumSeqs: 32, NumGPUBlocks: 2500},
+		Routing:  sim.RoutingSpec{Strategy: placement.StrategyAffinity},
+		StepTime: sim.StepTime{PrefillEfficiency: 0.35, BandwidthEfficiency: 0.6, StepOverhead: sim.Duration(100 * time.Microsecond)},
+	}
+}
+
+// observed simulates the truth farm at the given sessions levels, step
+// minutes each, and returns its store and the window it spans.
+func observed(t testing.TB, sessions []int, step time.Duration) (*metrics.Store, Window, *sim.Report) {
+	t.Helper()
+	farm, err := sim.Resolve(truthSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st *metrics.Store
+	rep, err := sim.Run(context.Background(), sim.Experiment{
+		Farm:       farm,
+		Strategies: []string{placement.StrategyAffinity},
+		Sessions:   sessions,
+		Duration:   step,
+		Seed:       7,
+		OnStore:    func(_ string, s *metrics.Store) { st = s },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Window{Start: time.UnixMilli(0), End: time.UnixMilli(0).Add(step * time.Duration(len(sessions)))}
+	return st, w, rep
+}
+
+func within(got, want, tol float64) bool { return math.Abs(got/want-1) <= tol }
+
+func TestCalibrateRecoversTheSimulatedFarm(t *testing.T) {
+	st, w, _ := observed(t, []int{4, 8}, 3*time.Minute)
+	c, err := Calibrate(context.Background(), &Store{St: st}, Options{
+		Model: testModel, GPU: "RTX A4000", Window: w, Windows: 2,
+		Fit: FitOptions{Step: 2 * time.Minute, Seed: 3},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NumGPUBlocks != 2500 || c.BlockSize != 16 || c.KVTokensPerReplica != 40000 {
+		t.Errorf("KV: %d blocks x %d = %d tokens, want 2500 x 16 = 40000", c.NumGPUBlocks, c.BlockSize, c.KVTokensPerReplica)
+	}
+	if c.Engines != 2 || c.Spec.Replicas != 2 {
+		t.Errorf("engines %d, replicas %d, want 2", c.Engines, c.Spec.Replicas)
+	}
+	if c.Strategy != placement.StrategyAffinity {
+		t.Errorf("strategy %q, want affinity", c.Strategy)
+	}
+	f := c.Fit
+	if f == nil {
+		t.Fatalf("no fit; warnings %q", c.Warnings)
+	}
+	t.Logf("fit: pe %.3f be %.3f, %d iterations, rms %.3f, levels %+v", f.PrefillEfficiency, f.BandwidthEfficiency, f.Iterations, f.RMSRelErr, f.Levels)
+	if !within(f.PrefillEfficiency, 0.35, 0.15) {
+		t.Errorf("prefill_efficiency %.3f, want 0.35 within 15%%", f.PrefillEfficiency)
+	}
+	if !within(f.BandwidthEfficiency, 0.6, 0.15) {
+		t.Errorf("bandwidth_efficiency %.3f, want 0.6 within 15%%", f.BandwidthEfficiency)
+	}
+	t.Logf("warnings: %q", c.Warnings)
+}
+
+func TestFarmSpecYAMLRoundTrips(t *testing.T) {
+	spec := truthSpec()
+	spec.Name = "calibrated"
+	data, err := MarshalFarmSpec(spec, []string{"from a test", "two\nlines"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := sim.ParseFarm(data, "farm.yaml")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	want, err := sim.Resolve(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Spec != want.Spec || f.NumGPUBlocks != 2500 {
+		t.Errorf("read back %+v, want %+v\n%s", f.Spec, want.Spec, data)
+	}
+}

@@ -1,0 +1,209 @@
+package calibrate
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/placement"
+)
+
+// Window is the time range a command reads, [Start, End].
+type Window struct {
+	Start, End time.Time
+}
+
+// Len is the window's length.
+func (w Window) Len() time.Duration { return w.End.Sub(w.Start) }
+
+func (w Window) String() string {
+	return fmt.Sprintf("[%s, %s] (%s)", w.Start.UTC().Format(time.RFC3339), w.End.UTC().Format(time.RFC3339), w.Len())
+}
+
+// UnknownModelError is a model name that no vLLM series carries in the
+// window; Present lists the model_name values that do.
+type UnknownModelError struct {
+	Model   string
+	Present []string
+	Source  string
+}
+
+func (e *UnknownModelError) Error() string {
+	if len(e.Present) == 0 {
+		return fmt.Sprintf("model %q: %s holds no vLLM series (vllm:num_requests_running) for any model in the window", e.Model, e.Source)
+	}
+	return fmt.Sprintf("model %q: no vLLM series on %s carries model_name=%q; models present: %s",
+		e.Model, e.Source, e.Model, strings.Join(e.Present, ", "))
+}
+
+// NoDataError is a window in which required series have no sample.
+type NoDataError struct {
+	Series []string
+	Model  string
+	Window Window
+	Source string
+}
+
+func (e *NoDataError) Error() string {
+	return fmt.Sprintf("no data for model %q on %s in the window %s: series %s have no sample there (widen --since, or check the scrape targets)",
+		e.Model, e.Source, e.Window, strings.Join(e.Series, ", "))
+}
+
+// promDur writes d as a PromQL duration in whole milliseconds ("90500ms"),
+// or whole seconds when it is a multiple of one.
+func promDur(d time.Duration) string {
+	d = d.Truncate(time.Millisecond)
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+}
+
+// sel is a selector of series name for the model: vLLM's label
+// (model_name) for vllm:* series, warden's (model) for the others.
+func sel(name, model string, extra ...string) string {
+	label := metrics.LabelModel
+	if strings.HasPrefix(name, "vllm:") {
+		label = metrics.LabelModelName
+	}
+	ms := append([]string{label + "=" + strconv.Quote(model)}, extra...)
+	return name + "{" + strings.Join(ms, ",") + "}"
+}
+
+// deltaExpr is the change of sum(s) over the window of length d that ends
+// at the evaluation instant, with the KPI file's semantics (the value at
+// the end minus the value at the start, a series born inside counting from
+// zero).
+func deltaExpr(s string, d time.Duration) string {
+	return fmt.Sprintf("(sum(%s) - (sum(%s offset %s) or vector(0)))", s, s, promDur(d))
+}
+
+// Models lists the model_name values of vLLM's series in w, sorted.
+func Models(ctx context.Context, src Source, w Window) ([]string, error) {
+	expr := fmt.Sprintf("count by (%s) (count_over_time(%s[%s]))", metrics.LabelModelName, metrics.VLLMNumRequestsRunning, promDur(w.Len()))
+	v, err := src.Instant(ctx, expr, w.End)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range v {
+		if m := s.Metric.Get(metrics.LabelModelName); m != "" {
+			out = append(out, m)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// CheckModel returns an *UnknownModelError when no vLLM series of model
+// has a sample in w.
+func CheckModel(ctx context.Context, src Source, model string, w Window) error {
+	ms, err := Models(ctx, src, w)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(ms, model) {
+		return nil
+	}
+	if len(ms) == 0 {
+		// Maybe the model exists outside the window.
+		return &NoDataError{Series: []string{metrics.VLLMNumRequestsRunning}, Model: model, Window: w, Source: src.String()}
+	}
+	return &UnknownModelError{Model: model, Present: ms, Source: src.String()}
+}
+
+// hasData reports whether the series selector s has a sample in w.
+func hasData(ctx context.Context, src Source, s string, w Window) (bool, error) {
+	v, err := scalar(ctx, src, fmt.Sprintf("count(count_over_time(%s[%s]))", s, promDur(w.Len())), w.End)
+	if err != nil {
+		return false, err
+	}
+	return v > 0, nil
+}
+
+// deltas evaluates the change of sum(s) over each of n equal windows that
+// tile w, in order; NaN where the series has no data.
+func deltas(ctx context.Context, src Source, s string, w Window, n int) ([]float64, error) {
+	step := w.Len() / time.Duration(n)
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.NaN()
+	}
+	m, err := src.Range(ctx, deltaExpr(s, step), w.Start.Add(step), w.Start.Add(step*time.Duration(n)), step)
+	if err != nil {
+		return nil, err
+	}
+	for _, series := range m {
+		for _, p := range series.Floats {
+			i := int(math.Round(float64(p.T-w.Start.UnixMilli())/float64(step.Milliseconds()))) - 1
+			if i >= 0 && i < n {
+				if math.IsNaN(out[i]) {
+					out[i] = 0
+				}
+				out[i] += p.F
+			}
+		}
+	}
+	return out, nil
+}
+
+// gaugeMeans is the time average of expr (an instant-vector expression
+// summed to one series) over each of n equal windows tiling w, sampled at
+// res.
+func gaugeMeans(ctx context.Context, src Source, expr string, w Window, n int, res time.Duration) ([]float64, error) {
+	step := w.Len() / time.Duration(n)
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.NaN()
+	}
+	q := fmt.Sprintf("avg_over_time((%s)[%s:%s])", expr, promDur(step), promDur(res))
+	m, err := src.Range(ctx, q, w.Start.Add(step), w.Start.Add(step*time.Duration(n)), step)
+	if err != nil {
+		return nil, err
+	}
+	for _, series := range m {
+		for _, p := range series.Floats {
+			i := int(math.Round(float64(p.T-w.Start.UnixMilli())/float64(step.Milliseconds()))) - 1
+			if i >= 0 && i < n {
+				out[i] = p.F
+			}
+		}
+	}
+	return out, nil
+}
+
+// resolution is the sampling step of time averages over windows of
+// length step: at most 600 samples per window, at least one per second.
+func resolution(step time.Duration) time.Duration {
+	return max(time.Second, (step / 600).Truncate(time.Second))
+}
+
+// RunningStrategy infers the routing strategy that served the model in w
+// from warden_requests_total's reasons: hash, least-loaded, or affinity
+// (new, sticky, spill, parent). Without warden's series the requests went
+// through vLLM's own balancer: least-loaded. how says which.
+func RunningStrategy(ctx context.Context, src Source, model string, w Window) (strategy, how string, err error) {
+	v, err := src.Instant(ctx, fmt.Sprintf("sum by (%s) (%s)", metrics.LabelReason, sel(metrics.WardenRequests, model)), w.End)
+	if err != nil {
+		return "", "", err
+	}
+	counts := map[string]float64{}
+	for _, s := range v {
+		counts[s.Metric.Get(metrics.LabelReason)] += s.F
+	}
+	switch {
+	case len(v) == 0:
+		return placement.StrategyLeastLoaded, "no warden_requests_total series: requests reached vLLM without warden, whose data-parallel balancer is least-loaded", nil
+	case counts["new"]+counts["sticky"]+counts["spill"]+counts["parent"] > 0:
+		return placement.StrategyAffinity, "warden_requests_total has reasons new/sticky/spill", nil
+	case counts["hash"] > 0:
+		return placement.StrategyHash, "warden_requests_total has reason hash", nil
+	default:
+		return placement.StrategyLeastLoaded, "warden_requests_total has reason least-loaded", nil
+	}
+}

@@ -1,0 +1,349 @@
+package calibrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/traces"
+)
+
+// WorkloadEstimate is the load a farm served, derived from its metrics or
+// from the proxy's journal, and the synthetic workload that reproduces it.
+type WorkloadEstimate struct {
+	// Workload is the synthetic agent-session model (traces.Workload) that
+	// reproduces the observed load; Sessions the concurrent sessions.
+	Workload traces.Workload `json:"workload"`
+	Sessions float64         `json:"sessions"`
+	// Windows is the load over time: the window tiled into equal parts.
+	Windows []WindowLoad `json:"windows"`
+
+	Requests          float64       `json:"requests"` // finished in the window
+	MeanPromptTokens  float64       `json:"mean_prompt_tokens"`
+	MeanOutputTokens  float64       `json:"mean_output_tokens"`
+	Turns             float64       `json:"turns"`                // requests per session
+	NewSessionsPerMin float64       `json:"new_sessions_per_min"` // sessions started per minute
+	ThinkTime         time.Duration `json:"think_time"`
+
+	// From names the data: a Prometheus URL or a journal file.
+	From     string   `json:"from"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// WindowLoad is the load of one part of the window.
+type WindowLoad struct {
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	Sessions sim.Float `json:"sessions"` // mean concurrent sessions (NaN: no data)
+}
+
+// WorkloadOptions say what to read.
+type WorkloadOptions struct {
+	Model  string
+	Window Window
+	// Windows is the number of equal parts the window is cut into for the
+	// load over time; 0 means DefaultWindows.
+	Windows int
+}
+
+// DefaultWindows is the number of parts a window is cut into.
+const DefaultWindows = 6
+
+// DeriveWorkload derives the workload that model served in the window from
+// vLLM's and warden's series:
+//
+//   - concurrent sessions: the time average of the requests in vLLM
+//     (vllm:num_requests_running + vllm:num_requests_waiting, all engines),
+//     per window part; a closed-loop client has exactly one request in
+//     flight, and its think time is not visible in metrics (assumed 0, a
+//     warning says so: the estimate is then a lower bound);
+//   - prompt and output sizes: the means of vllm:request_prompt_tokens and
+//     vllm:request_generation_tokens (histograms), else the changes of
+//     vllm:prompt_tokens_total and vllm:generation_tokens_total per request
+//     finished (vllm:request_success_total);
+//   - turns per session: from warden's counters, the share of later turns
+//     f = warden_later_turns_total / warden_requests_total gives 1/(1-f);
+//     without them the default (6) is assumed;
+//   - the shape: the product's default proportions of system prompt, first
+//     message and new text per turn, scaled so that the mean prompt over a
+//     session's turns equals the observed mean (a journal gives the real
+//     proportions: FromJournal).
+func DeriveWorkload(ctx context.Context, src Source, o WorkloadOptions) (*WorkloadEstimate, error) {
+	if o.Windows <= 0 {
+		o.Windows = DefaultWindows
+	}
+	w, m := o.Window, o.Model
+	if w.Len() < time.Second {
+		return nil, fmt.Errorf("window %s: want at least 1s", w)
+	}
+	if err := Ping(ctx, src, w.End); err != nil {
+		return nil, err
+	}
+	if err := CheckModel(ctx, src, m, w); err != nil {
+		return nil, err
+	}
+	est := &WorkloadEstimate{From: src.String()}
+
+	// Required: requests finished and tokens.
+	var missing []string
+	total := func(name string, extra ...string) (float64, bool, error) {
+		s := sel(name, m, extra...)
+		ok, err := hasData(ctx, src, s, w)
+		if err != nil || !ok {
+			return math.NaN(), false, err
+		}
+		d, err := deltas(ctx, src, s, w, 1)
+		if err != nil {
+			return math.NaN(), false, err
+		}
+		return d[0], !math.IsNaN(d[0]), nil
+	}
+	reqs, ok, err := total(metrics.VLLMRequestSuccess, metrics.LabelFinishedReason+`!="abort"`)
+	if err != nil {
+		return nil, err
+	}
+	if !ok || reqs <= 0 {
+		missing = append(missing, metrics.VLLMRequestSuccess)
+	}
+	est.Requests = reqs
+	mean := func(hist, counter string) (float64, string, error) {
+		sum, okS, err := total(hist + metrics.SumSuffix)
+		if err != nil {
+			return 0, "", err
+		}
+		cnt, okC, err := total(hist + metrics.CountSuffix)
+		if err != nil {
+			return 0, "", err
+		}
+		if okS && okC && cnt > 0 {
+			return sum / cnt, hist, nil
+		}
+		tok, okT, err := total(counter)
+		if err != nil {
+			return 0, "", err
+		}
+		if !okT || !(reqs > 0) {
+			missing = append(missing, counter)
+			return math.NaN(), "", nil
+		}
+		est.Warnings = append(est.Warnings, fmt.Sprintf("%s missing: mean from %s / %s instead", hist, counter, metrics.VLLMRequestSuccess))
+		return tok / reqs, counter, nil
+	}
+	if est.MeanPromptTokens, _, err = mean(metrics.VLLMRequestPromptTokens, metrics.VLLMPromptTokens); err != nil {
+		return nil, err
+	}
+	if est.MeanOutputTokens, _, err = mean(metrics.VLLMRequestGenerationTokens, metrics.VLLMGenerationTokens); err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, &NoDataError{Series: slices.Compact(missing), Model: m, Window: w, Source: src.String()}
+	}
+
+	// Concurrency over time.
+	step := w.Len() / time.Duration(o.Windows)
+	inVLLM := fmt.Sprintf("sum(%s) + (sum(%s) or vector(0))", sel(metrics.VLLMNumRequestsRunning, m), sel(metrics.VLLMNumRequestsWaiting, m))
+	conc, err := gaugeMeans(ctx, src, inVLLM, w, o.Windows, resolution(step))
+	if err != nil {
+		return nil, err
+	}
+	var sum float64
+	var n int
+	for i, c := range conc {
+		est.Windows = append(est.Windows, WindowLoad{Start: w.Start.Add(step * time.Duration(i)), End: w.Start.Add(step * time.Duration(i+1)), Sessions: sim.Float(c)})
+		if !math.IsNaN(c) {
+			sum += c
+			n++
+		}
+	}
+	if n == 0 {
+		return nil, &NoDataError{Series: []string{metrics.VLLMNumRequestsRunning}, Model: m, Window: w, Source: src.String()}
+	}
+	est.Sessions = sum / float64(n)
+	est.Warnings = append(est.Warnings, "think time is not visible in metrics: assumed 0s, so concurrent sessions = requests in vLLM (a lower bound when clients think; give --journal for the real figure)")
+
+	// Turns per session from warden's counters.
+	later, okL, err := total(metrics.WardenLaterTurns)
+	if err != nil {
+		return nil, err
+	}
+	routed, okR, err := total(metrics.WardenRequests)
+	if err != nil {
+		return nil, err
+	}
+	def := traces.DefaultWorkload()
+	est.Turns = float64(def.Turns)
+	if okL && okR && routed > 0 && later < routed {
+		est.Turns = routed / (routed - later)
+	} else {
+		est.Warnings = append(est.Warnings, fmt.Sprintf("%s or %s missing (requests did not go through warden): assumed %d turns per session",
+			metrics.WardenLaterTurns, metrics.WardenRequests, def.Turns))
+	}
+	if mins := w.Len().Minutes(); mins > 0 {
+		est.NewSessionsPerMin = reqs / est.Turns / mins
+	}
+	est.Workload = shapeWorkload(est.MeanPromptTokens, est.MeanOutputTokens, est.Turns, 0)
+	return est, nil
+}
+
+// shapeWorkload scales the default proportions of system prompt, first
+// message and new text per turn so that a session of turns turns has the
+// mean prompt meanPrompt when answers average meanOutput: the prompt of
+// turn k is S + F + k(N + O), so its mean over T turns is
+// S + F + (T-1)/2 (N + O); with S, F, N = c x (defaults), c follows.
+func shapeWorkload(meanPrompt, meanOutput, turns float64, think time.Duration) traces.Workload {
+	w := traces.DefaultWorkload()
+	t := max(1, int(math.Round(turns)))
+	w.Turns = t
+	half := float64(t-1) / 2
+	out := math.Max(1, meanOutput)
+	c := (meanPrompt - half*out) / float64(w.SystemPromptTokens+w.FirstMessageTokens+int(half*float64(w.NewTokensPerTurn)))
+	c = math.Max(c, 0.01)
+	w.SystemPromptTokens = int(math.Round(c * float64(w.SystemPromptTokens)))
+	w.FirstMessageTokens = max(1, int(math.Round(c*float64(w.FirstMessageTokens))))
+	w.NewTokensPerTurn = int(math.Round(c * float64(w.NewTokensPerTurn)))
+	// The default lognormal clipped at max_output_tokens loses ~4 % of its
+	// mean; aim the mean that much higher.
+	w.OutputTokensMean = math.Round(out*1.04*10) / 10
+	if w.OutputTokensMean > 0.6*float64(w.MaxOutputTokens) {
+		w.MaxOutputTokens = int(math.Ceil(w.OutputTokensMean / 0.6))
+	}
+	w.ThinkTime = think
+	return w
+}
+
+// FromJournal derives the workload from the proxy's journal (or any trace
+// in warden's format): sessions, turns, sizes and think times are read
+// directly rather than inferred.
+//
+//   - concurrent sessions: the time average of the sessions in progress,
+//     a session lasting from its first arrival to its last arrival plus
+//     its mean gap between turns;
+//   - system prompt: the common prefix of first turns (their hash ids)
+//     shared by consecutive sessions, the median over pairs;
+//   - first message: the mean first prompt minus the system prompt;
+//   - new text per turn: prompt(k) - prompt(k-1) - output(k-1), averaged;
+//   - think time: the mean think_ms of later turns.
+func FromJournal(path string) (*WorkloadEstimate, error) {
+	rd, err := traces.Open(path, traces.ReaderOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	bs := rd.Header().BlockSize
+	type sess struct {
+		turns []traces.Request
+	}
+	index := map[string]int{}
+	var ss []sess
+	var promptSum, outSum float64
+	var n int
+	for {
+		r, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		c := r.Clone()
+		i, ok := index[c.Session]
+		if !ok {
+			i = len(ss)
+			index[c.Session] = i
+			ss = append(ss, sess{})
+		}
+		ss[i].turns = append(ss[i].turns, c)
+		promptSum += float64(c.PromptTokens)
+		outSum += float64(c.OutputTokens)
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("journal %s: no request", path)
+	}
+	est := &WorkloadEstimate{From: path, Requests: float64(n), MeanPromptTokens: promptSum / float64(n), MeanOutputTokens: outSum / float64(n)}
+	est.Turns = float64(n) / float64(len(ss))
+
+	var firstSum, newSum, thinkSum float64
+	var firstN, newN, thinkN int
+	var lcps []int
+	var prevFirst []uint64
+	type span struct{ start, end float64 }
+	var spans []span
+	var t0, t1 float64 = math.Inf(1), math.Inf(-1)
+	for _, s := range ss {
+		slices.SortFunc(s.turns, func(a, b traces.Request) int { return a.Turn - b.Turn })
+		first := s.turns[0]
+		if first.Turn == 0 {
+			firstSum += float64(first.PromptTokens)
+			firstN++
+			if prevFirst != nil {
+				k := 0
+				for k < len(prevFirst) && k < len(first.HashIDs) && prevFirst[k] == first.HashIDs[k] {
+					k++
+				}
+				lcps = append(lcps, k)
+			}
+			prevFirst = first.HashIDs
+		}
+		for k := 1; k < len(s.turns); k++ {
+			a, b := s.turns[k-1], s.turns[k]
+			if b.Turn != a.Turn+1 {
+				continue
+			}
+			newSum += math.Max(0, float64(b.PromptTokens-a.PromptTokens-a.OutputTokens))
+			newN++
+			thinkSum += float64(max(b.ThinkMs, 0))
+			thinkN++
+		}
+		start := float64(first.ArrivalMs)
+		last := float64(s.turns[len(s.turns)-1].ArrivalMs)
+		gap := 0.0
+		if len(s.turns) > 1 {
+			gap = (last - start) / float64(len(s.turns)-1)
+		}
+		spans = append(spans, span{start, last + gap})
+		t0, t1 = math.Min(t0, start), math.Max(t1, last+gap)
+	}
+	var busy float64
+	for _, sp := range spans {
+		busy += sp.end - sp.start
+	}
+	if t1 > t0 {
+		est.Sessions = busy / (t1 - t0)
+		est.NewSessionsPerMin = float64(len(ss)) / ((t1 - t0) / 60000)
+	} else {
+		est.Sessions = float64(len(ss))
+	}
+	def := traces.DefaultWorkload()
+	w := def
+	w.Turns = max(1, int(math.Round(est.Turns)))
+	if len(lcps) > 0 {
+		slices.Sort(lcps)
+		w.SystemPromptTokens = lcps[len(lcps)/2] * bs
+	} else {
+		w.SystemPromptTokens = 0
+		est.Warnings = append(est.Warnings, "one session only: no shared system prompt can be seen; assumed none")
+	}
+	if firstN > 0 {
+		w.FirstMessageTokens = max(1, int(math.Round(firstSum/float64(firstN)))-w.SystemPromptTokens)
+	}
+	if newN > 0 {
+		w.NewTokensPerTurn = int(math.Round(newSum / float64(newN)))
+	}
+	if thinkN > 0 {
+		est.ThinkTime = (time.Duration(thinkSum/float64(thinkN)) * time.Millisecond).Round(time.Millisecond)
+	}
+	shaped := shapeWorkload(est.MeanPromptTokens, est.MeanOutputTokens, est.Turns, est.ThinkTime)
+	w.OutputTokensMean, w.MaxOutputTokens, w.ThinkTime = shaped.OutputTokensMean, shaped.MaxOutputTokens, est.ThinkTime
+	w.FirstMessageSpread = def.FirstMessageSpread
+	est.Workload = w
+	est.Windows = []WindowLoad{{Start: time.UnixMilli(int64(t0)), End: time.UnixMilli(int64(t1)), Sessions: sim.Float(est.Sessions)}}
+	return est, nil
+}
