@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/lm-warden/warden/sim"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // Column is one figure that both the simulator and bench report.
@@ -232,25 +234,11 @@ func FormatNum(v float64, d int) string {
 	if !finite(v) {
 		return "-"
 	}
-	s := strconv.FormatFloat(v, 'f', d, 64)
-	sign := ""
-	if strings.HasPrefix(s, "-") {
-		sign, s = "-", s[1:]
-	}
-	intPart, frac, hasFrac := strings.Cut(s, ".")
-	var b strings.Builder
-	b.WriteString(sign)
-	for i, c := range intPart {
-		if i > 0 && (len(intPart)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if hasFrac {
-		b.WriteString("." + frac)
-	}
-	return b.String()
+	return numbers.Sprintf("%.*f", d, v)
 }
+
+// numbers formats numbers with thousands separators.
+var numbers = message.NewPrinter(language.English)
 
 // WriteText writes the comparison as a table: one line per step and column,
 // prediction, measurement and the error; then the rows without a partner.

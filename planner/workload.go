@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // describeWorkload computes the typical context of a session and says in a
@@ -115,22 +116,10 @@ func traceContext(t *sim.Trace) (int, int) {
 }
 
 // group writes an integer with thousands separators.
-func group(v int64) string {
-	s := strconv.FormatInt(v, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	if neg {
-		b.WriteByte('-')
-	}
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
-}
+func group(v int64) string { return numbers.Sprintf("%d", v) }
+
+// numbers formats numbers with thousands separators.
+var numbers = message.NewPrinter(language.English)
 
 func joinInts(v []int) string {
 	s := make([]string, len(v))

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // Report is the result of an experiment: one row per step and strategy.
@@ -188,23 +191,8 @@ func fmtNum(v float64, d int) string {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return "-"
 	}
-	s := strconv.FormatFloat(v, 'f', d, 64)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	intPart, frac, _ := strings.Cut(s, ".")
-	var b strings.Builder
-	for i, c := range intPart {
-		if i > 0 && (len(intPart)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	out := b.String()
-	if frac != "" {
-		out += "." + frac
-	}
-	if neg {
-		out = "-" + out
-	}
-	return out
+	return numbers.Sprintf("%.*f", d, v)
 }
+
+// numbers formats numbers with thousands separators.
+var numbers = message.NewPrinter(language.English)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/sim"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // SimReportOptions say what a simulator report is about; every field is optional.
@@ -259,22 +261,8 @@ func fmtNum(v float64, d int) string {
 	if !finite(v) {
 		return "-"
 	}
-	s := strconv.FormatFloat(v, 'f', d, 64)
-	sign := ""
-	if strings.HasPrefix(s, "-") {
-		sign, s = "-", s[1:]
-	}
-	intPart, frac, hasFrac := strings.Cut(s, ".")
-	var b strings.Builder
-	b.WriteString(sign)
-	for i, c := range intPart {
-		if i > 0 && (len(intPart)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if hasFrac {
-		b.WriteString("." + frac)
-	}
-	return b.String()
+	return numbers.Sprintf("%.*f", d, v)
 }
+
+// numbers formats numbers with thousands separators.
+var numbers = message.NewPrinter(language.English)

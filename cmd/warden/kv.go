@@ -9,9 +9,10 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/spf13/cobra"
-
 	"github.com/lm-warden/warden/hardware"
+	"github.com/spf13/cobra"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // kvOptions are the flags of `warden kv`.
@@ -283,19 +284,7 @@ func printKV(out io.Writer, r *kvReport) error {
 }
 
 // thousands formats n with commas: 41408 -> "41,408".
-func thousands(n int) string {
-	s := fmt.Sprint(n)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
+func thousands(n int) string { return numbers.Sprintf("%d", n) }
+
+// numbers formats numbers with thousands separators.
+var numbers = message.NewPrinter(language.English)
