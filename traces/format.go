@@ -265,6 +265,31 @@ type lineReader struct {
 	buf  []byte
 }
 
+// nextJSON decodes the next non-blank line into v (lenient about unknown
+// keys, as importers of other projects' formats are); a bad line is a
+// *LineError naming the field. io.EOF at the end.
+func (r *lineReader) nextJSON(v any) error {
+	for {
+		line, err := r.readLine()
+		if err != nil {
+			return err
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if err := json.Unmarshal(line, v); err != nil {
+			field, reason := jsonErrorField(err)
+			return r.bad(field, "%s", reason)
+		}
+		return nil
+	}
+}
+
+// bad is a *LineError at the line last read.
+func (r *lineReader) bad(field, format string, args ...any) error {
+	return &LineError{File: r.name, Line: r.line, Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
 // readLine returns the next line without its newline; io.EOF at the end.
 // The slice is valid until the next call. A line that is too long is a
 // *LineError (consumed).

@@ -2,8 +2,6 @@ package traces
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 )
@@ -54,25 +52,15 @@ func newBailianDecoder(br *bufio.Reader, name string, opts ImportOptions) (*bail
 func (d *bailianDecoder) sessions() int { return len(d.convs) }
 
 func (d *bailianDecoder) bad(field, format string, args ...any) error {
-	return &LineError{File: d.lines.name, Line: d.lines.line, Field: field, Reason: fmt.Sprintf(format, args...)}
+	return d.lines.bad(field, format, args...)
 }
 
 func (d *bailianDecoder) next() (*Request, error) {
-	for {
-		line, err := d.lines.readLine()
-		if err != nil {
-			return nil, err
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		d.rec = bailianRecord{HashIDs: d.rec.HashIDs[:0]}
-		if err := json.Unmarshal(line, &d.rec); err != nil {
-			field, reason := jsonErrorField(err)
-			return nil, d.bad(field, "%s", reason)
-		}
-		return d.convert()
+	d.rec = bailianRecord{HashIDs: d.rec.HashIDs[:0]}
+	if err := d.lines.nextJSON(&d.rec); err != nil {
+		return nil, err
 	}
+	return d.convert()
 }
 
 func (d *bailianDecoder) convert() (*Request, error) {

@@ -2,9 +2,6 @@ package traces
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
-	"fmt"
 	"math"
 )
 
@@ -45,25 +42,15 @@ func newMooncakeDecoder(br *bufio.Reader, name string, opts ImportOptions) (*moo
 func (d *mooncakeDecoder) sessions() int { return d.infer.Sessions() }
 
 func (d *mooncakeDecoder) bad(field, format string, args ...any) error {
-	return &LineError{File: d.lines.name, Line: d.lines.line, Field: field, Reason: fmt.Sprintf(format, args...)}
+	return d.lines.bad(field, format, args...)
 }
 
 func (d *mooncakeDecoder) next() (*Request, error) {
-	for {
-		line, err := d.lines.readLine()
-		if err != nil {
-			return nil, err
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		d.rec = mooncakeRecord{HashIDs: d.rec.HashIDs[:0]}
-		if err := json.Unmarshal(line, &d.rec); err != nil {
-			field, reason := jsonErrorField(err)
-			return nil, d.bad(field, "%s", reason)
-		}
-		return d.convert()
+	d.rec = mooncakeRecord{HashIDs: d.rec.HashIDs[:0]}
+	if err := d.lines.nextJSON(&d.rec); err != nil {
+		return nil, err
 	}
+	return d.convert()
 }
 
 func (d *mooncakeDecoder) convert() (*Request, error) {
