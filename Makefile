@@ -26,6 +26,7 @@ test: test-deps vet ## vet, gofmt check, and every test under -race
 	@# Timing-sensitive checks (emulator vs simulator fidelity) run again
 	@# without the race detector, whose slowdown swamps the model's latencies.
 	$(GO) test -count=1 -run 'TestLoopAffinityBeatsBalancer' ./bench/
+	$(GO) test -count=1 -run 'TestAgainstRealPrometheus' ./calibrate/
 	SHORT=1 scripts/loop.sh >/dev/null
 
 loop: ## the whole loop on one machine: emulate, proxy, bench, sim, compare

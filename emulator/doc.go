@@ -32,8 +32,11 @@
 // virtual: a step that the model says takes 26 ms ends 26 ms / speed of
 // wall time after it started. Token events are delivered when their step
 // ends (a late driver delivers them late but keeps their model times).
-// Histograms on /metrics (TTFT, inter-token, end-to-end) record model time;
-// counters are exact. Output length is the request's max_tokens
+// The histograms on /metrics are vLLM's (sim.EngineHistogramDescs: TTFT,
+// inter-token latency, queue, prefill, decode and end-to-end times, prompt
+// and generated tokens per request, tokens per step), observed by the
+// replica model exactly as the simulator observes them
+// (sim.EngineHistograms), in model time; counters are exact. Output length is the request's max_tokens
 // (max_completion_tokens, max_tokens; default 256), finished with reason
 // "length" (Anthropic "max_tokens").
 package emulator

@@ -116,7 +116,7 @@ func New(f *sim.Farm, opts Options) (*Emulator, error) {
 	n := f.Spec.Replicas
 	e.lbSnap = placement.Snapshot{Replicas: make([]placement.Replica, n), MaxNumSeqs: f.Spec.VLLM.MaxNumSeqs}
 	for i := range n {
-		e.engines = append(e.engines, newEngine(i, sim.NewEngineReplica(f, i), e.clock))
+		e.engines = append(e.engines, newEngine(i, sim.NewEngineReplica(f, i), e.clock, f.Spec.VLLM.MaxModelLen))
 		e.lbSnap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
 	}
 	return e, nil

@@ -2,10 +2,10 @@ package emulator
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 
-	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
@@ -23,34 +23,37 @@ type engine struct {
 	mu      sync.Mutex
 	eng     *sim.EngineReplica
 	streams map[int]*stream // by engine request id
-	ttft    *histogram      // model time, seconds
-	itl     *histogram
-	e2e     *histogram
+	// hists are vLLM's histograms (sim.EngineHistogramDescs order), which
+	// eng observes in model time exactly as a simulated engine does.
+	hists []*histogram
 }
 
-func newEngine(index int, eng *sim.EngineReplica, c *clock) *engine {
-	return &engine{
+// newEngine wraps eng, recording its histograms with token buckets up to
+// maxModelLen (the farm's vllm.max_model_len, as the simulator's).
+func newEngine(index int, eng *sim.EngineReplica, c *clock, maxModelLen int) *engine {
+	e := &engine{
 		index:   index,
 		clock:   c,
 		kick:    make(chan struct{}, 1),
 		eng:     eng,
 		streams: map[int]*stream{},
-		ttft:    newHistogram(metrics.VLLMTTFTBuckets()),
-		itl:     newHistogram(itlBuckets()),
-		e2e:     newHistogram(e2eBuckets()),
 	}
+	eng.Record(sim.NewEngineHistograms(maxModelLen, func(d sim.HistogramDesc) sim.Observer {
+		h := newHistogram(d.Buckets)
+		e.hists = append(e.hists, h)
+		return h
+	}))
+	return e
 }
 
 // stream carries one request's engine events to its handler. The engine
 // appends under the stream's own lock and never blocks; the handler drains.
 type stream struct {
-	id      int
-	arrival time.Duration // virtual time of the submission
-	notify  chan struct{} // cap 1: events are waiting
+	id     int
+	notify chan struct{} // cap 1: events are waiting
 
 	mu     sync.Mutex
 	events []sim.EngineEvent
-	last   time.Duration // virtual time of the previous token (ITL)
 }
 
 // take returns the events queued so far and empties the queue.
@@ -62,25 +65,13 @@ func (s *stream) take(dst []sim.EngineEvent) []sim.EngineEvent {
 	return dst
 }
 
-// emit hands an engine event to its stream and records the histograms, in
-// model time. Called with e.mu held.
+// emit hands an engine event to its stream. Called with e.mu held.
 func (e *engine) emit(ev sim.EngineEvent) {
 	s := e.streams[ev.ID]
 	if s == nil {
 		return
 	}
-	switch ev.Kind {
-	case sim.EventToken:
-		if ev.Generated == 1 {
-			e.ttft.observe((ev.At - s.arrival).Seconds())
-		} else {
-			e.itl.observe((ev.At - s.last).Seconds())
-		}
-		s.last = ev.At
-	case sim.EventFinished:
-		e.e2e.observe((ev.At - s.arrival).Seconds())
-		delete(e.streams, ev.ID)
-	case sim.EventAborted:
+	if ev.Kind == sim.EventFinished || ev.Kind == sim.EventAborted {
 		delete(e.streams, ev.ID)
 	}
 	s.mu.Lock()
@@ -102,7 +93,7 @@ func (e *engine) submit(req *traces.Request, outputCap int) (*stream, error) {
 		e.mu.Unlock()
 		return nil, err
 	}
-	s := &stream{id: id, arrival: e.eng.Now(), notify: make(chan struct{}, 1)}
+	s := &stream{id: id, notify: make(chan struct{}, 1)}
 	e.streams[id] = s
 	e.eng.Advance(now, e.emit) // an idle engine starts its step at the arrival
 	e.mu.Unlock()
@@ -174,17 +165,6 @@ func (c *clock) wallUntil(v time.Duration) time.Duration {
 	return time.Until(at)
 }
 
-// vLLM's histogram buckets (vllm/v1/metrics/loggers.py).
-func itlBuckets() []float64 {
-	return []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-		1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
-}
-
-func e2eBuckets() []float64 {
-	return []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
-		40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
-}
-
 // histogram is a classic cumulative histogram; its owner locks it.
 type histogram struct {
 	bounds []float64
@@ -197,11 +177,11 @@ func newHistogram(bounds []float64) *histogram {
 	return &histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
 }
 
-func (h *histogram) observe(v float64) {
-	i := 0
-	for i < len(h.bounds) && v > h.bounds[i] {
-		i++
-	}
+// Observe counts v in the first bucket whose bound is >= v (NaN and
+// values above every bound: +Inf), as metrics.Histogram and client_golang
+// do.
+func (h *histogram) Observe(v float64) {
+	i := sort.SearchFloat64s(h.bounds, v)
 	h.counts[i]++
 	h.sum += v
 	h.n++

@@ -6,24 +6,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/sim"
 )
 
 // vLLM's /metrics, as a collector over the engines of one server. Every
 // series has labels model_name and engine (the rank), except
 // vllm:cache_config_info (engine and the cache settings). Counters end in
-// _total. Histograms are in model time: with --speed 10 a TTFT of 2 s of
-// model time is recorded as 2 s although it took 0.2 s of wall time.
-const (
-	vllmE2E = "vllm:e2e_request_latency_seconds"
-	vllmITL = "vllm:inter_token_latency_seconds"
-)
-
+// _total. The histograms are sim.EngineHistogramDescs, observed by the
+// engine's model as the simulator observes them, in model time: with
+// --speed 10 a TTFT of 2 s of model time is recorded as 2 s although it
+// took 0.2 s of wall time.
 type collector struct {
 	e       *Emulator
 	engines []*engine
 
 	running, waiting, kv, queries, hits, prompt, gen, preempt, success, cacheCfg *prometheus.Desc
-	ttft, itl, e2e                                                               *prometheus.Desc
+	hists                                                                        []*prometheus.Desc // aligned with engine.hists
 }
 
 func newCollector(e *Emulator, engines []*engine) *collector {
@@ -46,16 +44,23 @@ func newCollector(e *Emulator, engines []*engine) *collector {
 		cacheCfg: prometheus.NewDesc(metrics.VLLMCacheConfigInfo, "Information of the LLMEngine CacheConfig",
 			[]string{metrics.LabelBlockSize, metrics.LabelEnablePrefixCaching, metrics.LabelEngine,
 				metrics.LabelGPUMemoryUtilization, metrics.LabelNumGPUBlocks}, nil),
-		ttft: d(metrics.VLLMTimeToFirstToken, "Histogram of time to first token in seconds."),
-		itl:  d(vllmITL, "Histogram of inter-token latency in seconds."),
-		e2e:  d(vllmE2E, "Histogram of e2e request latency in seconds."),
+		hists: func() []*prometheus.Desc {
+			var out []*prometheus.Desc
+			for _, h := range sim.EngineHistogramDescs(e.farm.Spec.VLLM.MaxModelLen) {
+				out = append(out, d(h.Name, h.Help))
+			}
+			return out
+		}(),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kv, c.queries, c.hits, c.prompt, c.gen,
-		c.preempt, c.success, c.cacheCfg, c.ttft, c.itl, c.e2e} {
+		c.preempt, c.success, c.cacheCfg} {
+		ch <- d
+	}
+	for _, d := range c.hists {
 		ch <- d
 	}
 }
@@ -68,7 +73,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		rank := strconv.Itoa(eng.index)
 		eng.mu.Lock()
 		st := eng.eng.Stats()
-		ttft, itl, e2e := eng.ttft.snapshot(), eng.itl.snapshot(), eng.e2e.snapshot()
+		hists := make([]histogramSnapshot, len(eng.hists))
+		for i, h := range eng.hists {
+			hists[i] = h.snapshot()
+		}
 		eng.mu.Unlock()
 
 		m, r := c.e.model, rank
@@ -92,11 +100,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.cacheCfg, prometheus.GaugeValue, 1,
 			strconv.Itoa(st.BlockSize), "True", rank,
 			strconv.FormatFloat(v.GPUMemoryUtilization, 'g', -1, 64), strconv.Itoa(st.NumGPUBlocks))
-		for _, h := range []struct {
-			d *prometheus.Desc
-			s histogramSnapshot
-		}{{c.ttft, ttft}, {c.itl, itl}, {c.e2e, e2e}} {
-			ch <- prometheus.MustNewConstHistogram(h.d, h.s.n, h.s.sum, h.s.buckets, m, r)
+		for i, h := range hists {
+			ch <- prometheus.MustNewConstHistogram(c.hists[i], h.n, h.sum, h.buckets, m, r)
 		}
 	}
 }

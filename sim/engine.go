@@ -32,6 +32,7 @@ type EngineReplica struct {
 	emit    func(EngineEvent)
 	doneFn  func(*seq, bool)
 	aborted int64
+	obs     *EngineHistograms // nil: none recorded
 }
 
 // EngineEventKind says what happened to a request.
@@ -108,11 +109,17 @@ func NewEngineReplica(f *Farm, index int) *EngineReplica {
 	e.rep = newReplica(index, &e.cfg, nil)
 	e.rep.pool.everCached = nil
 	e.rep.pool.onCache = nil
-	e.rep.firstToken = e.onToken
-	e.rep.nextToken = func(s *seq, _ int64) { e.onToken(s) }
+	e.rep.firstToken = e.onFirstToken
+	e.rep.nextToken = e.onNextToken
 	e.doneFn = e.onDone
 	return e
 }
+
+// Record makes the replica observe h (NewEngineHistograms) exactly as a
+// simulated run's engines do: the same observations at the same virtual
+// instants. Call it before the first Submit; nil stops recording. The
+// caller guards h's histograms with the lock that serialises the replica.
+func (e *EngineReplica) Record(h *EngineHistograms) { e.obs = h }
 
 // Now is the replica's virtual time.
 func (e *EngineReplica) Now() time.Duration { return time.Duration(e.now) * time.Microsecond }
@@ -214,6 +221,9 @@ func (e *EngineReplica) Stats() EngineStats {
 func (e *EngineReplica) kick() {
 	if us, ok := e.rep.startStep(); ok {
 		e.stepEnd = e.now + us
+		if e.obs != nil {
+			e.obs.stepScheduled(e.rep, e.now)
+		}
 	}
 }
 
@@ -225,6 +235,20 @@ func (e *EngineReplica) event(s *seq, k EngineEventKind) EngineEvent {
 	}
 }
 
+func (e *EngineReplica) onFirstToken(s *seq) {
+	if e.obs != nil {
+		e.obs.firstToken(s)
+	}
+	e.onToken(s)
+}
+
+func (e *EngineReplica) onNextToken(s *seq, now int64) {
+	if e.obs != nil {
+		e.obs.nextToken(s, now)
+	}
+	e.onToken(s)
+}
+
 func (e *EngineReplica) onToken(s *seq) {
 	if e.emit != nil {
 		e.emit(e.event(s, EventToken))
@@ -234,9 +258,12 @@ func (e *EngineReplica) onToken(s *seq) {
 func (e *EngineReplica) onDone(s *seq, finished bool) {
 	delete(e.live, s.id)
 	k := EventFinished
-	if !finished {
+	switch {
+	case !finished:
 		k = EventAborted
 		e.aborted++
+	case e.obs != nil:
+		e.obs.finished(s, e.now)
 	}
 	if e.emit != nil {
 		e.emit(e.event(s, k))

@@ -36,10 +36,11 @@ type engineSeries struct {
 	running, waiting, kvUsage       *metrics.Series
 	queries, hits, prompt, gen      *metrics.Series
 	preempt, stop, length, cacheCfg *metrics.Series
-	ttft                            *metrics.Histogram
-	// vLLM's per-token, per-request and per-step histograms.
-	itl, queue, prefill, decode, e2e *metrics.Histogram
-	promptLen, genLen, iterTokens    *metrics.Histogram
+	// vLLM's per-token, per-request and per-step histograms: what is
+	// observed when is EngineHistograms' (shared with the emulator); hists
+	// are the same histograms, to append at each scrape.
+	obs   *EngineHistograms
+	hists []*metrics.Histogram
 }
 
 type routerSeries struct {
@@ -81,20 +82,14 @@ func newRecorder(r *run) *recorder {
 				metrics.LabelGPUMemoryUtilization, strconv.FormatFloat(v.GPUMemoryUtilization, 'g', -1, 64),
 				metrics.LabelEnablePrefixCaching, "True",
 			)),
-			ttft: metrics.NewHistogram(st, metrics.VLLMTimeToFirstToken,
-				labels.FromStrings(metrics.LabelModelName, model, metrics.LabelEngine, eng), metrics.VLLMTTFTBuckets()),
 		})
 		e := &rec.eng[len(rec.eng)-1]
 		hl := labels.FromStrings(metrics.LabelModelName, model, metrics.LabelEngine, eng)
-		lat := metrics.VLLMRequestLatencyBuckets()
-		e.itl = metrics.NewHistogram(st, metrics.VLLMInterTokenLatency, hl, metrics.VLLMITLBuckets())
-		e.queue = metrics.NewHistogram(st, metrics.VLLMRequestQueueTime, hl, lat)
-		e.prefill = metrics.NewHistogram(st, metrics.VLLMRequestPrefillTime, hl, lat)
-		e.decode = metrics.NewHistogram(st, metrics.VLLMRequestDecodeTime, hl, lat)
-		e.e2e = metrics.NewHistogram(st, metrics.VLLME2ERequestLatency, hl, lat)
-		e.promptLen = metrics.NewHistogram(st, metrics.VLLMRequestPromptTokens, hl, metrics.VLLMTokenBuckets(v.MaxModelLen))
-		e.genLen = metrics.NewHistogram(st, metrics.VLLMRequestGenerationTokens, hl, metrics.VLLMTokenBuckets(v.MaxModelLen))
-		e.iterTokens = metrics.NewHistogram(st, metrics.VLLMIterationTokens, hl, metrics.VLLMIterationTokenBuckets())
+		e.obs = NewEngineHistograms(v.MaxModelLen, func(d HistogramDesc) Observer {
+			h := metrics.NewHistogram(st, d.Name, hl, d.Buckets)
+			e.hists = append(e.hists, h)
+			return h
+		})
 		rs := routerSeries{
 			inFlight: st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenInFlight, metrics.LabelModel, model, metrics.LabelReplica, eng)),
 			sessions: st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenSessions, metrics.LabelModel, model, metrics.LabelReplica, eng)),
@@ -117,40 +112,28 @@ func newRecorder(r *run) *recorder {
 	return rec
 }
 
-// observeTTFB records one request's time to first token, client side
-// (warden) and engine side (vLLM): the simulated network takes no time, so
-// they are equal.
-func (rec *recorder) observeTTFB(replica int, sec float64) {
-	rec.ttfb.Observe(sec)
-	rec.eng[replica].ttft.Observe(sec)
+// observeFirstToken records one request's time to first token, client
+// side (warden) and engine side (vLLM): the simulated network takes no
+// time, so they are equal.
+func (rec *recorder) observeFirstToken(s *seq) {
+	rec.ttfb.Observe(float64(s.firstTokenUs-s.sentUs) / usPerSec)
+	rec.eng[s.replica].obs.firstToken(s)
 }
 
-// observeStep records the step rep just scheduled at now: its tokens
-// (vllm:iteration_tokens_total) and the first scheduling time of its
-// requests.
+// observeNextToken records the inter-token latency of a token after the
+// first, sampled at now.
+func (rec *recorder) observeNextToken(s *seq, now int64) {
+	rec.eng[s.replica].obs.nextToken(s, now)
+}
+
+// observeStep records the step rep just scheduled at now.
 func (rec *recorder) observeStep(rep *replica, now int64) {
-	tokens := 0
-	for i, s := range rep.batch {
-		tokens += rep.chunks[i].n
-		if s.scheduledUs < 0 {
-			s.scheduledUs = now
-		}
-	}
-	rec.eng[rep.id].iterTokens.Observe(float64(tokens))
+	rec.eng[rep.id].obs.stepScheduled(rep, now)
 }
 
-// observeFinished records a request that finished at now, as vLLM does
-// when a request finishes: its queue, prefill, decode and end-to-end
-// times and its prompt and generated tokens.
+// observeFinished records a request that finished at now.
 func (rec *recorder) observeFinished(s *seq, now int64) {
-	e := &rec.eng[s.replica]
-	sec := func(us int64) float64 { return float64(us) / usPerSec }
-	e.queue.Observe(sec(s.scheduledUs - s.sentUs))
-	e.prefill.Observe(sec(s.firstTokenUs - s.scheduledUs))
-	e.decode.Observe(sec(now - s.firstTokenUs))
-	e.e2e.Observe(sec(now - s.sentUs))
-	e.promptLen.Observe(float64(s.prompt))
-	e.genLen.Observe(float64(s.generated))
+	rec.eng[s.replica].obs.finished(s, now)
 }
 
 // append writes one sample of every series at tMs.
@@ -172,8 +155,7 @@ func (rec *recorder) append(tMs int64) {
 		e.stop.Append(tMs, float64(st.finishedStop))
 		e.length.Append(tMs, float64(st.finishedLength))
 		e.cacheCfg.Append(tMs, 1)
-		e.ttft.Append(tMs)
-		for _, h := range [...]*metrics.Histogram{e.itl, e.queue, e.prefill, e.decode, e.e2e, e.promptLen, e.genLen, e.iterTokens} {
+		for _, h := range e.hists {
 			h.Append(tMs)
 		}
 
@@ -197,4 +179,121 @@ func (rec *recorder) append(tMs int64) {
 	rec.ttfb.Append(tMs)
 	rec.samples++
 	rec.busySum += busy
+}
+
+// Observer takes the observations of one histogram: a metrics.Histogram in
+// the simulator's store, a /metrics histogram in the emulator.
+type Observer interface{ Observe(v float64) }
+
+// HistogramDesc describes one histogram of a vLLM engine: its base name
+// (metrics.VLLM*), vLLM's help text and its upper bounds (+Inf excluded).
+type HistogramDesc struct {
+	Name, Help string
+	Buckets    []float64
+}
+
+// EngineHistograms are the histograms one vLLM engine observes, and the one
+// definition of what is observed when, shared by the simulator's recorder
+// and the emulator's /metrics (EngineReplica.Record). As vLLM V1 does
+// (vllm/v1/metrics/stats.py), in the model's virtual seconds:
+//
+//   - time to first token: arrival to first token, once per request;
+//   - inter-token latency: between consecutive tokens of a request, once
+//     per token after the first;
+//   - iteration tokens: the tokens an engine step schedules (prompt chunks
+//     and decodes), once per step;
+//   - once per finished request (not an aborted one): queue time (arrival
+//     to first scheduled), prefill time (first scheduled to first token),
+//     decode time (first to last token), end-to-end latency (arrival to
+//     last token), prompt tokens and generated tokens.
+//
+// A preempted request keeps its first scheduling and first token times.
+type EngineHistograms struct {
+	ttft, itl, iterTokens                        Observer
+	queue, prefill, decode, e2e, prompt, outputs Observer
+}
+
+// engineHistogramTable pairs each description with its field of h, in the
+// order of EngineHistogramDescs.
+func engineHistogramTable(h *EngineHistograms, maxModelLen int) []struct {
+	desc  HistogramDesc
+	field *Observer
+} {
+	lat := metrics.VLLMRequestLatencyBuckets
+	tok := func() []float64 { return metrics.VLLMTokenBuckets(maxModelLen) }
+	d := func(name, help string, buckets []float64) HistogramDesc {
+		return HistogramDesc{Name: name, Help: help, Buckets: buckets}
+	}
+	return []struct {
+		desc  HistogramDesc
+		field *Observer
+	}{
+		{d(metrics.VLLMTimeToFirstToken, "Histogram of time to first token in seconds.", metrics.VLLMTTFTBuckets()), &h.ttft},
+		{d(metrics.VLLMInterTokenLatency, "Histogram of inter-token latency in seconds.", metrics.VLLMITLBuckets()), &h.itl},
+		{d(metrics.VLLMRequestQueueTime, "Histogram of time spent in WAITING phase for request.", lat()), &h.queue},
+		{d(metrics.VLLMRequestPrefillTime, "Histogram of time spent in PREFILL phase for request.", lat()), &h.prefill},
+		{d(metrics.VLLMRequestDecodeTime, "Histogram of time spent in DECODE phase for request.", lat()), &h.decode},
+		{d(metrics.VLLME2ERequestLatency, "Histogram of e2e request latency in seconds.", lat()), &h.e2e},
+		{d(metrics.VLLMRequestPromptTokens, "Number of prefill tokens processed.", tok()), &h.prompt},
+		{d(metrics.VLLMRequestGenerationTokens, "Number of generation tokens processed.", tok()), &h.outputs},
+		{d(metrics.VLLMIterationTokens, "Histogram of number of tokens per engine_step.", metrics.VLLMIterationTokenBuckets()), &h.iterTokens},
+	}
+}
+
+// EngineHistogramDescs describes the histograms of EngineHistograms, in the
+// order NewEngineHistograms makes them. maxModelLen (vllm.max_model_len, 0
+// when unset) bounds the token-count buckets, as in vLLM.
+func EngineHistogramDescs(maxModelLen int) []HistogramDesc {
+	t := engineHistogramTable(new(EngineHistograms), maxModelLen)
+	out := make([]HistogramDesc, len(t))
+	for i, e := range t {
+		out[i] = e.desc
+	}
+	return out
+}
+
+// NewEngineHistograms returns an engine's histograms, each made by newHist
+// from its description, in the order of EngineHistogramDescs.
+func NewEngineHistograms(maxModelLen int, newHist func(HistogramDesc) Observer) *EngineHistograms {
+	h := new(EngineHistograms)
+	for _, e := range engineHistogramTable(h, maxModelLen) {
+		*e.field = newHist(e.desc)
+	}
+	return h
+}
+
+func usToSec(us int64) float64 { return float64(us) / usPerSec }
+
+// stepScheduled observes the step rep scheduled at now: its tokens, and
+// the first scheduling time of its requests (vLLM's scheduled_ts).
+func (h *EngineHistograms) stepScheduled(rep *replica, now int64) {
+	tokens := 0
+	for i, s := range rep.batch {
+		tokens += rep.chunks[i].n
+		if s.scheduledUs < 0 {
+			s.scheduledUs = now
+		}
+	}
+	h.iterTokens.Observe(float64(tokens))
+}
+
+// firstToken observes a request's first token (s.firstTokenUs is set).
+func (h *EngineHistograms) firstToken(s *seq) {
+	h.ttft.Observe(usToSec(s.firstTokenUs - s.sentUs))
+}
+
+// nextToken observes a token after the first, sampled at now, before
+// s.lastTokenUs moves to now.
+func (h *EngineHistograms) nextToken(s *seq, now int64) {
+	h.itl.Observe(usToSec(now - s.lastTokenUs))
+}
+
+// finished observes a request that finished at now.
+func (h *EngineHistograms) finished(s *seq, now int64) {
+	h.queue.Observe(usToSec(s.scheduledUs - s.sentUs))
+	h.prefill.Observe(usToSec(s.firstTokenUs - s.scheduledUs))
+	h.decode.Observe(usToSec(now - s.firstTokenUs))
+	h.e2e.Observe(usToSec(now - s.sentUs))
+	h.prompt.Observe(float64(s.prompt))
+	h.outputs.Observe(float64(s.generated))
 }

@@ -290,14 +290,13 @@ func (r *run) onDone(s *seq, finished bool) {
 // onFirstToken records a request's time to first token (client side and
 // engine side: the simulated network takes no time).
 func (r *run) onFirstToken(s *seq) {
-	ttfb := float64(s.firstTokenUs-s.sentUs) / usPerSec
-	r.rec.observeTTFB(s.replica, ttfb)
-	r.rt.ttfbs = append(r.rt.ttfbs, ttfb)
+	r.rec.observeFirstToken(s)
+	r.rt.ttfbs = append(r.rt.ttfbs, float64(s.firstTokenUs-s.sentUs)/usPerSec)
 }
 
 // onNextToken records the inter-token latency of a token after the first.
 func (r *run) onNextToken(s *seq, now int64) {
-	r.rec.eng[s.replica].itl.Observe(float64(now-s.lastTokenUs) / usPerSec)
+	r.rec.observeNextToken(s, now)
 }
 
 // checkIdle stops the run at the next scrape instant once the driver has
