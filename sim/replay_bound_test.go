@@ -30,8 +30,8 @@ func TestReplayBoundProperty(t *testing.T) {
 		path string
 	}
 	tcs := []traceCase{
-		{"agents", writeWorkloadTrace(t, traces.DefaultWorkload(), 24, 3*time.Second, 12*time.Second, 1)},
-		{"subagents", writeWorkloadTrace(t, subagents, 30, 2*time.Second, 8*time.Second, 2)},
+		{"agents", writeWorkloadTrace(t, traces.DefaultWorkload(), 24, 3*time.Second, 12*time.Second, 1, 0)},
+		{"subagents", writeWorkloadTrace(t, subagents, 30, 2*time.Second, 8*time.Second, 2, 0)},
 	}
 	mooncake := filepath.Join("..", "..", "shared", "testdata", "mooncake-synthetic-head300.jsonl")
 	if _, err := os.Stat(mooncake); err == nil {
@@ -84,8 +84,9 @@ func TestReplayBoundProperty(t *testing.T) {
 }
 
 // writeWorkloadTrace writes n sessions of workload w as a trace: session k
-// starts at k*gap and each turn follows the previous one by turnGap.
-func writeWorkloadTrace(t *testing.T, w traces.Workload, n int, gap, turnGap time.Duration, seed uint64) string {
+// starts at k*gap and each turn follows the previous one by turnGap; the
+// header gives concurrency (0: none) for closed-loop replays.
+func writeWorkloadTrace(t *testing.T, w traces.Workload, n int, gap, turnGap time.Duration, seed uint64, concurrency int) string {
 	t.Helper()
 	g := traces.NewGenerator(w, DefaultBlockSize, seed)
 	var reqs []traces.Request
@@ -98,7 +99,7 @@ func writeWorkloadTrace(t *testing.T, w traces.Workload, n int, gap, turnGap tim
 	}
 	slices.SortStableFunc(reqs, func(a, b traces.Request) int { return int(a.ArrivalMs - b.ArrivalMs) })
 	path := filepath.Join(t.TempDir(), "trace.jsonl")
-	wr, err := traces.Create(path, traces.Header{BlockSize: DefaultBlockSize})
+	wr, err := traces.Create(path, traces.Header{BlockSize: DefaultBlockSize, Concurrency: concurrency})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -247,30 +245,7 @@ func TestRuleOfThumb(t *testing.T) {
 // at k*gap and each turn follows the previous one by turnGap.
 func writeTrace(t *testing.T, n int, gap, turnGap time.Duration) string {
 	t.Helper()
-	g := traces.NewGenerator(traces.DefaultWorkload(), DefaultBlockSize, 9)
-	var reqs []traces.Request
-	for k := range n {
-		s, _ := g.NextSession()
-		for i, req := range s.Turns {
-			req.ArrivalMs = (time.Duration(k)*gap + time.Duration(i)*turnGap).Milliseconds()
-			reqs = append(reqs, req)
-		}
-	}
-	slices.SortStableFunc(reqs, func(a, b traces.Request) int { return int(a.ArrivalMs - b.ArrivalMs) })
-	path := filepath.Join(t.TempDir(), "trace.jsonl")
-	w, err := traces.Create(path, traces.Header{BlockSize: DefaultBlockSize, Concurrency: 6})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range reqs {
-		if err := w.Write(&reqs[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeWorkloadTrace(t, traces.DefaultWorkload(), n, gap, turnGap, 9, 6)
 }
 
 func traceUpperBound(t *testing.T, path string) float64 {
