@@ -163,13 +163,15 @@ func (e gpuEntry) toGPU() (GPU, error) {
 	switch {
 	case e.Name == "":
 		return GPU{}, errors.New("name: missing")
-	case e.CUDATotalMemoryGiB <= 0:
+	case !positive(e.CUDATotalMemoryGiB):
 		return GPU{}, errors.New("cuda_total_memory_gib: want a positive number")
-	case e.MemoryBandwidthGBPerS <= 0:
+	case e.CUDATotalMemoryGiB*GiB >= math.MaxInt64:
+		return GPU{}, fmt.Errorf("cuda_total_memory_gib: %g does not fit in int64 bytes", e.CUDATotalMemoryGiB)
+	case !positive(e.MemoryBandwidthGBPerS):
 		return GPU{}, errors.New("memory_bandwidth_gb_per_s: want a positive number")
-	case e.BF16DenseTFLOPS <= 0:
+	case !positive(e.BF16DenseTFLOPS):
 		return GPU{}, errors.New("bf16_dense_tflops: want a positive number")
-	case e.FP8DenseTFLOPS < 0:
+	case e.FP8DenseTFLOPS != 0 && !positive(e.FP8DenseTFLOPS):
 		return GPU{}, errors.New("fp8_dense_tflops: want 0 (none) or a positive number")
 	case e.Source == "":
 		return GPU{}, errors.New("source: missing (name the datasheet)")
@@ -188,6 +190,10 @@ func (e gpuEntry) toGPU() (GPU, error) {
 		NVMLNames:                  e.NVMLNames,
 	}, nil
 }
+
+// positive reports whether x is a finite number > 0 (YAML can spell .nan
+// and .inf, which no comparison with 0 rejects on its own).
+func positive(x float64) bool { return x > 0 && !math.IsInf(x, 1) }
 
 func (e modelEntry) toModel() (Model, error) {
 	m := Model{

@@ -2,6 +2,7 @@ package hardware
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -188,6 +189,10 @@ func TestParseCatalogErrors(t *testing.T) {
 		{"duplicate alias", append(gpu(""), gpu("")[0:0]...), append([]byte{}, okModels...), nil},
 		{"alias clash", []byte(string(gpu("")) + "- name: X2\n  aliases: [X-1]\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: t\n"), okModels, []string{"X-1", "already used"}},
 		{"missing source", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n"), okModels, []string{"entry 1", "source"}},
+		{"NaN memory", []byte("- name: X\n  cuda_total_memory_gib: .nan\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n"), okModels, []string{"entry 1", "cuda_total_memory_gib"}},
+		{"infinite bandwidth", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: .inf\n  bf16_dense_tflops: 1\n  source: s\n"), okModels, []string{"entry 1", "memory_bandwidth_gb_per_s"}},
+		{"NaN fp8", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  fp8_dense_tflops: .nan\n  source: s\n"), okModels, []string{"entry 1", "fp8_dense_tflops"}},
+		{"memory overflow", []byte("- name: X\n  cuda_total_memory_gib: 1e300\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n"), okModels, []string{"entry 1", "cuda_total_memory_gib"}},
 		{"bad model", okGPUs, []byte("- name: m\n  num_layers: 0\n  source: s\n"), []string{"models.yaml", "num_layers"}},
 	}
 	for _, tt := range tests {
@@ -208,6 +213,44 @@ func TestParseCatalogErrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzParseCatalog checks that any pair of catalogue files either fails
+// with an error naming the file at fault or gives entries that are complete,
+// finite and findable by every name and alias.
+func FuzzParseCatalog(f *testing.F) {
+	gpus, models := mustRead("catalog/gpus.yaml"), mustRead("catalog/models.yaml")
+	f.Add(gpus, models)
+	f.Add([]byte("- name: X\n  cuda_total_memory_gib: .inf\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n"), []byte("[]"))
+	f.Add([]byte("- {name: X, aliases: [\"\"]}\n"), []byte("- name: a/b\n  aliases: [b]\n"))
+	f.Add([]byte("{}"), []byte("null"))
+	f.Fuzz(func(t *testing.T, gpuYAML, modelYAML []byte) {
+		c, err := parseCatalog(gpuYAML, modelYAML)
+		if err != nil {
+			if !strings.Contains(err.Error(), "catalog/") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		for i, g := range c.gpus {
+			if g.MemoryBytes <= 0 || !positive(g.MemoryBandwidthBytesPerSec) || !positive(g.BF16FLOPS) || !(g.FP8FLOPS >= 0) || math.IsInf(g.FP8FLOPS, 1) {
+				t.Fatalf("accepted GPU %+v", g)
+			}
+			for _, n := range append([]string{g.Name}, g.Aliases...) {
+				if j, ok := c.gpuKey[normalize(n)]; !ok || j != i {
+					t.Fatalf("GPU %q: name %q finds entry %d, %v", g.Name, n, j, ok)
+				}
+			}
+		}
+		for i, m := range c.models {
+			if err := m.Validate(); err != nil {
+				t.Fatalf("accepted model %+v: %v", m, err)
+			}
+			if j, ok := c.modelKey[normalize(m.Name)]; !ok || j != i {
+				t.Fatalf("model %q finds entry %d, %v", m.Name, j, ok)
+			}
+		}
+	})
 }
 
 func TestLevenshtein(t *testing.T) {

@@ -3,6 +3,7 @@ package hardware
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -100,7 +101,16 @@ func ParseHFConfig(file string, data []byte) (Model, error) {
 	var top hfConfig
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&top); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			line := 1 + bytes.Count(data[:min(max(te.Offset, 0), int64(len(data)))], []byte("\n"))
+			return Model{}, fmt.Errorf("model config %s:%d: %s: want %s, got JSON %s", file, line, te.Field, te.Type, te.Value)
+		}
 		return Model{}, fmt.Errorf("model config %s: not a JSON config object: %w", file, err)
+	}
+	if rest := bytes.TrimSpace(data[dec.InputOffset():]); len(rest) > 0 {
+		line := 1 + bytes.Count(data[:dec.InputOffset()], []byte("\n"))
+		return Model{}, fmt.Errorf("model config %s:%d: not a JSON config object: unexpected data after the object", file, line)
 	}
 	errf := func(field, format string, args ...any) error {
 		return fmt.Errorf("model config %s: %s: %s", file, field, fmt.Sprintf(format, args...))

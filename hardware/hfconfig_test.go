@@ -74,6 +74,8 @@ func TestParseHFConfigErrors(t *testing.T) {
 		{"missing layers", `{"hidden_size": 64}`, []string{"cfg.json", "num_hidden_layers: missing"}},
 		{"zero hidden", `{"num_hidden_layers": 4, "hidden_size": 0}`, []string{"hidden_size", "positive"}},
 		{"string heads", `{"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": "four"}`, []string{"num_attention_heads"}},
+		{"type error has file, line and field", "{\n\"text_config\": {\"hidden_size\": 64,\n \"num_attention_heads\": \"four\"}}", []string{"cfg.json:3: text_config.num_attention_heads: want int, got JSON string"}},
+		{"trailing data", `{` + base + `}}`, []string{"cfg.json:1: not a JSON config object: unexpected data"}},
 		{"kv heads not dividing", `{` + base + `, "num_key_value_heads": 3}`, []string{"num_key_value_heads", "divide"}},
 		{"head_dim underivable", `{"num_hidden_layers": 4, "hidden_size": 66, "num_attention_heads": 4, "intermediate_size": 1, "vocab_size": 1}`, []string{"head_dim", "not a multiple"}},
 		{"missing vocab", `{"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128}`, []string{"vocab_size: missing"}},

@@ -146,6 +146,9 @@ func NewReader(r io.Reader, name string, opts ReaderOptions) (*Reader, error) {
 		}
 		return nil, &LineError{File: name, Line: 1, Field: field, Reason: "header: " + reason}
 	}
+	if trailing(dec, line) {
+		return nil, &LineError{File: name, Line: 1, Reason: "header: unexpected data after the JSON object"}
+	}
 	if field, reason := rd.hdr.check(); field != "" {
 		return nil, &LineError{File: name, Line: 1, Field: field, Reason: "header: " + reason}
 	}
@@ -250,7 +253,7 @@ func (r *Reader) parse(line []byte) (field, reason string) {
 	if err := dec.Decode(&r.req); err != nil {
 		return jsonErrorField(err)
 	}
-	if dec.More() {
+	if trailing(dec, line) {
 		return "", "unexpected data after the JSON object (one request per line)"
 	}
 	return checkRequest(&r.req, r.hdr.BlockSize, r.prevMs)
@@ -331,6 +334,13 @@ func (r *lineReader) readLine() ([]byte, error) {
 			return nil, fmt.Errorf("%s:%d: %w", r.name, r.line+1, err)
 		}
 	}
+}
+
+// trailing reports whether line holds anything but white space after the
+// value dec has decoded from it (dec reads line from its start). Unlike
+// dec.More, it sees a stray closing bracket.
+func trailing(dec *json.Decoder, line []byte) bool {
+	return len(bytes.TrimSpace(line[dec.InputOffset():])) > 0
 }
 
 func trimEOL(b []byte) []byte {

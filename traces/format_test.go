@@ -78,6 +78,8 @@ func TestReaderBadLines(t *testing.T) {
 		{"negative hash id", testHeader + "\n" + strings.Replace(line(0, "a", ""), "[1,2,3]", "[1,-2,3]", 1), "t.jsonl:2: hash_ids: expected uint64"},
 		{"syntax", testHeader + "\n" + `{"t_ms":1,`, "t.jsonl:2: invalid JSON"},
 		{"two objects", testHeader + "\n" + line(0, "a", "") + line(0, "a", ""), "t.jsonl:2: unexpected data after the JSON object"},
+		{"stray bracket", testHeader + "\n" + line(0, "a", "") + "}", "t.jsonl:2: unexpected data after the JSON object"},
+		{"header trailing data", testHeader + ` {"x":1}`, "t.jsonl:1: header: unexpected data after the JSON object"},
 		{"empty session", testHeader + "\n" + line(0, "", ""), "t.jsonl:2: session: required"},
 		{"cached beyond prompt", testHeader + "\n" + line(0, "a", `,"cached_tokens":11`), "t.jsonl:2: cached_tokens: must be -1 (unknown) or in [0, prompt_tokens=10], got 11"},
 	}

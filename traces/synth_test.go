@@ -250,6 +250,28 @@ func TestLoadWorkload(t *testing.T) {
 	}
 }
 
+// FuzzParseWorkload checks that any input either gives a workload that
+// validates or fails with an error naming the file.
+func FuzzParseWorkload(f *testing.F) {
+	f.Add([]byte("turns: 4\nthink_time: 2s\nfirst_message_spread: 0\nmodel: m\n"))
+	f.Add([]byte("subagent_probability: 0.5\nsubagent_turns: 0\n"))
+	f.Add([]byte("output_tokens_mean: .nan\nthink_time: 5\n"))
+	f.Add([]byte("a: &x [1]\nturns: *x\n---\nturns: 0\n"))
+	f.Add([]byte("- 1\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		w, err := ParseWorkload(data, "fuzz.yaml")
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "fuzz.yaml") {
+				t.Fatalf("error does not start with the file name: %v", err)
+			}
+			return
+		}
+		if err := w.Validate(); err != nil {
+			t.Fatalf("accepted a workload that does not validate: %v", err)
+		}
+	})
+}
+
 func TestWorkloadValidateDefaults(t *testing.T) {
 	if err := DefaultWorkload().Validate(); err != nil {
 		t.Fatal(err)
