@@ -114,3 +114,29 @@ func BenchmarkSessionMemory(b *testing.B) {
 		runtime.KeepAlive(m)
 	}
 }
+
+// BenchmarkPick is one placement on the request path (model.pick): the
+// snapshot built from fresh scrapes of 8 one-engine servers, then Pick.
+func BenchmarkPick(b *testing.B) {
+	cfg := ModelCfg{Name: "m", SpillThreshold: Spill{Auto: true}, SessionTTL: Duration(time.Hour), MaxSessions: 1 << 20}
+	for range 8 {
+		cfg.Replicas = append(cfg.Replicas, "http://a:1")
+	}
+	m, err := newModel(cfg, http.DefaultClient, time.Second, time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	for _, s := range m.servers {
+		s.last.Store(&ScrapeResult{Seq: 1, OK: now, Healthy: true, Engines: []EngineStats{{Running: 3, Waiting: 1, KVUsage: 0.5}}})
+	}
+	r := placement.Request{Session: "s", Model: "m", Pinned: placement.NoPin}
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := m.pick(&r, -1, now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.rep.inFlight.Add(-1)
+	}
+}

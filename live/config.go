@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -194,6 +195,9 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 		return fmt.Errorf("line %d: size %q: %v", n.Line, n.Value, err)
 	}
 	mult := map[string]int64{"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m[2]]
+	if v > math.MaxInt64/mult {
+		return fmt.Errorf("line %d: size %q is too large", n.Line, n.Value)
+	}
 	*b = ByteSize(v * mult)
 	return nil
 }

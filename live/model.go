@@ -64,8 +64,9 @@ type replica struct {
 	warmPicks    uint64    // picks seen while warming
 }
 
-// stats returns the replica's scraped figures from r, or nil.
-func (rep *replica) stats(r *ScrapeResult) *EngineStats {
+// stats returns the replica's scraped figures from r; false when r has
+// none. A value, not a pointer: fill calls it on every pick.
+func (rep *replica) stats(r *ScrapeResult) (EngineStats, bool) {
 	if rep.engine < 0 {
 		return r.total()
 	}
@@ -140,12 +141,12 @@ func (m *model) baseline(s *scraper, r *ScrapeResult) {
 		if rep.server != s {
 			continue
 		}
-		e := rep.stats(r)
-		if e == nil {
+		e, ok := rep.stats(r)
+		if !ok {
 			continue
 		}
 		if b := rep.base.Load(); b == nil || e.PrefixQueries < b.PrefixQueries || e.PrefixHits < b.PrefixHits {
-			rep.base.Store(e)
+			rep.base.Store(&e)
 		}
 	}
 }
@@ -255,7 +256,7 @@ func (m *model) fill(now time.Time) {
 		gen += r.Seq
 		inFlight := int(rep.inFlight.Load())
 		pr := placement.Replica{ID: i, InFlight: inFlight, Healthy: r.Healthy && m.admit(rep, now)}
-		if st := rep.stats(r); st != nil && r.fresh(now, m.interval) {
+		if st, ok := rep.stats(r); ok && r.fresh(now, m.interval) {
 			pr.Running, pr.Waiting, pr.KVUsage = int(st.Running), int(st.Waiting), st.KVUsage
 			kvSum += st.KVUsage
 			kvN++

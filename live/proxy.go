@@ -361,10 +361,14 @@ func joinPath(base, p string) string {
 }
 
 // retryable reports a failure before any response byte: a transport error
-// (connection refused or reset, EOF before the headers) or a 502/503.
+// (connection refused, reset or not made in time, EOF before the headers)
+// or a 502/503. Other timeouts (timeouts.response_header) are not retried.
+// Go's timeout errors, a dial's included, match context.DeadlineExceeded,
+// so a failed dial, which reached no replica, is told apart first; the
+// client's own context is checked by RoundTrip.
 func retryable(res *http.Response, err error) bool {
 	if err != nil {
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+		return isConnectError(err) || !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 	}
 	return res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable
 }
@@ -453,8 +457,10 @@ type respBody struct {
 	final bool   // no more bytes after out
 	err   error  // returned after out when final
 
-	usageBuf []byte // non-streamed body kept for its usage, up to maxUsageBody
-	first    bool
+	usageBuf  []byte // non-streamed body kept for its usage, up to maxUsageBody
+	usageOver bool   // the body outgrew maxUsageBody: usage unknown
+	first     bool
+	torn      bool // out ended inside an event (an overlong event passed on in part)
 }
 
 func newRespBody(c *call, a *attempt, res *http.Response) *respBody {
@@ -474,8 +480,12 @@ func (b *respBody) Read(p []byte) (int, error) {
 				b.first = true
 				b.c.ttfb.CompareAndSwap(0, int64(max(time.Since(b.c.start), 1)))
 			}
-			if len(b.usageBuf)+n <= maxUsageBody {
+			// Keep the body only while it is whole: a skipped chunk would
+			// leave a gap that could still parse.
+			if !b.usageOver && len(b.usageBuf)+n <= maxUsageBody {
 				b.usageBuf = append(b.usageBuf, p[:n]...)
+			} else {
+				b.usageOver, b.usageBuf = true, nil
 			}
 		}
 		if err != nil && err != io.EOF && b.ctx.Err() == nil {
@@ -500,9 +510,11 @@ func (b *respBody) Read(p []byte) (int, error) {
 			if cut := lastEventEnd(b.held); cut > 0 {
 				b.out = append(b.out[:0], b.held[:cut]...)
 				b.held = append(b.held[:0], b.held[cut:]...)
+				b.torn = false
 			} else if len(b.held) > maxSSELine {
 				b.out = append(b.out[:0], b.held...)
 				b.held = b.held[:0]
+				b.torn = true
 			}
 		}
 		switch {
@@ -521,6 +533,11 @@ func (b *respBody) Read(p []byte) (int, error) {
 				msg = "upstream replica ended the stream early"
 			}
 			b.c.srv.log.Warn("stream broken", "model", b.c.m.cfg.Name, "replica", b.a.rep.id, "err", err)
+			if b.torn {
+				// The client holds part of an event: end it, or the error
+				// event would be read as more of its last line.
+				b.out = append(b.out, "\n\n"...)
+			}
 			b.out = append(b.out, streamErrorEvent(b.c.api, msg)...)
 			b.held = nil
 			b.final, b.err = true, io.EOF

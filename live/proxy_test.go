@@ -3,8 +3,11 @@ package live
 import (
 	"bufio"
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -468,5 +471,40 @@ func TestDrainFinishesStreams(t *testing.T) {
 	}
 	if err := <-stopped; err != nil {
 		t.Errorf("Serve after drain: %v", err)
+	}
+}
+
+func TestOverlongEventCutMidwayEndsBeforeTheErrorEvent(t *testing.T) {
+	big := strings.Repeat("x", maxSSELine+1024)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			return // /metrics and /health
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"t0\"}}]}\n\n")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\""+big)
+		// The handler returns mid-event: the stream ends early.
+	}))
+	defer backend.Close()
+	h := startProxy(t, modelsYAML("", urlsModel(backend.URL)))
+	r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "o", 0, true), sessionHdr("o"))
+	if r.status != 200 {
+		t.Fatalf("status %d, want 200", r.status)
+	}
+	if !strings.Contains(r.body, "x\n\ndata: {\"error\":{") || !strings.HasSuffix(r.body, "\n\n") {
+		t.Fatalf("stream ends %q, want the torn event ended before the error event", r.body[max(0, len(r.body)-200):])
+	}
+}
+
+func TestDialTimeoutIsRetryable(t *testing.T) {
+	_, err := (&net.Dialer{Deadline: time.Now().Add(-time.Second)}).Dial("tcp", "127.0.0.1:1")
+	if err == nil {
+		t.Skip("dial with a past deadline succeeded")
+	}
+	if !retryable(nil, err) {
+		t.Errorf("retryable(%v) = false, want true: the dial reached no replica", err)
+	}
+	if retryable(nil, context.DeadlineExceeded) || retryable(nil, fmt.Errorf("wrapped: %w", context.Canceled)) {
+		t.Error("a deadline or a cancellation is retryable, want not")
 	}
 }

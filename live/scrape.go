@@ -264,20 +264,21 @@ func (r *ScrapeResult) fresh(now time.Time, interval time.Duration) bool {
 	return !r.OK.IsZero() && r.Err == "" && now.Sub(r.OK) <= 3*interval
 }
 
-// engine returns the stats of engine e, or nil.
-func (r *ScrapeResult) engine(e int) *EngineStats {
+// engine returns the stats of engine e; false when the page had none.
+func (r *ScrapeResult) engine(e int) (EngineStats, bool) {
 	for i := range r.Engines {
 		if r.Engines[i].Engine == e {
-			return &r.Engines[i]
+			return r.Engines[i], true
 		}
 	}
-	return nil
+	return EngineStats{}, false
 }
 
-// total sums all engines of the server (a one-replica server).
-func (r *ScrapeResult) total() *EngineStats {
+// total sums all engines of the server (a one-replica server); false when
+// the page had none.
+func (r *ScrapeResult) total() (EngineStats, bool) {
 	if len(r.Engines) == 0 {
-		return nil
+		return EngineStats{}, false
 	}
 	t := EngineStats{Engine: r.Engines[0].Engine}
 	for _, e := range r.Engines {
@@ -292,5 +293,5 @@ func (r *ScrapeResult) total() *EngineStats {
 		t.NumGPUBlocks += e.NumGPUBlocks
 		t.MaxNumSeqs = max(t.MaxNumSeqs, e.MaxNumSeqs)
 	}
-	return &t
+	return t, true
 }

@@ -20,8 +20,9 @@ type sseReader struct {
 	hasData  bool
 	overlong bool // the current event outgrew maxSSELine: not inspected
 	lastCR   bool // the previous chunk ended in \r (a following \n is part of it)
-	// mid is true while the stream is inside an event or a line: an error
-	// event injected now must first end it with a blank line.
+	// mid is true while the stream is inside an event or a line. (An
+	// injected error event depends on what the proxy has passed on, not on
+	// what it has read: respBody tracks that itself, see respBody.torn.)
 	mid bool
 	// onEvent is called for each complete event.
 	onEvent func(event, data []byte)

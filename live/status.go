@@ -125,7 +125,7 @@ func (m *model) status(now time.Time) Status {
 	for i, r := range m.replicas {
 		sr := r.server.last.Load()
 		rs := ReplicaStatus{
-			ID: i, URL: r.target.String(), State: states[i],
+			ID: i, URL: r.target.Redacted(), State: states[i],
 			InFlight:     r.inFlight.Load(),
 			New:          r.byReason[placement.ReasonNew].Load(),
 			Sticky:       r.byReason[placement.ReasonSticky].Load(),
@@ -160,7 +160,7 @@ func (m *model) status(now time.Time) Status {
 		if !sr.OK.IsZero() {
 			rs.ScrapeAgeSec = fptr(now.Sub(sr.OK).Seconds())
 		}
-		if e := r.stats(sr); e != nil {
+		if e, ok := r.stats(sr); ok {
 			rs.Running, rs.Waiting, rs.KVUsage = fptr(e.Running), fptr(e.Waiting), fptr(e.KVUsage)
 			rs.PrefixHits, rs.PrefixQueries = fptr(e.PrefixHits), fptr(e.PrefixQueries)
 			if base := r.base.Load(); base != nil {
