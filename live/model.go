@@ -308,6 +308,7 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 	m.fill(now)
 	if exclude >= 0 {
 		m.snap.Replicas[exclude].Healthy = false
+		r.Failed = append(r.Failed[:0], exclude) // the session keeps its home
 	}
 	home, known := -1, false
 	if r.Session != "" {

@@ -508,3 +508,32 @@ func TestDialTimeoutIsRetryable(t *testing.T) {
 		t.Error("a deadline or a cancellation is retryable, want not")
 	}
 }
+
+// A 503 from a session's home before any byte is retried on another
+// replica, and the session stays homed: the next turn goes home again,
+// where its prefix cache still is.
+func TestRetryKeepsTheSessionHome(t *testing.T) {
+	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())))
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "k", 0, false), sessionHdr("k")); r.status != 200 {
+		t.Fatalf("turn 0: %d %s", r.status, r.body)
+	}
+	home, other := a, b
+	if sum(b.served()) == 1 {
+		home, other = b, a
+	}
+	home.status.Store(http.StatusServiceUnavailable)
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "k", 1, false), sessionHdr("k")); r.status != 200 {
+		t.Fatalf("turn 1 (home answers 503): %d %s, want success elsewhere", r.status, r.body)
+	}
+	if sum(other.served()) != 1 {
+		t.Fatalf("the other replica served %d, want the retried turn", sum(other.served()))
+	}
+	home.status.Store(0)
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "k", 2, false), sessionHdr("k")); r.status != 200 {
+		t.Fatalf("turn 2: %d %s", r.status, r.body)
+	}
+	if got := sum(home.served()); got != 2 {
+		t.Errorf("home served %d of turns 0 and 2, want both: the retry must not move the session's home", got)
+	}
+}

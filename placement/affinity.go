@@ -19,6 +19,8 @@ import (
 //     spills to the least-loaded other healthy replica (lowest InFlight,
 //     then lowest score, then lowest ID), reason spill, and home does not
 //     change. With no other healthy replica it stays home (sticky).
+//     A request whose home is in Request.Failed (it failed there a moment
+//     ago: the proxy's retry) spills the same way, and home does not change.
 //  3. New: a session the table does not know, or whose home is unhealthy
 //     or no longer exists (it is re-homed), goes to the healthy replica
 //     with the lowest score (ties to the lowest ID), reason new, and that
@@ -80,11 +82,16 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 
 	remember := r.Session != ""
 	key := fnv1a64(r.Session)
-	i, home := nilIndex, -1
+	i, home, failedHome := nilIndex, -1, -1
 	if remember {
 		i = t.find(key, at)
-		if i != nilIndex && usable(reps, int(t.entries[i].home)) {
-			home = int(t.entries[i].home)
+		if i != nilIndex {
+			switch h := int(t.entries[i].home); {
+			case usable(reps, h):
+				home = h
+			case r.failed(h):
+				failedHome = h
+			}
 		}
 	}
 
@@ -95,7 +102,17 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 		return Decision{Replica: p, Reason: ReasonPinned}, nil
 	}
 
-	// 2. Sticky, or spill while home is overloaded.
+	// 2. Sticky, or spill while home is overloaded or failed this request
+	// a moment ago (then home is kept: its prefix cache is still there).
+	if failedHome >= 0 {
+		t.touch(i, at)
+		o := a.best(s, failedHome)
+		if o < 0 {
+			return Decision{}, noHealthy(s)
+		}
+		t.counter(o).SpilledIn++
+		return Decision{Replica: o, Reason: ReasonSpill}, nil
+	}
 	if home >= 0 {
 		t.touch(i, at)
 		if reps[home].InFlight > threshold {

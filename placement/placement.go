@@ -40,6 +40,21 @@ type Request struct {
 	Model        string
 	PromptTokens int
 	Pinned       int // replica chosen by a trusted client, or NoPin
+	// Failed lists replicas that failed this very request a moment ago
+	// (the proxy's one retry). The caller shows them to the policy as
+	// unhealthy; a session homed on one keeps its home (its prefix cache
+	// is still there) and this request spills instead of re-homing.
+	Failed []int
+}
+
+// failed reports whether replica i is in r.Failed.
+func (r *Request) failed(i int) bool {
+	for _, f := range r.Failed {
+		if f == i {
+			return true
+		}
+	}
+	return false
 }
 
 // Reason says why a replica was chosen.

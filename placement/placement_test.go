@@ -314,3 +314,49 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// A request that failed at its session's home a moment ago (the proxy's
+// retry) spills to another replica; the session keeps its home.
+func TestFailedHomeKeepsHome(t *testing.T) {
+	p, err := New("affinity", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := func(unhealthy int) *Snapshot {
+		s := &Snapshot{MaxNumSeqs: 32}
+		for i := range 3 {
+			s.Replicas = append(s.Replicas, Replica{ID: i, Healthy: i != unhealthy})
+		}
+		return s
+	}
+	now := time.Unix(0, 0)
+	req := &Request{Session: "s", Pinned: NoPin}
+	first, err := p.Pick(req, snap(-1), now)
+	if err != nil || first.Reason != ReasonNew {
+		t.Fatalf("first turn: %+v, %v", first, err)
+	}
+	home := first.Replica
+	retry := &Request{Session: "s", Pinned: NoPin, Failed: []int{home}}
+	d, err := p.Pick(retry, snap(home), now)
+	if err != nil || d.Replica == home || d.Reason != ReasonSpill {
+		t.Fatalf("retry after home %d failed: %+v, %v; want a spill elsewhere", home, d, err)
+	}
+	d, err = p.Pick(req, snap(-1), now)
+	if err != nil || d.Replica != home || d.Reason != ReasonSticky {
+		t.Fatalf("next turn: %+v, %v; want sticky on %d", d, err, home)
+	}
+	// Unhealthy without having failed this request: the session is re-homed.
+	d, err = p.Pick(req, snap(home), now)
+	if err != nil || d.Replica == home || d.Reason != ReasonNew {
+		t.Fatalf("home unhealthy: %+v, %v; want re-homed as new", d, err)
+	}
+	// Only replica left failed: no healthy replica.
+	only := &Snapshot{MaxNumSeqs: 32, Replicas: []Replica{{ID: 0}}}
+	q, _ := New("affinity", Config{})
+	if _, err := q.Pick(&Request{Session: "x", Pinned: NoPin}, &Snapshot{MaxNumSeqs: 32, Replicas: []Replica{{ID: 0, Healthy: true}}}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Pick(&Request{Session: "x", Pinned: NoPin, Failed: []int{0}}, only, now); !errors.Is(err, ErrNoHealthyReplica) {
+		t.Fatalf("failed home, nothing else healthy: %v, want ErrNoHealthyReplica", err)
+	}
+}
