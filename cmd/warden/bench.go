@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/lm-warden/warden/bench"
@@ -36,14 +33,14 @@ type benchOptions struct {
 	JSON            bool
 	Progress        bool
 
-	// stderr receives warnings and the progress bar; isTerminal says
-	// whether it is a terminal.
+	// stderr receives warnings and the progress bar; isTerminal, when
+	// set, says whether it is a terminal (tests).
 	stderr     io.Writer
 	isTerminal func() bool
 }
 
 func newBenchCmd() *cobra.Command {
-	opts := &benchOptions{stderr: os.Stderr, isTerminal: func() bool { return isTerminal(os.Stderr) }}
+	opts := &benchOptions{}
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Run the synthetic agent sessions against a live endpoint and measure what warden sim predicts",
@@ -75,6 +72,7 @@ With --json the result is a 'warden sim --json' report: 'warden compare' and
       --proxy-metrics-url http://127.0.0.1:9091/metrics --label affinity --speed 20 --step 3m --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.stderr = cmd.ErrOrStderr()
 			return runBench(cmd.Context(), opts, cmd.OutOrStdout())
 		},
 	}
@@ -143,31 +141,16 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 	if o.stderr != nil {
 		cfg.Warn = func(msg string) { fmt.Fprintln(o.stderr, "warning:", msg) }
 	}
-	if o.Progress && o.stderr != nil && o.isTerminal != nil && o.isTerminal() {
-		bar := progressbar.NewOptions64(1,
-			progressbar.OptionSetWriter(o.stderr),
-			progressbar.OptionSetDescription("benchmarking"),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionClearOnFinish(),
-			progressbar.OptionSetWidth(30),
-		)
-		cfg.Progress = func(done, total time.Duration) {
-			if m := int64(total / time.Second); m > 0 && m != bar.GetMax64() {
-				bar.ChangeMax64(m)
-			}
-			_ = bar.Set64(int64(done / time.Second))
-		}
-		defer bar.Finish()
+	if bar := newProgressBar(o.Progress, o.stderr, o.isTerminal, "benchmarking", 200*time.Millisecond); bar != nil {
+		cfg.Progress = bar.set
+		defer bar.finish()
 	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	if o.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(&res.Report)
+		return writeJSON(out, &res.Report)
 	}
 	return res.WriteText(out)
 }

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -129,7 +127,7 @@ saying what was assumed.`,
 	return cmd
 }
 
-// calibrateFrom runs the calibration the flags describe.
+// calibrate runs the calibration the flags describe.
 func (o *calibrateOptions) calibrate(ctx context.Context) (*calibrate.Calibration, error) {
 	src, w, err := o.open()
 	if err != nil {
@@ -168,14 +166,12 @@ func runCalibrate(ctx context.Context, o *calibrateOptions, out io.Writer) error
 		return err
 	}
 	if o.Out != "" {
-		if err := os.WriteFile(o.Out, data, 0o644); err != nil {
+		if err := writeOutFile(o.Out, data); err != nil {
 			return err
 		}
 	}
 	if o.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(c)
+		return writeJSON(out, c)
 	}
 	if err := c.WriteText(out); err != nil {
 		return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lm-warden/warden/calibrate"
-	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/sim"
 )
 
@@ -80,17 +78,11 @@ func parseTolerance(s string) (float64, error) {
 // predictedKPIs reads the predicted KPI values from a plan result with an
 // observation or from a simulator report.
 func predictedKPIs(data []byte, name, strategy string, sessions int) (map[string]float64, error) {
-	var probe struct {
-		Kind string `json:"kind"`
+	res, rep, err := decodeResult(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("%s: not JSON: %w", name, err)
-	}
-	if probe.Kind == planner.Kind {
-		res, err := planner.ReadResult(data)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
+	if res != nil {
 		if res.Observation == nil {
 			return nil, fmt.Errorf("%s: a plan result without a prediction of the current farm (make it with 'warden plan --prometheus ... --json')", name)
 		}
@@ -99,10 +91,6 @@ func predictedKPIs(data []byte, name, strategy string, sessions int) (map[string
 			out[k] = float64(v)
 		}
 		return out, nil
-	}
-	var rep sim.Report
-	if err := planner.DecodeJSON(data, &rep); err != nil {
-		return nil, fmt.Errorf("%s: neither a plan result (kind %q) nor a 'warden sim --json' report: %w", name, planner.Kind, err)
 	}
 	var row *sim.Row
 	for i := range rep.Rows {

@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lm-warden/warden/bench"
-	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/web"
 )
@@ -64,18 +61,14 @@ observed for each column); the same inputs give the same bytes.`,
 
 // readSimReport reads a warden sim --json (or warden bench --json) report.
 func readSimReport(path string) (*sim.Report, error) {
-	data, err := os.ReadFile(path)
+	res, rep, err := readResult(path)
 	if err != nil {
 		return nil, err
 	}
-	var rep sim.Report
-	if err := planner.DecodeJSON(data, &rep); err != nil {
-		return nil, fmt.Errorf("%s: want a warden sim --json or warden bench --json report: %w", path, err)
+	if res != nil {
+		return nil, fmt.Errorf("%s: a warden plan --json result; want a warden sim --json or warden bench --json report", path)
 	}
-	if len(rep.Rows) == 0 {
-		return nil, fmt.Errorf("%s: the report has no rows", path)
-	}
-	return &rep, nil
+	return rep, nil
 }
 
 func runCompare(_ context.Context, o *compareOptions, out io.Writer) error {
@@ -105,9 +98,7 @@ func runCompare(_ context.Context, o *compareOptions, out io.Writer) error {
 		}
 	}
 	if o.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(c)
+		return writeJSON(out, c)
 	}
 	if err := c.WriteText(out); err != nil {
 		return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -112,12 +111,6 @@ func printCatalog(out io.Writer, asJSON bool) error {
 			m.Name, float64(m.ParamCount)/1e9, m.NumLayers, m.NumAttentionHeads, m.NumKVHeads, m.HeadDim, kib(perToken), note, sw)
 	}
 	return tw.Flush()
-}
-
-func writeJSON(out io.Writer, v any) error {
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func gib(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/hardware.GiB) }

@@ -3,16 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/lm-warden/warden/calibrate"
@@ -53,13 +50,14 @@ type planOptions struct {
 	// changed reports whether a flag was given on the command line (flags
 	// given override a plan file's values).
 	changed func(name string) bool
-	// stderr receives the progress bar; isTerminal says whether it is one.
+	// stderr receives the progress bar; isTerminal, when set, says whether
+	// it is a terminal (tests).
 	stderr     io.Writer
 	isTerminal func() bool
 }
 
 func newPlanCmd() *cobra.Command {
-	opts := &planOptions{stderr: os.Stderr, isTerminal: func() bool { return isTerminal(os.Stderr) }}
+	opts := &planOptions{}
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Find the cheapest farm and routing that meet service targets (writes an HTML report)",
@@ -94,7 +92,7 @@ it is a terminal.`,
       --since 6h --replicas 3,4,6 --json > predicted.json   # the farm you have, under the load you have`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.changed = cmd.Flags().Changed
+			opts.changed, opts.stderr = cmd.Flags().Changed, cmd.ErrOrStderr()
 			return runPlan(cmd.Context(), opts, cmd.OutOrStdout())
 		},
 	}
@@ -219,9 +217,7 @@ func runPlan(ctx context.Context, o *planOptions, out io.Writer) error {
 		}
 	}
 	if o.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return writeJSON(out, res)
 	}
 	return writePlanSummary(out, res, o.Out)
 }
@@ -232,8 +228,7 @@ func (o *planOptions) solve(ctx context.Context) (*planner.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Progress && o.stderr != nil && o.isTerminal != nil && o.isTerminal() {
-		bar := newSimBar(o.stderr)
+	if bar := newProgressBar(o.Progress, o.stderr, o.isTerminal, "simulating", 100*time.Millisecond); bar != nil {
 		p.Progress = bar.set
 		defer bar.finish()
 	}
@@ -310,50 +305,3 @@ func fmtFloat(v float64, d int) string {
 	}
 	return strconv.FormatFloat(v, 'f', d, 64)
 }
-
-// writeReport renders r into path (through a temporary file, so that a
-// failed render leaves no half report).
-func writeReport(path string, r *web.Report) error {
-	var b bytes.Buffer
-	if err := r.Render(&b); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// isTerminal reports whether f is a character device (a terminal), without
-// a dependency beyond the standard library.
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// simBar is a progress bar of simulated time.
-type simBar struct {
-	bar *progressbar.ProgressBar
-}
-
-func newSimBar(w io.Writer) *simBar {
-	return &simBar{bar: progressbar.NewOptions64(1,
-		progressbar.OptionSetWriter(w),
-		progressbar.OptionSetDescription("simulating"),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionClearOnFinish(),
-		progressbar.OptionSetWidth(30),
-	)}
-}
-
-// set is the planner's progress callback: seconds of simulated farm time.
-func (s *simBar) set(done, total time.Duration) {
-	if m := int64(total / time.Second); m != s.bar.GetMax64() && m > 0 {
-		s.bar.ChangeMax64(m)
-	}
-	_ = s.bar.Set64(int64(done / time.Second))
-}
-
-func (s *simBar) finish() { _ = s.bar.Finish() }

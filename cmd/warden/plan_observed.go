@@ -56,10 +56,11 @@ func (o *planOptions) solveObserved(ctx context.Context) (*planner.Result, error
 		}
 		saved := o.GPUs
 		o.GPUs = nil
-		if p, err = o.buildPlan(); err != nil {
+		p, err = o.buildPlan()
+		o.GPUs = saved
+		if err != nil {
 			return nil, err
 		}
-		o.GPUs = saved
 		p.Farms = nil // the built-in example's candidates are not wanted
 		if o.changed == nil || !o.changed("sessions") {
 			p.Sessions = nil

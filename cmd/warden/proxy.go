@@ -95,6 +95,13 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// Print before the reload loop starts (both write to out) and after
+	// SIGHUP is caught (a reload may follow the line at once).
+	if _, err := fmt.Fprintf(out, "warden proxy listening on http://%s (admin http://%s)\n", ln.Addr(), adminLn.Addr()); err != nil {
+		ln.Close()
+		adminLn.Close()
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -115,8 +122,5 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 			}
 		}
 	}()
-	if _, err := fmt.Fprintf(out, "warden proxy listening on http://%s (admin http://%s)\n", ln.Addr(), adminLn.Addr()); err != nil {
-		return err
-	}
 	return srv.Serve(ctx, ln, adminLn)
 }

@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/lm-warden/warden/planner"
-	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/web"
 )
 
@@ -47,13 +43,9 @@ func runReport(_ context.Context, o *reportOptions, out io.Writer) error {
 	if o.Out == "" {
 		return fmt.Errorf("--out: want a file name")
 	}
-	data, err := os.ReadFile(o.From)
+	r, err := resultReport(o.From)
 	if err != nil {
 		return err
-	}
-	r, err := readAnyResult(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", o.From, err)
 	}
 	if err := writeReport(o.Out, r); err != nil {
 		return err
@@ -62,32 +54,15 @@ func runReport(_ context.Context, o *reportOptions, out io.Writer) error {
 	return err
 }
 
-// readAnyResult tells a planner result (its "kind") from a simulator report
-// (a "farm" and "rows") and builds its report.
-func readAnyResult(data []byte) (*web.Report, error) {
-	var probe struct {
-		Kind string          `json:"kind"`
-		Farm *string         `json:"farm"`
-		Rows json.RawMessage `json:"rows"`
+// resultReport builds the report of a saved result: a plan's or a
+// simulation's.
+func resultReport(path string) (*web.Report, error) {
+	res, rep, err := readResult(path)
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("not a JSON result: %w", err)
-	}
-	switch {
-	case probe.Kind == planner.Kind:
-		res, err := planner.ReadResult(data)
-		if err != nil {
-			return nil, err
-		}
+	if res != nil {
 		return web.PlanReport(res), nil
-	case probe.Kind == "" && probe.Farm != nil && probe.Rows != nil:
-		var rep sim.Report
-		if err := planner.DecodeJSON(data, &rep); err != nil {
-			return nil, fmt.Errorf("sim report: %w", err)
-		}
-		return web.SimReport(&rep, web.SimReportOptions{}), nil
-	case probe.Kind != "":
-		return nil, fmt.Errorf("kind %q: want %q (warden plan --json) or a warden sim --json report", probe.Kind, planner.Kind)
 	}
-	return nil, fmt.Errorf("neither a warden plan --json result (kind %q) nor a warden sim --json report (farm and rows)", planner.Kind)
+	return web.SimReport(rep, web.SimReportOptions{}), nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,13 +38,14 @@ type simOptions struct {
 
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool
-	// stderr receives the progress bar; isTerminal says whether it is one.
+	// stderr receives the progress bar; isTerminal, when set, says whether
+	// it is a terminal (tests).
 	stderr     io.Writer
 	isTerminal func() bool
 }
 
 func newSimCmd() *cobra.Command {
-	opts := &simOptions{stderr: os.Stderr, isTerminal: func() bool { return isTerminal(os.Stderr) }}
+	opts := &simOptions{}
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Simulate a farm of vLLM replicas under agent sessions, strategy against strategy",
@@ -74,7 +74,7 @@ With --trace, sim replays a trace file instead: at its recorded arrival times
   warden sim --trace agents.jsonl --speed 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts.changed = cmd.Flags().Changed
+			opts.changed, opts.stderr = cmd.Flags().Changed, cmd.ErrOrStderr()
 			return runSim(cmd.Context(), opts, cmd.OutOrStdout())
 		},
 	}
@@ -168,8 +168,7 @@ func runSim(ctx context.Context, o *simOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.Progress && o.stderr != nil && o.isTerminal != nil && o.isTerminal() {
-		bar := newSimBar(o.stderr)
+	if bar := newProgressBar(o.Progress, o.stderr, o.isTerminal, "simulating", 100*time.Millisecond); bar != nil {
 		e.Progress = bar.set
 		defer bar.finish()
 	}
@@ -178,9 +177,7 @@ func runSim(ctx context.Context, o *simOptions, out io.Writer) error {
 		return err
 	}
 	if o.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(out, rep)
 	}
 	f := e.Farm
 	load := fmt.Sprintf("%s per step, seed %d", e.Duration, e.Seed)

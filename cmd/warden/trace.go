@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -78,9 +77,7 @@ func runTraceStats(_ context.Context, opts traceStatsOptions, out io.Writer) err
 		return err
 	}
 	if opts.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return writeJSON(out, st)
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "requests\t%d\n", st.Requests)

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -87,14 +85,12 @@ func runWorkload(ctx context.Context, o *workloadOptions, out io.Writer) error {
 		return err
 	}
 	if o.Out != "" {
-		if err := os.WriteFile(o.Out, data, 0o644); err != nil {
+		if err := writeOutFile(o.Out, data); err != nil {
 			return err
 		}
 	}
 	if o.JSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(est)
+		return writeJSON(out, est)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "load from %s\n", est.From)

@@ -1,0 +1,144 @@
+package main
+
+// The helpers every command shares to write its results and read saved
+// ones: JSON on stdout, output files, saved results, and the progress bar
+// drawn on stderr.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/lm-warden/warden/planner"
+	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/web"
+)
+
+// writeJSON writes v as indented JSON: every command's --json.
+func writeJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeOutFile writes data into path through a temporary file, so that a
+// failed write leaves neither a half file nor the temporary one.
+func writeOutFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	err := os.WriteFile(tmp, data, 0o644)
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+// writeReport renders r into path; a failed render writes nothing.
+func writeReport(path string, r *web.Report) error {
+	var b bytes.Buffer
+	if err := r.Render(&b); err != nil {
+		return err
+	}
+	return writeOutFile(path, b.Bytes())
+}
+
+// readResult reads a saved result file; see decodeResult. Errors after the
+// read name the file.
+func readResult(path string) (*planner.Result, *sim.Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, rep, err := decodeResult(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return res, rep, nil
+}
+
+// decodeResult tells a `warden plan --json` result (its "kind" is
+// planner.Kind) from a `warden sim --json` or `warden bench --json` report
+// (no kind, at least one row) and decodes it: exactly one of the two
+// results is non-nil when the error is nil.
+func decodeResult(data []byte) (*planner.Result, *sim.Report, error) {
+	var probe struct {
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, nil, fmt.Errorf("not a JSON result: %w", err)
+	}
+	switch probe.Kind {
+	case planner.Kind:
+		res, err := planner.ReadResult(data)
+		if err != nil {
+			return nil, nil, err
+		}
+		return res, nil, nil
+	case "":
+		var rep sim.Report
+		if err := planner.DecodeJSON(data, &rep); err != nil {
+			return nil, nil, fmt.Errorf("want a warden sim --json or warden bench --json report: %w", err)
+		}
+		if len(rep.Rows) == 0 {
+			return nil, nil, fmt.Errorf("the report has no rows")
+		}
+		return nil, &rep, nil
+	}
+	return nil, nil, fmt.Errorf("kind %q: want %q (warden plan --json) or a warden sim --json report", probe.Kind, planner.Kind)
+}
+
+// isTerminal reports whether w is a character device (a terminal), without
+// a dependency beyond the standard library.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressBar is a bar of seconds (of simulated or of the target's time)
+// drawn on stderr.
+type progressBar struct {
+	bar *progressbar.ProgressBar
+}
+
+// newProgressBar returns the bar when show is set and stderr is a terminal
+// (terminal, when set, answers that instead: tests), else nil.
+func newProgressBar(show bool, stderr io.Writer, terminal func() bool, desc string, throttle time.Duration) *progressBar {
+	if !show || stderr == nil {
+		return nil
+	}
+	if terminal == nil {
+		terminal = func() bool { return isTerminal(stderr) }
+	}
+	if !terminal() {
+		return nil
+	}
+	return &progressBar{bar: progressbar.NewOptions64(1,
+		progressbar.OptionSetWriter(stderr),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(throttle),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetWidth(30),
+	)}
+}
+
+// set is the progress callback of sim, planner and bench: done of total.
+func (p *progressBar) set(done, total time.Duration) {
+	if m := int64(total / time.Second); m > 0 && m != p.bar.GetMax64() {
+		p.bar.ChangeMax64(m)
+	}
+	_ = p.bar.Set64(int64(done / time.Second))
+}
+
+func (p *progressBar) finish() { _ = p.bar.Finish() }
