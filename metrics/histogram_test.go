@@ -89,3 +89,19 @@ func TestBuckets(t *testing.T) {
 	NewHistogram(NewStore(), "a", labels.EmptyLabels(), VLLMTTFTBuckets())
 	NewHistogram(NewStore(), "b", labels.EmptyLabels(), WardenTTFBBuckets())
 }
+
+func TestTokenBuckets(t *testing.T) {
+	if got := VLLMTokenBuckets(0); len(got) != 19 || got[18] != 1_000_000 {
+		t.Errorf("VLLMTokenBuckets(0) = %v, want 1, 2, 5, ... 1000000", got)
+	}
+	if got := VLLMTokenBuckets(2_500_000); got[len(got)-1] != 2_000_000 {
+		t.Errorf("VLLMTokenBuckets(2500000) ends at %v, want 2000000", got[len(got)-1])
+	}
+	// A huge max_model_len must not overflow into negative bounds (it did:
+	// an endless loop for math.MaxInt).
+	got := VLLMTokenBuckets(math.MaxInt)
+	if last := got[len(got)-1]; last != 5e18 {
+		t.Errorf("VLLMTokenBuckets(MaxInt) ends at %v, want 5e18", last)
+	}
+	NewHistogram(NewStore(), "c", labels.EmptyLabels(), got)
+}

@@ -122,12 +122,17 @@ func VLLMRequestLatencyBuckets() []float64 {
 func VLLMTokenBuckets(maxLen int) []float64 {
 	maxLen = max(maxLen, 1_000_000)
 	var out []float64
+	// The bounds are compared by division so that a huge maxLen cannot
+	// overflow m*e or e*10.
 	for e := 1; ; e *= 10 {
 		for _, m := range []int{1, 2, 5} {
-			if m*e > maxLen {
+			if e > maxLen/m {
 				return out
 			}
 			out = append(out, float64(m*e))
+		}
+		if e > maxLen/10 {
+			return out
 		}
 	}
 }

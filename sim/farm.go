@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"strconv"
@@ -410,7 +411,7 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	}
 	s.StepTime = s.StepTime.withDefaults()
 	if err := s.StepTime.validate(); err != nil {
-		return nil, &fieldError{key: "step_time." + strings.SplitN(err.Error(), ":", 2)[0], reason: strings.TrimSpace(strings.SplitN(err.Error(), ":", 2)[1])}
+		return nil, err
 	}
 
 	kvDType := hardware.DType(s.KVCacheDType)
@@ -434,6 +435,10 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	blocks := v.NumGPUBlocks
 	if blocks == 0 {
 		blocks = sizing.KVBlocksPerReplica
+	}
+	if blocks > math.MaxInt32 {
+		// Blocks are numbered by int32 (blockpool.go).
+		return nil, bad("vllm.num_gpu_blocks", "must be at most %d, got %d", math.MaxInt32, blocks)
 	}
 	if blocks < 2 {
 		return nil, bad("gpu", "%s on %d x %s leaves no room for a KV cache (%d blocks)", model.Name, s.TensorParallelSize, gpu.Name, blocks)

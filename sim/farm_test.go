@@ -111,6 +111,8 @@ func TestParseFarmErrors(t *testing.T) {
 		{"unknown gpu", "model: Qwen/Qwen3-4B-Instruct-2507\ngpu: RTX A4001\n", "farm.yaml:2: gpu: unknown GPU"},
 		{"no model", "gpu: RTX A4000\n", "farm.yaml: model: required"},
 		{"bad efficiency", base + "step_time:\n  prefill_efficiency: 1.5\n", "farm.yaml:4: step_time.prefill_efficiency: must be in (0, 1]"},
+		{"bad overhead", base + "step_time:\n  step_overhead: -1ms\n", "farm.yaml:4: step_time.step_overhead: must be >= 0"},
+		{"too many blocks", base + "vllm:\n  num_gpu_blocks: 3000000000\n", "farm.yaml:4: vllm.num_gpu_blocks: must be at most 2147483647"},
 		{"empty", "", "farm.yaml: empty farm spec"},
 		{"not yaml", "model: [\n", "farm.yaml: "},
 		{"too big for the card", "model: meta-llama/Llama-3.1-70B-Instruct\ngpu: RTX A4000\n", "farm.yaml:2: gpu: "},

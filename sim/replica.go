@@ -185,13 +185,15 @@ func (r *replica) schedule() int {
 			hits := r.longestHit(s)
 			hitTokens := len(hits) * bs
 			n := min(s.numTokens-hitTokens, budget)
+			newBlocks, ok := r.slotsNeeded(s, n, hits)
+			if !ok {
+				break
+			}
 			var miss MissTokens
 			if !s.admitted {
 				miss = r.classifyMisses(s, len(hits)) // before allocation caches new blocks
 			}
-			if !r.allocateSlots(s, n, hits) {
-				break
-			}
+			r.commitSlots(s, n, hits, newBlocks)
 			r.waiting.popFront()
 			r.running = append(r.running, s)
 			r.recordAdmission(s, len(hits), miss)
@@ -235,23 +237,37 @@ func (r *replica) longestHit(s *seq) []int32 {
 
 // allocateSlots gives s room for n more tokens after its computed ones and
 // its new cache hits, or reports false and changes nothing when the free
-// queue is too short (vLLM KVCacheManager.allocate_slots). Hit blocks that
-// sit in the free queue count against the free blocks, since touching them
-// takes them out of it. Full blocks of known tokens are then cached.
+// queue is too short (vLLM KVCacheManager.allocate_slots).
 func (r *replica) allocateSlots(s *seq, n int, hits []int32) bool {
+	newBlocks, ok := r.slotsNeeded(s, n, hits)
+	if ok {
+		r.commitSlots(s, n, hits, newBlocks)
+	}
+	return ok
+}
+
+// slotsNeeded returns how many blocks s needs from the free queue for n
+// more tokens after its computed ones and its new cache hits, and whether
+// the free queue has them. Hit blocks that sit in the free queue count
+// against the free blocks, since touching them takes them out of it.
+func (r *replica) slotsNeeded(s *seq, n int, hits []int32) (newBlocks int, ok bool) {
 	bs := r.cfg.blockSize
-	computed := s.computed + len(hits)*bs
-	need := (computed + n + bs - 1) / bs
-	newBlocks := max(need-len(hits)-len(s.blocks), 0)
+	need := (s.computed + len(hits)*bs + n + bs - 1) / bs
+	newBlocks = max(need-len(hits)-len(s.blocks), 0)
 	evictableHits := 0
 	for _, b := range hits {
 		if r.pool.blocks[b].ref == 0 {
 			evictableHits++
 		}
 	}
-	if newBlocks+evictableHits > r.pool.numFree {
-		return false
-	}
+	return newBlocks, newBlocks+evictableHits <= r.pool.numFree
+}
+
+// commitSlots takes the hits and newBlocks blocks that slotsNeeded counted
+// for s, then caches its full blocks of known tokens.
+func (r *replica) commitSlots(s *seq, n int, hits []int32, newBlocks int) {
+	bs := r.cfg.blockSize
+	computed := s.computed + len(hits)*bs
 	if s.blocks == nil {
 		s.blocks = r.takeTable()
 	}
@@ -273,7 +289,6 @@ func (r *replica) allocateSlots(s *seq, n int, hits []int32) bool {
 		r.pool.cacheBlock(s.blocks[k], h)
 		s.cachedBlocks = k + 1
 	}
-	return true
 }
 
 // recordAdmission counts a lookup of hitBlocks blocks for s and, on its

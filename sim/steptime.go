@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -53,15 +52,16 @@ func (st StepTime) withDefaults() StepTime {
 	return st
 }
 
+// validate checks the fields; an error names its key under step_time.
 func (st StepTime) validate() error {
 	if st.PrefillEfficiency < 0 || st.PrefillEfficiency > 1 {
-		return fmt.Errorf("prefill_efficiency: must be in (0, 1], got %g", st.PrefillEfficiency)
+		return bad("step_time.prefill_efficiency", "must be in (0, 1], got %g", st.PrefillEfficiency)
 	}
 	if st.BandwidthEfficiency < 0 || st.BandwidthEfficiency > 1 {
-		return fmt.Errorf("bandwidth_efficiency: must be in (0, 1], got %g", st.BandwidthEfficiency)
+		return bad("step_time.bandwidth_efficiency", "must be in (0, 1], got %g", st.BandwidthEfficiency)
 	}
 	if st.StepOverhead < 0 {
-		return fmt.Errorf("step_overhead: must be >= 0, got %s", time.Duration(st.StepOverhead))
+		return bad("step_time.step_overhead", "must be >= 0, got %s", time.Duration(st.StepOverhead))
 	}
 	return nil
 }
