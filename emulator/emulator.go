@@ -90,8 +90,8 @@ func New(f *sim.Farm, opts Options) (*Emulator, error) {
 	if opts.Speed == 0 {
 		opts.Speed = 1
 	}
-	if !(opts.Speed > 0) || opts.Speed > 1e6 {
-		return nil, fmt.Errorf("speed %g: want a factor in (0, 1e6]", opts.Speed)
+	if !(opts.Speed >= 1e-3) || opts.Speed > 1e6 {
+		return nil, fmt.Errorf("speed %g: want a factor in [0.001, 1e6]", opts.Speed)
 	}
 	bs := f.Spec.VLLM.BlockSize
 	if bs%traces.TextBlockTokens != 0 {

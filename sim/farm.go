@@ -98,6 +98,9 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
+// MaxReplicas bounds a farm's replica count (each has its own block pool).
+const MaxReplicas = 4096
+
 // Defaults of a farm spec where vLLM has none.
 const (
 	DefaultScrapeInterval = time.Second
@@ -329,8 +332,8 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	if s.Replicas == 0 {
 		s.Replicas = 1
 	}
-	if s.Replicas < 1 {
-		return nil, bad("replicas", "must be >= 1, got %d", s.Replicas)
+	if s.Replicas < 1 || s.Replicas > MaxReplicas {
+		return nil, bad("replicas", "must be in [1, %d], got %d", MaxReplicas, s.Replicas)
 	}
 	if s.TensorParallelSize == 0 {
 		s.TensorParallelSize = 1
