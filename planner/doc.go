@@ -13,7 +13,11 @@
 // each candidate the sessions level at which it stops meeting them; the
 // rule-of-thumb check (concurrency x typical context against the farm's KV
 // cache, workload.go says how the typical context is computed); and, when
-// no candidate meets the targets, the closest one.
+// no candidate meets the targets, the closest one. timeline.go then runs
+// the answer's farm once more with its routing and keeps, from that run's
+// metric store, PromQL range queries over the step at the wanted
+// concurrency (per-replica load and KV use, prompt tokens cached and
+// computed per second): the report's charts over time.
 //
 // A Result's JSON (result.go, json.go) round-trips exactly, so `warden
 // report --from` renders a saved result as `warden plan` did; package web

@@ -48,6 +48,18 @@ func (res *Result) validate() error {
 			}
 		}
 	}
+	if tl := res.Timeline; tl != nil {
+		if tl.Candidate < 0 || tl.Candidate >= len(res.Candidates) || tl.Config < 0 || tl.Config >= len(res.Candidates[tl.Candidate].Configs) {
+			return fmt.Errorf("timeline: candidate %d, config %d: want a candidate and one of its configs", tl.Candidate, tl.Config)
+		}
+		for _, q := range []*QuerySeries{&tl.InFlight, &tl.KVUsage, &tl.PromptCached, &tl.PromptComputed} {
+			for k, s := range q.Series {
+				if len(s.Values) != len(tl.TimesS) {
+					return fmt.Errorf("timeline: %s series %d has %d values, want one per time (%d)", q.Name, k, len(s.Values), len(tl.TimesS))
+				}
+			}
+		}
+	}
 	return nil
 }
 

@@ -41,6 +41,10 @@ type Result struct {
 	// Closest, when Best is -1, is the index of the candidate that comes
 	// closest (see Closeness), or -1 when no candidate fits at all.
 	Closest int `json:"closest"`
+	// Timeline is the answer's farm (Best, else Closest) with its chosen
+	// routing over the step at Concurrency, as PromQL range queries gave it;
+	// nil when no candidate fits.
+	Timeline *Timeline `json:"timeline,omitempty"`
 	// Observation, for a plan of the farm a Prometheus watches
 	// (SolveObserved), is its prediction against what was observed.
 	Observation *Observation `json:"observation,omitempty"`

@@ -66,6 +66,9 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 		return nil, err
 	}
 	res.decide()
+	if err := p.timeline(ctx, res, farms, trace); err != nil {
+		return nil, err
+	}
 	res.Question = question(res)
 	res.Answer = answer(res)
 	res.Title = p.title()
@@ -207,24 +210,9 @@ func (p Plan) simulate(ctx context.Context, res *Result, farms []*sim.Farm, trac
 		j := jobs[i]
 		c := &res.Candidates[j.cand]
 		cfg := &c.Configs[j.cfg]
-		e := sim.Experiment{
-			Farm:       farms[j.cand],
-			Strategies: []string{cfg.Strategy},
-			Workload:   p.Workload.Workload,
-			Sessions:   res.Sessions,
-			Duration:   step,
-			Seed:       p.Seed,
-		}
-		if cfg.Spill != "" {
-			spill, err := placement.ParseSpillThreshold(cfg.Spill)
-			if err != nil {
-				return err
-			}
-			e.Spill = &spill
-		}
-		if trace != nil {
-			e.Trace, e.ClosedLoop = trace, true
-			e.Sessions = res.Sessions[j.level : j.level+1]
+		e, err := p.experiment(res, farms[j.cand], cfg, trace, j.level)
+		if err != nil {
+			return err
 		}
 		if prog.f != nil {
 			e.Progress = func(done, _ time.Duration) { prog.set(i, done) }
@@ -243,6 +231,31 @@ func (p Plan) simulate(ctx context.Context, res *Result, farms []*sim.Farm, trac
 		return nil
 	}
 	return forEach(ctx, len(jobs), p.Parallelism, run)
+}
+
+// experiment is the simulation of one config of one farm: every sessions
+// level in a row (synthetic load), or, with a trace, level alone.
+func (p Plan) experiment(res *Result, farm *sim.Farm, cfg *Config, trace *sim.Trace, level int) (sim.Experiment, error) {
+	e := sim.Experiment{
+		Farm:       farm,
+		Strategies: []string{cfg.Strategy},
+		Workload:   p.Workload.Workload,
+		Sessions:   res.Sessions,
+		Duration:   time.Duration(p.Duration),
+		Seed:       p.Seed,
+	}
+	if cfg.Spill != "" {
+		spill, err := placement.ParseSpillThreshold(cfg.Spill)
+		if err != nil {
+			return e, err
+		}
+		e.Spill = &spill
+	}
+	if trace != nil {
+		e.Trace, e.ClosedLoop = trace, true
+		e.Sessions = res.Sessions[level : level+1]
+	}
+	return e, nil
 }
 
 // forEach calls f(ctx, i) for every i in [0, n), at most par at a time

@@ -203,7 +203,7 @@ func TestResultJSONRoundTrip(t *testing.T) {
 	if !bytes.Equal(a, b) {
 		t.Error("JSON -> ReadResult -> JSON changed the bytes")
 	}
-	for _, bad := range []string{`{"kind":"other"}`, `{"kind":"warden-plan","best":5}`, `{"kind":"warden-plan","bogus":1}`, `[`} {
+	for _, bad := range []string{`{"kind":"other"}`, `{"kind":"warden-plan","best":5}`, `{"kind":"warden-plan","bogus":1}`, `{"kind":"warden-plan","timeline":{"candidate":3}}`, `[`} {
 		if _, err := ReadResult([]byte(bad)); err == nil {
 			t.Errorf("ReadResult(%s): no error", bad)
 		}

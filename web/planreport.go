@@ -12,11 +12,12 @@ import (
 
 // PlanReport turns a capacity plan's result into a report: the question and the answer at the
 // top; the candidates compared at the wanted concurrency (table and charts across candidates);
-// the rule-of-thumb gauge per candidate; one section per candidate that fits with the seed-style
-// table per routing and its charts (TTFB p50/p95 on a log scale, prefix hit %, output tokens per
-// minute, replicas busy, prompt tokens per second cached and computed, per-replica figures); the
-// workload and settings used; and the PromQL that defines each figure. The same result gives
-// the same bytes.
+// the rule-of-thumb gauge per candidate; the answer's farm over time at the wanted concurrency
+// (per-replica requests in flight and KV use, prompt tokens per second cached and computed: the
+// result's Timeline, PromQL range queries, with their text); one section per candidate that
+// fits with the seed-style table per routing and its charts (TTFB p50/p95 on a log scale, prefix
+// hit %, output tokens per minute, replicas busy, per-replica step figures); the workload and
+// settings used; and the PromQL that defines each figure. The same result gives the same bytes.
 func PlanReport(res *planner.Result) *Report {
 	r := &Report{
 		Title:    res.Title,
@@ -25,6 +26,9 @@ func PlanReport(res *planner.Result) *Report {
 	}
 	at := planner.Level(res.Sessions, res.Concurrency)
 	r.Sections = append(r.Sections, planOverview(res, at), planRuleOfThumb(res))
+	if res.Timeline != nil {
+		r.Sections = append(r.Sections, planTimeline(res))
+	}
 	for i := range res.Candidates {
 		if c := &res.Candidates[i]; c.Fits && len(c.Configs) > 0 {
 			r.Sections = append(r.Sections, planCandidate(res, i, at))
@@ -235,27 +239,6 @@ func column(rows []sim.Row, f func(*sim.Row) float64) []float64 {
 	return out
 }
 
-// promptRates splits a step's prompt tokens per second into computed and cached. The rows hold
-// no time series, so the rates are the step's totals over its duration: computed are the prompt
-// tokens not served from cache (miss_tokens), cached = computed x hit / (100 - hit).
-func promptRates(r *sim.Row) (computed, cached float64) {
-	d, hit := float64(r.DurationS), float64(r.PrefixHitPct)
-	if !(d > 0) {
-		return math.NaN(), math.NaN()
-	}
-	miss := float64(r.MissTokens.Total())
-	computed = miss / d
-	switch {
-	case math.IsNaN(hit):
-		cached = math.NaN()
-	case hit >= 100:
-		cached = math.NaN() // nothing computed: the total is unknown
-	default:
-		cached = miss * hit / (100 - hit) / d
-	}
-	return computed, cached
-}
-
 // planCandidate is one candidate's section: every routing at every level.
 func planCandidate(res *planner.Result, i, at int) Section {
 	c := &res.Candidates[i]
@@ -297,8 +280,6 @@ func planCandidate(res *planner.Result, i, at int) Section {
 	ttfb := append(perConfig(" p50", func(r *sim.Row) float64 { return float64(r.TTFBP50) }),
 		perConfig(" p95", func(r *sim.Row) float64 { return float64(r.TTFBP95) })...)
 	chosen := &c.Configs[c.Chosen]
-	computed := column(chosen.Rows, func(r *sim.Row) float64 { v, _ := promptRates(r); return v })
-	cached := column(chosen.Rows, func(r *sim.Row) float64 { _, v := promptRates(r); return v })
 
 	status := "does not meet the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
 	if c.Meets {
@@ -311,8 +292,6 @@ func planCandidate(res *planner.Result, i, at int) Section {
 				"With %s it %s; it meets them up to %s sessions.",
 				c.Name, c.Model, c.Replicas, c.TensorParallelSize, c.MaxNumSeqs, fmtInt(int64(c.NumGPUBlocks)), fmtInt(int64(c.KVTokensPerReplica)),
 				chosen.Label(), status, levelOrDash(c.MaxSessions)),
-			"Prompt tokens per second: the simulator's rows hold each step's totals, not time series, so the rates are totals over the " +
-				"step: computed = prompt tokens not served from cache (miss tokens), cached = computed x hit % / (100 - hit %).",
 		},
 		Tables: []Table{t},
 		Charts: []*Chart{
@@ -323,11 +302,10 @@ func planCandidate(res *planner.Result, i, at int) Section {
 				perConfig("", func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) })...),
 			NewLineChart(id("busy"), "Replicas busy (mean)", sessions, xs, Axis{Name: "replicas", Min: ptr(0.0)},
 				perConfig("", func(r *sim.Row) float64 { return float64(r.ReplicasBusy) })...),
-			NewStackedAreaChart(id("prompt"), "Prompt tokens per second, computed and cached ("+chosen.Label()+")", sessions, xs, Axis{Name: "tokens/s", Min: ptr(0.0)},
-				Series{Name: "computed", Y: computed}, Series{Name: "cached", Y: cached}),
 		},
 	}
-	// Per replica at the wanted concurrency (per-step means: the rows hold no time series).
+	// Per replica at the wanted concurrency, each routing: the step's counts and means (the
+	// answer's farm also has them over time, in the timeline section).
 	if at >= 0 {
 		nrep := c.Replicas
 		cats := make([]string, nrep)
@@ -353,6 +331,67 @@ func planCandidate(res *planner.Result, i, at int) Section {
 		)
 	}
 	return s
+}
+
+// planTimeline shows the answer's farm over the step at the wanted concurrency: the series of
+// PromQL range queries over the simulated metric store, each chart with the query behind it.
+func planTimeline(res *planner.Result) Section {
+	tl := res.Timeline
+	c := &res.Candidates[tl.Candidate]
+	label := c.Configs[tl.Config].Label()
+	role := "the answer"
+	if tl.Candidate != res.Best {
+		role = "the closest candidate"
+	}
+	t := Axis{Name: "seconds into the step"}
+	perReplica := func(q planner.QuerySeries) []Series {
+		out := make([]Series, 0, len(q.Series))
+		for _, s := range q.Series {
+			name := "replica " + s.Label
+			if s.Label == "" {
+				name = "all replicas"
+			}
+			out = append(out, Series{Name: name, Y: timeValues(s.Values)})
+		}
+		return out
+	}
+	farmWide := func(name string, q planner.QuerySeries) Series {
+		if len(q.Series) == 0 {
+			return Series{Name: name, Y: nanSlice(len(tl.TimesS))}
+		}
+		return Series{Name: name, Y: timeValues(q.Series[0].Values)}
+	}
+	step := strconv.FormatFloat(tl.StepS, 'f', -1, 64)
+	s := Section{
+		Heading: fmt.Sprintf("Over time: %s with %s at %d sessions", c.Name, label, tl.Sessions),
+		Paragraphs: []string{
+			fmt.Sprintf("%s (%s) run with its routing through the measured step at %d concurrent sessions. Each point is a "+
+				"PromQL range query over the series the simulator wrote, evaluated every %s s and covering the %s s before it "+
+				"($window below is %s s): the same queries, sent with that step to a Prometheus that scrapes the real farm, "+
+				"draw the same charts.", c.Name, role, tl.Sessions, step, step, step),
+		},
+		Charts: []*Chart{
+			NewLineChart("timeline-in-flight", "Requests in flight per replica (mean over each interval)", t, tl.TimesS,
+				Axis{Name: "requests", Min: ptr(0.0)}, perReplica(tl.InFlight)...),
+			NewLineChart("timeline-kv", "KV cache use per replica (mean over each interval)", t, tl.TimesS,
+				Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, perReplica(tl.KVUsage)...),
+			NewStackedAreaChart("timeline-prompt", "Prompt tokens per second, computed and cached", t, tl.TimesS,
+				Axis{Name: "tokens/s", Min: ptr(0.0)}, farmWide("computed", tl.PromptComputed), farmWide("cached", tl.PromptCached)),
+		},
+	}
+	for _, q := range []planner.QuerySeries{tl.InFlight, tl.KVUsage, tl.PromptCached, tl.PromptComputed} {
+		s.Definitions = append(s.Definitions, Definition{Name: q.Name, Title: q.Title, Unit: q.Unit, Expr: q.Query})
+	}
+	return s
+}
+
+// timeValues converts a time series to chart values (NaN stays NaN: a gap).
+func timeValues(v []sim.Float) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
 }
 
 // planSettings shows the workload and the plan's settings.

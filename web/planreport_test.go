@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -71,12 +72,50 @@ func samplePlanResult() *planner.Result {
 		}
 		res.Candidates = append(res.Candidates, c)
 	}
+	res.Timeline = sampleTimeline()
 	res.Candidates = append(res.Candidates, planner.Candidate{
 		Name: "1 x RTX A4000, meta-llama/Llama-3.1-70B-Instruct", GPU: "RTX A4000", Model: "meta-llama/Llama-3.1-70B-Instruct",
 		Replicas: 1, TensorParallelSize: 1, Cards: 1, Cost: 1, Chosen: -1,
 		Error: "meta-llama/Llama-3.1-70B-Instruct with bf16 weights does not fit on RTX A4000",
 	})
 	return res
+}
+
+// sampleTimeline is the answer's (3 x RTX A4000, affinity) timeline over a 60 s step at 5 s:
+// load and KV use ramping up per replica, one missing point (NaN), and prompt tokens whose
+// cached share grows as the cache warms.
+func sampleTimeline() *planner.Timeline {
+	tl := &planner.Timeline{Candidate: 1, Config: 1, Sessions: 8, StepS: 5}
+	q := func(name, expr string) planner.QuerySeries {
+		return planner.QuerySeries{Name: name, Title: name, Unit: "x", Query: expr}
+	}
+	tl.InFlight = q("in_flight_by_replica", `avg by (replica) (avg_over_time(warden_in_flight{model="Qwen/Qwen3-4B-Instruct-2507"}[5s]))`)
+	tl.KVUsage = q("kv_usage_by_engine", `100 * avg by (instance, engine) (avg_over_time(vllm:kv_cache_usage_perc{model_name="Qwen/Qwen3-4B-Instruct-2507"}[5s]))`)
+	tl.PromptCached = q("prompt_tokens_per_s_cached", "cached")
+	tl.PromptComputed = q("prompt_tokens_per_s_computed", "computed")
+	var cached, computed planner.TimeSeries
+	for k := 1; k <= 12; k++ {
+		tl.TimesS = append(tl.TimesS, float64(5*k))
+		f := float64(k) / 12
+		cached.Values = append(cached.Values, sim.Float(4000*f))
+		computed.Values = append(computed.Values, sim.Float(3000-1500*f))
+	}
+	for r := range 3 {
+		load := planner.TimeSeries{Label: strconv.Itoa(r)}
+		kv := planner.TimeSeries{Label: strconv.Itoa(r)}
+		for k := 1; k <= 12; k++ {
+			load.Values = append(load.Values, sim.Float(math.Min(float64(k), float64(2+r))))
+			kv.Values = append(kv.Values, sim.Float(math.Min(100, float64(8*k+5*r))))
+		}
+		if r == 2 {
+			load.Values[3] = sim.Float(math.NaN())
+		}
+		tl.InFlight.Series = append(tl.InFlight.Series, load)
+		tl.KVUsage.Series = append(tl.KVUsage.Series, kv)
+	}
+	tl.PromptCached.Series = []planner.TimeSeries{cached}
+	tl.PromptComputed.Series = []planner.TimeSeries{computed}
+	return tl
 }
 
 func TestPlanReportGolden(t *testing.T) {
@@ -94,8 +133,9 @@ func TestPlanReportGolden(t *testing.T) {
 		checkGolden(t, filepath.Join("testdata", "plan-"+c.ID+".json"), got)
 	}
 	want := "overview-ttfb overview-hit overview-capacity overview-ttfb-lines overview-hit-lines rule-1 " +
-		"c1-ttfb c1-hit c1-tokens c1-busy c1-prompt c1-replica-requests c1-replica-kv " +
-		"c2-ttfb c2-hit c2-tokens c2-busy c2-prompt c2-replica-requests c2-replica-kv"
+		"timeline-in-flight timeline-kv timeline-prompt " +
+		"c1-ttfb c1-hit c1-tokens c1-busy c1-replica-requests c1-replica-kv " +
+		"c2-ttfb c2-hit c2-tokens c2-busy c2-replica-requests c2-replica-kv"
 	if got := strings.Join(ids, " "); got != want {
 		t.Errorf("chart ids\n%s\nwant\n%s", got, want)
 	}
@@ -110,23 +150,12 @@ func TestPlanReportGolden(t *testing.T) {
 		t.Error("two renders of one result differ")
 	}
 	html := a.String()
-	for _, want := range []string{"does not fit on RTX A4000", "3 x RTX A4000 (answer)", "prefix_hit_pct", "sum(vllm:prefix_cache_hits_total"} {
+	for _, want := range []string{"does not fit on RTX A4000", "3 x RTX A4000 (answer)", "prefix_hit_pct", "sum(vllm:prefix_cache_hits_total",
+		"Over time: 3 x RTX A4000 with affinity (spill auto) at 8 sessions", "in_flight_by_replica",
+		"avg_over_time(warden_in_flight{model=&#34;Qwen/Qwen3-4B-Instruct-2507&#34;}[5s])"} {
 		if !strings.Contains(html, want) {
 			t.Errorf("report lacks %q", want)
 		}
-	}
-}
-
-func TestPromptRates(t *testing.T) {
-	r := sim.Row{DurationS: 10, PrefixHitPct: 75, MissTokens: sim.MissTokens{Cold: 800, Partial: 200}}
-	computed, cached := promptRates(&r)
-	// 1,000 tokens computed are 25 % of 4,000 asked: 3,000 cached, over 10 s.
-	if computed != 100 || cached != 300 {
-		t.Errorf("computed %v cached %v tokens/s, want 100 and 300", computed, cached)
-	}
-	r.PrefixHitPct = sim.Float(math.NaN())
-	if _, cached := promptRates(&r); !math.IsNaN(cached) {
-		t.Errorf("cached with no hit rate = %v, want NaN", cached)
 	}
 }
 
