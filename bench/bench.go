@@ -238,7 +238,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.PrometheusURL != "" {
 		if err := r.fromPrometheus(ctx); err != nil {
-			return nil, fmt.Errorf("bench: prometheus %s: %w", cfg.PrometheusURL, err)
+			return nil, fmt.Errorf("bench: %w", err) // err names the server
 		}
 	}
 	r.res.Report.Farm = fmt.Sprintf("%s at %s (%s API)", r.cfg.Model, r.cfg.Target, r.cfg.API)

@@ -22,7 +22,8 @@
 //   - scrape.go and prom.go: the farm's side: vLLM /metrics counters read at
 //     each step's ends and sampled during it (prefix hit %, replicas busy,
 //     per-replica figures), a warden proxy's admin /metrics (stayed %), or a
-//     Prometheus server running the KPIs of metrics/kpi.promql.
+//     Prometheus server running the KPIs of metrics/kpi.promql (queried
+//     through calibrate's Prometheus source).
 //   - quantile.go: TTFB quantiles are estimated from the buckets of
 //     warden_ttfb_seconds exactly as PromQL's histogram_quantile does, the
 //     definition the simulator's rows use, so that a prediction and a

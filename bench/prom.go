@@ -6,10 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
-	pmodel "github.com/prometheus/common/model"
-
+	"github.com/lm-warden/warden/calibrate"
 	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/sim"
 )
@@ -30,11 +27,10 @@ var promKPIs = []struct {
 // window ([Start, End], wall time). A KPI without data keeps the row's value
 // read from /metrics, with a warning.
 func (r *runner) fromPrometheus(ctx context.Context) error {
-	c, err := api.NewClient(api.Config{Address: r.cfg.PrometheusURL, Client: r.client})
+	prom, err := calibrate.NewPrometheusClient(r.cfg.PrometheusURL, r.client)
 	if err != nil {
 		return err
 	}
-	papi := v1.NewAPI(c)
 	for i := range r.res.Report.Rows {
 		row, st := &r.res.Report.Rows[i], &r.res.Steps[i]
 		window := st.End.Sub(st.Start).Truncate(time.Millisecond)
@@ -43,7 +39,7 @@ func (r *runner) fromPrometheus(ctx context.Context) error {
 			if !ok {
 				return fmt.Errorf("KPI %s missing from metrics/kpi.promql", k.name)
 			}
-			v, err := queryScalar(ctx, papi, metrics.Expand(kpi.Expr, r.cfg.Model, window), st.End)
+			v, err := queryScalar(ctx, prom, metrics.Expand(kpi.Expr, r.cfg.Model, window), st.End)
 			if err != nil {
 				return fmt.Errorf("KPI %s: %w", k.name, err)
 			}
@@ -57,26 +53,20 @@ func (r *runner) fromPrometheus(ctx context.Context) error {
 	return nil
 }
 
-// queryScalar runs an instant query and returns its single value, NaN when
-// the result is empty.
-func queryScalar(ctx context.Context, papi v1.API, expr string, at time.Time) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+// queryScalar runs an instant query, bounded by calibrate.DefaultTimeout,
+// and returns its single value, NaN when the result is empty.
+func queryScalar(ctx context.Context, src calibrate.Source, expr string, at time.Time) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, calibrate.DefaultTimeout)
 	defer cancel()
-	val, _, _, err := papi.Query(ctx, expr, at)
+	v, err := src.Instant(ctx, expr, at)
 	if err != nil {
 		return 0, err
 	}
-	switch v := val.(type) {
-	case pmodel.Vector:
-		if len(v) == 0 {
-			return math.NaN(), nil
-		}
-		if len(v) > 1 {
-			return 0, fmt.Errorf("%d series, want one", len(v))
-		}
-		return float64(v[0].Value), nil
-	case *pmodel.Scalar:
-		return float64(v.Value), nil
+	switch len(v) {
+	case 0:
+		return math.NaN(), nil
+	case 1:
+		return v[0].F, nil
 	}
-	return 0, fmt.Errorf("result of type %s, want a vector", val.Type())
+	return 0, fmt.Errorf("%d series, want one", len(v))
 }

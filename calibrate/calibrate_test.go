@@ -3,6 +3,7 @@ package calibrate
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,5 +103,21 @@ func TestFarmSpecYAMLRoundTrips(t *testing.T) {
 	}
 	if f.Spec != want.Spec || f.NumGPUBlocks != 2500 {
 		t.Errorf("read back %+v, want %+v\n%s", f.Spec, want.Spec, data)
+	}
+}
+
+// A window cut into parts finer than PromQL's millisecond resolution is a
+// clear error, not the engine's integer division by zero.
+func TestPerWindowRejectsPartsUnderOneMillisecond(t *testing.T) {
+	src := &Store{St: metrics.NewStore()}
+	w := Window{Start: time.UnixMilli(0), End: time.UnixMilli(0).Add(10 * time.Second)}
+	for _, n := range []int{0, 100000} {
+		if _, err := deltas(context.Background(), src, sel(metrics.VLLMRequestSuccess, testModel), w, n); err == nil || !strings.Contains(err.Error(), "parts") {
+			t.Errorf("%d parts: error %v, want one about the parts", n, err)
+		}
+	}
+	v, err := gaugeMeans(context.Background(), src, inVLLM(testModel), w, 2, time.Second)
+	if err != nil || len(v) != 2 || !math.IsNaN(v[0]) || !math.IsNaN(v[1]) {
+		t.Errorf("empty store: %v, %v; want two NaN", v, err)
 	}
 }

@@ -27,6 +27,7 @@
 //   - output.go: the YAML written for `warden sim --farm` and
 //     `--workload`, and the text summary.
 //
-// calibrate imports sim, metrics, traces and hardware; planner imports it
-// for `warden plan --prometheus`.
+// calibrate imports sim, metrics, traces, hardware and placement; planner imports it
+// for `warden plan --prometheus`, and bench queries its Prometheus server
+// through [NewPrometheusClient].
 package calibrate

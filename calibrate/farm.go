@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/prometheus/prometheus/promql"
-
 	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/sim"
@@ -116,7 +114,7 @@ func Calibrate(ctx context.Context, src Source, o Options) (*Calibration, error)
 	for _, e := range engines {
 		c.MaxRunningSeen = max(c.MaxRunningSeen, int(e.F))
 	}
-	cfgs, err := cacheConfigs(ctx, src, m, w, engines)
+	cfgs, err := cacheConfigs(ctx, src, m, w)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +206,7 @@ func Calibrate(ctx context.Context, src Source, o Options) (*Calibration, error)
 // vllm:num_requests_running{model_name=...} on (instance, engine). When
 // that match finds nothing and the source holds a single model, every
 // info series is taken.
-func cacheConfigs(ctx context.Context, src Source, model string, w Window, _ promql.Vector) ([]engineConfig, error) {
+func cacheConfigs(ctx context.Context, src Source, model string, w Window) ([]engineConfig, error) {
 	rng := promDur(w.Len())
 	info := fmt.Sprintf("last_over_time(%s[%s])", metrics.VLLMCacheConfigInfo, rng)
 	joined := fmt.Sprintf("%s * on (instance, engine) group_left () (max by (instance, engine) (last_over_time(%s[%s])) * 0 + 1)",

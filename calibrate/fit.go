@@ -195,8 +195,7 @@ func FitStepTime(ctx context.Context, src Source, in FitInput, o FitOptions) (*F
 
 	// Observed levels.
 	step := w.Len() / time.Duration(n)
-	inVLLM := fmt.Sprintf("sum(%s) + (sum(%s) or vector(0))", sel(metrics.VLLMNumRequestsRunning, m), sel(metrics.VLLMNumRequestsWaiting, m))
-	conc, err := gaugeMeans(ctx, src, inVLLM, w, n, resolution(step))
+	conc, err := gaugeMeans(ctx, src, inVLLM(m), w, n, resolution(step))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -75,6 +75,12 @@ func sel(name, model string, extra ...string) string {
 	return name + "{" + strings.Join(ms, ",") + "}"
 }
 
+// inVLLM is the requests in vLLM for the model, all engines: running plus
+// waiting (a farm may expose no waiting series).
+func inVLLM(model string) string {
+	return fmt.Sprintf("sum(%s) + (sum(%s) or vector(0))", sel(metrics.VLLMNumRequestsRunning, model), sel(metrics.VLLMNumRequestsWaiting, model))
+}
+
 // deltaExpr is the change of sum(s) over the window of length d that ends
 // at the evaluation instant, with the KPI file's semantics (the value at
 // the end minus the value at the start, a series born inside counting from
@@ -129,12 +135,35 @@ func hasData(ctx context.Context, src Source, s string, w Window) (bool, error) 
 // deltas evaluates the change of sum(s) over each of n equal windows that
 // tile w, in order; NaN where the series has no data.
 func deltas(ctx context.Context, src Source, s string, w Window, n int) ([]float64, error) {
+	return perWindow(ctx, src, w, n, func(step time.Duration) string { return deltaExpr(s, step) })
+}
+
+// gaugeMeans is the time average of expr (an instant-vector expression
+// summed to one series) over each of n equal windows tiling w, sampled at
+// res.
+func gaugeMeans(ctx context.Context, src Source, expr string, w Window, n int, res time.Duration) ([]float64, error) {
+	return perWindow(ctx, src, w, n, func(step time.Duration) string {
+		return fmt.Sprintf("avg_over_time((%s)[%s:%s])", expr, promDur(step), promDur(res))
+	})
+}
+
+// perWindow evaluates query(step), an expression over the window of length
+// step that ends at the evaluation instant, at the end of each of n equal
+// windows that tile w, and returns the values in order, several series
+// summed; NaN where there is no data.
+func perWindow(ctx context.Context, src Source, w Window, n int, query func(step time.Duration) string) ([]float64, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("window %s cut into %d parts: want at least one", w, n)
+	}
 	step := w.Len() / time.Duration(n)
+	if step < time.Millisecond {
+		return nil, fmt.Errorf("window %s cut into %d parts: each is under 1ms (PromQL's resolution); cut it into fewer", w, n)
+	}
 	out := make([]float64, n)
 	for i := range out {
 		out[i] = math.NaN()
 	}
-	m, err := src.Range(ctx, deltaExpr(s, step), w.Start.Add(step), w.Start.Add(step*time.Duration(n)), step)
+	m, err := src.Range(ctx, query(step), w.Start.Add(step), w.Start.Add(step*time.Duration(n)), step)
 	if err != nil {
 		return nil, err
 	}
@@ -146,31 +175,6 @@ func deltas(ctx context.Context, src Source, s string, w Window, n int) ([]float
 					out[i] = 0
 				}
 				out[i] += p.F
-			}
-		}
-	}
-	return out, nil
-}
-
-// gaugeMeans is the time average of expr (an instant-vector expression
-// summed to one series) over each of n equal windows tiling w, sampled at
-// res.
-func gaugeMeans(ctx context.Context, src Source, expr string, w Window, n int, res time.Duration) ([]float64, error) {
-	step := w.Len() / time.Duration(n)
-	out := make([]float64, n)
-	for i := range out {
-		out[i] = math.NaN()
-	}
-	q := fmt.Sprintf("avg_over_time((%s)[%s:%s])", expr, promDur(step), promDur(res))
-	m, err := src.Range(ctx, q, w.Start.Add(step), w.Start.Add(step*time.Duration(n)), step)
-	if err != nil {
-		return nil, err
-	}
-	for _, series := range m {
-		for _, p := range series.Floats {
-			i := int(math.Round(float64(p.T-w.Start.UnixMilli())/float64(step.Milliseconds()))) - 1
-			if i >= 0 && i < n {
-				out[i] = p.F
 			}
 		}
 	}

@@ -85,10 +85,6 @@ const DefaultTimeout = 30 * time.Second
 // ("http://host:9090"). timeout bounds each query (0: DefaultTimeout). It
 // does not contact the server: call [Ping] for an early, clear error.
 func NewPrometheus(rawURL string, timeout time.Duration) (*Prometheus, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("prometheus URL %q: want http://host:port or https://host:port", rawURL)
-	}
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
@@ -98,7 +94,24 @@ func NewPrometheus(rawURL string, timeout time.Duration) (*Prometheus, error) {
 		ResponseHeaderTimeout: timeout,
 		TLSHandshakeTimeout:   min(timeout, 10*time.Second),
 	}
-	c, err := api.NewClient(api.Config{Address: strings.TrimRight(rawURL, "/"), RoundTripper: rt})
+	return newPrometheus(rawURL, api.Config{RoundTripper: rt})
+}
+
+// NewPrometheusClient returns a Source for the server at rawURL that sends
+// its queries through c, whose transport and limits then apply (bench
+// queries with the client it measures with). Like [NewPrometheus], it does
+// not contact the server.
+func NewPrometheusClient(rawURL string, c *http.Client) (*Prometheus, error) {
+	return newPrometheus(rawURL, api.Config{Client: c})
+}
+
+func newPrometheus(rawURL string, cfg api.Config) (*Prometheus, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("prometheus URL %q: want http://host:port or https://host:port", rawURL)
+	}
+	cfg.Address = strings.TrimRight(rawURL, "/")
+	c, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("prometheus URL %q: %w", rawURL, err)
 	}

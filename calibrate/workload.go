@@ -148,8 +148,7 @@ func DeriveWorkload(ctx context.Context, src Source, o WorkloadOptions) (*Worklo
 
 	// Concurrency over time.
 	step := w.Len() / time.Duration(o.Windows)
-	inVLLM := fmt.Sprintf("sum(%s) + (sum(%s) or vector(0))", sel(metrics.VLLMNumRequestsRunning, m), sel(metrics.VLLMNumRequestsWaiting, m))
-	conc, err := gaugeMeans(ctx, src, inVLLM, w, o.Windows, resolution(step))
+	conc, err := gaugeMeans(ctx, src, inVLLM(m), w, o.Windows, resolution(step))
 	if err != nil {
 		return nil, err
 	}
