@@ -22,7 +22,9 @@ test-deps: ## install the servers the tests use (as root), or print the command
 
 test: test-deps vet ## vet, gofmt check, and every test under -race
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	@# -p 1: the end-to-end tests (emulator, proxy, Prometheus) measure wall time;
+	@# packages running side by side on 2 cores would starve them.
+	$(GO) test -race -count=1 -p 1 -timeout 15m $(PKGS)
 	@# Timing-sensitive checks (emulator vs simulator fidelity) run again
 	@# without the race detector, whose slowdown swamps the model's latencies.
 	$(GO) test -count=1 -run 'TestLoopAffinityBeatsBalancer' ./bench/
