@@ -1,21 +1,15 @@
 package planner
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/placement"
@@ -143,20 +137,10 @@ func LoadPlan(path string) (Plan, error) {
 // Unknown keys, values of the wrong type and values out of range are
 // errors; files (traces, model configs) are not opened here.
 func ParsePlan(data []byte, name string) (Plan, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return Plan{}, fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	lines, byLine := map[string]int{}, map[int]string{}
-	collectKeys(&root, "", lines, byLine)
 	p := Plan{Workload: WorkloadSpec{Workload: traces.DefaultWorkload()}}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&p); err != nil {
-		if errors.Is(err, io.EOF) {
-			return Plan{}, fmt.Errorf("%s: empty plan (want at least farms and targets)", name)
-		}
-		return Plan{}, yamlError(name, err, byLine)
+	lines, err := sim.DecodeYAML(data, name, &p, "empty plan (want at least farms and targets)")
+	if err != nil {
+		return Plan{}, err
 	}
 	// A trace replaces the synthetic workload: no synthetic key may be set.
 	if p.Workload.Trace != "" {
@@ -210,86 +194,6 @@ func lineOf(lines map[string]int, key string) (int, bool) {
 		k = k[:i]
 	}
 	return 0, false
-}
-
-// collectKeys records the line of every mapping key and sequence item by
-// path ("a.b", "a[2]").
-func collectKeys(n *yaml.Node, prefix string, lines map[string]int, byLine map[int]string) {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			collectKeys(c, prefix, lines, byLine)
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := n.Content[i].Value
-			if prefix != "" {
-				key = prefix + "." + key
-			}
-			if _, dup := lines[key]; !dup {
-				lines[key] = n.Content[i].Line
-			}
-			byLine[n.Content[i].Line] = key
-			collectKeys(n.Content[i+1], key, lines, byLine)
-		}
-	case yaml.SequenceNode:
-		if prefix == "" {
-			return // a document that is a list: not a plan
-		}
-		for i, c := range n.Content {
-			key := fmt.Sprintf("%s[%d]", prefix, i)
-			if _, dup := lines[key]; !dup {
-				lines[key] = c.Line
-			}
-			if _, taken := byLine[c.Line]; !taken {
-				byLine[c.Line] = key
-			}
-			collectKeys(c, key, lines, byLine)
-		}
-	}
-}
-
-var (
-	reYAMLLine    = regexp.MustCompile(`^line (\d+): (.*)$`)
-	reYAMLUnknown = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
-)
-
-// yamlError rewrites yaml.v3's errors as "file:line: key: reason".
-func yamlError(name string, err error, byLine map[int]string) error {
-	var entries []string
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		entries = te.Errors
-	} else {
-		entries = []string{strings.TrimPrefix(err.Error(), "yaml: ")}
-	}
-	msgs := make([]string, 0, len(entries))
-	for _, e := range entries {
-		m := reYAMLLine.FindStringSubmatch(e)
-		if m == nil {
-			msgs = append(msgs, name+": "+e)
-			continue
-		}
-		line, _ := strconv.Atoi(m[1])
-		reason := m[2]
-		// A nested "line N: ..." from sim.Duration.UnmarshalYAML.
-		if mm := reYAMLLine.FindStringSubmatch(reason); mm != nil {
-			reason = mm[2]
-		}
-		key := byLine[line]
-		if u := reYAMLUnknown.FindStringSubmatch(reason); u != nil {
-			if key == "" {
-				key = u[1]
-			}
-			reason = "unknown key"
-		}
-		if key == "" {
-			msgs = append(msgs, fmt.Sprintf("%s:%d: %s", name, line, reason))
-			continue
-		}
-		msgs = append(msgs, fmt.Sprintf("%s:%d: %s: %s", name, line, key, reason))
-	}
-	return errors.New(strings.Join(msgs, "; "))
 }
 
 // withDefaults returns the plan with its zero fields filled and its

@@ -1,14 +1,10 @@
 package sim
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -169,93 +165,8 @@ func ParseFarmWith(data []byte, name string, edit func(*FarmSpec)) (*Farm, error
 
 func parseFarmSpec(data []byte, name string) (FarmSpec, map[string]int, error) {
 	var spec FarmSpec
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return spec, nil, fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	lines := map[string]int{}
-	byLine := map[int]string{}
-	collectKeys(&root, "", lines, byLine)
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&spec); err != nil {
-		if errors.Is(err, io.EOF) {
-			return spec, nil, fmt.Errorf("%s: empty farm spec (want at least model and gpu)", name)
-		}
-		return spec, nil, yamlError(name, err, byLine)
-	}
-	return spec, lines, nil
-}
-
-// collectKeys records the line of every mapping key, by dotted path.
-func collectKeys(n *yaml.Node, prefix string, lines map[string]int, byLine map[int]string) {
-	if n.Kind == yaml.DocumentNode {
-		for _, c := range n.Content {
-			collectKeys(c, prefix, lines, byLine)
-		}
-		return
-	}
-	if n.Kind != yaml.MappingNode {
-		return
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		key := n.Content[i].Value
-		if prefix != "" {
-			key = prefix + "." + key
-		}
-		if _, dup := lines[key]; !dup {
-			lines[key] = n.Content[i].Line
-		}
-		byLine[n.Content[i].Line] = key
-		collectKeys(n.Content[i+1], key, lines, byLine)
-	}
-}
-
-var (
-	reYAMLLine    = regexp.MustCompile(`^line (\d+): (.*)$`)
-	reYAMLUnknown = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
-)
-
-// yamlError rewrites yaml.v3's errors as "file:line: key: reason".
-func yamlError(name string, err error, byLine map[int]string) error {
-	var entries []string
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		entries = te.Errors
-	} else {
-		msg := strings.TrimPrefix(err.Error(), "yaml: ")
-		if !reYAMLLine.MatchString(msg) {
-			return fmt.Errorf("%s: %s", name, msg)
-		}
-		entries = []string{msg} // an error of Duration.UnmarshalYAML
-	}
-	msgs := make([]string, 0, len(entries))
-	for _, e := range entries {
-		m := reYAMLLine.FindStringSubmatch(e)
-		if m == nil {
-			msgs = append(msgs, name+": "+e)
-			continue
-		}
-		line, _ := strconv.Atoi(m[1])
-		reason := m[2]
-		key := byLine[line]
-		if u := reYAMLUnknown.FindStringSubmatch(reason); u != nil {
-			if key == "" {
-				key = u[1]
-			}
-			reason = "unknown key"
-		}
-		// A nested "line N: ..." from Duration.UnmarshalYAML.
-		if mm := reYAMLLine.FindStringSubmatch(reason); mm != nil {
-			reason = mm[2]
-		}
-		if key == "" {
-			msgs = append(msgs, fmt.Sprintf("%s:%d: %s", name, line, reason))
-			continue
-		}
-		msgs = append(msgs, fmt.Sprintf("%s:%d: %s: %s", name, line, key, reason))
-	}
-	return errors.New(strings.Join(msgs, "; "))
+	lines, err := DecodeYAML(data, name, &spec, "empty farm spec (want at least model and gpu)")
+	return spec, lines, err
 }
 
 // fieldError is a bad value; key is its dotted YAML path.
