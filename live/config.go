@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/lm-warden/warden/placement"
 )
 
 // Config is the proxy's configuration, read from YAML by [LoadConfig] or
@@ -88,6 +90,11 @@ type ModelCfg struct {
 	SpillThreshold Spill    `yaml:"spill_threshold"`
 	SessionTTL     Duration `yaml:"session_ttl"`  // idle TTL of a session; default 30m
 	MaxSessions    int      `yaml:"max_sessions"` // table cap (LRU eviction); default 1,000,000
+	// ActiveWindow is how recently a conversation must have sent a request
+	// to count as active: new conversations are balanced by the active
+	// conversations a replica holds, while a quiet one keeps its home for
+	// session_ttl. Default 2m (a few agent turn gaps), at most session_ttl.
+	ActiveWindow Duration `yaml:"active_window"`
 }
 
 // Layout says how a model's replicas are reached.
@@ -211,6 +218,7 @@ const (
 	DefaultMaxSessionID   = 256
 	DefaultMaxSessions    = 1_000_000
 	DefaultSessionTTL     = 30 * time.Minute
+	DefaultActiveWindow   = placement.DefaultActiveWindow
 	DefaultScrapeInterval = time.Second
 )
 
@@ -255,6 +263,7 @@ func (c *Config) applyDefaults() {
 			m.SpillThreshold.Auto = true
 		}
 		def(&m.SessionTTL, DefaultSessionTTL)
+		def(&m.ActiveWindow, min(DefaultActiveWindow, m.SessionTTL.D()))
 		if m.MaxSessions == 0 {
 			m.MaxSessions = DefaultMaxSessions
 		}
@@ -427,6 +436,9 @@ func (c *Config) validate() error {
 		}
 		if m.MaxSessions < 1 {
 			return verr(p+".max_sessions", "want a positive integer, got %d", m.MaxSessions)
+		}
+		if m.ActiveWindow > m.SessionTTL {
+			return verr(p+".active_window", "%s is longer than session_ttl %s (a forgotten conversation is not active)", m.ActiveWindow.D(), m.SessionTTL.D())
 		}
 	}
 	return nil

@@ -33,6 +33,8 @@ func TestExampleConfig(t *testing.T) {
 		{"urls replicas", urls.NumReplicas(), 3},
 		{"urls spill", urls.SpillThreshold, Spill{N: 12}},
 		{"urls ttl default", urls.SessionTTL.D(), 30 * time.Minute},
+		{"dp active window", dp.ActiveWindow.D(), 2 * time.Minute},
+		{"urls active window default", urls.ActiveWindow.D(), 2 * time.Minute},
 		{"body limit", cfg.Limits.MaxBodyBytes, ByteSize(16 << 20)},
 		{"drain", cfg.Timeouts.Drain.D(), 60 * time.Second},
 	}

@@ -154,8 +154,9 @@ func (m *model) baseline(s *scraper, r *ScrapeResult) {
 // newPolicy makes the model's placement policy from its configuration.
 func (m *model) newPolicy() error {
 	pc := placement.Config{
-		SessionTTL:  m.cfg.SessionTTL.D(),
-		MaxSessions: m.cfg.MaxSessions,
+		SessionTTL:   m.cfg.SessionTTL.D(),
+		MaxSessions:  m.cfg.MaxSessions,
+		ActiveWindow: m.cfg.ActiveWindow.D(),
 	}
 	if !m.cfg.SpillThreshold.Auto {
 		pc.Spill = placement.SpillAt(m.cfg.SpillThreshold.N)
@@ -173,7 +174,7 @@ func (m *model) newPolicy() error {
 	if a, ok := p.(*placement.Affinity); ok && !pc.Disabled {
 		m.table, m.observer = a.Table(), false
 	} else {
-		m.table, m.observer = placement.NewTable(pc.SessionTTL, pc.MaxSessions), true
+		m.table, m.observer = placement.NewTableWindow(pc.SessionTTL, pc.MaxSessions, pc.ActiveWindow), true
 	}
 	return nil
 }
@@ -197,7 +198,8 @@ func (m *model) sameBackends(o ModelCfg) bool {
 func (m *model) samePolicy(o ModelCfg) bool {
 	a := m.cfg
 	return a.EffectiveStrategy() == o.EffectiveStrategy() && a.SpillThreshold == o.SpillThreshold &&
-		a.SessionTTL == o.SessionTTL && a.MaxSessions == o.MaxSessions && a.MaxNumSeqs == o.MaxNumSeqs
+		a.SessionTTL == o.SessionTTL && a.MaxSessions == o.MaxSessions && a.ActiveWindow == o.ActiveWindow &&
+		a.MaxNumSeqs == o.MaxNumSeqs
 }
 
 // start launches one scrape loop per server.
@@ -273,7 +275,8 @@ func (m *model) fill(now time.Time) {
 		}
 	}
 	s.Generation = gen
-	m.table.Fill(s)
+	m.table.Advance(now)
+	m.table.Fill(s) // the active conversations, which is what placement balances
 }
 
 // admit applies ejection and warm-up to one pick. Called with m.mu held.

@@ -23,6 +23,7 @@ const (
 	seriesScrapeAge       = "warden_scrape_age_seconds"
 	seriesReplicaHealthy  = "warden_replica_healthy"
 	seriesSessionCapacity = "warden_session_capacity"
+	seriesActiveSessions  = "warden_active_sessions"
 )
 
 // observer holds the proxy's Prometheus metrics in a private registry
@@ -121,6 +122,7 @@ func (o *observer) dropModel(name string) {
 var (
 	descInFlight = prometheus.NewDesc(metrics.WardenInFlight, "Requests sent to the replica whose response has not finished.", []string{"model", "replica"}, nil)
 	descSessions = prometheus.NewDesc(metrics.WardenSessions, "Conversations homed on the replica (the session table).", []string{"model", "replica"}, nil)
+	descActive   = prometheus.NewDesc(seriesActiveSessions, "Conversations homed on the replica and seen within the active window: what placement balances.", []string{"model", "replica"}, nil)
 	descAge      = prometheus.NewDesc(seriesScrapeAge, "Seconds since the replica's server was last scraped successfully (+Inf: never).", []string{"model", "replica"}, nil)
 	descHealthy  = prometheus.NewDesc(seriesReplicaHealthy, "1 if the replica may receive requests (health probe passing, not ejected).", []string{"model", "replica"}, nil)
 	descCapacity = prometheus.NewDesc(seriesSessionCapacity, "The session table's cap for the model.", []string{"model"}, nil)
@@ -132,6 +134,7 @@ type stateCollector struct{ state func() *routing }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descInFlight
 	ch <- descSessions
+	ch <- descActive
 	ch <- descAge
 	ch <- descHealthy
 	ch <- descCapacity
@@ -146,6 +149,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, name := range rt.names {
 		m := rt.models[name]
 		m.mu.Lock()
+		m.table.Advance(now)
 		counts := m.table.Counters()
 		capacity := m.table.MaxSessions()
 		states := make([]string, len(m.replicas))
@@ -156,9 +160,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(capacity), name)
 		for i, rep := range m.replicas {
 			id := strconv.Itoa(i)
-			sessions := 0
+			sessions, active := 0, 0
 			if i < len(counts) {
-				sessions = counts[i].Sessions
+				sessions, active = counts[i].Sessions, counts[i].Active
 			}
 			age := inf
 			if r := rep.server.last.Load(); !r.OK.IsZero() {
@@ -170,6 +174,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(rep.inFlight.Load()), name, id)
 			ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(sessions), name, id)
+			ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(active), name, id)
 			ch <- prometheus.MustNewConstMetric(descAge, prometheus.GaugeValue, age, name, id)
 			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, name, id)
 		}

@@ -28,7 +28,9 @@ type Status struct {
 	MaxNumSeqs       int             `json:"max_num_seqs"`
 	MaxNumSeqsSource string          `json:"max_num_seqs_source"` // config, server or default
 	InFlight         int64           `json:"in_flight"`
-	Sessions         int             `json:"sessions"` // conversations remembered
+	Sessions         int             `json:"sessions"`        // conversations remembered (homes kept for the TTL)
+	ActiveSessions   int             `json:"active_sessions"` // of those, seen within the active window: what placement balances
+	ActiveWindowSec  float64         `json:"active_window_s"` // the active window
 	SessionCap       int             `json:"session_cap"`
 	LaterTurns       int64           `json:"later_turns"`      // requests of known sessions since start
 	LaterTurnsHome   int64           `json:"later_turns_home"` // of those, served by the session's home
@@ -45,7 +47,8 @@ type ReplicaStatus struct {
 	State string `json:"state"` // healthy, warming, ejected or down
 
 	InFlight     int64 `json:"in_flight"`
-	Sessions     int   `json:"sessions"` // conversations homed here
+	Sessions     int   `json:"sessions"`        // conversations homed here (within the TTL)
+	Active       int   `json:"active_sessions"` // of those, seen within the active window
 	New          int64 `json:"new"`
 	Sticky       int64 `json:"sticky"`
 	SpilledIn    int64 `json:"spilled_in"`
@@ -115,8 +118,13 @@ func (m *model) status(now time.Time) Status {
 		st.StickyPct = ptr(100 * float64(st.LaterTurnsHome) / float64(st.LaterTurns))
 	}
 	m.mu.Lock()
+	m.table.Advance(now) // retire conversations that went quiet since the last request
 	counts := m.table.Counters()
 	st.Sessions, st.SessionCap = m.table.Len(), m.table.MaxSessions()
+	st.ActiveWindowSec = m.table.ActiveWindow().Seconds()
+	for _, c := range counts {
+		st.ActiveSessions += c.Active
+	}
 	states := make([]string, len(m.replicas))
 	for i, r := range m.replicas {
 		states[i] = m.state(r, r.server.last.Load(), now)
@@ -145,7 +153,7 @@ func (m *model) status(now time.Time) Status {
 			rs.Rank = ptr(r.engine)
 		}
 		if i < len(counts) {
-			rs.Sessions = counts[i].Sessions
+			rs.Sessions, rs.Active = counts[i].Sessions, counts[i].Active
 		}
 		switch {
 		case sr.OK.IsZero() && sr.Err == "":

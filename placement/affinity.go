@@ -34,10 +34,15 @@ import (
 //	InFlight[i]/max(InFlight) + KVUsage[i] + Sessions[i]/max(Sessions)
 //
 // where the maxima run over the healthy replicas (a term that is zero on
-// all of them adds nothing), KVUsage is clamped to 0..1 (NaN counts as 0) and Sessions is the
-// policy's own table count (always current, unlike the snapshot's field).
-// In-flight is the load now, KV fill how much cache a newcomer would evict,
-// and sessions held the load still to come from conversations at home.
+// all of them adds nothing), KVUsage is clamped to 0..1 (NaN counts as 0)
+// and Sessions is the policy's own table count of active conversations
+// homed on the replica (ReplicaCounters.Active: seen within
+// Config.ActiveWindow, retired at now; always current, unlike the
+// snapshot's field). In-flight is the load now, KV fill how much cache a
+// newcomer would evict, and active sessions held the load still to come
+// from conversations at home. A conversation that has gone quiet keeps its
+// home for the TTL but no longer counts here: finished conversations do not
+// pile up and push newcomers away from a replica that has room.
 //
 // An empty Request.Session cannot be remembered: it is placed as new each
 // time and not stored. With Config.Disabled the policy is LeastLoaded
@@ -56,7 +61,7 @@ var _ Policy = (*Affinity)(nil)
 // fields of cfg take their defaults; negative ones are treated as zero
 // (New validates them instead).
 func NewAffinity(cfg Config) *Affinity {
-	return &Affinity{cfg: cfg, table: NewTable(cfg.SessionTTL, cfg.MaxSessions)}
+	return &Affinity{cfg: cfg, table: NewTableWindow(cfg.SessionTTL, cfg.MaxSessions, cfg.ActiveWindow)}
 }
 
 // Config returns the configuration the policy was made with.
@@ -177,7 +182,7 @@ func (a *Affinity) best(s *Snapshot, exclude int) int {
 		}
 		h := 0
 		if i < len(held) {
-			h = held[i].Sessions
+			h = held[i].Active
 		}
 		score := newScore(&reps[i], h, invIF, invSess)
 		switch {

@@ -83,6 +83,35 @@ func BenchmarkAffinity(b *testing.B) {
 	}
 }
 
+// BenchmarkAffinityActiveWindow times later turns while conversations
+// keep leaving the active window: 1M sessions seen 1µs apart, a 100ms
+// window and the clock moving 1µs per decision, so every decision also
+// retires about one conversation from the Active counts.
+func BenchmarkAffinityActiveWindow(b *testing.B) {
+	const n = 8
+	ids := benchIDs()[:benchSessions]
+	a := NewAffinity(Config{MaxSessions: benchSessions, ActiveWindow: 100 * time.Millisecond})
+	now := t0
+	for i, id := range ids {
+		now = now.Add(time.Microsecond)
+		a.Table().Assign(id, i%n, now)
+	}
+	now = now.Add(time.Microsecond)
+	a.Table().Advance(now) // the backlog of the setup, retired untimed
+	s := farm(n, 32)
+	r := Request{Pinned: NoPin}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r.Session = ids[i%len(ids)]
+		now = now.Add(time.Microsecond)
+		if d, err := a.Pick(&r, s, now); err != nil || d.Reason != ReasonSticky {
+			b.Fatalf("%v %v, want sticky", d, err)
+		}
+		i++
+	}
+}
+
 func BenchmarkLeastLoaded(b *testing.B) {
 	for _, n := range []int{8, 64} {
 		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {

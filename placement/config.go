@@ -33,12 +33,23 @@ type Config struct {
 	SessionTTL time.Duration
 	// MaxSessions caps the session table; zero means DefaultMaxSessions.
 	MaxSessions int
+	// ActiveWindow is how recently a conversation must have sent a request
+	// to count as one its home holds when new conversations are placed
+	// ("conversations held" are active ones). A finished conversation keeps
+	// its home for SessionTTL, so a returning one still goes home, but stops
+	// counting as load once it has been quiet for longer than the window.
+	// Zero means DefaultActiveWindow (two minutes: a few agent turn gaps, see
+	// there); a window longer than SessionTTL acts as SessionTTL.
+	ActiveWindow time.Duration
 }
 
 // Validate reports a configuration that cannot be used, naming the field.
 func (c Config) Validate() error {
 	if c.SessionTTL < 0 {
 		return fmt.Errorf("placement: SessionTTL %v is negative (want 0 for the default %v, or more)", c.SessionTTL, DefaultSessionTTL)
+	}
+	if c.ActiveWindow < 0 {
+		return fmt.Errorf("placement: ActiveWindow %v is negative (want 0 for the default %v, or more)", c.ActiveWindow, DefaultActiveWindow)
 	}
 	if c.MaxSessions < 0 {
 		return fmt.Errorf("placement: MaxSessions %d is negative (want 0 for the default %d, or more)", c.MaxSessions, DefaultMaxSessions)

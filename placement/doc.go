@@ -23,7 +23,10 @@
 //     it differs. Affinity switched off is this policy.
 //   - hash.go: Hash, rendezvous hashing of the session id.
 //   - table.go: Table, the session table (session -> home, last seen) with
-//     idle TTL, hard cap with LRU eviction, and per-replica counters.
+//     idle TTL, hard cap with LRU eviction, and per-replica counters: the
+//     conversations homed on each replica (Sessions) and the active ones
+//     among them, seen within the active window (Active), which is what
+//     placement balances.
 //
 // Every strategy honours a valid pin (Request.Pinned in range and healthy),
 // never picks an unhealthy replica, and returns an error wrapping
@@ -44,7 +47,8 @@
 //	replicas N [max_num_seqs M]        the farm: N replicas, IDs 0..N-1
 //	policy NAME [key=value...]         hash, least-loaded or affinity; affinity
 //	                                   takes spill=auto|N, ttl=DURATION,
-//	                                   max_sessions=N, disabled=true|false
+//	                                   active_window=DURATION, max_sessions=N,
+//	                                   disabled=true|false
 //	state ID|all key=value...          set inflight=, running=, waiting=, kv=
 //	                                   (0..1), healthy= of one or all replicas
 //	scrape                             a stats update: Snapshot.Generation+1
@@ -56,9 +60,9 @@
 //	home session=S -> ID | none        affinity only: Table.Home
 //	expect sessions=N                  affinity only: Table.Len
 //	expect replica ID name=N...        affinity only: that replica's counters
-//	                                   (sessions, new, parent, sticky,
-//	                                   spilled_in, pinned); the ones listed
-//	                                   are checked
+//	                                   (sessions, active, new, parent,
+//	                                   sticky, spilled_in, pinned); the ones
+//	                                   listed are checked
 //
 // For example:
 //

@@ -169,12 +169,17 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 					if err == nil && o.cfg.SessionTTL <= 0 {
 						err = errors.New("want a positive duration")
 					}
+				case "active_window":
+					o.cfg.ActiveWindow, err = parseDuration(v)
+					if err == nil && o.cfg.ActiveWindow <= 0 {
+						err = errors.New("want a positive duration")
+					}
 				case "max_sessions":
 					o.cfg.MaxSessions, err = parseInt(v, 1, maxScenarioSessions)
 				case "disabled":
 					o.cfg.Disabled, err = strconv.ParseBool(v)
 				default:
-					return nil, errf("unknown option %q (want spill, ttl, max_sessions, disabled)", k)
+					return nil, errf("unknown option %q (want spill, ttl, active_window, max_sessions, disabled)", k)
 				}
 				if err != nil {
 					return nil, errf("%s: %v", k, err)
@@ -367,13 +372,15 @@ func parseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-var counterNames = []string{"sessions", "new", "parent", "sticky", "spilled_in", "pinned"}
+var counterNames = []string{"sessions", "active", "new", "parent", "sticky", "spilled_in", "pinned"}
 
 // counterField returns the named counter of c, or -1 for an unknown name.
 func counterField(c ReplicaCounters, name string) int {
 	switch name {
 	case "sessions":
 		return c.Sessions
+	case "active":
+		return c.Active
 	case "new":
 		return c.New
 	case "parent":
@@ -578,6 +585,8 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"missing expectation", "replicas 2\npolicy hash\npick session=a\n", "x.txt:3: pick without"},
 		{"bad reason", "replicas 2\npolicy hash\npick session=a -> 0 lucky\n", "x.txt:3: unknown reason \"lucky\""},
 		{"home on hash", "replicas 2\npolicy hash\nhome session=a -> none\n", "x.txt:3: \"home\" needs policy affinity"},
+		{"bad window", "replicas 2\npolicy affinity active_window=0s\n", "x.txt:2: active_window: want a positive duration"},
+		{"window on hash", "replicas 2\npolicy hash active_window=2m\n", "x.txt:2: \"active_window=2m\": only policy affinity takes options"},
 		{"bad counter", "replicas 2\npolicy affinity\nexpect replica 0 wins=3\n", "x.txt:3: \"wins=3\": want one of sessions=N"},
 		{"arrow on state", "replicas 2\nstate 0 inflight=1 -> 3\n", "x.txt:2: \"state\" takes no \"->\" expectation"},
 	}
@@ -605,6 +614,7 @@ func FuzzScenario(f *testing.F) {
 		f.Add(string(data))
 	}
 	f.Add("replicas 3 max_num_seqs 8\npolicy affinity spill=1 max_sessions=2\npick session=a\nstate 0 inflight=2\npick session=a\nexpect replica 0\n")
+	f.Add("replicas 2\npolicy affinity ttl=10m active_window=1m\npick session=a\nat 30s\npick session=b\nat 1m20s\nexpect replica 0 active=0\npick session=c\nhome session=a\n")
 	f.Add("replicas 2\npolicy least-loaded\nstate all waiting=1\nscrape\npick\npick pinned=1\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		sc, err := parseScenario("fuzz.txt", text, true)

@@ -15,6 +15,15 @@ const (
 	// about 75 MB of table at the 75 bytes per session measured by
 	// BenchmarkTableBytesPerSession.
 	DefaultMaxSessions = 1 << 20
+	// DefaultActiveWindow is how recently a conversation must have sent a
+	// request to count as active, that is as load still to come, in the
+	// per-replica figures that place new conversations. An agent turn gap
+	// (a tool call, a short read by the user) is seconds to about a minute;
+	// two minutes spans a few such gaps, so a working conversation never
+	// drops out between its turns, while one that has finished stops
+	// weighing on its replica within minutes rather than after the half
+	// hour its home is kept for (DefaultSessionTTL).
+	DefaultActiveWindow = 2 * time.Minute
 )
 
 // expireBatch bounds the lazy expiry done by each call: at most this many
@@ -25,11 +34,19 @@ const expireBatch = 8
 // nilIndex marks the end of the LRU list and of the free list.
 const nilIndex int32 = -1
 
-// ReplicaCounters are the table's per-replica figures. Sessions is the
-// number of conversations homed on the replica now; the other fields count
+// ReplicaCounters are the table's per-replica figures. Sessions and Active
+// are the conversations homed on the replica now; the other fields count
 // decisions since the table was made.
+//
+// Sessions counts every conversation the replica is home to (within the
+// TTL, give or take lazy expiry): a returning one is routed here. Active
+// counts those among them seen within the active window: the
+// conversations the replica is serving now. Placement balances new
+// conversations by Active ("conversations held" means active ones); Fill
+// writes Active into Replica.Sessions. Active <= Sessions.
 type ReplicaCounters struct {
-	Sessions     int // conversations homed here now (kept incrementally)
+	Sessions     int // conversations homed here now, active or idle (kept incrementally)
+	Active       int // of those, last seen within the active window (kept incrementally)
 	New          int // new conversations placed here by the load score
 	Parent       int // subagents' new conversations placed on their parent's home here
 	Sticky       int // later turns served by their home, this replica
@@ -38,13 +55,15 @@ type ReplicaCounters struct {
 }
 
 // entry is one remembered conversation. 32 bytes: the key, the time of its
-// last request, its place in the LRU list and its home.
+// last request, its place in the LRU list, its home and whether it is
+// counted active (in the padding).
 type entry struct {
-	key  uint64 // fnv1a64 of the session id
-	seen int64  // last request, nanoseconds since Table.base
-	prev int32  // towards the head (more recent); nilIndex at the head
-	next int32  // towards the tail (less recent); also links the free list
-	home int32  // replica ID
+	key    uint64 // fnv1a64 of the session id
+	seen   int64  // last request, nanoseconds since Table.base
+	prev   int32  // towards the head (more recent); nilIndex at the head
+	next   int32  // towards the tail (less recent); also links the free list
+	home   int32  // replica ID
+	active bool   // counted in its home's Active: between head and Table.act
 }
 
 // Table remembers the home replica of each conversation: session -> home,
@@ -69,27 +88,53 @@ type entry struct {
 // still alive). The table assumes that now does not run backwards by much:
 // the LRU order is the order of calls.
 //
+// Activity is exact and amortised O(1): the active conversations are a
+// prefix of the LRU list (most recent first), up to a cursor. Each call
+// that takes now first walks the cursor back towards the head past every
+// entry last seen more than the active window ago, taking it out of its
+// home's Active count; a request puts its session back at the head, active
+// again. An entry becomes active once per request and is retired at most
+// once per request, so the walk costs O(1) per request however it is
+// spread (after a long quiet spell one call may retire many at once).
+// A conversation is active while at most the window has passed since its
+// last request. The window is at most the TTL.
+//
 // A Table is not safe for concurrent use.
 type Table struct {
 	ttl     int64 // nanoseconds, > 0
+	window  int64 // active window, nanoseconds, 0 < window <= ttl
 	max     int   // hard cap, > 0
 	index   map[uint64]int32
 	entries []entry
 	head    int32 // most recently used
 	tail    int32 // least recently used
 	free    int32 // head of the free list, linked through entry.next
+	act     int32 // the least recent active entry; nilIndex when none is active
 	n       int
 	base    time.Time // the first now seen; seen times are offsets from it
 	hasBase bool
 	counts  []ReplicaCounters // aligned with replica IDs, grown on demand
 }
 
-// NewTable returns an empty table. A ttl or maxSessions of zero or less
-// selects DefaultSessionTTL or DefaultMaxSessions.
+// NewTable returns an empty table with the DefaultActiveWindow (capped at
+// the TTL). A ttl or maxSessions of zero or less selects DefaultSessionTTL
+// or DefaultMaxSessions.
 func NewTable(ttl time.Duration, maxSessions int) *Table {
+	return NewTableWindow(ttl, maxSessions, 0)
+}
+
+// NewTableWindow is NewTable with an active window: a conversation counts
+// as active while at most window has passed since its last request. A
+// window of zero or less selects DefaultActiveWindow; a window longer than
+// the TTL is the TTL (a forgotten conversation is not active).
+func NewTableWindow(ttl time.Duration, maxSessions int, window time.Duration) *Table {
 	if ttl <= 0 {
 		ttl = DefaultSessionTTL
 	}
+	if window <= 0 {
+		window = DefaultActiveWindow
+	}
+	window = min(window, ttl)
 	if maxSessions <= 0 {
 		maxSessions = DefaultMaxSessions
 	}
@@ -97,17 +142,23 @@ func NewTable(ttl time.Duration, maxSessions int) *Table {
 		maxSessions = math.MaxInt32 - 1
 	}
 	return &Table{
-		ttl:   int64(ttl),
-		max:   maxSessions,
-		index: make(map[uint64]int32),
-		head:  nilIndex,
-		tail:  nilIndex,
-		free:  nilIndex,
+		ttl:    int64(ttl),
+		window: int64(window),
+		max:    maxSessions,
+		index:  make(map[uint64]int32),
+		head:   nilIndex,
+		tail:   nilIndex,
+		free:   nilIndex,
+		act:    nilIndex,
 	}
 }
 
 // TTL is the idle time after which a conversation is forgotten.
 func (t *Table) TTL() time.Duration { return time.Duration(t.ttl) }
+
+// ActiveWindow is how recently a conversation must have sent a request to
+// count as active.
+func (t *Table) ActiveWindow() time.Duration { return time.Duration(t.window) }
 
 // MaxSessions is the hard cap on remembered conversations.
 func (t *Table) MaxSessions() int { return t.max }
@@ -159,10 +210,21 @@ func (t *Table) Remove(session string) bool {
 	return ok
 }
 
+// Advance brings the table to now without a request: the Active counts
+// retire every conversation that has left the active window, and a bounded
+// amount of lazy expiry is done. Pick, Assign and Home do it themselves;
+// call Advance before Counters or Fill when no call has passed now (a
+// status page, a scrape with no traffic).
+func (t *Table) Advance(now time.Time) {
+	t.expire(t.clock(now))
+}
+
 // Sweep drops every conversation idle for longer than the TTL at now and
 // returns how many it dropped. Its work is proportional to that number.
+// It also retires the Active counts to now, as Advance does.
 func (t *Table) Sweep(now time.Time) int {
 	at := t.clock(now)
+	t.retire(at)
 	dropped := 0
 	for t.tail != nilIndex && t.idle(t.tail, at) {
 		t.remove(t.tail)
@@ -177,18 +239,20 @@ func (t *Table) Counters() []ReplicaCounters {
 	return append([]ReplicaCounters(nil), t.counts...)
 }
 
-// Fill writes the number of conversations homed on each replica into
-// s.Replicas[i].Sessions.
+// Fill writes the number of active conversations homed on each replica
+// (ReplicaCounters.Active) into s.Replicas[i].Sessions, as of the latest
+// time the table was given (call Advance first to bring it to now).
 func (t *Table) Fill(s *Snapshot) {
 	for i := range s.Replicas {
 		s.Replicas[i].Sessions = t.held(i)
 	}
 }
 
-// held is the number of sessions homed on replica r.
+// held is the number of active sessions homed on replica r: the
+// "conversations held" of the affinity score.
 func (t *Table) held(r int) int {
 	if r < len(t.counts) {
-		return t.counts[r].Sessions
+		return t.counts[r].Active
 	}
 	return 0
 }
@@ -216,10 +280,40 @@ func (t *Table) idle(i int32, at int64) bool {
 	return at-t.entries[i].seen > t.ttl
 }
 
-// expire drops at most expireBatch idle entries from the LRU tail.
+// expire retires the Active counts to at and drops at most expireBatch
+// idle entries from the LRU tail.
 func (t *Table) expire(at int64) {
+	t.retire(at)
 	for k := 0; k < expireBatch && t.tail != nilIndex && t.idle(t.tail, at); k++ {
 		t.remove(t.tail)
+	}
+}
+
+// retire takes every entry last seen more than the window before at out of
+// the Active counts, walking the cursor from the least recent active entry
+// towards the head.
+func (t *Table) retire(at int64) {
+	for t.act != nilIndex {
+		e := &t.entries[t.act]
+		if at-e.seen <= t.window {
+			return
+		}
+		e.active = false
+		t.counts[e.home].Active--
+		t.act = e.prev
+	}
+}
+
+// activate counts entry i, just moved to the head, as active.
+func (t *Table) activate(i int32) {
+	e := &t.entries[i]
+	if e.active {
+		return
+	}
+	e.active = true
+	t.counts[e.home].Active++
+	if t.act == nilIndex {
+		t.act = i
 	}
 }
 
@@ -259,9 +353,10 @@ func (t *Table) insert(key uint64, home int, at int64) int32 {
 		i = int32(len(t.entries) - 1)
 	}
 	t.entries[i] = entry{key: key, seen: at, prev: nilIndex, next: nilIndex, home: int32(home)}
-	t.pushFront(i)
-	t.index[key] = i
 	t.counter(home).Sessions++
+	t.pushFront(i)
+	t.activate(i)
+	t.index[key] = i
 	t.n++
 	return i
 }
@@ -269,6 +364,13 @@ func (t *Table) insert(key uint64, home int, at int64) int32 {
 // remove unlinks entry i, forgets its key and puts it on the free list.
 func (t *Table) remove(i int32) {
 	e := &t.entries[i]
+	if e.active {
+		if t.act == i {
+			t.act = e.prev
+		}
+		e.active = false
+		t.counts[e.home].Active--
+	}
 	t.unlink(i)
 	delete(t.index, e.key)
 	t.counts[e.home].Sessions--
@@ -277,13 +379,19 @@ func (t *Table) remove(i int32) {
 	t.n--
 }
 
-// touch marks entry i seen at at and moves it to the head.
+// touch marks entry i seen at at, moves it to the head and counts it
+// active.
 func (t *Table) touch(i int32, at int64) {
-	t.entries[i].seen = at
+	e := &t.entries[i]
+	e.seen = at
 	if t.head != i {
+		if t.act == i { // the least recent active entry leaves its place
+			t.act = e.prev
+		}
 		t.unlink(i)
 		t.pushFront(i)
 	}
+	t.activate(i)
 }
 
 // setHome moves entry i to a new home, keeping the Sessions counts right.
@@ -293,7 +401,12 @@ func (t *Table) setHome(i int32, home int) {
 		return
 	}
 	t.counts[e.home].Sessions--
-	t.counter(home).Sessions++
+	c := t.counter(home)
+	c.Sessions++
+	if e.active {
+		t.counts[e.home].Active--
+		c.Active++
+	}
 	e.home = int32(home)
 }
 

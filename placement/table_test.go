@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -12,14 +13,15 @@ import (
 // order as a slice of session ids (oldest first).
 type modelTable struct {
 	ttl  time.Duration
+	win  time.Duration // active window
 	max  int
 	home map[string]int
 	seen map[string]time.Time
 	lru  []string
 }
 
-func newModel(ttl time.Duration, max int) *modelTable {
-	return &modelTable{ttl: ttl, max: max, home: map[string]int{}, seen: map[string]time.Time{}}
+func newModel(ttl, win time.Duration, max int) *modelTable {
+	return &modelTable{ttl: ttl, win: min(win, ttl), max: max, home: map[string]int{}, seen: map[string]time.Time{}}
 }
 
 func (m *modelTable) expire(now time.Time) {
@@ -44,6 +46,18 @@ func (m *modelTable) assign(s string, home int, now time.Time) {
 	m.lru = append(m.lru, s)
 }
 
+// active returns the number of sessions homed on each replica that were
+// seen within the window at now.
+func (m *modelTable) active(now time.Time, replicas int) []int {
+	n := make([]int, replicas)
+	for s, h := range m.home {
+		if now.Sub(m.seen[s]) <= m.win {
+			n[h]++
+		}
+	}
+	return n
+}
+
 func (m *modelTable) lookup(s string, now time.Time) (int, bool) {
 	m.expire(now)
 	h, ok := m.home[s]
@@ -51,17 +65,26 @@ func (m *modelTable) lookup(s string, now time.Time) (int, bool) {
 }
 
 // TestTableMatchesModel drives a Table and the model through the same
-// random operations with time moving forward.
+// random operations with time moving forward, with active windows shorter
+// than, equal to and (capped) longer than the TTL. The Active counts are
+// exact after every call; Sessions only after Sweep.
 func TestTableMatchesModel(t *testing.T) {
+	for _, win := range []time.Duration{time.Millisecond, 3 * time.Second, 10 * time.Second, time.Hour} {
+		t.Run(win.String(), func(t *testing.T) { testTableMatchesModel(t, win) })
+	}
+}
+
+func testTableMatchesModel(t *testing.T, win time.Duration) {
 	const ttl, max, ids, replicas = 10 * time.Second, 50, 120, 4
 	rng := rand.New(rand.NewPCG(7, 11))
-	tab := NewTable(ttl, max)
-	m := newModel(ttl, max)
+	tab := NewTableWindow(ttl, max, win)
+	m := newModel(ttl, win, max)
 	now := time.Time{} // the zero time must work as an epoch
 	for step := range 20000 {
 		now = now.Add(time.Duration(rng.IntN(300)) * time.Millisecond)
 		s := "s" + strconv.Itoa(rng.IntN(ids))
-		switch op := rng.IntN(10); {
+		op := rng.IntN(10)
+		switch {
 		case op < 5:
 			h := rng.IntN(replicas)
 			tab.Assign(s, h, now)
@@ -82,6 +105,23 @@ func TestTableMatchesModel(t *testing.T) {
 		if tab.Len() > max {
 			t.Fatalf("step %d: Len %d over the cap %d", step, tab.Len(), max)
 		}
+		want := m.active(now, replicas)
+		if op == 9 { // Remove takes no now: the counts are as of the last call
+			tab.Advance(now)
+		}
+		c := tab.Counters()
+		for r := range replicas {
+			got := 0
+			if r < len(c) {
+				got = c[r].Active
+				if got > c[r].Sessions {
+					t.Fatalf("step %d: replica %d Active %d > Sessions %d", step, r, got, c[r].Sessions)
+				}
+			}
+			if got != want[r] {
+				t.Fatalf("step %d: replica %d Active %d, model %d", step, r, got, want[r])
+			}
+		}
 		if step%97 == 0 {
 			tab.Sweep(now)
 			m.expire(now)
@@ -94,9 +134,17 @@ func TestTableMatchesModel(t *testing.T) {
 			}
 			s := &Snapshot{Replicas: make([]Replica, replicas)}
 			tab.Fill(s)
+			c := tab.Counters()
 			for r := range replicas {
-				if s.Replicas[r].Sessions != held[r] {
-					t.Fatalf("step %d: replica %d holds %d sessions, model %d", step, r, s.Replicas[r].Sessions, held[r])
+				sessions := 0
+				if r < len(c) {
+					sessions = c[r].Sessions
+				}
+				if sessions != held[r] {
+					t.Fatalf("step %d: replica %d holds %d sessions, model %d", step, r, sessions, held[r])
+				}
+				if s.Replicas[r].Sessions != want[r] {
+					t.Fatalf("step %d: Fill gave replica %d %d sessions, want the %d active", step, r, s.Replicas[r].Sessions, want[r])
 				}
 			}
 		}
@@ -156,5 +204,169 @@ func TestTableLazyExpiryIsBounded(t *testing.T) {
 	}
 	if tab.Len() != 0 {
 		t.Fatalf("after many calls Len = %d, want 0", tab.Len())
+	}
+}
+
+// TestTableActiveWindow: a session counts as active while it was seen
+// within the window, stops counting after it, counts again when seen, keeps
+// routing home for the whole TTL, and leaves both counts consistently when
+// it expires, is evicted or is removed.
+func TestTableActiveWindow(t *testing.T) {
+	const ttl, win = 10 * time.Minute, 2 * time.Minute
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	type step struct {
+		at     time.Duration
+		op     string // assign (session -> home), home (lookup), remove, advance, sweep
+		s      string
+		home   int // assign: the home; home: the expected one, -1 for none
+		active []int
+		held   []int // Sessions, before lazy expiry has caught up
+	}
+	tests := []struct {
+		name  string
+		max   int
+		steps []step
+	}{
+		{"goes inactive after the window", 10, []step{
+			{0, "assign", "a", 0, []int{1, 0}, []int{1, 0}},
+			{0, "assign", "b", 1, []int{1, 1}, []int{1, 1}},
+			{win, "advance", "", 0, []int{1, 1}, []int{1, 1}}, // exactly the window is active
+			{win + 1, "advance", "", 0, []int{0, 0}, []int{1, 1}},
+		}},
+		{"re-activates when seen", 10, []step{
+			{0, "assign", "a", 0, []int{1}, []int{1}},
+			{3 * time.Minute, "home", "a", 0, []int{0}, []int{1}}, // a lookup is not a request
+			{4 * time.Minute, "assign", "a", 0, []int{1}, []int{1}},
+			{6 * time.Minute, "advance", "", 0, []int{1}, []int{1}},
+			{6*time.Minute + 1, "advance", "", 0, []int{0}, []int{1}},
+		}},
+		{"routes home within the TTL", 10, []step{
+			{0, "assign", "a", 1, []int{0, 1}, []int{0, 1}},
+			{ttl, "home", "a", 1, []int{0, 0}, []int{0, 1}},
+			{ttl + 1, "home", "a", -1, []int{0, 0}, []int{0, 0}},
+		}},
+		{"moving home moves the active count", 10, []step{
+			{0, "assign", "a", 0, []int{1, 0}, []int{1, 0}},
+			{0, "assign", "b", 0, []int{2, 0}, []int{2, 0}},
+			{time.Minute, "assign", "a", 1, []int{1, 1}, []int{1, 1}},
+			{3 * time.Minute, "advance", "", 0, []int{0, 1}, []int{1, 1}},   // a: exactly the window; b quiet
+			{3*time.Minute + 1, "assign", "b", 1, []int{0, 1}, []int{0, 2}}, // a quiet, b active on 1
+		}},
+		{"TTL expiry of an inactive session", 10, []step{
+			{0, "assign", "a", 0, []int{1}, []int{1}},
+			{5 * time.Minute, "assign", "b", 0, []int{1}, []int{2}},
+			{ttl + 1, "advance", "", 0, []int{0}, []int{1}},
+			{ttl + 5*time.Minute + 1, "sweep", "", 0, []int{0}, []int{0}},
+		}},
+		{"LRU eviction of an active session", 2, []step{
+			{0, "assign", "a", 0, []int{1, 0}, []int{1, 0}},
+			{time.Second, "assign", "b", 1, []int{1, 1}, []int{1, 1}},
+			{2 * time.Second, "assign", "c", 1, []int{0, 2}, []int{0, 2}}, // evicts a, the least recent and the cursor
+			{3 * time.Second, "home", "a", -1, []int{0, 2}, []int{0, 2}},
+			{3 * time.Minute, "advance", "", 0, []int{0, 0}, []int{0, 2}},
+		}},
+		{"LRU eviction of an inactive session", 2, []step{
+			{0, "assign", "a", 0, []int{1, 0}, []int{1, 0}},
+			{3 * time.Minute, "assign", "b", 1, []int{0, 1}, []int{1, 1}},
+			{3 * time.Minute, "assign", "c", 1, []int{0, 2}, []int{0, 2}},
+		}},
+		{"remove the cursor and the head", 10, []step{
+			{0, "assign", "a", 0, []int{1}, []int{1}},
+			{time.Second, "assign", "b", 0, []int{2}, []int{2}},
+			{time.Second, "remove", "a", 0, []int{1}, []int{1}},
+			{time.Second, "remove", "b", 0, []int{0}, []int{0}},
+			{2 * time.Second, "assign", "c", 0, []int{1}, []int{1}},
+			{2*time.Second + win + 1, "advance", "", 0, []int{0}, []int{1}},
+		}},
+		{"a request to the cursor moves it", 10, []step{
+			{0, "assign", "a", 0, []int{1, 0}, []int{1, 0}},
+			{time.Minute, "assign", "b", 1, []int{1, 1}, []int{1, 1}},
+			{90 * time.Second, "assign", "a", 0, []int{1, 1}, []int{1, 1}}, // a was the least recent active
+			{win + time.Minute + 1, "advance", "", 0, []int{1, 0}, []int{1, 1}},
+			{win + 90*time.Second + 1, "advance", "", 0, []int{0, 0}, []int{1, 1}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tab := NewTableWindow(ttl, tt.max, win)
+			for k, st := range tt.steps {
+				now := at(st.at)
+				switch st.op {
+				case "assign":
+					tab.Assign(st.s, st.home, now)
+				case "home":
+					h, ok := tab.Home(st.s, now)
+					if !ok {
+						h = -1
+					}
+					if h != st.home {
+						t.Fatalf("step %d: Home(%s) = %d, want %d", k, st.s, h, st.home)
+					}
+				case "remove":
+					if !tab.Remove(st.s) {
+						t.Fatalf("step %d: Remove(%s) = false", k, st.s)
+					}
+				case "advance":
+					tab.Advance(now)
+				case "sweep":
+					tab.Sweep(now)
+				}
+				c := tab.Counters()
+				s := farm(len(st.active), 32)
+				tab.Fill(s)
+				for r := range st.active {
+					var rc ReplicaCounters
+					if r < len(c) {
+						rc = c[r]
+					}
+					if rc.Active != st.active[r] || rc.Sessions != st.held[r] || s.Replicas[r].Sessions != st.active[r] {
+						t.Fatalf("step %d (%s %s at %v): replica %d active %d sessions %d filled %d; want active %d sessions %d",
+							k, st.op, st.s, st.at, r, rc.Active, rc.Sessions, s.Replicas[r].Sessions, st.active[r], st.held[r])
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestTableActiveWindowDefaults(t *testing.T) {
+	if w := NewTable(0, 0).ActiveWindow(); w != DefaultActiveWindow {
+		t.Errorf("NewTable window %v, want %v", w, DefaultActiveWindow)
+	}
+	if w := NewTableWindow(time.Minute, 0, 0).ActiveWindow(); w != time.Minute {
+		t.Errorf("window under a 1m TTL %v, want it capped at the TTL", w)
+	}
+	if w := NewTableWindow(0, 0, 30*time.Second).ActiveWindow(); w != 30*time.Second {
+		t.Errorf("window %v, want 30s", w)
+	}
+	if w := NewAffinity(Config{ActiveWindow: 5 * time.Minute}).Table().ActiveWindow(); w != 5*time.Minute {
+		t.Errorf("affinity table window %v, want 5m", w)
+	}
+	err := Config{ActiveWindow: -time.Second}.Validate()
+	if err == nil || !strings.Contains(err.Error(), "ActiveWindow -1s is negative") {
+		t.Errorf("Validate = %v, want an error naming ActiveWindow", err)
+	}
+	if _, err := New(StrategyAffinity, Config{ActiveWindow: -1}); err == nil {
+		t.Error("New accepted a negative ActiveWindow")
+	}
+}
+
+// TestTableActiveRetireIsAmortised: retiring a large backlog at once is one
+// walk, and the counts stay exact.
+func TestTableActiveRetireIsAmortised(t *testing.T) {
+	tab := NewTableWindow(time.Hour, 0, time.Minute)
+	for i := range 10000 {
+		tab.Assign("s"+strconv.Itoa(i), i%4, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	tab.Advance(t0.Add(time.Minute + 5*time.Second)) // retires the first 5000
+	total := 0
+	for _, c := range tab.Counters() {
+		total += c.Active
+	}
+	if total != 5000 {
+		t.Fatalf("active after the window passed half the sessions: %d, want 5000", total)
+	}
+	if tab.Len() != 10000 {
+		t.Fatalf("Len %d, want 10000 (homes are kept)", tab.Len())
 	}
 }
