@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func tinyWorkload() traces.Workload {
 	return traces.Workload{
 		SystemPromptTokens: 64, FirstMessageTokens: 80, FirstMessageSpread: 0.2, Turns: 3,
-		NewTokensPerTurn: 20, MaxOutputTokens: 8, OutputTokensMean: 6, OutputTokensSigma: 0.3,
+		NewTokensPerTurn: 20, MaxOutputTokens: 8, OutputTokens: traces.OutputLognormal, OutputTokensMean: 6, OutputTokensSigma: 0.3,
 	}
 }
 

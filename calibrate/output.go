@@ -30,12 +30,17 @@ type farmYAML struct {
 }
 
 type vllmYAML struct {
-	MaxNumSeqs           int     `yaml:"max_num_seqs,omitempty"`
-	MaxNumBatchedTokens  int     `yaml:"max_num_batched_tokens,omitempty"`
-	GPUMemoryUtilization float64 `yaml:"gpu_memory_utilization,omitempty"`
-	BlockSize            int     `yaml:"block_size"`
-	NumGPUBlocks         int     `yaml:"num_gpu_blocks"`
-	MaxModelLen          int     `yaml:"max_model_len,omitempty"`
+	MaxNumSeqs           int          `yaml:"max_num_seqs,omitempty"`
+	MaxNumBatchedTokens  int          `yaml:"max_num_batched_tokens,omitempty"`
+	GPUMemoryUtilization float64      `yaml:"gpu_memory_utilization,omitempty"`
+	BlockSize            int          `yaml:"block_size"`
+	NumGPUBlocks         int          `yaml:"num_gpu_blocks"`
+	MaxModelLen          int          `yaml:"max_model_len,omitempty"`
+	Version              string       `yaml:"version,omitempty"`
+	ReserveFullISL       string       `yaml:"scheduler_reserve_full_isl,omitempty"`
+	Watermark            float64      `yaml:"watermark,omitempty"`
+	APIServerCount       int          `yaml:"api_server_count,omitempty"`
+	StatsUpdateInterval  sim.Duration `yaml:"stats_update_interval,omitempty"`
 }
 
 type routingYAML struct {
@@ -54,7 +59,9 @@ func MarshalFarmSpec(spec sim.FarmSpec, header []string) ([]byte, error) {
 		Name: s.Name, Model: s.Model, ModelConfig: s.ModelConfig, WeightsDType: s.WeightsDType, KVCacheDType: s.KVCacheDType,
 		GPU: s.GPU, Replicas: s.Replicas, TensorParallelSize: s.TensorParallelSize,
 		VLLM: vllmYAML{MaxNumSeqs: s.VLLM.MaxNumSeqs, MaxNumBatchedTokens: s.VLLM.MaxNumBatchedTokens, GPUMemoryUtilization: s.VLLM.GPUMemoryUtilization,
-			BlockSize: s.VLLM.BlockSize, NumGPUBlocks: s.VLLM.NumGPUBlocks, MaxModelLen: s.VLLM.MaxModelLen},
+			BlockSize: s.VLLM.BlockSize, NumGPUBlocks: s.VLLM.NumGPUBlocks, MaxModelLen: s.VLLM.MaxModelLen,
+			Version: s.VLLM.Version, ReserveFullISL: s.VLLM.ReserveFullISL, Watermark: s.VLLM.Watermark,
+			APIServerCount: s.VLLM.APIServerCount, StatsUpdateInterval: s.VLLM.StatsUpdateInterval},
 		Routing:        routingYAML{Strategy: s.Routing.Strategy, SpillThreshold: s.Routing.SpillThreshold, SessionTTL: s.Routing.SessionTTL, MaxSessions: s.Routing.MaxSessions},
 		ScrapeInterval: s.ScrapeInterval,
 		StepTime:       s.StepTime,

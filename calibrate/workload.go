@@ -112,6 +112,12 @@ func DeriveWorkload(ctx context.Context, src Source, o WorkloadOptions) (*Worklo
 		missing = append(missing, metrics.VLLMRequestSuccess)
 	}
 	est.Requests = reqs
+	// Answers cut at max_tokens finish with reason "length": when nearly
+	// all do, they ran to the limit (traces.OutputMax), not to a lognormal.
+	lengthCapped, okLen, err := total(metrics.VLLMRequestSuccess, metrics.LabelFinishedReason+`="length"`)
+	if err != nil {
+		return nil, err
+	}
 	mean := func(hist, counter string) (float64, string, error) {
 		sum, okS, err := total(hist + metrics.SumSuffix)
 		if err != nil {
@@ -188,6 +194,10 @@ func DeriveWorkload(ctx context.Context, src Source, o WorkloadOptions) (*Worklo
 		est.NewSessionsPerMin = reqs / est.Turns / mins
 	}
 	est.Workload = shapeWorkload(est.MeanPromptTokens, est.MeanOutputTokens, est.Turns, 0)
+	if okLen && reqs > 0 && lengthCapped >= 0.9*reqs {
+		est.Workload.OutputTokens = traces.OutputMax
+		est.Workload.MaxOutputTokens = max(1, int(math.Round(est.MeanOutputTokens)))
+	}
 	return est, nil
 }
 
@@ -209,6 +219,7 @@ func shapeWorkload(meanPrompt, meanOutput, turns float64, think time.Duration) t
 	w.NewTokensPerTurn = int(math.Round(c * float64(w.NewTokensPerTurn)))
 	// The default lognormal clipped at max_output_tokens loses ~4 % of its
 	// mean; aim the mean that much higher.
+	w.OutputTokens = traces.OutputLognormal // a fitted mean, not answers cut at max_tokens
 	w.OutputTokensMean = math.Round(out*1.04*10) / 10
 	if w.OutputTokensMean > 0.6*float64(w.MaxOutputTokens) {
 		w.MaxOutputTokens = int(math.Ceil(w.OutputTokensMean / 0.6))
@@ -340,7 +351,7 @@ func FromJournal(path string) (*WorkloadEstimate, error) {
 		est.ThinkTime = (time.Duration(thinkSum/float64(thinkN)) * time.Millisecond).Round(time.Millisecond)
 	}
 	shaped := shapeWorkload(est.MeanPromptTokens, est.MeanOutputTokens, est.Turns, est.ThinkTime)
-	w.OutputTokensMean, w.MaxOutputTokens, w.ThinkTime = shaped.OutputTokensMean, shaped.MaxOutputTokens, est.ThinkTime
+	w.OutputTokens, w.OutputTokensMean, w.MaxOutputTokens, w.ThinkTime = shaped.OutputTokens, shaped.OutputTokensMean, shaped.MaxOutputTokens, est.ThinkTime
 	w.FirstMessageSpread = def.FirstMessageSpread
 	est.Workload = w
 	est.Windows = []WindowLoad{{Start: time.UnixMilli(int64(t0)), End: time.UnixMilli(int64(t1)), Sessions: sim.Float(est.Sessions)}}

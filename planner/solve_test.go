@@ -30,7 +30,7 @@ func kvBoundPlan() Plan {
 	return Plan{
 		Workload: WorkloadSpec{Workload: traces.Workload{
 			SystemPromptTokens: 256, FirstMessageTokens: 1500, Turns: 6, NewTokensPerTurn: 100,
-			MaxOutputTokens: 32, OutputTokensMean: 32,
+			MaxOutputTokens: 32, OutputTokens: traces.OutputLognormal, OutputTokensMean: 32,
 		}},
 		Farms: []FarmSet{{
 			GPUs: []string{"H100 SXM"}, Replicas: []int{2, 3, 4},
@@ -263,11 +263,11 @@ func TestForEachFirstError(t *testing.T) {
 
 func TestSyntheticContext(t *testing.T) {
 	got, how := syntheticContext(traces.DefaultWorkload())
-	// 3500 + 7300 + 153.6 + 2.5 x (400 + 153.6) = 12,337.6
-	if got != 12338 {
-		t.Errorf("typical context of the default workload = %d, want 12338", got)
+	// Answers run to max_output_tokens: 3500 + 7300 + 256 + 2.5 x (400 + 256) = 12,696
+	if got != 12696 {
+		t.Errorf("typical context of the default workload = %d, want 12696", got)
 	}
-	if !strings.Contains(how, "12,338 tokens") {
+	if !strings.Contains(how, "12,696 tokens") {
 		t.Errorf("how %q does not give the total", how)
 	}
 }

@@ -61,9 +61,13 @@ func thinkTime(d time.Duration) string {
 	return d.String()
 }
 
-// meanOutput is the mean answer length: the lognormal's mean, capped at
-// MaxOutputTokens (the clipping of the tail is ignored).
+// meanOutput is the mean answer length: MaxOutputTokens when answers run to
+// it, else the lognormal's mean, capped at MaxOutputTokens (the clipping of
+// the tail is ignored).
 func meanOutput(w traces.Workload) float64 {
+	if w.OutputTokens != traces.OutputLognormal {
+		return float64(w.MaxOutputTokens)
+	}
 	m := w.OutputTokensMean
 	if m == 0 {
 		m = 0.6 * float64(w.MaxOutputTokens)

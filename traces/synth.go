@@ -99,6 +99,12 @@ func (g *Generator) firstMessage(rng *rand.Rand) int {
 }
 
 func (g *Generator) outputTokens(rng *rand.Rand) int {
+	if g.w.OutputTokens != OutputLognormal {
+		// "max": the answer runs to max_tokens. The draw is still made, so
+		// that the sessions' other figures are the same in both models.
+		_ = rng.NormFloat64()
+		return g.w.MaxOutputTokens
+	}
 	mean, sigma := g.w.outputMean(), g.w.OutputTokensSigma
 	// Lognormal: E[exp(mu + sigma Z)] = exp(mu + sigma^2/2) = mean.
 	mu := math.Log(mean) - sigma*sigma/2

@@ -138,6 +138,7 @@ func TestGeneratorPromptStructure(t *testing.T) {
 
 func TestGeneratorOutputDistribution(t *testing.T) {
 	w := DefaultWorkload()
+	w.OutputTokens = OutputLognormal
 	g := NewGenerator(w, 16, 1)
 	var sum, n float64
 	seen := map[int]bool{}
@@ -158,6 +159,16 @@ func TestGeneratorOutputDistribution(t *testing.T) {
 	}
 	if len(seen) < 50 {
 		t.Fatalf("only %d distinct output lengths: not a distribution", len(seen))
+	}
+	// The default, "max": every answer runs to max_output_tokens, and the
+	// prompts are those of the lognormal sessions but for the answers.
+	w.OutputTokens = OutputMax
+	for _, s := range takeSessions(NewGenerator(w, 16, 1), 50) {
+		for _, r := range s.Turns {
+			if r.OutputTokens != w.MaxOutputTokens {
+				t.Fatalf("output_tokens max: answer of %d tokens, want %d", r.OutputTokens, w.MaxOutputTokens)
+			}
+		}
 	}
 }
 

@@ -37,14 +37,41 @@ type Workload struct {
 	NewTokensPerTurn int `yaml:"new_tokens_per_turn"`
 	// MaxOutputTokens caps every answer (the request's max_tokens).
 	MaxOutputTokens int `yaml:"max_output_tokens"`
-	// OutputTokensMean and OutputTokensSigma shape the answer length: a
-	// lognormal with this mean (before clipping) and this sigma of the
-	// underlying normal, rounded and clipped to [1, MaxOutputTokens].
-	// A mean of 0 means 0.6*MaxOutputTokens; sigma 0 makes answers constant.
+	// OutputTokens is how long answers are: OutputMax ("max", the default:
+	// every answer runs to MaxOutputTokens and finishes with reason
+	// "length", as the product's bench saw almost always) or
+	// OutputLognormal ("lognormal", shaped by the two fields below).
+	OutputTokens string `yaml:"output_tokens"`
+	// OutputTokensMean and OutputTokensSigma shape a lognormal answer
+	// length: this mean (before clipping) and this sigma of the underlying
+	// normal, rounded and clipped to [1, MaxOutputTokens]. A mean of 0
+	// means 0.6*MaxOutputTokens; sigma 0 makes answers constant.
 	OutputTokensMean  float64 `yaml:"output_tokens_mean"`
 	OutputTokensSigma float64 `yaml:"output_tokens_sigma"`
-	// ThinkTime is the client's pause between an answer and the next turn.
+	// ThinkTime is the user's pause between an answer and the next turn.
 	ThinkTime time.Duration `yaml:"think_time"`
+	// ClientTurnaround is the client's own time between receiving the end
+	// of an answer and sending the next turn: parsing the stream, building
+	// the next request. A local Go bench client takes about a millisecond.
+	ClientTurnaround time.Duration `yaml:"client_turnaround"`
+	// NetworkRTT is the round trip between client and server: half of it
+	// before the request reaches the server, half before each streamed
+	// event (the first token, the end) reaches the client. Loopback or a
+	// LAN: well under a millisecond; over the Internet tens of ms.
+	NetworkRTT time.Duration `yaml:"network_rtt"`
+	// APIServerTime is the OpenAI server's work on a request before its
+	// engine sees it (chat templating, tokenising the whole prompt): a
+	// fixed part plus APIServerPerKToken for every 1,000 prompt tokens.
+	APIServerTime      time.Duration `yaml:"api_server_time"`
+	APIServerPerKToken time.Duration `yaml:"api_server_per_1k_tokens"`
+	// Connections is how the client's requests map onto connections, which
+	// decides the vLLM API server each reaches when several share the port:
+	// ConnectionsPool ("pool", the default: a pool of keep-alive
+	// connections as Go's http.Transport keeps, the most recently returned
+	// idle one reused, a new one dialled when none is idle),
+	// ConnectionsSession (one connection per session) or
+	// ConnectionsRequest (a new connection per request).
+	Connections string `yaml:"connections"`
 	// SubagentProbability is the chance, after each turn but the last of a
 	// top-level session, that it spawns a subagent session: the shared
 	// system prompt, a task message of SubagentTaskTokens of its own, then
@@ -67,12 +94,47 @@ func DefaultWorkload() Workload {
 		Turns:              6,
 		NewTokensPerTurn:   400,
 		MaxOutputTokens:    256,
+		OutputTokens:       OutputMax,
 		OutputTokensMean:   0.6 * 256,
 		OutputTokensSigma:  0.5,
 		SubagentTurns:      3,
 		SubagentTaskTokens: 2000,
+		// What a bench client on the same machine or LAN as the server
+		// sees: a loopback round trip, a millisecond of client work, and
+		// vLLM's API server templating and tokenising the prompt (fast
+		// tokenizers encode on the order of a million tokens per second
+		// per core, so ~10 ms for the product's 12k-token prompts with
+		// the templating).
+		ClientTurnaround:   time.Millisecond,
+		NetworkRTT:         200 * time.Microsecond,
+		APIServerTime:      2 * time.Millisecond,
+		APIServerPerKToken: 700 * time.Microsecond,
+		Connections:        ConnectionsPool,
 	}
 }
+
+// Client connection models of Workload.Connections.
+const (
+	ConnectionsPool    = "pool"
+	ConnectionsSession = "session"
+	ConnectionsRequest = "request"
+)
+
+// Answer-length models of Workload.OutputTokens.
+const (
+	OutputMax       = "max"
+	OutputLognormal = "lognormal"
+)
+
+// Uplink is the time from a client's send to the engine seeing a request
+// of prompt tokens: half the round trip plus the API server's work.
+func (w Workload) Uplink(prompt int) time.Duration {
+	return w.NetworkRTT/2 + w.APIServerTime + time.Duration(float64(w.APIServerPerKToken)*float64(prompt)/1000)
+}
+
+// Downlink is the time from the engine emitting an event to the client
+// reading it: half the round trip.
+func (w Workload) Downlink() time.Duration { return w.NetworkRTT / 2 }
 
 // FieldError is a workload value that is out of range. Key is the YAML key.
 type FieldError struct {
@@ -101,12 +163,24 @@ func (w Workload) Validate() error {
 		return bad("new_tokens_per_turn", "must be >= 0, got %d", w.NewTokensPerTurn)
 	case w.MaxOutputTokens < 1:
 		return bad("max_output_tokens", "must be >= 1, got %d", w.MaxOutputTokens)
+	case w.Connections != "" && w.Connections != ConnectionsPool && w.Connections != ConnectionsSession && w.Connections != ConnectionsRequest:
+		return bad("connections", "must be %s, %s or %s, got %q", ConnectionsPool, ConnectionsSession, ConnectionsRequest, w.Connections)
+	case w.OutputTokens != "" && w.OutputTokens != OutputMax && w.OutputTokens != OutputLognormal:
+		return bad("output_tokens", "must be %s or %s, got %q", OutputMax, OutputLognormal, w.OutputTokens)
 	case !(w.OutputTokensMean >= 0) || math.IsInf(w.OutputTokensMean, 0):
 		return bad("output_tokens_mean", "must be a finite number >= 0 (0 = 0.6 x max_output_tokens), got %g", w.OutputTokensMean)
 	case !(w.OutputTokensSigma >= 0 && w.OutputTokensSigma <= 4):
 		return bad("output_tokens_sigma", "must be in [0, 4], got %g", w.OutputTokensSigma)
 	case w.ThinkTime < 0:
 		return bad("think_time", "must be >= 0s, got %s", w.ThinkTime)
+	case w.ClientTurnaround < 0 || w.ClientTurnaround > time.Hour:
+		return bad("client_turnaround", "must be in [0s, 1h], got %s", w.ClientTurnaround)
+	case w.NetworkRTT < 0 || w.NetworkRTT > time.Minute:
+		return bad("network_rtt", "must be in [0s, 1m], got %s", w.NetworkRTT)
+	case w.APIServerTime < 0 || w.APIServerTime > time.Minute:
+		return bad("api_server_time", "must be in [0s, 1m], got %s", w.APIServerTime)
+	case w.APIServerPerKToken < 0 || w.APIServerPerKToken > time.Second:
+		return bad("api_server_per_1k_tokens", "must be in [0s, 1s], got %s", w.APIServerPerKToken)
 	case !(w.SubagentProbability >= 0 && w.SubagentProbability <= 1):
 		return bad("subagent_probability", "must be in [0, 1], got %g", w.SubagentProbability)
 	case w.SubagentProbability > 0 && w.SubagentTurns < 1:
