@@ -40,6 +40,33 @@ type LeastLoaded struct {
 	start int    // next scan starts here (vLLM's eng_start_index)
 	gen   uint64 // Snapshot.Generation the local increments belong to
 	extra []int  // local increments of waiting, aligned with Snapshot.Replicas
+
+	// fixed: the start index never advances (vLLM 0.26's API servers);
+	// increment is what a pick adds to the chosen engine's local waiting
+	// count (client_count); 0 means 1.
+	fixed     bool
+	increment int
+}
+
+// NewDPLBClient returns the balancer of one of vLLM's API servers as
+// vllm/v1/engine/core_client.py DPLBAsyncMPClient runs it in 0.26 with
+// api_server_count servers in front of engines data-parallel engines:
+// server clientIndex scans from its fixed eng_start_index =
+// engines*clientIndex/clientCount, and each pick adds client_count to the
+// chosen engine's local waiting count (get_core_engine_for_request), so
+// that the servers, which do not see each other's picks, spread a burst
+// as one would; the coordinator's next stats update (a new
+// Snapshot.Generation) replaces the local counts. Feed it the counts the
+// coordinator publishes (vllm/v1/engine/coordinator.py), not the scraped
+// ones: they change when an engine step ends and reach the servers within
+// the stats update interval (100 ms).
+func NewDPLBClient(clientIndex, clientCount, engines int) *LeastLoaded {
+	clientCount = max(clientCount, 1)
+	return &LeastLoaded{
+		start:     engines * clientIndex / clientCount,
+		fixed:     true,
+		increment: clientCount,
+	}
 }
 
 var _ Policy = (*LeastLoaded)(nil)
@@ -75,8 +102,10 @@ func (l *LeastLoaded) Pick(r *Request, s *Snapshot, _ time.Time) (Decision, erro
 	if best < 0 {
 		return Decision{}, noHealthy(s)
 	}
-	l.extra[best]++
-	l.start = (l.start + 1) % n
+	l.extra[best] += max(l.increment, 1)
+	if !l.fixed {
+		l.start = (l.start + 1) % n
+	}
 	return Decision{Replica: best, Reason: ReasonLeastLoaded}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,6 +56,74 @@ type VLLMSpec struct {
 	// server (vllm:cache_config_info); 0 sizes the cache from hardware.
 	NumGPUBlocks int `yaml:"num_gpu_blocks"`
 	MaxModelLen  int `yaml:"max_model_len"`
+	// Version is the vLLM release modelled, "MAJOR.MINOR" (default
+	// DefaultVLLMVersion); it selects the version-dependent behaviour of
+	// VLLMBehaviour.
+	Version string `yaml:"version"`
+	// ReserveFullISL is scheduler_reserve_full_isl: "true" or "false" (a
+	// YAML boolean); empty: the version's default. Resolved, it is one of
+	// the two.
+	ReserveFullISL string `yaml:"scheduler_reserve_full_isl"`
+	// Watermark is the fraction of KV blocks kept free when admitting a
+	// waiting request (vLLM's --watermark, default 0).
+	Watermark float64 `yaml:"watermark"`
+	// APIServerCount is vLLM's --api-server-count: the API servers in
+	// front of the data-parallel engines, each balancing on its own (the
+	// least-loaded strategy); 0 means vLLM's default, the DP size.
+	APIServerCount int `yaml:"api_server_count"`
+	// StatsUpdateInterval is how often the DP coordinator publishes the
+	// engines' counts to the API servers (vLLM: 100 ms).
+	StatsUpdateInterval Duration `yaml:"stats_update_interval"`
+}
+
+// DefaultStatsUpdateInterval is the DP coordinator's publishing interval
+// (vllm/v1/engine/coordinator.py, stats_update_interval_ms = 100).
+const DefaultStatsUpdateInterval = 100 * time.Millisecond
+
+// DefaultVLLMVersion is the release the simulator models unless a farm says
+// otherwise: the one of the product's published benchmark.
+const DefaultVLLMVersion = "0.26"
+
+// Releases from which vLLM's behaviour changed, as "MAJOR.MINOR". The PRs'
+// merge dates are known (vllm-project/vllm#37307: May 2026 as the default;
+// #48860: July 2026); the first release to carry each is inferred from
+// the monthly release cadence, so a farm that knows better sets
+// vllm.scheduler_reserve_full_isl explicitly.
+var (
+	vllmReserveFullISLSince   = [2]int{0, 22}
+	vllmStatsAtAdmissionSince = [2]int{0, 24}
+)
+
+// VLLMBehaviour is what the modelled vLLM version does differently.
+type VLLMBehaviour struct {
+	Version [2]int
+	// StatsAtAdmission: prefix-cache queries and hits are counted once, when
+	// a request is admitted (PR #48860); before it, at every lookup.
+	StatsAtAdmission bool
+}
+
+// parseVLLMVersion reads "0.26", "0.26.0" or "v0.26.1" as {0, 26}.
+func parseVLLMVersion(v string) ([2]int, bool) {
+	v = strings.TrimPrefix(strings.TrimSpace(v), "v")
+	parts := strings.Split(v, ".")
+	if len(parts) < 2 || len(parts) > 3 {
+		return [2]int{}, false
+	}
+	var out [2]int
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n > 1000 {
+			return [2]int{}, false
+		}
+		if i < 2 {
+			out[i] = n
+		}
+	}
+	return out, true
+}
+
+func versionAtLeast(v, since [2]int) bool {
+	return v[0] > since[0] || (v[0] == since[0] && v[1] >= since[1])
 }
 
 // RoutingSpec is the router's configuration.
@@ -115,6 +184,7 @@ type Farm struct {
 	Sizing       hardware.KVSizing
 	NumGPUBlocks int
 	Spill        placement.SpillThreshold
+	Behaviour    VLLMBehaviour
 }
 
 // Name is the farm's display name.
@@ -293,6 +363,36 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	if v.MaxModelLen < 0 {
 		return nil, bad("vllm.max_model_len", "must be >= 0, got %d", v.MaxModelLen)
 	}
+	if v.Version == "" {
+		v.Version = DefaultVLLMVersion
+	}
+	version, ok := parseVLLMVersion(v.Version)
+	if !ok {
+		return nil, bad("vllm.version", "want a release such as \"0.26\" or \"0.26.1\", got %q", v.Version)
+	}
+	behaviour := VLLMBehaviour{Version: version, StatsAtAdmission: versionAtLeast(version, vllmStatsAtAdmissionSince)}
+	switch v.ReserveFullISL {
+	case "":
+		v.ReserveFullISL = strconv.FormatBool(versionAtLeast(version, vllmReserveFullISLSince))
+	case "true", "false":
+	default:
+		return nil, bad("vllm.scheduler_reserve_full_isl", "want true or false, got %q", v.ReserveFullISL)
+	}
+	if v.APIServerCount == 0 {
+		v.APIServerCount = s.Replicas
+	}
+	if v.APIServerCount < 1 || v.APIServerCount > 1024 {
+		return nil, bad("vllm.api_server_count", "must be in [1, 1024] (0 = the DP size), got %d", v.APIServerCount)
+	}
+	if v.StatsUpdateInterval == 0 {
+		v.StatsUpdateInterval = Duration(DefaultStatsUpdateInterval)
+	}
+	if time.Duration(v.StatsUpdateInterval) < time.Millisecond || time.Duration(v.StatsUpdateInterval) > time.Minute {
+		return nil, bad("vllm.stats_update_interval", "must be in [1ms, 1m], got %s", time.Duration(v.StatsUpdateInterval))
+	}
+	if !(v.Watermark >= 0 && v.Watermark < 1) {
+		return nil, bad("vllm.watermark", "must be in [0, 1), got %g", v.Watermark)
+	}
 
 	r := &s.Routing
 	if r.Strategy == "" {
@@ -341,6 +441,8 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 		GPUMemoryUtilization: v.GPUMemoryUtilization,
 		BlockSize:            v.BlockSize,
 		MaxModelLen:          v.MaxModelLen,
+		MaxNumSeqs:           v.MaxNumSeqs,
+		MaxNumBatchedTokens:  v.MaxNumBatchedTokens,
 	}
 	sizing, err := hardware.SizeKV(dep)
 	if err != nil && v.NumGPUBlocks == 0 {
@@ -368,6 +470,7 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 		Sizing:       sizing,
 		NumGPUBlocks: blocks,
 		Spill:        spill,
+		Behaviour:    behaviour,
 	}, nil
 }
 

@@ -13,6 +13,26 @@ type engineConfig struct {
 	maxNumBatchedTokens int
 	numGPUBlocks        int
 	steps               stepModel
+
+	// reserveFullISL is vLLM's scheduler_reserve_full_isl
+	// (vllm/config/scheduler.py; PR #37307): the waiting loop of
+	// Scheduler.schedule passes full_sequence_must_fit to
+	// KVCacheManager.allocate_slots, which admits a request only if its whole
+	// current sequence (request.num_tokens) fits in the free blocks, its
+	// evictable prefix hits counted as needed; otherwise the loop stops,
+	// preempting nothing.
+	reserveFullISL bool
+	// watermarkBlocks is int(watermark x num_gpu_blocks) (KVCacheManager
+	// __init__): free blocks a waiting or preempted request must leave
+	// when some request is already running (allocate_slots,
+	// has_scheduled_reqs = bool(self.running)).
+	watermarkBlocks int
+	// countEveryLookup: prefix-cache stats as vLLM counted them before PR
+	// #48860 (KVCacheManager.get_computed_blocks recorded queries and hits
+	// on every lookup, so a head-of-queue request blocked by allocation was
+	// counted again at every step). Without it they are counted once, at
+	// admission.
+	countEveryLookup bool
 }
 
 // newEngineConfig returns the engine configuration of f's replicas.
@@ -24,6 +44,9 @@ func newEngineConfig(f *Farm) engineConfig {
 		maxNumBatchedTokens: v.MaxNumBatchedTokens,
 		numGPUBlocks:        f.NumGPUBlocks,
 		steps:               newStepModel(f.Deployment, float64(f.Sizing.WeightsBytes)*float64(f.Spec.TensorParallelSize), f.Spec.StepTime),
+		reserveFullISL:      v.ReserveFullISL == "true",
+		watermarkBlocks:     int(v.Watermark * float64(f.NumGPUBlocks)),
+		countEveryLookup:    !f.Behaviour.StatsAtAdmission,
 	}
 }
 
@@ -52,11 +75,16 @@ func (m MissTokens) sub(o MissTokens) MissTokens {
 // engineStats are one replica's cumulative counters: the source of its
 // vllm:* series and of the direct counts the tests compare PromQL with.
 type engineStats struct {
-	// First lookups of each request, as vLLM exports them
-	// (vllm:prefix_cache_queries_total / _hits_total). A preempted request's
-	// re-lookup is counted apart, as vLLM does (preempted_queries).
+	// Lookups as vLLM exports them (vllm:prefix_cache_queries_total /
+	// _hits_total): each request's first admission, and with
+	// countEveryLookup every failed lookup before it too. A preempted
+	// request's re-lookup is counted apart, as vLLM does
+	// (preempted_queries).
 	queries, hits                   int64
 	preemptedQueries, preemptedHits int64
+	// admitQueries and admitHits count each request once, at its first
+	// admission: the true hit rate, whatever the version counts.
+	admitQueries, admitHits int64
 	// prefillComputed counts the prompt tokens scheduled for computation
 	// by prefill chunks, over all admissions, preempted ones included;
 	// prefillAbandoned the tokens of an admission left uncomputed because
@@ -185,8 +213,19 @@ func (r *replica) schedule() int {
 			hits := r.longestHit(s)
 			hitTokens := len(hits) * bs
 			n := min(s.numTokens-hitTokens, budget)
-			newBlocks, ok := r.slotsNeeded(s, n, hits)
+			// allocate_slots: the watermark applies to waiting and preempted
+			// requests once something is running.
+			watermark := 0
+			if len(r.running) > 0 {
+				watermark = r.cfg.watermarkBlocks
+			}
+			if r.cfg.reserveFullISL && !r.fullSequenceFits(s, hits, watermark) {
+				r.recordFailedLookup(s, len(hits))
+				break
+			}
+			newBlocks, ok := r.slotsNeededWithin(s, n, hits, watermark)
 			if !ok {
+				r.recordFailedLookup(s, len(hits))
 				break
 			}
 			var miss MissTokens
@@ -251,16 +290,55 @@ func (r *replica) allocateSlots(s *seq, n int, hits []int32) bool {
 // the free queue has them. Hit blocks that sit in the free queue count
 // against the free blocks, since touching them takes them out of it.
 func (r *replica) slotsNeeded(s *seq, n int, hits []int32) (newBlocks int, ok bool) {
+	return r.slotsNeededWithin(s, n, hits, 0)
+}
+
+// slotsNeededWithin is slotsNeeded leaving reserve blocks free (the
+// watermark).
+func (r *replica) slotsNeededWithin(s *seq, n int, hits []int32, reserve int) (newBlocks int, ok bool) {
 	bs := r.cfg.blockSize
 	need := (s.computed + len(hits)*bs + n + bs - 1) / bs
 	newBlocks = max(need-len(hits)-len(s.blocks), 0)
-	evictableHits := 0
+	return newBlocks, newBlocks+r.evictable(hits)+reserve <= r.pool.numFree
+}
+
+// evictable counts the hit blocks that sit in the free queue: touching them
+// takes them out of it, so they count as needed.
+func (r *replica) evictable(hits []int32) int {
+	n := 0
 	for _, b := range hits {
 		if r.pool.blocks[b].ref == 0 {
-			evictableHits++
+			n++
 		}
 	}
-	return newBlocks, newBlocks+evictableHits <= r.pool.numFree
+	return n
+}
+
+// fullSequenceFits is allocate_slots' admission gate with
+// full_sequence_must_fit (vllm/v1/core/kv_cache_manager.py): the blocks
+// for the request's whole current sequence, min(num_tokens, max_model_len),
+// beyond its hits and the blocks it holds, plus its evictable hits and
+// the watermark, must be free.
+func (r *replica) fullSequenceFits(s *seq, hits []int32, watermark int) bool {
+	bs := r.cfg.blockSize
+	need := (s.numTokens + bs - 1) / bs
+	toAllocate := max(need-len(hits)-len(s.blocks), 0) + r.evictable(hits)
+	return toAllocate+watermark <= r.pool.numFree
+}
+
+// recordFailedLookup counts a lookup whose allocation failed, as vLLM did
+// before PR #48860 (get_computed_blocks recorded the stats of every call);
+// since then nothing is counted until the request is admitted.
+func (r *replica) recordFailedLookup(s *seq, hitBlocks int) {
+	if !r.cfg.countEveryLookup {
+		return
+	}
+	if s.admitted {
+		return // a preempted request's re-lookups never reach the exported counters
+	}
+	hitTokens := int64(hitBlocks * r.cfg.blockSize)
+	r.stats.queries += int64(s.numTokens)
+	r.stats.hits += hitTokens
 }
 
 // commitSlots takes the hits and newBlocks blocks that slotsNeeded counted
@@ -306,6 +384,8 @@ func (r *replica) recordAdmission(s *seq, hitBlocks int, miss MissTokens) {
 	s.cachedTokens = int(hitTokens)
 	r.stats.queries += queried
 	r.stats.hits += hitTokens
+	r.stats.admitQueries += queried
+	r.stats.admitHits += hitTokens
 	r.stats.miss.Cold += miss.Cold
 	r.stats.miss.Evicted += miss.Evicted
 	r.stats.miss.Elsewhere += miss.Elsewhere
