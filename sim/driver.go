@@ -5,29 +5,36 @@ import (
 )
 
 // closedLoop is N concurrent clients, each running one session at a time:
-// a turn is sent when the previous answer has finished plus the turn's
-// think time; when a session ends, the client starts the next one from the
-// source, so the number of sessions in progress stays N until the source
-// runs out.
+// a turn is sent when the previous answer has reached the client plus the
+// client's turnaround and the turn's think time; when a session ends, the
+// client starts the next one from the source, so the number of sessions in
+// progress stays N until the source runs out.
 //
-// At the end of a measured step every request in flight is cut (reported as
-// unfinished) and every client drops its session; the next step starts N'
-// fresh sessions on the same, warm replicas. The epoch in each send event
-// tells a send of the current step from a stale one.
+// Steps follow one another as the product's bench runs them: moving from N
+// to M sessions starts M-N new clients, or retires N-M (each finishes the
+// turn it has in flight and sends no more), while the others carry on, so
+// sessions span step boundaries and complete even in short steps at high
+// load. Only the end of the last step cuts the requests in flight; the
+// epoch in each send event tells a send from before that cut.
 type closedLoop struct {
 	src       traces.SessionSource
 	outputCap int // the workload's max_output_tokens (finished_reason "length"); 0 unknown
-	clients   []client
-	epoch     int32
-	active    int // clients with a session
-	exhausted bool
+	// turnaroundUs is the client's time from reading an answer's end to
+	// sending the next turn (before the think time).
+	turnaroundUs int64
+	clients      []client
+	epoch        int32
+	active       int // clients with a session
+	exhausted    bool
 }
 
 type client struct {
-	sess   traces.Session
-	turn   int
-	home   int
-	active bool
+	sess     traces.Session
+	turn     int
+	home     int
+	conn     int32 // its own connection's API server (connections: session), -1: none yet
+	active   bool
+	retiring bool // sends no further turn: the step's level went down
 }
 
 const slotBits = 16 // a send event's arg: epoch<<slotBits | slot
@@ -37,17 +44,45 @@ const maxClients = 1<<slotBits - 1
 
 func sendArg(epoch int32, slot int) int32 { return epoch<<slotBits | int32(slot) }
 
-// cut invalidates every client of the current step: their queued sends
-// and the requests they have in flight no longer count.
+// cut invalidates every client: their queued sends and the requests they
+// have in flight no longer count.
 func (c *closedLoop) cut() { c.epoch++ }
 
-// begin starts a new step with n clients at the current instant.
+// begin starts n clients at the current instant.
 func (c *closedLoop) begin(r *run, n int) {
 	c.clients = c.clients[:0]
 	c.active = 0
-	for k := range n {
-		c.clients = append(c.clients, client{home: -1})
-		c.nextSession(r, k)
+	c.resize(r, n)
+}
+
+// resize makes n clients run sessions from now on: it starts new ones or
+// retires the newest running ones. Retired slots are reused by later
+// growth once their last turn is done.
+func (c *closedLoop) resize(r *run, n int) {
+	running := 0
+	for k := range c.clients {
+		cl := &c.clients[k]
+		if cl.active && !cl.retiring {
+			running++
+		}
+	}
+	for k := len(c.clients) - 1; k >= 0 && running > n; k-- {
+		cl := &c.clients[k]
+		if cl.active && !cl.retiring {
+			cl.retiring = true
+			running--
+		}
+	}
+	for k := 0; k < len(c.clients) && running < n; k++ {
+		if cl := &c.clients[k]; !cl.active {
+			c.nextSession(r, k)
+			running++
+		}
+	}
+	for running < n && len(c.clients) < maxClients {
+		c.clients = append(c.clients, client{home: -1, conn: -1})
+		c.nextSession(r, len(c.clients)-1)
+		running++
 	}
 }
 
@@ -66,7 +101,8 @@ func (c *closedLoop) nextSessionAfter(r *run, k int, delay int64) {
 		cl.active = false
 		c.active--
 	}
-	if c.exhausted {
+	if c.exhausted || cl.retiring {
+		cl.retiring = false
 		return
 	}
 	s, ok := c.src.NextSession()
@@ -77,7 +113,7 @@ func (c *closedLoop) nextSessionAfter(r *run, k int, delay int64) {
 		}
 		return
 	}
-	*cl = client{sess: s, home: -1, active: true}
+	*cl = client{sess: s, home: -1, conn: -1, active: true}
 	c.active++
 	c.queue(r, k, delay)
 }
@@ -94,12 +130,27 @@ func (c *closedLoop) send(r *run, arg int32) {
 	}
 	k := int(arg & (1<<slotBits - 1))
 	cl := &c.clients[k]
+	if cl.retiring {
+		cl.active, cl.retiring = false, false
+		c.active--
+		return
+	}
 	s := r.newSeq(&cl.sess.Turns[cl.turn], int32(k), c.outputCap)
 	s.epoch = c.epoch
-	r.submit(s, &cl.home)
+	if r.front != nil {
+		s.apiServer = r.front.connect(&cl.conn)
+	}
+	r.dispatch(s)
+}
+
+func (c *closedLoop) arrive(r *run, s *seq) {
+	r.submit(s, &c.clients[s.client].home)
 }
 
 func (c *closedLoop) done(r *run, s *seq, finished bool) {
+	if r.front != nil {
+		r.front.release(s.apiServer)
+	}
 	if s.epoch != c.epoch {
 		return // cut at the end of an earlier step
 	}
@@ -113,10 +164,15 @@ func (c *closedLoop) done(r *run, s *seq, finished bool) {
 	cl.turn++
 	if cl.turn >= len(cl.sess.Turns) {
 		r.rt.sessionsCompleted++
-		c.nextSession(r, k)
+		c.nextSessionAfter(r, k, r.downlinkUs+c.turnaroundUs)
 		return
 	}
-	c.queue(r, k, 0)
+	if cl.retiring {
+		cl.active, cl.retiring = false, false
+		c.active--
+		return
+	}
+	c.queue(r, k, r.downlinkUs+c.turnaroundUs)
 }
 
 // idle reports whether no client has anything left to do.
@@ -160,6 +216,10 @@ func (o *openLoop) send(r *run, arg int32) {
 		o.homes[req.Session] = home
 	}
 }
+
+// arrive is never called: a replay's arrival times are the engine's, so
+// send submits at once.
+func (o *openLoop) arrive(r *run, s *seq) { r.submit(s, nil) }
 
 func (o *openLoop) done(r *run, s *seq, finished bool) {
 	o.left--

@@ -17,6 +17,8 @@ const (
 	evScrape                   // scrape instant: refresh the snapshot, append metric samples
 	evStop                     // stop the event loop (end of a measured step)
 	evKick                     // an idle replica looks at its queues (arg: replica)
+	evArrive                   // a sent request reaches the engine (arg: pending slot)
+	evPublish                  // the DP coordinator publishes the engines' counts
 )
 
 // event is one entry of the event heap. Ties in time are broken by seq, the

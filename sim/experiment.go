@@ -53,6 +53,10 @@ type Experiment struct {
 	// done and in total, summed over strategies. Calls are serialised.
 	Progress func(done, total time.Duration)
 
+	// Requests, when set, receives one JSON line per request
+	// (RequestRecord), strategy after strategy in the order given.
+	Requests io.Writer
+
 	// OnStore, when set, receives each strategy's metric store once its
 	// run is over (simulated time starts at the Unix epoch), so that a
 	// caller can evaluate any PromQL on the series, as calibration does.
@@ -169,19 +173,30 @@ func Run(ctx context.Context, e Experiment) (*Report, error) {
 	prog := newProgress(e)
 	rows := make([][]Row, len(e.Strategies))
 	errs := make([]error, len(e.Strategies))
+	logs := make([]*requestLog, len(e.Strategies))
 	var wg sync.WaitGroup
 	for i, s := range e.Strategies {
 		wg.Go(func() {
 			var r *run
 			rows[i], r, errs[i] = runStrategy(ctx, e, s, prog.slot(i))
-			if e.OnStore != nil && errs[i] == nil {
-				e.OnStore(s, r.rec.store)
+			if errs[i] == nil {
+				logs[i] = r.log
+				if e.OnStore != nil {
+					e.OnStore(s, r.rec.store)
+				}
 			}
 		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if e.Requests != nil {
+		for _, l := range logs {
+			if _, err := l.buf.WriteTo(e.Requests); err != nil {
+				return nil, fmt.Errorf("sim: writing the request records: %w", err)
+			}
+		}
 	}
 	rep := &Report{Farm: e.Farm.Name()}
 	for k := range rows[0] {
@@ -236,6 +251,7 @@ type window struct {
 	start, end mark
 	unfinished int64 // cut at the end (rejections come from the marks)
 	ttfbs      []float64
+	censored   int64 // TTFBs counted with the wait they had at the end
 }
 
 // progressQuantum is how much simulated time passes between progress calls.
@@ -247,6 +263,18 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	r, err := newRun(e.Farm, strategy, *e.Spill)
 	if err != nil {
 		return nil, nil, err
+	}
+	if e.Requests != nil {
+		r.log = newRequestLog(strategy)
+	}
+	if strategy == placement.StrategyLeastLoaded && e.Farm.Spec.Replicas > 1 {
+		v := e.Farm.Spec.VLLM
+		mode := e.Workload.Connections
+		if mode == "" {
+			mode = traces.ConnectionsPool
+		}
+		r.front = newDPFrontend(e.Farm.Spec.Replicas, v.APIServerCount, time.Duration(v.StatsUpdateInterval).Microseconds(), mode, e.Seed)
+		r.ev.push(r.front.intervalUs, evPublish, 0)
 	}
 	advance := func(until int64) error {
 		for r.now < until && !r.stopped {
@@ -276,11 +304,12 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	r.rt.ttfbs = r.rt.ttfbs[:0]
 	var windows []window
 	closeWindow := func(sessions int, cut func() int) {
+		censored := r.censorTTFBs()
 		if r.lastScrape != r.now {
 			r.scrape()
 		}
 		end := r.takeMark()
-		w := window{sessions: sessions, start: start, end: end, ttfbs: slices.Clone(r.rt.ttfbs)}
+		w := window{sessions: sessions, start: start, end: end, ttfbs: slices.Clone(r.rt.ttfbs), censored: censored}
 		w.unfinished = int64(cut())
 		windows = append(windows, w)
 		r.rt.ttfbs = r.rt.ttfbs[:0]
@@ -298,15 +327,23 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		} else {
 			src = traces.NewSliceSource(e.Trace.sessions())
 		}
-		c := &closedLoop{src: src, outputCap: outputCap}
+		w := e.Workload
+		c := &closedLoop{src: src, outputCap: outputCap, turnaroundUs: micros(w.ClientTurnaround)}
 		r.drv = c
+		r.uplink = func(prompt int) int64 { return micros(w.Uplink(prompt)) }
+		r.downlinkUs = micros(w.Downlink())
 		steps := e.Sessions
 		if e.Trace != nil {
 			steps = steps[:1]
 			r.stopWhenIdle = true
 		}
-		for _, n := range steps {
-			c.begin(r, n)
+		for i, n := range steps {
+			r.stepSessions = n
+			if i == 0 {
+				c.begin(r, n)
+			} else {
+				c.resize(r, n)
+			}
 			r.stopped, r.stopQueued = false, false
 			until := int64(math.MaxInt64)
 			if dur > 0 {
@@ -317,12 +354,17 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 			if err := advance(until); err != nil {
 				return nil, nil, err
 			}
+			if i < len(steps)-1 {
+				closeWindow(n, func() int { return 0 }) // the load carries on
+				continue
+			}
 			closeWindow(n, func() int { c.cut(); return r.abortAll() })
 		}
 	default:
 		o := &openLoop{reqs: e.Trace.Requests, speed: e.Speed, homes: map[string]int{}}
 		r.drv = o
 		r.stopWhenIdle = true
+		r.stepSessions = countSessions(e.Trace.Requests)
 		o.begin(r)
 		until := int64(math.MaxInt64)
 		if dur > 0 {
@@ -370,6 +412,7 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 		DurationS:  Float(float64(winMs) / 1000),
 		Finished:   t.router.finished - s.router.finished,
 		Unfinished: w.unfinished + t.router.unfinished - s.router.unfinished,
+		Censored:   w.censored,
 	}
 	d := &row.direct
 	d.laterTurns = t.router.laterTurns - s.router.laterTurns

@@ -38,6 +38,22 @@ type run struct {
 	stopWhenIdle bool // stop at the next scrape once the driver is idle
 	stopQueued   bool
 
+	// The client side's delays (traces.Workload): a request sent at t
+	// reaches the engine at t + uplink(prompt), an event the engine emits
+	// at t reaches the client at t + downlinkUs. pending holds the requests
+	// on their way up, by slot (an evArrive's arg).
+	uplink      func(prompt int) int64
+	downlinkUs  int64
+	pending     []*seq
+	pendingFree []int32
+
+	stepSessions int         // the level of the step running now
+	log          *requestLog // per-request records, or nil
+
+	// front is vLLM's own DP front end (frontend.go), which places the
+	// requests of the least-loaded strategy; nil for the others.
+	front *dpFrontend
+
 	// boundaries: the counters at each scrape that closes a measured step
 	// (and at the first one), for the direct counts of the results.
 	marks []mark
@@ -52,6 +68,7 @@ type routerStats struct {
 	laterHome         int64
 	sessionsCompleted int64
 	ttfbs             []float64 // every TTFB of the current step, seconds (direct quantiles)
+	censored          int64     // TTFBs counted censored at a step's end
 	finished          int64
 	unfinished        int64
 	rejected          int64
@@ -72,6 +89,9 @@ func (r *run) outputTokens() int64 {
 type driver interface {
 	// send is called when an evSend event with arg fires.
 	send(r *run, arg int32)
+	// arrive is called when a request sent with r.dispatch reaches the
+	// engine side, to be routed (r.submit).
+	arrive(r *run, s *seq)
 	// done is called when a request finishes (finished) or is aborted or
 	// rejected (!finished).
 	done(r *run, s *seq, finished bool)
@@ -150,7 +170,15 @@ func (r *run) loop(ctx context.Context, until int64) error {
 		case evStepEnd:
 			rep := r.reps[e.arg]
 			rep.finishStep(r.now, r.doneFn)
+			if r.front != nil {
+				// Scheduler.update_from_output makes the step's stats
+				// after removing the finished requests.
+				r.front.stepEnded(rep)
+			}
 			r.start(rep)
+		case evPublish:
+			r.front.publish()
+			r.ev.push(r.now+r.front.intervalUs, evPublish, 0)
 		case evKick:
 			r.kickQueued[e.arg] = false
 			r.start(r.reps[e.arg])
@@ -163,6 +191,16 @@ func (r *run) loop(ctx context.Context, until int64) error {
 			r.ev.push(r.now+r.scrapeUs, evScrape, 0)
 		case evStop:
 			r.stopped = true
+		case evArrive:
+			s := r.pending[e.arg]
+			r.pending[e.arg] = nil
+			r.pendingFree = append(r.pendingFree, e.arg)
+			if s.aborted {
+				r.seqFree = append(r.seqFree, s)
+				break
+			}
+			s.sentUs = r.now
+			r.drv.arrive(r, s)
 		}
 	}
 	return r.err
@@ -203,6 +241,61 @@ func (r *run) newSeq(req *traces.Request, client int32, outputCap int) *seq {
 	return s
 }
 
+// dispatch sends s from the client: it reaches the engine side (the
+// driver's arrive) after the uplink delay, at once when there is none.
+func (r *run) dispatch(s *seq) {
+	d := int64(0)
+	if r.uplink != nil {
+		d = r.uplink(s.prompt)
+	}
+	if d <= 0 {
+		r.drv.arrive(r, s)
+		return
+	}
+	var slot int32
+	if n := len(r.pendingFree); n > 0 {
+		slot = r.pendingFree[n-1]
+		r.pendingFree = r.pendingFree[:n-1]
+		r.pending[slot] = s
+	} else {
+		slot = int32(len(r.pending))
+		r.pending = append(r.pending, s)
+	}
+	r.ev.push(r.now+d, evArrive, slot)
+}
+
+// censorTTFBs counts, in the step closing now, the wait so far of every
+// request sent whose first token has not reached its client: on its way to
+// the engine, waiting, or in prefill. It returns how many there were.
+func (r *run) censorTTFBs() int64 {
+	var n int64
+	censor := func(s *seq) {
+		if s == nil || s.aborted || s.censored || (s.firstTokenUs >= 0 && s.firstTokenUs+r.downlinkUs <= r.now) {
+			return
+		}
+		s.censored = true
+		s.ttfbUs = r.now - s.clientSentUs
+		s.stepSessions = r.stepSessions
+		w := float64(s.ttfbUs) / usPerSec
+		r.rec.observeCensoredTTFB(w)
+		r.rt.ttfbs = append(r.rt.ttfbs, w)
+		n++
+	}
+	for _, s := range r.pending {
+		censor(s)
+	}
+	for _, rep := range r.reps {
+		for i := range rep.waiting.len() {
+			censor(rep.waiting.at(i))
+		}
+		for _, s := range rep.running {
+			censor(s)
+		}
+	}
+	r.rt.censored += n
+	return n
+}
+
 // makeSeq returns request number id, sent at now: req's prompt, and its
 // output tokens (at least 1), which finish with reason "length" when they
 // reach outputCap (> 0), else "stop".
@@ -217,6 +310,10 @@ func makeSeq(id int, req *traces.Request, client int32, outputCap int, now int64
 		output:       out,
 		numTokens:    req.PromptTokens,
 		sentUs:       now,
+		clientSentUs: now,
+		ttfbUs:       -1,
+		replica:      -1,
+		apiServer:    -1,
 		firstTokenUs: -1,
 		scheduledUs:  -1,
 		lengthCapped: outputCap > 0 && out >= outputCap,
@@ -233,6 +330,7 @@ func (r *run) submit(s *seq, home *int) bool {
 		r.rt.rejected++
 		r.rt.unfinished++
 		s.rejected = true
+		r.logRequest(s, false)
 		r.drv.done(r, s, false)
 		r.seqFree = append(r.seqFree, s)
 		r.checkIdle()
@@ -248,12 +346,24 @@ func (r *run) submit(s *seq, home *int) bool {
 	if r.table != nil {
 		r.table.Fill(&r.snap)
 	}
-	d, err := r.policy.Pick(&r.preq, &r.snap, time.UnixMicro(r.now))
+	var (
+		d   placement.Decision
+		err error
+	)
+	if r.front != nil {
+		if s.apiServer < 0 {
+			s.apiServer = r.front.connect(nil) // a replay: one connection per request
+		}
+		d, err = r.front.pick(s.apiServer, &r.preq, r.now)
+	} else {
+		d, err = r.policy.Pick(&r.preq, &r.snap, time.UnixMicro(r.now))
+	}
 	if err != nil {
 		r.err = fmt.Errorf("placement: %w", err)
 		return false
 	}
 	rp := d.Replica
+	s.reason = uint8(d.Reason)
 	r.rt.requests[rp][d.Reason]++
 	r.rt.inFlight[rp]++
 	r.snap.Replicas[rp].InFlight = r.rt.inFlight[rp]
@@ -273,6 +383,18 @@ func (r *run) submit(s *seq, home *int) bool {
 	return true
 }
 
+// logRequest writes the record of s once, when records are kept.
+func (r *run) logRequest(s *seq, finished bool) {
+	if r.log == nil || s.logged {
+		return
+	}
+	s.logged = true
+	if s.ttfbUs < 0 {
+		s.stepSessions = r.stepSessions
+	}
+	r.log.add(r, s, finished)
+}
+
 // onDone is every replica's report of a request that left it.
 func (r *run) onDone(s *seq, finished bool) {
 	rp := s.replica
@@ -282,6 +404,7 @@ func (r *run) onDone(s *seq, finished bool) {
 		r.rt.finished++
 		r.rec.observeFinished(s, r.now)
 	}
+	r.logRequest(s, finished)
 	r.drv.done(r, s, finished)
 	r.seqFree = append(r.seqFree, s)
 	r.checkIdle()
@@ -290,8 +413,15 @@ func (r *run) onDone(s *seq, finished bool) {
 // onFirstToken records a request's time to first token (client side and
 // engine side: the simulated network takes no time).
 func (r *run) onFirstToken(s *seq) {
-	r.rec.observeFirstToken(s)
-	r.rt.ttfbs = append(r.rt.ttfbs, float64(s.firstTokenUs-s.sentUs)/usPerSec)
+	if s.censored {
+		r.rec.observeFirstToken(s, -1)
+		return
+	}
+	s.ttfbUs = s.firstTokenUs + r.downlinkUs - s.clientSentUs
+	s.stepSessions = r.stepSessions
+	ttfb := float64(s.ttfbUs) / usPerSec
+	r.rec.observeFirstToken(s, ttfb)
+	r.rt.ttfbs = append(r.rt.ttfbs, ttfb)
 }
 
 // onNextToken records the inter-token latency of a token after the first.
@@ -316,6 +446,25 @@ func (r *run) abortAll() int {
 	n := 0
 	for _, c := range r.rt.inFlight {
 		n += c
+	}
+	for _, s := range r.pending {
+		if s != nil && !s.aborted {
+			s.aborted = true // dropped when it arrives
+			n++
+			r.logRequest(s, false)
+		}
+	}
+	if r.log != nil {
+		// Running requests of a busy replica leave when its step ends,
+		// which the run may not reach: record every cut request now.
+		for _, rep := range r.reps {
+			for _, s := range rep.running {
+				r.logRequest(s, false)
+			}
+			for i := range rep.waiting.len() {
+				r.logRequest(rep.waiting.at(i), false)
+			}
+		}
 	}
 	for _, rep := range r.reps {
 		rep.abortAll(r.doneFn)

@@ -30,7 +30,14 @@ type seq struct {
 	epoch        int32 // closed loop: the step that sent it
 	replica      int
 
-	sentUs       int64
+	sentUs       int64 // reached the engine (vLLM's arrival_time)
+	clientSentUs int64 // sent by the client (client-side TTFB starts here)
+	censored     bool  // its TTFB was counted, censored, at a step's end
+	ttfbUs       int64 // client-side TTFB as counted (censored: the wait then); -1 before
+	stepSessions int   // the level of the step its TTFB counts in
+	reason       uint8 // placement.Reason of its routing
+	logged       bool  // its RequestRecord is written
+	apiServer    int32 // the vLLM API server its connection reached (least-loaded), -1: none
 	firstTokenUs int64 // -1 until the first token
 	scheduledUs  int64 // first scheduled, -1 before (vLLM's scheduled_ts)
 	lastTokenUs  int64 // the latest token (inter-token latency)

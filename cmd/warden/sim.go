@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +37,8 @@ type simOptions struct {
 	Speed      float64
 	ClosedLoop bool
 
+	Requests string // per-request records (JSON lines), "": none
+
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool
 	// stderr receives the progress bar; isTerminal, when set, says whether
@@ -54,9 +57,11 @@ chunked prefill, preemption, a roofline step time) driven by synthetic agent
 sessions in a closed loop, and compare placement strategies on it.
 
 Each strategy runs on its own copy of the farm, from cold caches; the sessions
-steps (--sessions) run back to back on the same warm replicas, --duration each.
-At the end of a step the requests still in flight are cut and reported as
-unfinished; the next step starts fresh sessions. The columns are the KPIs of
+steps (--sessions) run back to back on the same warm replicas, --duration each,
+as the product's bench runs them: moving to the next level starts (or retires)
+sessions while the others carry on. A request still waiting for its first token
+when a step closes counts in that step's TTFB with the wait it had (censored);
+only the end of the last step cuts requests (unfinished). The columns are the KPIs of
 metrics/kpi.promql evaluated by PromQL over the simulated vLLM and warden
 series, the same expressions that run against a real Prometheus.
 
@@ -93,6 +98,7 @@ With --trace, sim replays a trace file instead: at its recorded arrival times
 	f.StringVar(&opts.Trace, "trace", "", "replay this trace file instead of synthetic sessions")
 	f.Float64Var(&opts.Speed, "speed", 1, "replay speed-up of a trace's arrival times")
 	f.BoolVar(&opts.ClosedLoop, "closed-loop", false, "replay the trace's sessions in a closed loop")
+	f.StringVar(&opts.Requests, "requests", "", "write one JSON line per request to this file (session, turn, step, replica, times, tokens, reason)")
 	return cmd
 }
 
@@ -172,9 +178,18 @@ func runSim(ctx context.Context, o *simOptions, out io.Writer) error {
 		e.Progress = bar.set
 		defer bar.finish()
 	}
+	var reqs bytes.Buffer
+	if o.Requests != "" {
+		e.Requests = &reqs
+	}
 	rep, err := sim.Run(ctx, e)
 	if err != nil {
 		return err
+	}
+	if o.Requests != "" {
+		if err := writeOutFile(o.Requests, reqs.Bytes()); err != nil {
+			return fmt.Errorf("--requests: %w", err)
+		}
 	}
 	if o.JSON {
 		return writeJSON(out, rep)
