@@ -29,6 +29,8 @@ type gpuEntry struct {
 	BF16DenseTFLOPS       float64  `yaml:"bf16_dense_tflops"`
 	FP8DenseTFLOPS        float64  `yaml:"fp8_dense_tflops"`
 	Source                string   `yaml:"source"`
+	ECC                   string   `yaml:"ecc"`
+	ECCSource             string   `yaml:"ecc_source"`
 }
 
 // modelEntry is one model as written in catalog/models.yaml.
@@ -175,6 +177,10 @@ func (e gpuEntry) toGPU() (GPU, error) {
 		return GPU{}, errors.New("fp8_dense_tflops: want 0 (none) or a positive number")
 	case e.Source == "":
 		return GPU{}, errors.New("source: missing (name the datasheet)")
+	case !slices.Contains([]string{ECCOn, ECCOff, ECCNone, ECCHBM}, e.ECC):
+		return GPU{}, fmt.Errorf("ecc: want on, off, none or hbm, got %q", e.ECC)
+	case e.ECCSource == "":
+		return GPU{}, errors.New("ecc_source: missing (say where the ECC mode comes from)")
 	}
 	return GPU{
 		Name:                       e.Name,
@@ -188,6 +194,8 @@ func (e gpuEntry) toGPU() (GPU, error) {
 		MarketingMemoryGB:          e.MarketingMemoryGB,
 		MemoryNote:                 e.MemoryNote,
 		NVMLNames:                  e.NVMLNames,
+		ECC:                        e.ECC,
+		ECCSource:                  e.ECCSource,
 	}, nil
 }
 

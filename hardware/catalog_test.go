@@ -178,6 +178,8 @@ func TestParseCatalogErrors(t *testing.T) {
   memory_bandwidth_gb_per_s: 100
   bf16_dense_tflops: 10
   source: test
+  ecc: none
+  ecc_source: test
 ` + extra)
 	}
 	tests := []struct {
@@ -185,9 +187,11 @@ func TestParseCatalogErrors(t *testing.T) {
 		gpus, models []byte
 		want         []string
 	}{
-		{"unknown field has its line", gpu("  colour: red\n"), okModels, []string{"gpus.yaml", "line 7", "colour"}},
+		{"unknown field has its line", gpu("  colour: red\n"), okModels, []string{"gpus.yaml", "line 9", "colour"}},
+		{"bad ecc", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n  ecc: maybe\n  ecc_source: s\n"), okModels, []string{"entry 1", "ecc", "maybe"}},
+		{"missing ecc source", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n  ecc: \"on\"\n"), okModels, []string{"entry 1", "ecc_source"}},
 		{"duplicate alias", append(gpu(""), gpu("")[0:0]...), append([]byte{}, okModels...), nil},
-		{"alias clash", []byte(string(gpu("")) + "- name: X2\n  aliases: [X-1]\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: t\n"), okModels, []string{"X-1", "already used"}},
+		{"alias clash", []byte(string(gpu("")) + "- name: X2\n  aliases: [X-1]\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: t\n  ecc: hbm\n  ecc_source: t\n"), okModels, []string{"X-1", "already used"}},
 		{"missing source", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n"), okModels, []string{"entry 1", "source"}},
 		{"NaN memory", []byte("- name: X\n  cuda_total_memory_gib: .nan\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n"), okModels, []string{"entry 1", "cuda_total_memory_gib"}},
 		{"infinite bandwidth", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: .inf\n  bf16_dense_tflops: 1\n  source: s\n"), okModels, []string{"entry 1", "memory_bandwidth_gb_per_s"}},

@@ -12,10 +12,15 @@
 //     NVML device names, and suggest close matches for unknown names.
 //   - hfconfig.go: LoadHFConfig reads a Hugging Face config.json (including
 //     multimodal text_config and sliding-window layouts) into a Model.
-//   - kv.go: SizeKV (usable memory, weights, an overhead model calibrated on a
-//     measured vLLM start-up, blocks of block_size, tensor parallelism; typed
-//     errors for a model that does not fit and for a max_model_len the cache
-//     cannot hold) and RuleOfThumb (sessions x context against the farm's KV).
+//   - kv.go: SizeKV (requested memory, weights, the profiler's overheads,
+//     blocks of block_size, tensor parallelism; typed errors for a model that
+//     does not fit and for a max_model_len the cache cannot hold) and
+//     RuleOfThumb (sessions x context against the farm's KV).
+//   - profile.go: vLLM's start-up memory profile, one function per mechanism
+//     (requested memory and ECC, profile_run's activation peak, non-torch
+//     memory, the CUDA graph capture sizes and estimate), each naming the
+//     vLLM file and function it mirrors; goldens in testdata/profile
+//     (go test ./hardware -update rewrites them).
 //   - probe.go, probe_nvml.go (cgo && linux), probe_stub.go: Probe lists local
 //     GPUs through NVML, or returns ErrNoDriver; the binary builds without cgo.
 //

@@ -42,7 +42,22 @@ type GPU struct {
 	MarketingMemoryGB float64  `json:"marketing_memory_gb,omitempty"`
 	MemoryNote        string   `json:"memory_note,omitempty"`
 	NVMLNames         []string `json:"nvml_names,omitempty"` // device names NVML reports for this GPU
+
+	// ECC is the card's ECC mode as shipped, the mode MemoryBytes is
+	// measured in: ECCOn, ECCOff, ECCNone (no ECC mode) or ECCHBM (always
+	// on, no capacity cost); "" means unknown (e.g. a GPU read through NVML
+	// that is not in the catalogue). Deployment.ECC overrides the mode.
+	ECC       string `json:"ecc,omitempty"`
+	ECCSource string `json:"ecc_source,omitempty"`
 }
+
+// ECC modes of GPU.ECC.
+const (
+	ECCOn   = "on"   // GDDR, ECC on as shipped: 1/16 of the chips hold check bits
+	ECCOff  = "off"  // GDDR, ECC available but off as shipped
+	ECCNone = "none" // no ECC mode (GeForce)
+	ECCHBM  = "hbm"  // HBM: ECC always active, stored out of band
+)
 
 // Model is the architecture of one model, as far as sizing and step time need it.
 type Model struct {
@@ -84,23 +99,64 @@ type Deployment struct {
 	MaxModelLen          int     // 0: not checked (see SizeKV)
 	MaxNumSeqs           int     // default: vLLM's, 256 (1024 on >= 70 GiB non-A100 GPUs)
 	MaxNumBatchedTokens  int     // default: vLLM's, 2048 (8192 on >= 70 GiB non-A100 GPUs)
+	// ECC overrides the card's ECC mode (nil: as the catalogue says the
+	// card ships, GPU.ECC). Turning ECC on for a GDDR card that ships with
+	// it off costs 1/16 of its memory; off for one that ships with it on
+	// gives that back; HBM cards are unchanged; ECC on for a card without
+	// an ECC mode is an error. ParseECC reads "on", "off" or "default".
+	ECC *bool
+	// EnforceEager is vLLM's --enforce-eager: no CUDA graphs, so no CUDA
+	// graph memory estimate is subtracted.
+	EnforceEager bool
 }
 
 // KVSizing is the result of sizing one replica's KV cache the way vLLM does.
 type KVSizing struct {
 	KVBytesPerToken    int64 `json:"kv_bytes_per_token"`    // whole replica (all TP ranks)
 	WeightsBytes       int64 `json:"weights_bytes"`         // per GPU
-	OverheadBytes      int64 `json:"overhead_bytes"`        // per GPU: activations, non-torch, CUDA graphs
-	UsableBytes        int64 `json:"usable_bytes"`          // per GPU: memory x utilization
-	KVBytes            int64 `json:"kv_bytes"`              // per GPU
+	OverheadBytes      int64 `json:"overhead_bytes"`        // per GPU: activation peak + non-torch + CUDA graphs
+	UsableBytes        int64 `json:"usable_bytes"`          // per GPU: requested memory, total x utilization (= Memory.RequestedBytes)
+	KVBytes            int64 `json:"kv_bytes"`              // per GPU (= Memory.KVBytes)
 	KVBlocksPerReplica int   `json:"kv_blocks_per_replica"` // vLLM num_gpu_blocks
 	KVTokensPerReplica int   `json:"kv_tokens_per_replica"` // blocks x block_size
 
 	KVBytesPerTokenPerGPU int64 `json:"kv_bytes_per_token_per_gpu"` // one TP rank's share
-	// Overhead broken down (per GPU); OverheadBytes is their sum.
-	ActivationBytes     int64 `json:"activation_bytes"`       // forward pass of MaxNumBatchedTokens tokens
-	SamplerBytes        int64 `json:"sampler_bytes"`          // fp32 logits of MaxNumSeqs sequences
-	RuntimeBytes        int64 `json:"runtime_bytes"`          // non-torch memory, CUDA graphs (calibrated constant)
+
+	// The parts of the activation peak (per GPU). vLLM's profile_run runs
+	// the forward pass and then the sampler, so the torch peak is the larger
+	// of the two phases, not their sum (see ActivationPeakBytes).
+	ActivationBytes int64 `json:"activation_bytes"` // forward pass of MaxNumBatchedTokens tokens
+	SamplerBytes    int64 `json:"sampler_bytes"`    // sampler dummy run: MaxNumSeqs x vocab logits, plus the forward's hidden states
+	// RuntimeBytes is NonTorchBytes + CUDAGraphBytes.
+	//
+	// Deprecated: it was a calibrated constant; read Memory.NonTorchBytes
+	// and Memory.CUDAGraphBytes.
+	RuntimeBytes        int64 `json:"runtime_bytes"`
 	MaxNumSeqs          int   `json:"max_num_seqs"`           // as used (defaults resolved)
 	MaxNumBatchedTokens int   `json:"max_num_batched_tokens"` // as used (defaults resolved)
+
+	// TotalMemoryBytes is the CUDA total the sizing started from, after the
+	// ECC override; ECC says whether ECC is on (HBM cards: always).
+	TotalMemoryBytes int64 `json:"total_memory_bytes"`
+	ECC              bool  `json:"ecc"`
+	// CUDAGraphs is the capture plan whose memory vLLM estimates (zero with
+	// EnforceEager).
+	CUDAGraphs CUDAGraphEstimate `json:"cuda_graphs"`
+
+	// Memory is vLLM's determine_available_memory split, per GPU: the five
+	// parts after RequestedBytes add up to it exactly.
+	Memory MemoryBreakdown `json:"memory"`
+}
+
+// MemoryBreakdown is one GPU's memory as vLLM's profiler splits it
+// (vllm/v1/worker/gpu_worker.py Worker.determine_available_memory):
+//
+//	RequestedBytes = WeightsBytes + ActivationPeakBytes + NonTorchBytes + CUDAGraphBytes + KVBytes
+type MemoryBreakdown struct {
+	RequestedBytes      int64 `json:"requested_bytes"`       // total_memory x gpu_memory_utilization
+	WeightsBytes        int64 `json:"weights_bytes"`         // model_memory_usage, weights / TP
+	ActivationPeakBytes int64 `json:"activation_peak_bytes"` // torch peak increase of profile_run
+	NonTorchBytes       int64 `json:"non_torch_bytes"`       // non-torch increase since the init snapshot
+	CUDAGraphBytes      int64 `json:"cuda_graph_bytes"`      // profile_cudagraph_memory's estimate (0 with enforce_eager)
+	KVBytes             int64 `json:"kv_bytes"`              // the remainder: available KV cache memory
 }

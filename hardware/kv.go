@@ -13,29 +13,8 @@ const (
 	GiB = 1 << 30
 )
 
-// Overhead model (per GPU), beyond weights and KV cache. vLLM profiles a
-// forward pass and subtracts its peak; we estimate the same three parts:
-//
-//   - activations of one forward pass over max_num_batched_tokens tokens:
-//     tokens x (3 x intermediate / TP + 4 x hidden) x 2 bytes (the gated MLP's
-//     gate, up and activated tensors plus a few hidden-sized residuals);
-//   - the sampler's dummy run: max_num_seqs x vocab fp32 logits, twice
-//     (logits and one softmax-sized temporary);
-//   - a runtime constant (non-torch memory: CUDA context growth, cuBLAS
-//     workspaces, allocator slack, CUDA graph pools), plus NCCL and custom
-//     all-reduce buffers when TP > 1.
-//
-// RuntimeOverheadBytes is calibrated on the measured anchor in
-// notes/domain.md (RTX 4090, Llama-3.1-8B bf16, utilization 0.9: 2,588 blocks,
-// 41,408 tokens), which it reproduces exactly; with it the notes' Qwen3-4B
-// figures for seven GPUs from 16 to 141 GB agree within 3%. TPCommBytes is an
-// estimate, not calibrated.
-const (
-	RuntimeOverheadBytes = int64(4 * GiB / 5) // 0.80 GiB
-	TPCommBytes          = int64(256 * MiB)
-	// defaultVocab is assumed for the sampler when a Model has no VocabSize.
-	defaultVocab = 128256
-)
+// defaultVocab is assumed for the sampler when a Model has no VocabSize.
+const defaultVocab = 128256
 
 // Defaults applied by SizeKV to zero fields of a Deployment.
 const (
@@ -94,12 +73,18 @@ func WeightsBytes(m Model, w DType) int64 {
 	return int64((params-emb)*perParam + emb*2)
 }
 
-// SizeKV sizes one replica's KV cache the way vLLM's profiler does:
+// SizeKV sizes one replica's KV cache the way vLLM's start-up profiler does
+// (vllm/v1/worker/gpu_worker.py Worker.determine_available_memory; the
+// mechanisms are in profile.go), per GPU:
 //
-//	usable   = GPU memory (CUDA total) x gpu_memory_utilization
-//	KV bytes = usable - weights / TP - overhead          (per GPU)
-//	blocks   = floor(KV bytes / (block_size x KV bytes per token per GPU))
-//	tokens   = blocks x block_size
+//	requested = CUDA total memory (after the ECC override) x gpu_memory_utilization
+//	KV bytes  = requested - weights / TP
+//	            - torch activation peak (max of a max_num_batched_tokens forward
+//	              and the sampler's dummy run over max_num_seqs requests)
+//	            - non-torch memory (kernel images, cuBLAS workspace, NCCL with TP > 1)
+//	            - CUDA graph estimate (FULL_AND_PIECEWISE; 0 with EnforceEager)
+//	blocks    = floor(KV bytes / (block_size x KV bytes per token per GPU))
+//	tokens    = blocks x block_size
 //
 // KV bytes per token per GPU = 2 x layers x kv_heads_per_gpu x head_dim x KV
 // dtype bytes, with kv_heads_per_gpu = kv_heads / TP when kv_heads >= TP and 1
@@ -114,12 +99,14 @@ func WeightsBytes(m Model, w DType) int64 {
 //
 // Zero fields take defaults: weights bf16, KV cache bf16 ("auto"), TP 1,
 // gpu_memory_utilization 0.9, block_size 16, max_num_seqs and
-// max_num_batched_tokens as vLLM picks them for the GPU. MaxModelLen 0 is not
-// checked (vLLM would use the model's max position, which often exceeds the
-// KV cache of small cards: set it explicitly).
+// max_num_batched_tokens as vLLM picks them for the GPU, ECC as the card
+// ships, CUDA graphs on. MaxModelLen 0 is not checked (vLLM would use the
+// model's max position, which often exceeds the KV cache of small cards: set
+// it explicitly).
 //
-// Errors: invalid fields; *NoFitError when the weights and overhead leave no
-// room for a block; *MaxModelLenError when MaxModelLen tokens do not fit.
+// Errors: invalid fields (an ECC override the card cannot take among them);
+// *NoFitError when the weights and overhead leave no room for a block;
+// *MaxModelLenError when MaxModelLen tokens do not fit.
 func SizeKV(d Deployment) (KVSizing, error) {
 	d, err := withDeploymentDefaults(d)
 	if err != nil {
@@ -177,6 +164,9 @@ func withDeploymentDefaults(d Deployment) (Deployment, error) {
 	if d.MaxNumBatchedTokens == 0 {
 		d.MaxNumBatchedTokens = batched
 	}
+	if _, _, err := TotalMemory(d.GPU, d.ECC); err != nil {
+		return d, fmt.Errorf("ecc: %w", err)
+	}
 	m, tp := d.Model, d.TensorParallelSize
 	switch {
 	case !(d.GPUMemoryUtilization > 0 && d.GPUMemoryUtilization <= 1):
@@ -216,30 +206,33 @@ func size(d Deployment) KVSizing {
 	}
 	perTokenGPU := int64(math.Ceil(float64(perLayer) * layers))
 
-	width := m.IntermediateSize
-	if width == 0 {
-		width = 4 * m.HiddenSize
-	}
-	vocab := m.VocabSize
-	if vocab == 0 {
-		vocab = defaultVocab
-	}
+	total, eccOn, _ := TotalMemory(d.GPU, d.ECC) // checked in withDeploymentDefaults
 	s := KVSizing{
 		KVBytesPerToken:       perTokenGPU * tp,
 		KVBytesPerTokenPerGPU: perTokenGPU,
 		WeightsBytes:          ceilDiv(WeightsBytes(m, d.WeightsDType), tp),
-		UsableBytes:           int64(float64(d.GPU.MemoryBytes) * d.GPUMemoryUtilization),
-		ActivationBytes:       int64(d.MaxNumBatchedTokens) * (3*int64(width)/tp + 4*int64(m.HiddenSize)) * 2,
-		SamplerBytes:          int64(d.MaxNumSeqs) * int64(vocab) * 4 * 2,
-		RuntimeBytes:          RuntimeOverheadBytes,
+		UsableBytes:           requestedBytes(total, d.GPUMemoryUtilization),
+		ActivationBytes:       forwardActivationBytes(m, tp, d.MaxNumBatchedTokens),
+		SamplerBytes:          samplerRunBytes(m, d.MaxNumSeqs, d.MaxNumBatchedTokens),
 		MaxNumSeqs:            d.MaxNumSeqs,
 		MaxNumBatchedTokens:   d.MaxNumBatchedTokens,
+		TotalMemoryBytes:      total,
+		ECC:                   eccOn,
 	}
-	if tp > 1 {
-		s.RuntimeBytes += TPCommBytes
+	if !d.EnforceEager {
+		s.CUDAGraphs = cudaGraphEstimate(m, tp, d.MaxNumSeqs, d.MaxNumBatchedTokens)
 	}
-	s.OverheadBytes = s.ActivationBytes + s.SamplerBytes + s.RuntimeBytes
+	s.Memory = MemoryBreakdown{
+		RequestedBytes:      s.UsableBytes,
+		WeightsBytes:        s.WeightsBytes,
+		ActivationPeakBytes: activationPeakBytes(s.ActivationBytes, s.SamplerBytes),
+		NonTorchBytes:       nonTorchBytes(d.TensorParallelSize),
+		CUDAGraphBytes:      s.CUDAGraphs.Bytes,
+	}
+	s.RuntimeBytes = s.Memory.NonTorchBytes + s.Memory.CUDAGraphBytes
+	s.OverheadBytes = s.Memory.ActivationPeakBytes + s.RuntimeBytes
 	s.KVBytes = s.UsableBytes - s.WeightsBytes - s.OverheadBytes
+	s.Memory.KVBytes = s.KVBytes
 	if s.KVBytes > 0 {
 		s.KVBlocksPerReplica = int(s.KVBytes / (int64(d.BlockSize) * perTokenGPU))
 		s.KVTokensPerReplica = s.KVBlocksPerReplica * d.BlockSize

@@ -29,6 +29,10 @@ type kvOptions struct {
 	Context              int
 	Sessions             int
 	Replicas             int
+	MaxNumSeqs           int
+	MaxNumBatchedTokens  int
+	ECC                  string
+	EnforceEager         bool
 	JSON                 bool
 	// probe lists local GPUs for --gpu auto; hardware.Probe outside tests.
 	probe func() ([]hardware.DetectedGPU, error)
@@ -42,9 +46,13 @@ func newKVCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kv",
 		Short: "Size the KV cache of a vLLM replica (tokens and blocks) and check sessions x context",
-		Long: `Size one vLLM replica's KV cache the way vLLM does at start-up: usable memory
-(CUDA total x gpu_memory_utilization) minus weights and an overhead model
-(activations, sampler, runtime), in blocks of block_size tokens.
+		Long: `Size one vLLM replica's KV cache the way vLLM's start-up profiler does
+(gpu_worker.py determine_available_memory): requested memory (CUDA total, less
+1/16 with --ecc on for a GDDR card, x gpu_memory_utilization) minus the weights,
+the torch activation peak (a max_num_batched_tokens forward, or the sampler's
+dummy run over max_num_seqs requests), non-torch memory (kernel images, cuBLAS
+workspace, NCCL with tensor parallelism) and vLLM's CUDA graph estimate (none
+with --enforce-eager), in blocks of block_size tokens.
 
 With --context and --sessions it applies the rule of thumb: concurrent sessions x
 their typical context must stay below the KV cache of the whole farm
@@ -53,11 +61,14 @@ their typical context must stay below the KV cache of the whole farm
 --gpu auto reads the local GPU through NVML (and fails without the driver).
 JSON keys: kv_tokens_per_replica, kv_blocks_per_replica, kv_bytes_per_token,
 weights_bytes, fits and sessions_that_fit (null without --context/--sessions),
-plus the breakdown.`,
+and "memory": {requested_bytes, weights_bytes, activation_peak_bytes,
+non_torch_bytes, cuda_graph_bytes, kv_bytes}, per GPU, whose last five add up to
+requested_bytes.`,
 		Example: `  warden kv --gpu "RTX A4000" --model Qwen/Qwen3-4B-Instruct-2507
   warden kv --gpu a4000 --model qwen3-4b --replicas 4 --context 13000 --sessions 16
   warden kv --gpu 5090 --model gemma-3-27b-it --weights-dtype int4 --max-model-len 65536 --json
   warden kv --gpu h100 --model llama-3.1-70b --tensor-parallel-size 4
+  warden kv --gpu a4000 --model qwen3-4b --max-num-seqs 32 --ecc on --enforce-eager
   warden kv --gpu auto --model-config ./my-model/config.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -77,6 +88,10 @@ plus the breakdown.`,
 	f.IntVar(&opts.Context, "context", 0, "typical context of one session, in tokens (with --sessions)")
 	f.IntVar(&opts.Sessions, "sessions", 0, "concurrent sessions (with --context)")
 	f.IntVar(&opts.Replicas, "replicas", 1, "replicas in the farm (data_parallel_size)")
+	f.IntVar(&opts.MaxNumSeqs, "max-num-seqs", 0, "vLLM's --max-num-seqs (0: vLLM's default for the GPU, 256 or 1024)")
+	f.IntVar(&opts.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "vLLM's --max-num-batched-tokens (0: vLLM's default for the GPU, 2048 or 8192)")
+	f.StringVar(&opts.ECC, "ecc", "", "ECC mode: on or off (default: as the card ships; ECC on costs a GDDR card 1/16 of its memory)")
+	f.BoolVar(&opts.EnforceEager, "enforce-eager", false, "vLLM's --enforce-eager: no CUDA graphs, so no CUDA graph memory is reserved")
 	f.BoolVar(&opts.JSON, "json", false, "print JSON")
 	cmd.MarkFlagsMutuallyExclusive("model", "model-config")
 	cmd.MarkFlagsRequiredTogether("context", "sessions")
@@ -97,6 +112,7 @@ type kvReport struct {
 	BlockSize            int     `json:"block_size"`
 	MaxModelLen          int     `json:"max_model_len,omitempty"`
 	Replicas             int     `json:"replicas"`
+	EnforceEager         bool    `json:"enforce_eager"`
 	hardware.KVSizing
 	FarmKVTokens int `json:"farm_kv_tokens"`
 	// Rule of thumb; null when --context/--sessions are not given.
@@ -133,6 +149,9 @@ func (o *kvOptions) validate() error {
 	if o.Replicas < 1 {
 		errs = append(errs, fmt.Sprintf("--replicas must be >= 1, got %d", o.Replicas))
 	}
+	if o.MaxNumSeqs < 0 || o.MaxNumBatchedTokens < 0 {
+		errs = append(errs, fmt.Sprintf("--max-num-seqs and --max-num-batched-tokens must be >= 1 (or 0 for vLLM's default), got %d and %d", o.MaxNumSeqs, o.MaxNumBatchedTokens))
+	}
 	if (o.Context != 0 || o.Sessions != 0) && (o.Context < 1 || o.Sessions < 1) {
 		errs = append(errs, fmt.Sprintf("--context and --sessions must both be >= 1, got %d and %d", o.Context, o.Sessions))
 	}
@@ -166,6 +185,10 @@ func sizeReport(opts *kvOptions) (*kvReport, error) {
 	if err != nil || kvd == hardware.INT4 {
 		return nil, fmt.Errorf("--kv-cache-dtype: want auto, bf16 or fp8, got %q", opts.KVCacheDType)
 	}
+	ecc, err := hardware.ParseECC(opts.ECC)
+	if err != nil {
+		return nil, fmt.Errorf("--ecc: %w", err)
+	}
 	gpu, detected, err := resolveGPU(opts)
 	if err != nil {
 		return nil, err
@@ -186,9 +209,16 @@ func sizeReport(opts *kvOptions) (*kvReport, error) {
 		GPUMemoryUtilization: opts.GPUMemoryUtilization,
 		BlockSize:            opts.BlockSize,
 		MaxModelLen:          opts.MaxModelLen,
+		MaxNumSeqs:           opts.MaxNumSeqs,
+		MaxNumBatchedTokens:  opts.MaxNumBatchedTokens,
+		ECC:                  ecc,
+		EnforceEager:         opts.EnforceEager,
 	}
 	s, err := hardware.SizeKV(d)
 	if err != nil {
+		if ecc != nil && strings.HasPrefix(err.Error(), "ecc: ") {
+			return nil, fmt.Errorf("--ecc %s: %w", opts.ECC, errors.Unwrap(err))
+		}
 		return nil, err
 	}
 	if weights == "" {
@@ -205,6 +235,7 @@ func sizeReport(opts *kvOptions) (*kvReport, error) {
 		WeightsDType: string(weights), KVCacheDType: string(kvd),
 		TensorParallelSize: opts.TensorParallelSize, GPUMemoryUtilization: opts.GPUMemoryUtilization,
 		BlockSize: opts.BlockSize, MaxModelLen: opts.MaxModelLen, Replicas: opts.Replicas,
+		EnforceEager: opts.EnforceEager,
 		KVSizing:     s,
 		FarmKVTokens: s.KVTokensPerReplica * opts.Replicas,
 		Sessions:     opts.Sessions, ContextTokens: opts.Context,
@@ -255,11 +286,45 @@ func printKV(out io.Writer, r *kvReport) error {
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "KV bytes per token\t%s\t(per GPU: %s)\n", kib(r.KVBytesPerToken), kib(r.KVBytesPerTokenPerGPU))
-	fmt.Fprintf(tw, "usable per GPU\t%s\t(%s x %g)\n", gib(r.UsableBytes), gib(r.gpuMemoryBytes), r.GPUMemoryUtilization)
-	fmt.Fprintf(tw, "weights per GPU\t%s\n", gib(r.WeightsBytes))
-	fmt.Fprintf(tw, "overhead per GPU\t%s\t(activations %s, sampler %s, runtime %s)\n",
-		gib(r.OverheadBytes), gib(r.ActivationBytes), gib(r.SamplerBytes), gib(r.RuntimeBytes))
-	fmt.Fprintf(tw, "KV cache per GPU\t%s\n", gib(r.KVBytes))
+	fmt.Fprintf(tw, "scheduler\tmax_num_seqs %d, max_num_batched_tokens %d\n", r.MaxNumSeqs, r.MaxNumBatchedTokens)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	m := r.Memory
+	ecc := "ECC off"
+	if r.ECC {
+		ecc = "ECC on"
+	}
+	nonTorch := "kernel images, cuBLAS workspace"
+	if r.TensorParallelSize > 1 {
+		nonTorch += ", NCCL buffers"
+	}
+	graphs := "--enforce-eager: none"
+	if g := r.CUDAGraphs; g.Mode != "" {
+		graphs = fmt.Sprintf("%s: %d piecewise + %d full graphs up to %d tokens", g.Mode, g.PiecewiseGraphs, g.FullGraphs, g.LargestSize)
+	}
+	fmt.Fprintln(out, "\nmemory per GPU (vLLM's determine_available_memory)")
+	for _, row := range []struct {
+		label string
+		bytes int64
+		note  string
+	}{
+		{"requested", m.RequestedBytes, fmt.Sprintf("%s CUDA total, %s, x %g", gib(r.TotalMemoryBytes), ecc, r.GPUMemoryUtilization)},
+		{"- weights", m.WeightsBytes, ""},
+		{"- activation peak", m.ActivationPeakBytes, fmt.Sprintf("forward of %s tokens %s; sampler run over %s seqs %s",
+			thousands(r.MaxNumBatchedTokens), gib(r.ActivationBytes), thousands(min(r.MaxNumSeqs, r.MaxNumBatchedTokens)), gib(r.SamplerBytes))},
+		{"- non-torch", m.NonTorchBytes, nonTorch},
+		{"- CUDA graphs", m.CUDAGraphBytes, graphs},
+		{"= KV cache", m.KVBytes, ""},
+	} {
+		line := fmt.Sprintf("  %-18s %10s", row.label, gib(row.bytes))
+		if row.note != "" {
+			line += "  (" + row.note + ")"
+		}
+		fmt.Fprintln(out, line)
+	}
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "KV blocks per replica\t%s\n", thousands(r.KVBlocksPerReplica))
 	fmt.Fprintf(tw, "KV tokens per replica\t%s\n", thousands(r.KVTokensPerReplica))
 	fmt.Fprintf(tw, "KV tokens, farm\t%s\t(%d replica(s), %d GPU(s))\n", thousands(r.FarmKVTokens), r.Replicas, r.Replicas*r.TensorParallelSize)
