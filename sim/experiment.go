@@ -424,10 +424,13 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 	sorted := slices.Clone(w.ttfbs)
 	slices.Sort(sorted)
 	d.ttfbP50, d.ttfbP95 = quantile(sorted, 0.5), quantile(sorted, 0.95)
+	var admitQ, admitH int64
 	for i := range r.reps {
 		a, b := s.engines[i], t.engines[i]
 		d.queries += b.queries - a.queries
 		d.hits += b.hits - a.hits
+		admitQ += b.admitQueries - a.admitQueries
+		admitH += b.admitHits - a.admitHits
 		d.outputTokens += b.generationTokens - a.generationTokens
 		d.prefillComputed += b.prefillComputed - a.prefillComputed
 		d.prefillAbandoned += b.prefillAbandoned - a.prefillAbandoned
@@ -459,6 +462,7 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 		row.Replicas = append(row.Replicas, rr)
 	}
 
+	row.AdmissionHitPct = Float(pct(admitH, admitQ))
 	if winMs <= 0 {
 		nan := Float(math.NaN())
 		row.SessionsPerHour, row.OutputTokensPerMin, row.TTFBP50, row.TTFBP95 = nan, nan, nan, nan

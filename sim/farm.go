@@ -32,12 +32,15 @@ import (
 //
 // Zero values mean "the default" (vLLM's where vLLM has one).
 type FarmSpec struct {
-	Name               string      `yaml:"name"`
-	Model              string      `yaml:"model"`
-	ModelConfig        string      `yaml:"model_config"`
-	WeightsDType       string      `yaml:"weights_dtype"`
-	KVCacheDType       string      `yaml:"kv_cache_dtype"`
-	GPU                string      `yaml:"gpu"`
+	Name         string `yaml:"name"`
+	Model        string `yaml:"model"`
+	ModelConfig  string `yaml:"model_config"`
+	WeightsDType string `yaml:"weights_dtype"`
+	KVCacheDType string `yaml:"kv_cache_dtype"`
+	GPU          string `yaml:"gpu"`
+	// ECC is on, off or empty (as the card ships, hardware's catalogue):
+	// ECC on a GDDR card costs 1/16 of its memory.
+	ECC                string      `yaml:"ecc"`
 	Replicas           int         `yaml:"replicas"`
 	TensorParallelSize int         `yaml:"tensor_parallel_size"`
 	VLLM               VLLMSpec    `yaml:"vllm"`
@@ -428,6 +431,10 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 		return nil, err
 	}
 
+	ecc, err := hardware.ParseECC(s.ECC)
+	if err != nil {
+		return nil, bad("ecc", "%v", err)
+	}
 	kvDType := hardware.DType(s.KVCacheDType)
 	if s.KVCacheDType == "auto" {
 		kvDType = hardware.BF16
@@ -443,6 +450,7 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 		MaxModelLen:          v.MaxModelLen,
 		MaxNumSeqs:           v.MaxNumSeqs,
 		MaxNumBatchedTokens:  v.MaxNumBatchedTokens,
+		ECC:                  ecc,
 	}
 	sizing, err := hardware.SizeKV(dep)
 	if err != nil && v.NumGPUBlocks == 0 {

@@ -26,20 +26,24 @@ type Report struct {
 // KPIs of metrics/kpi.promql evaluated over the step's window against the
 // simulated series; the rest are counted directly.
 type Row struct {
-	Strategy           string       `json:"strategy"`
-	Sessions           int          `json:"sessions"` // concurrent sessions (closed loop) or sessions in the trace (open loop)
-	SessionsPerHour    Float        `json:"sessions_per_hour"`
-	OutputTokensPerMin Float        `json:"output_tokens_per_min"`
-	TTFBP50            Float        `json:"ttfb_p50_s"`
-	TTFBP95            Float        `json:"ttfb_p95_s"`
-	ReplicasBusy       Float        `json:"replicas_busy"`
-	PrefixHitPct       Float        `json:"prefix_hit_pct"`
-	StayedPct          Float        `json:"stayed_pct"`
-	MissTokens         MissTokens   `json:"miss_tokens"`
-	Replicas           []ReplicaRow `json:"replicas"`
-	DurationS          Float        `json:"duration_s"`
-	Finished           int64        `json:"finished"`   // requests finished in the step
-	Unfinished         int64        `json:"unfinished"` // cut at the end of the last step, or rejected
+	Strategy           string `json:"strategy"`
+	Sessions           int    `json:"sessions"` // concurrent sessions (closed loop) or sessions in the trace (open loop)
+	SessionsPerHour    Float  `json:"sessions_per_hour"`
+	OutputTokensPerMin Float  `json:"output_tokens_per_min"`
+	TTFBP50            Float  `json:"ttfb_p50_s"`
+	TTFBP95            Float  `json:"ttfb_p95_s"`
+	ReplicasBusy       Float  `json:"replicas_busy"`
+	PrefixHitPct       Float  `json:"prefix_hit_pct"` // vLLM's counters (vllm:prefix_cache_*), as the version counts them
+	// AdmissionHitPct counts every request once, at its first admission:
+	// the true hit rate. It equals PrefixHitPct from vLLM 0.24 on; before,
+	// the counters also counted every failed lookup of a blocked request.
+	AdmissionHitPct Float        `json:"admission_hit_pct"`
+	StayedPct       Float        `json:"stayed_pct"`
+	MissTokens      MissTokens   `json:"miss_tokens"`
+	Replicas        []ReplicaRow `json:"replicas"`
+	DurationS       Float        `json:"duration_s"`
+	Finished        int64        `json:"finished"`   // requests finished in the step
+	Unfinished      int64        `json:"unfinished"` // cut at the end of the last step, or rejected
 	// Censored counts the requests still waiting for their first token
 	// when the step's window closed: their TTFB counts in this step with
 	// the wait they had then.
