@@ -134,7 +134,10 @@ type RoutingSpec struct {
 	Strategy       string   `yaml:"strategy"`        // hash | least-loaded | affinity
 	SpillThreshold string   `yaml:"spill_threshold"` // auto | N
 	SessionTTL     Duration `yaml:"session_ttl"`
-	MaxSessions    int      `yaml:"max_sessions"`
+	// ActiveWindow: a session counts as load (conversations held) while
+	// seen within it; 0 means placement's default.
+	ActiveWindow Duration `yaml:"active_window"`
+	MaxSessions  int      `yaml:"max_sessions"`
 }
 
 // Duration is a time.Duration written as "30m", "1s" or "100us" in YAML.
@@ -416,6 +419,9 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	}
 	if r.SessionTTL < 0 {
 		return nil, bad("routing.session_ttl", "must be > 0")
+	}
+	if r.ActiveWindow < 0 {
+		return nil, bad("routing.active_window", "must be >= 0 (0 = default %s)", placement.DefaultActiveWindow)
 	}
 	if r.MaxSessions < 0 {
 		return nil, bad("routing.max_sessions", "must be >= 0 (0 = default), got %d", r.MaxSessions)

@@ -102,9 +102,10 @@ type driver interface {
 
 func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, error) {
 	cfg := placement.Config{
-		Spill:       spill,
-		SessionTTL:  time.Duration(f.Spec.Routing.SessionTTL),
-		MaxSessions: f.Spec.Routing.MaxSessions,
+		Spill:        spill,
+		SessionTTL:   time.Duration(f.Spec.Routing.SessionTTL),
+		ActiveWindow: time.Duration(f.Spec.Routing.ActiveWindow),
+		MaxSessions:  f.Spec.Routing.MaxSessions,
 	}
 	pol, err := placement.New(strategy, cfg)
 	if err != nil {
@@ -489,6 +490,7 @@ func (r *run) refreshSnapshot() {
 func (r *run) scrape() {
 	r.refreshSnapshot()
 	if r.table != nil {
+		r.table.Advance(time.UnixMicro(r.now)) // the active counts as of now, not of the last pick
 		r.table.Fill(&r.snap)
 	}
 	r.rec.append(r.now / usPerMs)

@@ -1,0 +1,192 @@
+package sim
+
+import (
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lm-warden/warden/traces"
+)
+
+var validateSeeds = flag.Int("validate-seeds", 3, "seeds averaged by TestValidationAgainstPublished")
+
+// publishedRow is one row of testdata/validation/published-*.csv: LM
+// Warden's published benchmark, 4 x RTX A4000, 4 October 2026.
+type publishedRow struct {
+	strategy string
+	sessions int
+	cols     map[string]float64 // by column name; absent when the cell is empty
+}
+
+func readPublished(t *testing.T, path string) []publishedRow {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	head := recs[0]
+	var rows []publishedRow
+	for li, rec := range recs[1:] {
+		row := publishedRow{strategy: rec[0], cols: map[string]float64{}}
+		if row.sessions, err = strconv.Atoi(rec[1]); err != nil {
+			t.Fatalf("%s:%d: sessions: %v", path, li+2, err)
+		}
+		for i := 2; i < len(rec); i++ {
+			if rec[i] == "" {
+				continue
+			}
+			v, err := strconv.ParseFloat(rec[i], 64)
+			if err != nil {
+				t.Fatalf("%s:%d: %s: %v", path, li+2, head[i], err)
+			}
+			row.cols[head[i]] = v
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// validationTolerance is how far a simulated cell may drift from the
+// published one, for the columns that are checked.
+var validationTolerance = map[string]struct {
+	abs, rel float64 // points, or a fraction of the published figure
+}{
+	"prefix_hit_pct":        {abs: 5},
+	"ttfb_p50_s":            {rel: 0.35},
+	"output_tokens_per_min": {rel: 0.15},
+}
+
+// knownGaps are cells that the simulator's mechanisms do not bring within
+// tolerance, with the reason. They are printed, never closed by fitting.
+var knownGaps = map[string]string{
+	// vLLM's own balancer. In the model the engines' counts reach the API
+	// servers within 100 ms of a step's end and the Go bench reuses its
+	// most recent keep-alive connection, so a session's next turn finds
+	// its own engine the only one whose count dropped and goes back to it
+	// (~80 % of later turns). The published run moved most turns and
+	// recomputed most prompts (TTFB p50 ~2 s). With a new connection per
+	// request (workload connections: request) the model keeps 72 % hits
+	// at 4 sessions: closer, still outside. Which client connection
+	// mapping and stats timing the published run had is not known.
+	gapKey("least-loaded", 4, "prefix_hit_pct"):        "balancer returns sessions to their engine (see knownGaps)",
+	gapKey("least-loaded", 8, "prefix_hit_pct"):        "balancer returns sessions to their engine (see knownGaps)",
+	gapKey("least-loaded", 4, "ttfb_p50_s"):            "follows the hit gap: prompts are served from cache",
+	gapKey("least-loaded", 8, "ttfb_p50_s"):            "follows the hit gap: prompts are served from cache",
+	gapKey("least-loaded", 4, "output_tokens_per_min"): "decode step time (roofline defaults, not fitted) plus the hit gap",
+	gapKey("least-loaded", 8, "output_tokens_per_min"): "decode step time (roofline defaults, not fitted) plus the hit gap",
+	// The roofline's default efficiencies (0.8 of bandwidth, 100 us per
+	// step) make an A4000 decode 256 tokens faster than the published run
+	// did; warden calibrate fits them from a farm's histograms, and fitting
+	// them to this table is what this test forbids.
+	gapKey("affinity", 4, "output_tokens_per_min"): "decode step time: default roofline efficiencies, not calibrated on an A4000",
+	gapKey("affinity", 8, "output_tokens_per_min"): "decode step time: default roofline efficiencies, not calibrated on an A4000",
+	// At 8 sessions (2 per engine) the published p50 includes queueing
+	// behind the other session's prefill that a faster simulated decode
+	// shortens.
+	gapKey("affinity", 8, "ttfb_p50_s"): "faster simulated decode shortens the queue behind the other session on the engine",
+}
+
+func gapKey(strategy string, sessions int, col string) string {
+	return fmt.Sprintf("%s/%d/%s", strategy, sessions, col)
+}
+
+// TestValidationAgainstPublished simulates the published benchmark's setup
+// (testdata/validation: farm, workload, 3-minute steps of 4 then 8
+// sessions, vLLM's own balancer then affinity), averaged over seeds, and
+// compares every column with the published rows. `make validate` runs it
+// verbosely: the side-by-side table is its log.
+func TestValidationAgainstPublished(t *testing.T) {
+	dir := filepath.Join("testdata", "validation")
+	pub := readPublished(t, filepath.Join(dir, "published-4xa4000-rows-4-8.csv"))
+	farm, err := LoadFarm(filepath.Join(dir, "farm.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := traces.LoadWorkload(filepath.Join(dir, "workload.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := []string{"sessions_per_hour", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s", "replicas_busy", "prefix_hit_pct", "stayed_pct"}
+	sum := map[string]float64{}
+	n := max(*validateSeeds, 1)
+	for seed := 1; seed <= n; seed++ {
+		rep, err := Run(context.Background(), Experiment{Farm: farm, Workload: w, Sessions: []int{4, 8}, Duration: 3 * time.Minute, Seed: uint64(seed)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range rep.Rows {
+			for _, c := range cols {
+				sum[gapKey(row.Strategy, row.Sessions, c)] += rowColumn(row, c) / float64(n)
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "simulated (mean of %d seeds) vs published, %s\n", n, farm.Name())
+	fmt.Fprintf(&b, "%-14s %-3s %-22s %10s %10s %9s  %s\n", "strategy", "n", "column", "simulated", "published", "off by", "check")
+	for _, p := range pub {
+		for _, c := range cols {
+			want, ok := p.cols[c]
+			if !ok {
+				continue
+			}
+			got := sum[gapKey(p.strategy, p.sessions, c)]
+			off := fmt.Sprintf("%+.1f%%", 100*(got-want)/want)
+			if c == "prefix_hit_pct" || c == "stayed_pct" {
+				off = fmt.Sprintf("%+.1f pt", got-want)
+			}
+			check := "-"
+			if tol, checked := validationTolerance[c]; checked {
+				in := (tol.abs > 0 && math.Abs(got-want) <= tol.abs) || (tol.rel > 0 && math.Abs(got-want) <= tol.rel*want)
+				reason, gap := knownGaps[gapKey(p.strategy, p.sessions, c)]
+				switch {
+				case in && gap:
+					check = "ok (listed as a gap: remove it)"
+					t.Errorf("%s/%d %s: within tolerance but listed as a known gap", p.strategy, p.sessions, c)
+				case in:
+					check = "ok"
+				case gap:
+					check = "KNOWN GAP: " + reason
+				default:
+					check = "FAIL"
+					t.Errorf("%s/%d %s: simulated %.3g, published %.3g (%s)", p.strategy, p.sessions, c, got, want, off)
+				}
+			}
+			fmt.Fprintf(&b, "%-14s %-3d %-22s %10.3g %10.3g %9s  %s\n", p.strategy, p.sessions, c, got, want, off, check)
+		}
+	}
+	t.Log("\n" + b.String())
+}
+
+// rowColumn is one headline column of a row, by its JSON name.
+func rowColumn(r Row, col string) float64 {
+	switch col {
+	case "sessions_per_hour":
+		return float64(r.SessionsPerHour)
+	case "output_tokens_per_min":
+		return float64(r.OutputTokensPerMin)
+	case "ttfb_p50_s":
+		return float64(r.TTFBP50)
+	case "ttfb_p95_s":
+		return float64(r.TTFBP95)
+	case "replicas_busy":
+		return float64(r.ReplicasBusy)
+	case "prefix_hit_pct":
+		return float64(r.PrefixHitPct)
+	case "stayed_pct":
+		return float64(r.StayedPct)
+	}
+	panic("unknown column " + col)
+}
