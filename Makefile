@@ -6,7 +6,7 @@ BIN := bin/warden
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help build run test test-deps vet lint fmt bench fuzz loop clean
+.PHONY: help build run test test-deps vet lint fmt bench fuzz loop validate clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ test: test-deps vet ## vet, gofmt check, and every test under -race
 	$(GO) test -count=1 -run 'TestLoopAffinityBeatsBalancer' ./bench/
 	$(GO) test -count=1 -run 'TestAgainstRealPrometheus' ./calibrate/
 	SHORT=1 scripts/loop.sh >/dev/null
+
+validate: ## the simulator against real vLLM's published rows (sim/testdata/validation), side by side
+	@$(GO) test -count=1 -run '^TestValidationAgainstPublished$$' -v ./sim/ | grep -v '^=== RUN'
 
 loop: ## the whole loop on one machine: emulate, proxy, bench, sim, compare
 	scripts/loop.sh
