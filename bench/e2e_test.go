@@ -16,6 +16,7 @@ import (
 	"github.com/lm-warden/warden/metrics/promtest"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/traces"
 )
 
 // loop is the whole loop on loopback: an emulated farm, a warden proxy in
@@ -102,6 +103,18 @@ const (
 
 var loopSessions = []int{4, 8}
 
+// loopWorkload is the load of the end-to-end runs: the product's sessions
+// with lognormal answers (a lighter stream for the 2-core machines at 20
+// times real time) and no network or API-server time in the model: on
+// loopback the emulator answers at once, and its wall-clock overheads are
+// what the fidelity check measures.
+func loopWorkload() traces.Workload {
+	w := traces.DefaultWorkload()
+	w.OutputTokens = traces.OutputLognormal
+	w.NetworkRTT, w.APIServerTime, w.APIServerPerKToken, w.ClientTurnaround = 0, 0, 0, 0
+	return w
+}
+
 func exampleFarm(t testing.TB) *sim.Farm {
 	t.Helper()
 	f, err := sim.ParseFarm(examples.Default, examples.DefaultName)
@@ -126,7 +139,7 @@ func benchLoop(t *testing.T, l *loop, label string) *Result {
 		murls = append(murls, "http://"+e+"/metrics")
 	}
 	res, err := Run(context.Background(), Config{
-		Target: l.proxy, Sessions: loopSessions, Step: loopStep, Seed: 1, Speed: loopSpeed,
+		Target: l.proxy, Sessions: loopSessions, Step: loopStep, Seed: 1, Speed: loopSpeed, Workload: loopWorkload(),
 		MetricsURLs: murls, ProxyMetricsURL: l.proxyMetrics, PrometheusURL: prom.URL,
 		Label: label, SampleInterval: 50 * time.Millisecond, IgnoreEOS: true,
 	})
@@ -152,9 +165,12 @@ func TestLoopAffinityBeatsBalancer(t *testing.T) {
 		t.Skip("the loop takes about half a minute")
 	}
 	farm := exampleFarm(t)
+	// Affinity off is warden's own least-loaded in front of one emulated
+	// server per replica, not vLLM's data-parallel front end.
+	farm.Spec.Routing.Balancer = sim.BalancerWarden
 	on := benchLoop(t, startLoop(t, farm, loopSpeed, true), placement.StrategyAffinity)
 	off := benchLoop(t, startLoop(t, farm, loopSpeed, false), placement.StrategyLeastLoaded)
-	pred, err := sim.Run(context.Background(), sim.Experiment{Farm: farm, Sessions: loopSessions, Duration: loopStep, Seed: 1})
+	pred, err := sim.Run(context.Background(), sim.Experiment{Farm: farm, Workload: loopWorkload(), Sessions: loopSessions, Duration: loopStep, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,7 @@ type vllmYAML struct {
 type routingYAML struct {
 	Strategy       string       `yaml:"strategy,omitempty"`
 	SpillThreshold string       `yaml:"spill_threshold,omitempty"`
+	Balancer       string       `yaml:"balancer,omitempty"`
 	SessionTTL     sim.Duration `yaml:"session_ttl,omitempty"`
 	ActiveWindow   sim.Duration `yaml:"active_window,omitempty"`
 	MaxSessions    int          `yaml:"max_sessions,omitempty"`
@@ -63,7 +64,7 @@ func MarshalFarmSpec(spec sim.FarmSpec, header []string) ([]byte, error) {
 			BlockSize: s.VLLM.BlockSize, NumGPUBlocks: s.VLLM.NumGPUBlocks, MaxModelLen: s.VLLM.MaxModelLen,
 			Version: s.VLLM.Version, ReserveFullISL: s.VLLM.ReserveFullISL, Watermark: s.VLLM.Watermark,
 			APIServerCount: s.VLLM.APIServerCount, StatsUpdateInterval: s.VLLM.StatsUpdateInterval},
-		Routing:        routingYAML{Strategy: s.Routing.Strategy, SpillThreshold: s.Routing.SpillThreshold, SessionTTL: s.Routing.SessionTTL, ActiveWindow: s.Routing.ActiveWindow, MaxSessions: s.Routing.MaxSessions},
+		Routing:        routingYAML{Strategy: s.Routing.Strategy, SpillThreshold: s.Routing.SpillThreshold, Balancer: s.Routing.Balancer, SessionTTL: s.Routing.SessionTTL, ActiveWindow: s.Routing.ActiveWindow, MaxSessions: s.Routing.MaxSessions},
 		ScrapeInterval: s.ScrapeInterval,
 		StepTime:       s.StepTime,
 	}

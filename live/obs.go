@@ -61,10 +61,18 @@ func newObserver(state func() *routing) *observer {
 	o.laterHome = counter(metrics.WardenLaterTurnsHome, "Later turns served by the session's home.", "model")
 	o.outputTokens = counter(metrics.WardenOutputTokens, "Output tokens reported in responses' usage.", "model")
 	o.promptTokens = counter(seriesPromptTokens, "Prompt tokens reported in responses' usage.", "model")
+	// Classic buckets and a native histogram in one: a Prometheus scraping
+	// with native histograms enabled (protobuf) stores the native one, which
+	// the TTFB KPIs read for quantiles within about 0.5%; any other reads
+	// the classic buckets. The simulator writes the same two
+	// (metrics.Histogram.WithNative).
+	native := metrics.WardenTTFBNative()
 	o.ttfb = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    metrics.WardenTTFB,
-		Help:    "Time from receiving a request to forwarding its first output token (streams) or first body byte.",
-		Buckets: metrics.WardenTTFBBuckets(),
+		Name:                           metrics.WardenTTFB,
+		Help:                           "Time from receiving a request to forwarding its first output token (streams) or first body byte.",
+		Buckets:                        metrics.WardenTTFBBuckets(),
+		NativeHistogramBucketFactor:    native.BucketFactor,
+		NativeHistogramMaxBucketNumber: uint32(native.MaxBuckets),
 	}, []string{"model"})
 	o.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    seriesDuration,

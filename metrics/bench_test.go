@@ -31,6 +31,25 @@ func BenchmarkHistogramAppend(b *testing.B) {
 	}
 }
 
+// BenchmarkNativeHistogramAppend measures one scrape of warden's TTFB
+// histogram with its native histogram, as the simulator writes it.
+func BenchmarkNativeHistogramAppend(b *testing.B) {
+	st := NewStore()
+	h := NewHistogram(st, WardenTTFB, labels.FromStrings(LabelModel, "m"), WardenTTFBBuckets()).WithNative(st, WardenTTFBNative())
+	b.ReportAllocs()
+	t := int64(0)
+	v := 0.3
+	for b.Loop() {
+		t += 1000
+		v = v*1.37 + 0.01
+		if v > 60 {
+			v -= 59.9
+		}
+		h.Observe(v)
+		h.Append(t)
+	}
+}
+
 // BenchmarkKPIValues evaluates every KPI over the last 3 minutes of a farm of
 // 4 engines scraped every second for 30 minutes.
 func BenchmarkKPIValues(b *testing.B) {

@@ -12,7 +12,13 @@
 //     [KPIs], [Expand] and [Evaluator.KPIValues].
 //   - store.go: [Store], an in-memory [storage.Queryable] that the simulator
 //     writes at each simulated scrape ([Store.Series], [Series.Append]);
-//     histogram.go: [Histogram], a classic cumulative histogram on top of it.
+//     histogram.go: [Histogram], a classic cumulative histogram on top of it;
+//     native.go: [NativeHistogram], a Prometheus native histogram as
+//     client_golang makes it (same buckets, bit for bit), which the store
+//     serves to the engine as float-histogram samples.
+//     warden_ttfb_seconds has both ([Histogram.WithNative],
+//     [WardenTTFBNative]), as live mode's client_golang histogram exposes
+//     both; the TTFB KPIs read the native one.
 //   - eval.go: [Evaluator], the embedded PromQL engine (instant, scalar and
 //     range queries).
 //
@@ -26,7 +32,7 @@
 //	hits := st.Series(labels.FromStrings(metrics.LabelName, metrics.VLLMPrefixCacheHits,
 //		metrics.LabelModelName, "m", metrics.LabelEngine, "0"))
 //	ttfb := metrics.NewHistogram(st, metrics.WardenTTFB, labels.FromStrings(metrics.LabelModel, "m"),
-//		metrics.WardenTTFBBuckets())
+//		metrics.WardenTTFBBuckets()).WithNative(st, metrics.WardenTTFBNative())
 //	// at every scrape instant t (ms), for every series, including both ends of a step:
 //	hits.Append(t, float64(totalHits))
 //	ttfb.Append(t)

@@ -36,7 +36,15 @@ type farmTruth struct {
 }
 
 // newFarm writes the fixture. It is deterministic: a fixed PCG seed.
+// warden_ttfb_seconds has its native histogram, as the simulator writes it.
 func newFarm(tb testing.TB, engines, seconds int) (*Store, *farmTruth) {
+	tb.Helper()
+	return newFarmWith(tb, engines, seconds, true)
+}
+
+// newFarmWith is newFarm; native=false writes warden_ttfb_seconds' classic
+// buckets only, as a Prometheus without native histograms stores them.
+func newFarmWith(tb testing.TB, engines, seconds int, native bool) (*Store, *farmTruth) {
 	tb.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	s := NewStore()
@@ -82,6 +90,9 @@ func newFarm(tb testing.TB, engines, seconds int) (*Store, *farmTruth) {
 	later, laterHome := wl(WardenLaterTurns), wl(WardenLaterTurnsHome)
 	completed, outTokens := wl(WardenSessionsCompleted), wl(WardenOutputTokens)
 	ttfb := NewHistogram(s, WardenTTFB, labels.FromStrings(LabelModel, farmModel), WardenTTFBBuckets())
+	if native {
+		ttfb.WithNative(s, WardenTTFBNative())
+	}
 	// The other model: one engine, large values, same names.
 	oHits := s.Series(labels.FromStrings(LabelName, VLLMPrefixCacheHits, LabelModelName, farmOther, LabelEngine, "0"))
 	oQueries := s.Series(labels.FromStrings(LabelName, VLLMPrefixCacheQueries, LabelModelName, farmOther, LabelEngine, "0"))
@@ -250,4 +261,17 @@ func quantile(q float64, obs [][]float64, bounds []float64, end time.Time, windo
 		rank -= counts[b-1]
 	}
 	return start + (bounds[b]-start)*(rank/count)
+}
+
+// windowSamples returns, sorted, the observations that the native TTFB
+// KPIs count: increase() over (end-window-1ms, end], i.e. those first
+// visible after the first scrape at or after end-window.
+func windowSamples(obs [][]float64, end time.Time, window time.Duration) []float64 {
+	first := int((end.Add(-window).UnixMilli() + farmScrape.Milliseconds() - 1) / farmScrape.Milliseconds())
+	var out []float64
+	for i := first + 1; i <= idx(end.UnixMilli()); i++ {
+		out = append(out, obs[i]...)
+	}
+	sort.Float64s(out)
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/prometheus/prometheus/model/labels"
 )
@@ -14,9 +15,14 @@ import (
 //
 // Observe accumulates; Append writes the current totals at a scrape instant.
 // Like a real client library's histogram, the written values only grow.
+//
+// [Histogram.WithNative] adds the native histogram of the same name, as
+// client_golang exposes both from one histogram with a
+// NativeHistogramBucketFactor.
 type Histogram struct {
-	bounds  []float64 // finite upper bounds, strictly increasing
-	counts  []uint64  // per bucket (not cumulative); the last one is +Inf
+	native  *NativeHistogram // nil unless WithNative
+	bounds  []float64        // finite upper bounds, strictly increasing
+	counts  []uint64         // per bucket (not cumulative); the last one is +Inf
 	sum     float64
 	count   uint64
 	buckets []*Series // aligned with counts
@@ -70,6 +76,22 @@ func NewHistogram(s *Store, name string, l labels.Labels, upperBounds []float64)
 	return h
 }
 
+// WithNative makes h also write the native histogram called name (no
+// suffix) with the same labels and parameters o: every Observe goes to
+// both, every Append writes both. It returns h; calling it twice panics.
+func (h *Histogram) WithNative(s *Store, o NativeOpts) *Histogram {
+	if h.native != nil {
+		panic("metrics: Histogram.WithNative called twice")
+	}
+	l := labels.NewBuilder(h.countS.Labels())
+	l.Set(LabelName, strings.TrimSuffix(l.Get(LabelName), CountSuffix))
+	h.native = NewNativeHistogram(s, l.Get(LabelName), l.Labels(), o)
+	return h
+}
+
+// Native returns the native histogram added by WithNative, or nil.
+func (h *Histogram) Native() *NativeHistogram { return h.native }
+
 // Observe records one observation: v counts in every bucket whose upper bound
 // is >= v, and in _sum and _count. NaN counts only in the +Inf bucket (and
 // makes _sum NaN), as in client_golang.
@@ -78,6 +100,9 @@ func (h *Histogram) Observe(v float64) {
 	h.counts[i]++
 	h.sum += v
 	h.count++
+	if h.native != nil {
+		h.native.Observe(v)
+	}
 }
 
 // Count reports the number of observations so far.
@@ -87,7 +112,8 @@ func (h *Histogram) Count() uint64 { return h.count }
 func (h *Histogram) Sum() float64 { return h.sum }
 
 // Append writes the current cumulative bucket counts, _sum and _count as
-// samples at tMs (milliseconds, non-decreasing; see [Series.Append]).
+// samples at tMs (milliseconds, non-decreasing; see [Series.Append]), and
+// the native histogram's sample when there is one.
 func (h *Histogram) Append(tMs int64) {
 	var cum uint64
 	for i, c := range h.counts {
@@ -96,4 +122,7 @@ func (h *Histogram) Append(tMs int64) {
 	}
 	h.sumS.Append(tMs, h.sum)
 	h.countS.Append(tMs, float64(h.count))
+	if h.native != nil {
+		h.native.Append(tMs)
+	}
 }

@@ -3,6 +3,7 @@ package metrics
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/prometheus/model/labels"
@@ -78,7 +79,7 @@ func TestBuckets(t *testing.T) {
 		t.Errorf("vLLM TTFT buckets: %d bounds from %v to %v, want 22 from 0.001 to 2560", len(v), v[0], v[len(v)-1])
 	}
 	w := WardenTTFBBuckets()
-	if len(w) != 16 || w[0] != 0.005 || math.Abs(w[15]-163.84) > 1e-9 {
+	if len(w) != 21 || w[0] != 0.005 || math.Abs(w[20]-5242.88) > 1e-9 || w[20] < time.Hour.Seconds() {
 		t.Errorf("warden TTFB buckets: %v", w)
 	}
 	v[0] = 42

@@ -57,7 +57,8 @@ func KPIByName(name string) (KPI, bool) {
 var (
 	headerRE      = regexp.MustCompile(`^# ([a-z][a-z0-9_]*): (\S.*?) \[([^\[\]]*)\]$`)
 	placeholderRE = regexp.MustCompile(`\$[A-Za-z_][A-Za-z0-9_]*`)
-	placeholders  = map[string]bool{"$model": true, "$window": true, "$window_s": true}
+	defineRE      = regexp.MustCompile(`^#define (\$[a-z_][a-z0-9_]*) (\S.*)$`)
+	placeholders  = map[string]bool{"$model": true, "$window": true, "$window_s": true, "$range": true}
 )
 
 // parseKPIs reads the KPI file format documented at the top of kpi.promql.
@@ -70,6 +71,8 @@ func parseKPIs(file string, data []byte) ([]KPI, error) {
 		curLine int
 		lines   []string
 		seen    = map[string]int{}
+		defs    []string // "$name", body pairs for strings.NewReplacer
+		defined = map[string]int{}
 	)
 	flush := func() error {
 		if cur == nil {
@@ -93,6 +96,22 @@ func parseKPIs(file string, data []byte) ([]KPI, error) {
 			}
 		case strings.HasPrefix(line, "##"):
 			// prose
+		case strings.HasPrefix(line, "#define "):
+			m := defineRE.FindStringSubmatch(line)
+			if m == nil {
+				return nil, fmt.Errorf("%s:%d: %q: want \"#define $name PromQL\"", file, n, line)
+			}
+			if placeholders[m[1]] {
+				return nil, fmt.Errorf("%s:%d: #define %s: that is a placeholder", file, n, m[1])
+			}
+			if prev, dup := defined[m[1]]; dup {
+				return nil, fmt.Errorf("%s:%d: %s already defined on line %d", file, n, m[1], prev)
+			}
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			defined[m[1]] = n
+			defs = append(defs, m[1], expandDefs(defs, m[2]))
 		case strings.HasPrefix(line, "#"):
 			m := headerRE.FindStringSubmatch(line)
 			if m == nil {
@@ -110,9 +129,12 @@ func parseKPIs(file string, data []byte) ([]KPI, error) {
 			if cur == nil {
 				return nil, fmt.Errorf("%s:%d: expression line outside a KPI block (want a header \"# name: Title [unit]\" first)", file, n)
 			}
+			if len(defs) > 0 {
+				line = expandDefs(defs, line)
+			}
 			for _, p := range placeholderRE.FindAllString(line, -1) {
 				if !placeholders[p] {
-					return nil, fmt.Errorf("%s:%d: unknown placeholder %s in KPI %q (want $model, $window or $window_s)", file, n, p, cur.Name)
+					return nil, fmt.Errorf("%s:%d: unknown placeholder %s in KPI %q (want $model, $window, $window_s or $range)", file, n, p, cur.Name)
 				}
 			}
 			lines = append(lines, line)
@@ -137,7 +159,10 @@ func parseKPIs(file string, data []byte) ([]KPI, error) {
 //   - $window by window as a PromQL duration: whole seconds ("180s") when
 //     window is a multiple of a second, else whole milliseconds ("90500ms",
 //     truncated to the millisecond, PromQL's resolution);
-//   - $window_s by window in seconds as a decimal number ("180", "90.5").
+//   - $window_s by window in seconds as a decimal number ("180", "90.5");
+//   - $range by window plus one millisecond, in milliseconds ("180001ms"):
+//     a range selector that still holds the sample at the window's start
+//     on Prometheus 3's left-open ranges (see kpi.promql).
 //
 // The result is the exact text to send to a Prometheus server. A window under
 // one millisecond yields "0ms", which PromQL rejects.
@@ -151,8 +176,9 @@ func Expand(expr, model string, window time.Duration) string {
 	}
 	secs := strconv.FormatFloat(float64(window.Milliseconds())/1000, 'f', -1, 64)
 	esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(model)
+	rng := strconv.FormatInt(window.Milliseconds()+1, 10) + "ms"
 	// Longest placeholder first: $window_s before $window.
-	return strings.NewReplacer("$window_s", secs, "$window", dur, "$model", esc).Replace(expr)
+	return strings.NewReplacer("$window_s", secs, "$window", dur, "$range", rng, "$model", esc).Replace(expr)
 }
 
 // KPIValues evaluates every KPI for model over the window that ends at end
@@ -187,4 +213,19 @@ func (e *Evaluator) KPIValues(ctx context.Context, q storage.Queryable, model st
 		}
 	}
 	return out, nil
+}
+
+// expandDefs replaces every whole-word use of a #define name in line by
+// its body ($ttfb is replaced, $ttfb_x is not).
+func expandDefs(defs []string, line string) string {
+	body := map[string]string{}
+	for i := 0; i < len(defs); i += 2 {
+		body[defs[i]] = defs[i+1]
+	}
+	return placeholderRE.ReplaceAllStringFunc(line, func(w string) string {
+		if b, ok := body[w]; ok {
+			return b
+		}
+		return w
+	})
 }

@@ -166,14 +166,16 @@ var farmWindows = []struct {
 	{time.UnixMilli(360_000), 90500 * time.Millisecond},
 }
 
-// expectedKPIs counts every KPI directly from the fixture's truth.
+// expectedKPIs counts every KPI directly from the fixture's truth. The TTFB
+// quantiles are the exact sample quantiles of the window (see ttfbKPIs).
 func expectedKPIs(tr *farmTruth, end time.Time, window time.Duration) map[string]float64 {
 	ws := float64(window.Milliseconds()) / 1000
 	dh, dq := sumEngines(tr.hits, end, window), sumEngines(tr.queries, end, window)
+	ttfbs := windowSamples(tr.ttfb, end, window)
 	want := map[string]float64{
 		"prefix_hit_pct":               100 * dh / dq,
-		"ttfb_p50_s":                   quantile(0.5, tr.ttfb, WardenTTFBBuckets(), end, window),
-		"ttfb_p95_s":                   quantile(0.95, tr.ttfb, WardenTTFBBuckets(), end, window),
+		"ttfb_p50_s":                   sampleQuantile(ttfbs, 0.5),
+		"ttfb_p95_s":                   sampleQuantile(ttfbs, 0.95),
 		"ttft_server_p95_s":            quantile(0.95, tr.ttft, VLLMTTFTBuckets(), end, window),
 		"output_tokens_per_min":        60 * delta(tr.outTokens, end, window) / ws,
 		"sessions_per_hour":            3600 * delta(tr.completed, end, window) / ws,
@@ -217,6 +219,10 @@ func expectedKPIs(tr *farmTruth, end time.Time, window time.Duration) map[string
 	}
 	return want
 }
+
+// ttfbKPIs, read from the native histogram, must be within 2% of the exact
+// sample quantile (TestTTFBQuantileAccuracy tells why not closer).
+var ttfbKPIs = []string{"ttfb_p50_s", "ttfb_p95_s"}
 
 // exactKPIs must equal the directly counted value bit for bit.
 var exactKPIs = []string{
@@ -267,6 +273,12 @@ func TestKPIValuesAgreeWithCounts(t *testing.T) {
 				if exact && g != want[key] {
 					t.Errorf("%s = %v, want exactly %v (counted)", key, g, want[key])
 				}
+				if slices.Contains(ttfbKPIs, name) {
+					if !(math.Abs(g-want[key]) <= 0.02*want[key]) {
+						t.Errorf("%s = %v, want within 2%% of %v (exact sample quantile)", key, g, want[key])
+					}
+					continue
+				}
 				if !exact && math.Abs(g-want[key]) > 1e-9*math.Max(1, math.Abs(want[key])) {
 					t.Errorf("%s = %v, want %v (counted)", key, g, want[key])
 				}
@@ -298,6 +310,28 @@ func TestIncreaseWouldNotBeExact(t *testing.T) {
 		t.Errorf("increase()-based hit rate %v equals the counted %v; the kpi.promql rationale is stale", got, want)
 	}
 	t.Logf("increase(): %.12f%%, counted: %.12f%%", got, want)
+}
+
+// TestTTFBClassicFallback evaluates the TTFB KPIs on a store with only
+// the classic buckets of warden_ttfb_seconds, as a Prometheus without
+// native histograms holds them: the expressions fall back to
+// histogram_quantile over the buckets (linear inside a bucket).
+func TestTTFBClassicFallback(t *testing.T) {
+	st, tr := newFarmWith(t, farmEngines, farmSeconds, false)
+	ev := NewEvaluator()
+	for _, w := range farmWindows {
+		for _, q := range []float64{0.5, 0.95} {
+			k, _ := KPIByName(map[float64]string{0.5: "ttfb_p50_s", 0.95: "ttfb_p95_s"}[q])
+			got, err := ev.Scalar(context.Background(), st, Expand(k.Expr, farmModel, w.window), w.end)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := quantile(q, tr.ttfb, WardenTTFBBuckets(), w.end, w.window)
+			if math.Abs(got-want) > 1e-9*want {
+				t.Errorf("%s at %v over %v: %v, want the classic estimate %v", k.Name, w.end.Unix(), w.window, got, want)
+			}
+		}
+	}
 }
 
 func TestKPIValuesOtherModelAndNoData(t *testing.T) {

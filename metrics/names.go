@@ -90,16 +90,32 @@ func VLLMTTFTBuckets() []float64 {
 }
 
 // WardenTTFBBuckets returns the upper bounds (seconds, +Inf excluded) of
-// warden_ttfb_seconds: 16 exponential buckets, 5 ms doubling up to 163.84 s.
-// The slice is a fresh copy each call.
+// warden_ttfb_seconds' classic buckets: 21 exponential buckets, 5 ms
+// doubling up to 5242.88 s, so that no quantile under an hour lands in the
+// +Inf bucket. They are coarse (a quantile interpolated inside a doubling
+// bucket can be off by tens of percent); the KPIs read the native
+// histogram ([WardenTTFBNative]) when the server has it, these buckets
+// only on a Prometheus without native histograms. The slice is a fresh
+// copy each call.
 func WardenTTFBBuckets() []float64 {
-	b := make([]float64, 16)
+	b := make([]float64, 21)
 	v := 0.005
 	for i := range b {
 		b[i] = v
 		v *= 2
 	}
 	return b
+}
+
+// WardenTTFBNative returns the native histogram parameters of
+// warden_ttfb_seconds, for live mode's client_golang HistogramOpts and the
+// simulator's [Histogram.WithNative] alike: bucket factor 1.01, which is
+// schema 7 (128 buckets per doubling, each bound 2^(1/128) = 1.0054 times
+// the previous), so a quantile is within about 0.5% of the sample it
+// lands on; at most 2048 populated buckets (16 doublings at schema 7;
+// beyond, the resolution halves: schema 6, 1.1%).
+func WardenTTFBNative() NativeOpts {
+	return NativeOpts{BucketFactor: 1.01, MaxBuckets: 2048}
 }
 
 // VLLMITLBuckets returns the upper bounds (seconds) of

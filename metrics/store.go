@@ -14,13 +14,16 @@ import (
 	"github.com/prometheus/prometheus/util/annotations"
 )
 
-// Store is an in-memory time-series store of float samples that the PromQL
-// engine can query: it implements [storage.Queryable].
+// Store is an in-memory time-series store of float samples and native
+// histogram samples that the PromQL engine can query: it implements
+// [storage.Queryable].
 //
 // Writers obtain a [*Series] once with [Store.Series] and append samples to
-// it in time order. There is no retention, no chunk compression and no
-// native-histogram support: two slices per series (timestamps and values),
-// which is all a simulation of a few hours needs.
+// it in time order; a native histogram series is written by a
+// [NativeHistogram] (its samples read as float histograms). There is no
+// retention and no chunk compression: two slices per float series
+// (timestamps and values), which is all a simulation of a few hours needs,
+// and an observation log per histogram series (see [NativeHistogram]).
 //
 // Concurrency: the series index is guarded by a mutex, so Series, Querier and
 // the querier's methods may be called from several goroutines. Sample slices
@@ -37,8 +40,9 @@ type Store struct {
 // Series is one time series of a [Store]: a label set and its samples.
 type Series struct {
 	lset labels.Labels
-	ts   []int64   // milliseconds, non-decreasing
-	vs   []float64 // values, aligned with ts
+	ts   []int64     // milliseconds, non-decreasing
+	vs   []float64   // values, aligned with ts (float series)
+	nh   *nativeData // non-nil for a native histogram series; its points align with ts
 }
 
 // NewStore returns an empty store.
@@ -100,11 +104,15 @@ func (sr *Series) Labels() labels.Labels { return sr.lset }
 // Len reports the number of samples in the series.
 func (sr *Series) Len() int { return len(sr.ts) }
 
-// Last returns the newest sample; ok is false when the series is empty.
+// Last returns the newest sample; ok is false when the series is empty. For
+// a native histogram series v is the sample's count of observations.
 func (sr *Series) Last() (tMs int64, v float64, ok bool) {
 	n := len(sr.ts)
 	if n == 0 {
 		return 0, 0, false
+	}
+	if sr.nh != nil {
+		return sr.ts[n-1], sr.nh.pts[n-1].count, true
 	}
 	return sr.ts[n-1], sr.vs[n-1], true
 }
@@ -113,8 +121,12 @@ func (sr *Series) Last() (tMs int64, v float64, ok bool) {
 // non-decreasing per series: a sample at the same timestamp as the newest one
 // replaces its value (the last write of a scrape instant wins), and an older
 // timestamp makes Append panic, since it means the writer's clock went
-// backwards.
+// backwards. Append panics on a native histogram series (write it with its
+// [NativeHistogram]).
 func (sr *Series) Append(tMs int64, v float64) {
+	if sr.nh != nil {
+		panic(fmt.Sprintf("metrics: float sample appended to native histogram series %s", sr.lset))
+	}
 	n := len(sr.ts)
 	if n > 0 {
 		last := sr.ts[n-1]
@@ -174,9 +186,14 @@ func matches(l labels.Labels, ms []*labels.Matcher) bool {
 // Select returns the series matching all matchers that have at least one
 // sample in the querier's range, clipped to that range. Series come sorted by
 // labels when sortSeries is set, else in creation order. Of the hints only
-// Limit is used (when positive it caps the number of series); the engine
-// clips every selector to its own time range, so ignoring Start, End, Step
-// and Range costs a little speed and never correctness.
+// Limit is used (when positive it caps the number of series), and for a
+// native histogram series Step and Range: when both are 0 the selector is an
+// instant vector selector of an instant query, which reads only the newest
+// sample in [Start, End], so the view holds only that one (the engine walks
+// every sample of the 5-minute lookback, and each histogram sample costs a
+// rebuild). Otherwise the engine clips every selector to its own time range,
+// so ignoring Start, End, Step and Range costs a little speed and never
+// correctness.
 func (q *querier) Select(_ context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
 	limit := 0
 	if hints != nil {
@@ -189,10 +206,20 @@ func (q *querier) Select(_ context.Context, sortSeries bool, hints *storage.Sele
 			continue
 		}
 		lo, hi := sr.window(q.mint, q.maxt)
+		if sr.nh != nil && hints != nil && hints.Step == 0 && hints.Range == 0 {
+			lo, hi = sr.window(max(q.mint, hints.Start), min(q.maxt, hints.End))
+			lo = max(lo, hi-1)
+		}
 		if lo == hi {
 			continue
 		}
-		out = append(out, &seriesView{lset: sr.lset, ts: sr.ts[lo:hi:hi], vs: sr.vs[lo:hi:hi]})
+		v := &seriesView{lset: sr.lset, ts: sr.ts[lo:hi:hi]}
+		if sr.nh != nil {
+			v.nh, v.pts = sr.nh, sr.nh.pts[lo:hi:hi]
+		} else {
+			v.vs = sr.vs[lo:hi:hi]
+		}
+		out = append(out, v)
 	}
 	q.s.mu.RUnlock()
 	if sortSeries {
@@ -277,6 +304,8 @@ type seriesView struct {
 	lset labels.Labels
 	ts   []int64
 	vs   []float64
+	nh   *nativeData   // a native histogram series: then pts, not vs
+	pts  []nativePoint // aligned with ts
 }
 
 func (v *seriesView) Labels() labels.Labels { return v.lset }
@@ -284,6 +313,18 @@ func (v *seriesView) Labels() labels.Labels { return v.lset }
 // Iterator returns an iterator over the view's samples, reusing it when it is
 // one of this package's iterators.
 func (v *seriesView) Iterator(it chunkenc.Iterator) chunkenc.Iterator {
+	if v.nh != nil {
+		hi, ok := it.(*histIterator)
+		if !ok {
+			hi = &histIterator{}
+		}
+		if hi.r.d != v.nh {
+			hi.r.d = v.nh
+			hi.r.st.reset()
+		}
+		hi.ts, hi.pts, hi.i = v.ts, v.pts, -1
+		return hi
+	}
 	if fi, ok := it.(*floatIterator); ok {
 		*fi = floatIterator{ts: v.ts, vs: v.vs, i: -1}
 		return fi
@@ -342,3 +383,56 @@ func (it *floatIterator) AtFloatHistogram(*histogram.FloatHistogram) (int64, *hi
 func (it *floatIterator) AtT() int64  { return it.ts[it.i] }
 func (it *floatIterator) AtST() int64 { return 0 }
 func (it *floatIterator) Err() error  { return nil }
+
+// histIterator iterates over the samples of a native histogram series as
+// float histograms, rebuilding each one when it is read.
+type histIterator struct {
+	ts  []int64
+	pts []nativePoint
+	i   int
+	r   nativeReader
+}
+
+func (it *histIterator) Next() chunkenc.ValueType {
+	if it.i+1 >= len(it.ts) {
+		it.i = len(it.ts)
+		return chunkenc.ValNone
+	}
+	it.i++
+	return chunkenc.ValFloatHistogram
+}
+
+func (it *histIterator) Seek(t millis) chunkenc.ValueType {
+	if it.i < 0 {
+		it.i = 0
+	}
+	if it.i >= len(it.ts) {
+		return chunkenc.ValNone
+	}
+	if it.ts[it.i] < t {
+		rest := it.ts[it.i:]
+		it.i += sort.Search(len(rest), func(j int) bool { return rest[j] >= t })
+		if it.i >= len(it.ts) {
+			return chunkenc.ValNone
+		}
+	}
+	return chunkenc.ValFloatHistogram
+}
+
+func (it *histIterator) At() (int64, float64) {
+	panic("metrics: At on a native histogram series")
+}
+
+func (it *histIterator) AtHistogram(*histogram.Histogram) (int64, *histogram.Histogram) {
+	panic("metrics: AtHistogram on a float-histogram series")
+}
+
+// AtFloatHistogram rebuilds the current sample into fh (a new histogram
+// when fh is nil): the caller owns the result.
+func (it *histIterator) AtFloatHistogram(fh *histogram.FloatHistogram) (int64, *histogram.FloatHistogram) {
+	return it.ts[it.i], it.r.at(it.pts[it.i], fh)
+}
+
+func (it *histIterator) AtT() int64  { return it.ts[it.i] }
+func (it *histIterator) AtST() int64 { return 0 }
+func (it *histIterator) Err() error  { return nil }

@@ -267,7 +267,7 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	if e.Requests != nil {
 		r.log = newRequestLog(strategy)
 	}
-	if strategy == placement.StrategyLeastLoaded && e.Farm.Spec.Replicas > 1 {
+	if strategy == placement.StrategyLeastLoaded && e.Farm.Spec.Replicas > 1 && e.Farm.Spec.Routing.Balancer == BalancerVLLM {
 		v := e.Farm.Spec.VLLM
 		mode := e.Workload.Connections
 		if mode == "" {

@@ -79,6 +79,12 @@ type VLLMSpec struct {
 	StatsUpdateInterval Duration `yaml:"stats_update_interval"`
 }
 
+// What the least-loaded strategy runs (RoutingSpec.Balancer).
+const (
+	BalancerVLLM   = "vllm"
+	BalancerWarden = "warden"
+)
+
 // DefaultStatsUpdateInterval is the DP coordinator's publishing interval
 // (vllm/v1/engine/coordinator.py, stats_update_interval_ms = 100).
 const DefaultStatsUpdateInterval = 100 * time.Millisecond
@@ -134,6 +140,12 @@ type RoutingSpec struct {
 	Strategy       string   `yaml:"strategy"`        // hash | least-loaded | affinity
 	SpillThreshold string   `yaml:"spill_threshold"` // auto | N
 	SessionTTL     Duration `yaml:"session_ttl"`
+	// Balancer is what the least-loaded strategy runs: BalancerVLLM
+	// ("vllm", the default: vLLM's own data-parallel front end, its API
+	// servers balancing on the coordinator's counts) or BalancerWarden
+	// ("warden": warden proxy with affinity off, placement.LeastLoaded on
+	// the scraped counts, in front of one server per replica).
+	Balancer string `yaml:"balancer"`
 	// ActiveWindow: a session counts as load (conversations held) while
 	// seen within it; 0 means placement's default.
 	ActiveWindow Duration `yaml:"active_window"`
@@ -419,6 +431,13 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	}
 	if r.SessionTTL < 0 {
 		return nil, bad("routing.session_ttl", "must be > 0")
+	}
+	switch r.Balancer {
+	case "":
+		r.Balancer = BalancerVLLM
+	case BalancerVLLM, BalancerWarden:
+	default:
+		return nil, bad("routing.balancer", "want %s or %s, got %q", BalancerVLLM, BalancerWarden, r.Balancer)
 	}
 	if r.ActiveWindow < 0 {
 		return nil, bad("routing.active_window", "must be >= 0 (0 = default %s)", placement.DefaultActiveWindow)

@@ -108,17 +108,26 @@ func newRecorder(r *run) *recorder {
 	rec.home = wl(metrics.WardenLaterTurnsHome)
 	rec.done = wl(metrics.WardenSessionsCompleted)
 	rec.output = wl(metrics.WardenOutputTokens)
-	rec.ttfb = metrics.NewHistogram(st, metrics.WardenTTFB, labels.FromStrings(metrics.LabelModel, model), metrics.WardenTTFBBuckets())
+	// Classic buckets and the native histogram, as live mode's client_golang
+	// histogram exposes them: the TTFB KPIs read the native one.
+	rec.ttfb = metrics.NewHistogram(st, metrics.WardenTTFB, labels.FromStrings(metrics.LabelModel, model), metrics.WardenTTFBBuckets()).
+		WithNative(st, metrics.WardenTTFBNative())
 	return rec
 }
 
 // observeFirstToken records one request's time to first token, client
-// side (warden) and engine side (vLLM): the simulated network takes no
-// time, so they are equal.
-func (rec *recorder) observeFirstToken(s *seq) {
-	rec.ttfb.Observe(float64(s.firstTokenUs-s.sentUs) / usPerSec)
+// side (warden: ttfbS, network and API server included; negative when it
+// was already counted censored at a step's end) and engine side (vLLM).
+func (rec *recorder) observeFirstToken(s *seq, ttfbS float64) {
+	if ttfbS >= 0 {
+		rec.ttfb.Observe(ttfbS)
+	}
 	rec.eng[s.replica].obs.firstToken(s)
 }
+
+// observeCensoredTTFB records the wait so far of a request that had no
+// first token when its step's window closed.
+func (rec *recorder) observeCensoredTTFB(waitS float64) { rec.ttfb.Observe(waitS) }
 
 // observeNextToken records the inter-token latency of a token after the
 // first, sampled at now.

@@ -126,7 +126,7 @@ func TestPropertyInvariants(t *testing.T) {
 func TestKPIsMatchDirectCounts(t *testing.T) {
 	f := mustDefaultFarm(t)
 	rep, err := Run(context.Background(), Experiment{
-		Farm: f, Strategies: placement.Strategies(), Sessions: []int{4, 16}, Duration: 5 * time.Minute, Seed: 3,
+		Farm: f, Strategies: placement.Strategies(), Sessions: []int{4, 16}, Duration: time.Minute, Seed: 3,
 	})
 	if err != nil {
 		t.Fatal(err)

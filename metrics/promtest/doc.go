@@ -5,7 +5,11 @@
 // test's temporary directory. It scrapes the targets a test gives it, so
 // that PromQL written for production (metrics/kpi.promql) is checked against
 // the real query engine and the real scrape path, not only against the
-// embedded engine.
+// embedded engine. Native histograms are enabled
+// (--enable-feature=native-histograms): a client_golang target is scraped
+// in protobuf and its native histograms stored (Prometheus 2.42 then stores
+// no classic _bucket, _sum or _count series for such a histogram); a target
+// with text exposition only, like vLLM, is scraped as before.
 //
 // Where to start reading: [Start] and [Options]; then [Server.WaitScraped],
 // [Server.Sync] and [Server.Query].

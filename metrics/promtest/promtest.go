@@ -144,6 +144,10 @@ func launch(t testing.TB, bin, cfgPath, dataDir string, pickPort func() (int, er
 		"--web.listen-address="+addr,
 		"--web.enable-lifecycle",
 		"--log.level=info",
+		// Scrape protobuf and store native histograms, which the TTFB KPIs
+		// of metrics/kpi.promql read (warden_ttfb_seconds has one). A target
+		// with text exposition only (vLLM, the fakes) is scraped as before.
+		"--enable-feature=native-histograms",
 	)
 	cmd.Stdout = log
 	cmd.Stderr = log
