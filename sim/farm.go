@@ -46,7 +46,12 @@ type FarmSpec struct {
 	VLLM               VLLMSpec    `yaml:"vllm"`
 	Routing            RoutingSpec `yaml:"routing"`
 	ScrapeInterval     Duration    `yaml:"scrape_interval"`
-	StepTime           StepTime    `yaml:"step_time"`
+	// KVCapacityScale multiplies the KV blocks sized from hardware: the
+	// estimate is uncertain by about +-15 % before a server runs, so a
+	// planner simulates a band (0.85, 1.10). 0 means 1. It does not apply
+	// to vllm.num_gpu_blocks, read back from a real server: that is exact.
+	KVCapacityScale float64  `yaml:"kv_capacity_scale"`
+	StepTime        StepTime `yaml:"step_time"`
 }
 
 // VLLMSpec holds the engine arguments of every replica.
@@ -481,9 +486,15 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	if err != nil && v.NumGPUBlocks == 0 {
 		return nil, &fieldError{key: "gpu", reason: err.Error(), err: err}
 	}
+	if s.KVCapacityScale == 0 {
+		s.KVCapacityScale = 1
+	}
+	if !(s.KVCapacityScale >= 0.1 && s.KVCapacityScale <= 10) {
+		return nil, bad("kv_capacity_scale", "must be in [0.1, 10] (0 = 1), got %g", s.KVCapacityScale)
+	}
 	blocks := v.NumGPUBlocks
 	if blocks == 0 {
-		blocks = sizing.KVBlocksPerReplica
+		blocks = int(float64(sizing.KVBlocksPerReplica) * s.KVCapacityScale)
 	}
 	if blocks > math.MaxInt32 {
 		// Blocks are numbered by int32 (blockpool.go).

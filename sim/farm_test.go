@@ -155,3 +155,34 @@ func FuzzParseFarm(f *testing.F) {
 		}
 	})
 }
+
+// TestKVCapacityScale: the band scales the blocks sized from hardware and
+// leaves num_gpu_blocks, read back from a server, exact.
+func TestKVCapacityScale(t *testing.T) {
+	base := mustDefaultFarm(t)
+	for _, c := range []struct {
+		scale     float64
+		numBlocks int
+		want      int
+	}{
+		{0, 0, base.NumGPUBlocks},
+		{0.85, 0, int(float64(base.Sizing.KVBlocksPerReplica) * 0.85)},
+		{1.10, 0, int(float64(base.Sizing.KVBlocksPerReplica) * 1.10)},
+		{0.85, 2500, 2500},
+	} {
+		spec := base.Spec
+		spec.KVCapacityScale, spec.VLLM.NumGPUBlocks = c.scale, c.numBlocks
+		f, err := Resolve(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.NumGPUBlocks != c.want {
+			t.Errorf("scale %g, num_gpu_blocks %d: %d blocks, want %d", c.scale, c.numBlocks, f.NumGPUBlocks, c.want)
+		}
+	}
+	spec := base.Spec
+	spec.KVCapacityScale = -1
+	if _, err := Resolve(spec); err == nil || !strings.Contains(err.Error(), "kv_capacity_scale") {
+		t.Errorf("scale -1: %v, want an error naming kv_capacity_scale", err)
+	}
+}

@@ -29,9 +29,10 @@ type simOptions struct {
 	JSON       bool
 	Progress   bool
 
-	Replicas int    // 0: the farm's
-	GPU      string // "": the farm's
-	Spill    string // "": the farm's
+	Replicas int     // 0: the farm's
+	KVScale  float64 // 0: the farm's kv_capacity_scale
+	GPU      string  // "": the farm's
+	Spill    string  // "": the farm's
 
 	Trace      string
 	Speed      float64
@@ -93,6 +94,7 @@ With --trace, sim replays a trace file instead: at its recorded arrival times
 	f.BoolVar(&opts.JSON, "json", false, "print the results as JSON")
 	f.BoolVar(&opts.Progress, "progress", false, "show a progress bar on stderr (when it is a terminal)")
 	f.IntVar(&opts.Replicas, "replicas", 0, "override the farm's number of replicas")
+	f.Float64Var(&opts.KVScale, "kv-scale", 0, "scale the KV cache sized from hardware (the farm's kv_capacity_scale), e.g. 0.85 for a cache 15% smaller than estimated")
 	f.StringVar(&opts.GPU, "gpu", "", "override the farm's GPU (a catalogue name)")
 	f.StringVar(&opts.Spill, "spill-threshold", "", "override the spill threshold: auto or a number of requests in flight")
 	f.StringVar(&opts.Trace, "trace", "", "replay this trace file instead of synthetic sessions")
@@ -112,6 +114,9 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 	if o.Replicas < 0 {
 		return e, fmt.Errorf("--replicas %d: want >= 1", o.Replicas)
 	}
+	if o.KVScale != 0 && !(o.KVScale >= 0.1 && o.KVScale <= 10) {
+		return e, fmt.Errorf("--kv-scale %g: want a factor in [0.1, 10], e.g. 0.85 or 1.1", o.KVScale)
+	}
 	data, name := examples.Default, examples.DefaultName
 	if o.Farm != "" {
 		var err error
@@ -126,6 +131,9 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 		}
 		if o.GPU != "" {
 			s.GPU = o.GPU
+		}
+		if o.KVScale != 0 {
+			s.KVCapacityScale = o.KVScale
 		}
 	})
 	if err != nil {
