@@ -14,12 +14,13 @@ import (
 // promKPIs are the columns that come from a Prometheus server when one is
 // given, by KPI name.
 var promKPIs = []struct {
-	name string
-	col  func(*sim.Row) *sim.Float
+	name     string
+	col      func(*sim.Row) *sim.Float
+	min, max float64 // the KPI's possible values; outside them the data is broken
 }{
-	{"prefix_hit_pct", func(r *sim.Row) *sim.Float { return &r.PrefixHitPct }},
-	{"replicas_busy", func(r *sim.Row) *sim.Float { return &r.ReplicasBusy }},
-	{"stayed_pct", func(r *sim.Row) *sim.Float { return &r.StayedPct }},
+	{"prefix_hit_pct", func(r *sim.Row) *sim.Float { return &r.PrefixHitPct }, 0, 100},
+	{"replicas_busy", func(r *sim.Row) *sim.Float { return &r.ReplicasBusy }, 0, math.Inf(1)},
+	{"stayed_pct", func(r *sim.Row) *sim.Float { return &r.StayedPct }, 0, 100},
 }
 
 // fromPrometheus replaces the rows' metrics columns by the KPIs of
@@ -45,6 +46,13 @@ func (r *runner) fromPrometheus(ctx context.Context) error {
 			}
 			if math.IsNaN(v) {
 				r.warn("prometheus: KPI %s has no data for step %d (%d sessions); kept the value read from /metrics", k.name, i+1, st.Sessions)
+				continue
+			}
+			if v < k.min || v > k.max {
+				// A series missing at one end of the window (a failed or
+				// late scrape of one engine) breaks the difference of sums.
+				r.warn("prometheus: KPI %s is %g for step %d (%d sessions), outside [%g, %g]: a scrape is missing at an end of the window; kept the value read from /metrics",
+					k.name, v, i+1, st.Sessions, k.min, k.max)
 				continue
 			}
 			*k.col(row) = sim.Float(v)
