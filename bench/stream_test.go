@@ -144,24 +144,22 @@ func FuzzParseMetrics(f *testing.F) {
 	})
 }
 
-func TestTTFBHistogramQuantile(t *testing.T) {
-	h := newTTFBHistogram()
-	if !math.IsNaN(h.quantile(0.5)) {
-		t.Error("empty histogram: want NaN")
+func TestExactQuantile(t *testing.T) {
+	for _, c := range []struct {
+		v    []float64
+		q    float64
+		want float64
+	}{
+		{[]float64{3, 1, 2}, 0.5, 2},
+		{[]float64{1, 2}, 0.5, 1.5},
+		{[]float64{1, 2, 3, 4, 5}, 0.95, 4.8},
+		{[]float64{7}, 0.95, 7},
+	} {
+		if got := exactQuantile(c.v, c.q); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("exactQuantile(%v, %v) = %v, want %v", c.v, c.q, got, c.want)
+		}
 	}
-	// Buckets 5 ms doubling: 0.3 s falls in (0.32, 0.64]? no: (0.16, 0.32].
-	for range 4 {
-		h.observe(0.3)
-	}
-	// rank 2 of 4 in bucket (0.16, 0.32] holding 4: 0.16 + 0.16 x 2/4.
-	if got := h.quantile(0.5); math.Abs(got-0.24) > 1e-12 {
-		t.Errorf("p50 %v, want 0.24 (histogram_quantile's interpolation)", got)
-	}
-	h.observe(1e6) // beyond the last bound: the +Inf bucket
-	if got := h.quantile(1); got != h.bounds[len(h.bounds)-1] {
-		t.Errorf("p100 %v, want the highest finite bound", got)
-	}
-	if got := exactQuantile([]float64{3, 1, 2}, 0.5); got != 2 {
-		t.Errorf("exact median %v, want 2", got)
+	if !math.IsNaN(exactQuantile(nil, 0.5)) {
+		t.Error("no values: want NaN")
 	}
 }

@@ -10,7 +10,7 @@ import (
 // WriteText writes the result as `warden sim` writes its table (the same
 // columns, one line per step), then what only a client sees: requests sent,
 // finished, cut at the step's end and failed, with the first failure, and
-// the exact TTFB quantiles beside the histogram estimates of the table.
+// the exact TTFB quantiles (the table's too).
 func (r *Result) WriteText(w io.Writer) error {
 	if _, err := fmt.Fprintf(w, "%s\n\n", r.Report.Farm); err != nil {
 		return err

@@ -96,7 +96,7 @@ func CompareReport(c *bench.Comparison, o CompareReportOptions) *Report {
 	}
 	defs := definitionsSection(nil)
 	defs.Paragraphs = []string{"The simulator evaluates each figure's PromQL over a step's window; the benchmark counts sessions, " +
-		"output tokens and TTFB itself (TTFB quantiles estimated from the buckets of warden_ttfb_seconds, as the expression does), " +
+		"output tokens and TTFB itself (exact TTFB quantiles, which the expression matches within 2 % through native histograms), " +
 		"and reads prefix hits, replicas busy and stayed turns from the servers' counters or runs the same PromQL on Prometheus."}
 	r.Sections = []Section{side, charts, defs}
 	return r

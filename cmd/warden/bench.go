@@ -58,8 +58,8 @@ Anthropic, metadata.user_id), as Claude Code sends it.
 
 The columns are those of 'warden sim': sessions per hour and output tokens
 per minute counted by the client; TTFB p50/p95 measured by the client (send to
-the first streamed token) and estimated from warden_ttfb_seconds' buckets as
-the simulator's KPI is; replicas busy and prefix hit % from the vLLM /metrics
+the first streamed token), exact quantiles of the step's TTFBs, as the
+simulator's KPI is within 2 % (native histograms); replicas busy and prefix hit % from the vLLM /metrics
 pages (--metrics-url, default the target's /metrics) or, with --prometheus,
 from a Prometheus server with the KPIs of metrics/kpi.promql; stayed % from a
 warden proxy's admin /metrics (--proxy-metrics-url), else null.
