@@ -274,7 +274,6 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 			mode = traces.ConnectionsPool
 		}
 		r.front = newDPFrontend(e.Farm.Spec.Replicas, v.APIServerCount, time.Duration(v.StatsUpdateInterval).Microseconds(), mode, e.Seed)
-		r.ev.push(r.front.intervalUs, evPublish, 0)
 	}
 	advance := func(until int64) error {
 		for r.now < until && !r.stopped {

@@ -20,10 +20,12 @@ import (
 //     a request on the engine with the lowest 4 x waiting + running, scanning
 //     from its own fixed eng_start_index, on counts it got from the
 //     coordinator plus its own local increments (placement.NewDPLBClient).
-//   - vllm/v1/engine/coordinator.py DPCoordinator: the engines' counts change
-//     when an engine step ends (the scheduler stats of the step); the
-//     coordinator publishes them to every server at most every
-//     stats_update_interval (100 ms), when they changed.
+//   - vllm/v1/engine/coordinator.py CoordinatorProc.process_input_socket:
+//     each engine sends its [waiting, running] counts after every busy-loop
+//     iteration that changed them (core.py, after the step); the
+//     coordinator publishes them to every server when its poll times out:
+//     at once if the last publication is stats_update_interval (100 ms) old
+//     or more, else when it becomes that old.
 //
 // How client connections map onto servers is the client's doing
 // (traces.Workload.Connections): one per session, a new one per request, or
@@ -35,6 +37,8 @@ type dpFrontend struct {
 	reported   []placement.Replica
 	dirty      bool
 	intervalUs int64
+	lastUs     int64      // the last publication, µs; far in the past at first
+	queued     bool       // an evPublish is queued
 	rng        *rand.Rand // which server the kernel gives a new connection
 	mode       string
 	idle       []int32 // pool: idle connections' servers, most recent last
@@ -47,6 +51,7 @@ func newDPFrontend(n, servers int, intervalUs int64, mode string, seed uint64) *
 		published:  placement.Snapshot{Replicas: make([]placement.Replica, n)},
 		reported:   make([]placement.Replica, n),
 		intervalUs: intervalUs,
+		lastUs:     -intervalUs,
 		rng:        rand.New(rand.NewPCG(seed, 0x6470_6c62)), // "dplb"
 		mode:       mode,
 	}
@@ -94,23 +99,38 @@ func (f *dpFrontend) release(server int32) {
 	}
 }
 
-// stepEnded records an engine's counts as its step ends.
-func (f *dpFrontend) stepEnded(rep *replica) {
+// stepEnded records an engine's counts as its step ends, at nowUs. It
+// returns when the coordinator publishes them: nowUs when the last
+// publication is old enough, else a later instant, or -1 when nothing
+// changed or a publication is already due.
+func (f *dpFrontend) stepEnded(rep *replica, nowUs int64) int64 {
 	p := &f.reported[rep.id]
 	w, run := rep.waiting.len(), len(rep.running)
-	if p.Waiting != w || p.Running != run {
-		p.Waiting, p.Running = w, run
-		f.dirty = true
+	if p.Waiting == w && p.Running == run {
+		return -1
 	}
+	p.Waiting, p.Running = w, run
+	f.dirty = true
+	if nowUs-f.lastUs >= f.intervalUs {
+		f.publish(nowUs)
+		return -1
+	}
+	if f.queued {
+		return -1
+	}
+	f.queued = true
+	return f.lastUs + f.intervalUs
 }
 
-// publish is the coordinator's periodic update: changed counts reach every
-// server, replacing their local increments.
-func (f *dpFrontend) publish() {
+// publish sends the changed counts to every server, replacing their local
+// increments.
+func (f *dpFrontend) publish(nowUs int64) {
+	f.queued = false
 	if !f.dirty {
 		return
 	}
 	f.dirty = false
+	f.lastUs = nowUs
 	copy(f.published.Replicas, f.reported)
 	f.published.Generation++
 }

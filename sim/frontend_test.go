@@ -49,17 +49,29 @@ func TestDPFrontendGolden(t *testing.T) {
 		f.dirty = true
 	}
 	rep(2, 0, 2)
-	f.publish()
+	f.publish(0)
 	if got := pick(2, "published counts replace the local ones: engine 2 scores 2"); got != 3 {
 		t.Errorf("server 2 after the update = %d, want 3 (first lowest from its start)", got)
 	}
-	fmt.Fprintln(&out, "# no change since: a publish tick sends nothing, local increments stay")
+	fmt.Fprintln(&out, "# no change since: a publication is not sent, local increments stay")
 	gen := f.published.Generation
-	f.publish()
+	f.publish(50_000)
 	if f.published.Generation != gen {
 		t.Error("an unchanged count was published again")
 	}
 	pick(2, "engine 3 carries server 2's increment")
+	fmt.Fprintln(&out, "# a change 50 ms after a publication waits until that one is 100 ms old; the next, 200 ms later, goes at once")
+	busy := &replica{id: 1}
+	busy.running = []*seq{{}}
+	if at := f.stepEnded(busy, 50_000); at != 100_000 {
+		t.Errorf("a change at 50 ms is published at %d µs, want 100000", at)
+	}
+	f.publish(100_000)
+	busy.running = nil
+	if at := f.stepEnded(busy, 300_000); at != -1 || f.lastUs != 300_000 {
+		t.Errorf("a change at 300 ms: queued at %d, last publication %d; want published at once", at, f.lastUs)
+	}
+	pick(1, "engine 1 idle again, published at once: server 1's own start")
 
 	path := filepath.Join("testdata", "frontend", "dplb.golden")
 	if *update {

@@ -172,14 +172,15 @@ func (r *run) loop(ctx context.Context, until int64) error {
 			rep := r.reps[e.arg]
 			rep.finishStep(r.now, r.doneFn)
 			if r.front != nil {
-				// Scheduler.update_from_output makes the step's stats
-				// after removing the finished requests.
-				r.front.stepEnded(rep)
+				// The engine's counts after update_from_output removed the
+				// finished requests.
+				if at := r.front.stepEnded(rep, r.now); at >= 0 {
+					r.ev.push(at, evPublish, 0)
+				}
 			}
 			r.start(rep)
 		case evPublish:
-			r.front.publish()
-			r.ev.push(r.now+r.front.intervalUs, evPublish, 0)
+			r.front.publish(r.now)
 		case evKick:
 			r.kickQueued[e.arg] = false
 			r.start(r.reps[e.arg])
