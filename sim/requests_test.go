@@ -7,9 +7,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lm-warden/warden/traces"
 )
 
 // TestRequestRecordsMatchTheTable runs the product's five steps of 3
@@ -136,5 +143,48 @@ func TestStepsCarryTheLoadOn(t *testing.T) {
 	}
 	if got := rep.Rows[2].Unfinished; got > 2 {
 		t.Errorf("last step at level 2 cut %d requests, want at most 2", got)
+	}
+}
+
+// TestStepsGolden is the transcript of three short steps (2, then 3, then
+// 1 session) as the product's bench runs them (sim/testdata/validation:
+// "the load carried on from step to step, sessions are not cut at a step
+// boundary"): which session sent which turn in which step, where it went,
+// when its first token came and whether its TTFB was counted censored.
+// go test ./sim -run TestStepsGolden -update rewrites it.
+func TestStepsGolden(t *testing.T) {
+	var buf bytes.Buffer
+	w := traces.DefaultWorkload()
+	w.FirstMessageTokens, w.Turns = 2000, 3
+	e := Experiment{Farm: mustDefaultFarm(t), Strategies: []string{"affinity"}, Workload: w, Sessions: []int{2, 3, 1}, Duration: 15 * time.Second, Seed: 1, Requests: &buf}
+	if _, err := Run(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	fmt.Fprintln(&out, "# session turn | step level | replica reason | sent s, TTFB s, finished s | censored")
+	sc := bufio.NewScanner(&buf)
+	for sc.Scan() {
+		var r RequestRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&out, "%s %d | %d | %d %s | %.3f %.3f %.3f | %v\n", r.Session, r.Turn, r.Sessions, r.Replica, r.Reason, float64(r.ArrivalS), float64(r.TTFBS), float64(r.FinishS), r.Censored)
+	}
+	path := filepath.Join("testdata", "steps", "carry_on.golden")
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./sim -run %s -update creates it)", err, t.Name())
+	}
+	if diff := cmp.Diff(string(want), out.String()); diff != "" {
+		t.Errorf("%s differs (-want +got):\n%s", path, diff)
 	}
 }
