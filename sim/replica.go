@@ -221,13 +221,16 @@ func (r *replica) schedule() int {
 			}
 			if r.cfg.reserveFullISL && !r.fullSequenceFits(s, hits, watermark) {
 				r.recordFailedLookup(s, len(hits))
+				r.noteBlocked(s, hits)
 				break
 			}
 			newBlocks, ok := r.slotsNeededWithin(s, n, hits, watermark)
 			if !ok {
 				r.recordFailedLookup(s, len(hits))
+				r.noteBlocked(s, hits)
 				break
 			}
+			s.memoReplica = -1 // admitted: the blocks are its own now
 			var miss MissTokens
 			if !s.admitted {
 				miss = r.classifyMisses(s, len(hits)) // before allocation caches new blocks
@@ -255,12 +258,25 @@ func (r *replica) schedule() int {
 
 // longestHit walks the request's block hashes until the first miss, capped
 // so that at least one token is computed (max_cache_hit_length =
-// num_tokens - 1), and returns the cached blocks found (in r.hitBuf).
+// num_tokens - 1), and returns the cached blocks found (in r.hitBuf, or in
+// s.memo for a request looked up before).
+//
+// A waiting request that the scheduler could not admit is looked up again
+// at every step, as vLLM does; with long prompts those walks dominate the
+// run. noteBlocked keeps the blocks found; while no cached block has been
+// evicted since (blockPool.evictions), they are still exactly what lookup
+// returns for those hashes (duplicates join the end of a hash's chain), so
+// the walk resumes after them: the same answer, without re-reading them.
 func (r *replica) longestHit(s *seq) []int32 {
 	bs := r.cfg.blockSize
 	maxBlocks := (s.numTokens - 1) / bs
-	r.hitBuf = r.hitBuf[:0]
-	for k := range maxBlocks {
+	hits := r.hitBuf[:0]
+	if s.memoReplica == r.id && s.memoEvictions == r.pool.evictions && len(s.memo) <= maxBlocks && !noLookupMemo {
+		hits = s.memo
+	} else {
+		s.memoReplica = -1
+	}
+	for k := len(hits); k < maxBlocks; k++ {
 		h, ok := s.blockHash(k, bs)
 		if !ok {
 			break
@@ -269,9 +285,26 @@ func (r *replica) longestHit(s *seq) []int32 {
 		if b == noBlock {
 			break
 		}
-		r.hitBuf = append(r.hitBuf, b)
+		hits = append(hits, b)
 	}
-	return r.hitBuf
+	if s.memoReplica == r.id {
+		s.memo = hits
+	} else {
+		r.hitBuf = hits
+	}
+	return hits
+}
+
+// noLookupMemo switches the memo of longestHit off (tests compare).
+var noLookupMemo = false
+
+// noteBlocked remembers the hits of a request the waiting loop could not
+// admit (see longestHit).
+func (r *replica) noteBlocked(s *seq, hits []int32) {
+	if s.memoReplica != r.id {
+		s.memo = append(s.memo[:0], hits...)
+	}
+	s.memoReplica, s.memoEvictions = r.id, r.pool.evictions
 }
 
 // allocateSlots gives s room for n more tokens after its computed ones and

@@ -316,6 +316,7 @@ func makeSeq(id int, req *traces.Request, client int32, outputCap int, now int64
 		ttfbUs:       -1,
 		replica:      -1,
 		apiServer:    -1,
+		memoReplica:  -1,
 		firstTokenUs: -1,
 		scheduledUs:  -1,
 		lengthCapped: outputCap > 0 && out >= outputCap,

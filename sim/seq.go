@@ -38,9 +38,16 @@ type seq struct {
 	reason       uint8 // placement.Reason of its routing
 	logged       bool  // its RequestRecord is written
 	apiServer    int32 // the vLLM API server its connection reached (least-loaded), -1: none
-	firstTokenUs int64 // -1 until the first token
-	scheduledUs  int64 // first scheduled, -1 before (vLLM's scheduled_ts)
-	lastTokenUs  int64 // the latest token (inter-token latency)
+
+	// memo are the cached blocks of its last lookup on replica memoReplica
+	// (-1: none) while it waits, valid while that pool's evictions counter
+	// is memoEvictions (replica.longestHit).
+	memo          []int32
+	memoReplica   int
+	memoEvictions int64
+	firstTokenUs  int64 // -1 until the first token
+	scheduledUs   int64 // first scheduled, -1 before (vLLM's scheduled_ts)
+	lastTokenUs   int64 // the latest token (inter-token latency)
 }
 
 // blockHash returns the chained hash of full block k, if known: the
