@@ -23,7 +23,6 @@ const (
 	seriesScrapeAge       = "warden_scrape_age_seconds"
 	seriesReplicaHealthy  = "warden_replica_healthy"
 	seriesSessionCapacity = "warden_session_capacity"
-	seriesActiveSessions  = "warden_active_sessions"
 )
 
 // observer holds the proxy's Prometheus metrics in a private registry
@@ -130,7 +129,7 @@ func (o *observer) dropModel(name string) {
 var (
 	descInFlight = prometheus.NewDesc(metrics.WardenInFlight, "Requests sent to the replica whose response has not finished.", []string{"model", "replica"}, nil)
 	descSessions = prometheus.NewDesc(metrics.WardenSessions, "Conversations homed on the replica (the session table).", []string{"model", "replica"}, nil)
-	descActive   = prometheus.NewDesc(seriesActiveSessions, "Conversations homed on the replica and seen within the active window: what placement balances.", []string{"model", "replica"}, nil)
+	descActive   = prometheus.NewDesc(metrics.WardenActiveSessions, "Conversations homed on the replica and seen within the active window: what placement balances.", []string{"model", "replica"}, nil)
 	descAge      = prometheus.NewDesc(seriesScrapeAge, "Seconds since the replica's server was last scraped successfully (+Inf: never).", []string{"model", "replica"}, nil)
 	descHealthy  = prometheus.NewDesc(seriesReplicaHealthy, "1 if the replica may receive requests (health probe passing, not ejected).", []string{"model", "replica"}, nil)
 	descCapacity = prometheus.NewDesc(seriesSessionCapacity, "The session table's cap for the model.", []string{"model"}, nil)

@@ -41,6 +41,7 @@ const (
 	WardenRequests          = "warden_requests_total"           // counter {model,replica,reason}
 	WardenInFlight          = "warden_in_flight"                // gauge {model,replica}
 	WardenSessions          = "warden_sessions"                 // gauge {model,replica}: conversations homed
+	WardenActiveSessions    = "warden_active_sessions"          // gauge {model,replica}: homed and seen within the active window
 	WardenLaterTurns        = "warden_later_turns_total"        // counter {model}: requests with turn > 0
 	WardenLaterTurnsHome    = "warden_later_turns_home_total"   // counter {model}: those served by the session's home
 	WardenSessionsCompleted = "warden_sessions_completed_total" // counter {model}: closed-loop clients only

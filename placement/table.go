@@ -233,6 +233,15 @@ func (t *Table) Sweep(now time.Time) int {
 	return dropped
 }
 
+// HomedOn is ReplicaCounters.Sessions of replica i (0 out of range),
+// without copying the counters.
+func (t *Table) HomedOn(i int) int {
+	if i < 0 || i >= len(t.counts) {
+		return 0
+	}
+	return t.counts[i].Sessions
+}
+
 // Counters returns a copy of the per-replica counters; index i holds
 // replica i. Replicas the table never saw are absent or zero.
 func (t *Table) Counters() []ReplicaCounters {

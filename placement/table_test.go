@@ -370,3 +370,19 @@ func TestTableActiveRetireIsAmortised(t *testing.T) {
 		t.Fatalf("Len %d, want 10000 (homes are kept)", tab.Len())
 	}
 }
+
+func TestHomedOn(t *testing.T) {
+	tab := NewTable(time.Minute, 0)
+	t0 := time.Unix(0, 0)
+	tab.Assign("a", 2, t0)
+	tab.Assign("b", 2, t0)
+	tab.Assign("c", 0, t0)
+	for i, want := range []int{1, 0, 2, 0} {
+		if got := tab.HomedOn(i); got != want {
+			t.Errorf("HomedOn(%d) = %d, want %d", i, got, want)
+		}
+	}
+	if tab.HomedOn(-1) != 0 || tab.HomedOn(99) != 0 {
+		t.Error("HomedOn out of range: want 0")
+	}
+}

@@ -46,7 +46,8 @@ type engineSeries struct {
 type routerSeries struct {
 	requests []*metrics.Series // by reason
 	inFlight *metrics.Series
-	sessions *metrics.Series
+	sessions *metrics.Series // homed (the session table's Sessions)
+	active   *metrics.Series // what placement balances (Snapshot.Sessions)
 }
 
 func newRecorder(r *run) *recorder {
@@ -93,6 +94,7 @@ func newRecorder(r *run) *recorder {
 		rs := routerSeries{
 			inFlight: st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenInFlight, metrics.LabelModel, model, metrics.LabelReplica, eng)),
 			sessions: st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenSessions, metrics.LabelModel, model, metrics.LabelReplica, eng)),
+			active:   st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenActiveSessions, metrics.LabelModel, model, metrics.LabelReplica, eng)),
 		}
 		for reason := range numReasons {
 			rs.requests = append(rs.requests, st.Series(labels.FromStrings(
@@ -173,7 +175,12 @@ func (rec *recorder) append(tMs int64) {
 			s.Append(tMs, float64(r.rt.requests[i][reason]))
 		}
 		rs.inFlight.Append(tMs, float64(r.rt.inFlight[i]))
-		rs.sessions.Append(tMs, float64(p.Sessions))
+		homed := 0
+		if r.table != nil {
+			homed = r.table.HomedOn(i)
+		}
+		rs.sessions.Append(tMs, float64(homed))
+		rs.active.Append(tMs, float64(p.Sessions))
 
 		rec.kvSum[i] += p.KVUsage
 		rec.kvMax[i] = max(rec.kvMax[i], p.KVUsage)
