@@ -188,3 +188,24 @@ func TestStepsGolden(t *testing.T) {
 		t.Errorf("%s differs (-want +got):\n%s", path, diff)
 	}
 }
+
+// TestTextSaysCensoredAndAdmissionHits: the text report says how many TTFBs
+// were counted censored, and gives the true admission hit % where vLLM's
+// counters (before 0.24) count more.
+func TestTextSaysCensoredAndAdmissionHits(t *testing.T) {
+	f := mustDefaultFarm(t)
+	f.Behaviour.StatsAtAdmission = false
+	rep, err := Run(context.Background(), Experiment{Farm: f, Strategies: []string{"affinity"}, Sessions: []int{24, 32}, Duration: time.Minute, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := rep.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"TTFBs counted censored", "24 affinity: ", "true prefix hit % at admission"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the text lacks %q:\n%s", want, out.String())
+		}
+	}
+}

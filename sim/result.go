@@ -191,7 +191,30 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s / %s / %s / %s\t\n", r.Sessions, r.Strategy,
 			fmtNum(float64(m.Cold), 0), fmtNum(float64(m.Evicted), 0), fmtNum(float64(m.Elsewhere), 0), fmtNum(float64(m.Partial), 0))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var censored, differ []string
+	for _, r := range rep.Rows {
+		if r.Censored > 0 {
+			censored = append(censored, fmt.Sprintf("%d %s: %d", r.Sessions, r.Strategy, r.Censored))
+		}
+		if a, b := float64(r.AdmissionHitPct), float64(r.PrefixHitPct); math.Abs(a-b) >= 0.05 {
+			differ = append(differ, fmt.Sprintf("%d %s: %s (vLLM's counters %s)", r.Sessions, r.Strategy, fmtNum(a, 1), fmtNum(b, 1)))
+		}
+	}
+	if len(censored) > 0 {
+		if _, err := fmt.Fprintf(w, "\nTTFBs counted censored (still waiting when the step closed, with the wait they had): %s\n", strings.Join(censored, ", ")); err != nil {
+			return err
+		}
+	}
+	if len(differ) > 0 {
+		// Before vLLM 0.24 the counters also count every failed lookup.
+		if _, err := fmt.Fprintf(w, "\ntrue prefix hit %% at admission: %s\n", strings.Join(differ, ", ")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // fmtNum formats v with d decimals and thousands separators; "-" for NaN.
