@@ -465,6 +465,9 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	if err != nil {
 		return nil, bad("ecc", "%v", err)
 	}
+	if _, _, err := hardware.TotalMemory(gpu, ecc); err != nil {
+		return nil, bad("ecc", "%v", err)
+	}
 	kvDType := hardware.DType(s.KVCacheDType)
 	if s.KVCacheDType == "auto" {
 		kvDType = hardware.BF16

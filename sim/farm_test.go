@@ -118,6 +118,16 @@ func TestParseFarmErrors(t *testing.T) {
 		{"empty", "", "farm.yaml: empty farm spec"},
 		{"not yaml", "model: [\n", "farm.yaml: "},
 		{"too big for the card", "model: meta-llama/Llama-3.1-70B-Instruct\ngpu: RTX A4000\n", "farm.yaml:2: gpu: "},
+		{"bad version", base + "vllm:\n  version: latest\n", `farm.yaml:4: vllm.version: want a release such as "0.26"`},
+		{"bad full isl", base + "vllm:\n  scheduler_reserve_full_isl: maybe\n", `farm.yaml:4: vllm.scheduler_reserve_full_isl: want true or false, got "maybe"`},
+		{"bad watermark", base + "vllm:\n  watermark: 1.5\n", "farm.yaml:4: vllm.watermark: must be in [0, 1)"},
+		{"bad api servers", base + "vllm:\n  api_server_count: -2\n", "farm.yaml:4: vllm.api_server_count: must be in [1, 1024]"},
+		{"bad stats interval", base + "vllm:\n  stats_update_interval: 10us\n", "farm.yaml:4: vllm.stats_update_interval: must be in [1ms, 1m]"},
+		{"bad balancer", base + "routing:\n  balancer: nginx\n", `farm.yaml:4: routing.balancer: want vllm or warden, got "nginx"`},
+		{"bad active window", base + "routing:\n  active_window: -1m\n", "farm.yaml:4: routing.active_window: must be >= 0"},
+		{"bad kv scale", base + "kv_capacity_scale: 40\n", "farm.yaml:3: kv_capacity_scale: must be in [0.1, 10]"},
+		{"bad ecc", base + "ecc: sometimes\n", "farm.yaml:3: ecc: want on or off"},
+		{"ecc on a card without", "model: Qwen/Qwen3-4B-Instruct-2507\ngpu: RTX 4090\necc: on\n", "farm.yaml:3: ecc: RTX 4090 has no ECC mode"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -137,6 +147,7 @@ func FuzzParseFarm(f *testing.F) {
 	f.Add([]byte("model: Qwen/Qwen3-4B-Instruct-2507\ngpu: RTX A4000\nvllm: {max_num_seqs: 0}\n"))
 	f.Add([]byte("routing: {strategy: hash, spill_threshold: 3, session_ttl: 1h}\n"))
 	f.Add([]byte("step_time: {prefill_efficiency: 0.3}\nscrape_interval: 100ms\n"))
+	f.Add([]byte("model: Qwen/Qwen3-4B-Instruct-2507\ngpu: RTX A4000\nkv_capacity_scale: 0.85\necc: on\nvllm: {version: \"0.20\", watermark: 0.01, api_server_count: 2}\nrouting: {balancer: warden, active_window: 1m}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// model_config names a file to read and gpu: auto probes NVML: no
 		// I/O from the fuzzer (a path such as /dev/stdin would block).
