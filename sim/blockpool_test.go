@@ -195,23 +195,28 @@ func checkPool(r *replica) error {
 
 func (h *poolHarness) golden(name string) {
 	h.t.Helper()
-	path := filepath.Join("testdata", "blockpool", name+".golden")
-	got := h.out.String()
+	checkGolden(h.t, filepath.Join("testdata", "blockpool", name+".golden"), h.out.String())
+}
+
+// checkGolden compares got with the golden file at path, or rewrites the
+// file with -update.
+func checkGolden(t *testing.T, path, got string) {
+	t.Helper()
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			h.t.Fatal(err)
+			t.Fatal(err)
 		}
 		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			h.t.Fatal(err)
+			t.Fatal(err)
 		}
 		return
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		h.t.Fatalf("%v (run go test ./sim -run %s -update to create it)", err, h.t.Name())
+		t.Fatalf("%v (run go test ./sim -run %s -update to create it)", err, t.Name())
 	}
 	if diff := cmp.Diff(string(want), got); diff != "" {
-		h.t.Errorf("%s differs (-want +got):\n%s", path, diff)
+		t.Errorf("%s differs (-want +got):\n%s", path, diff)
 	}
 }
 

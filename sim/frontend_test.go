@@ -2,12 +2,9 @@ package sim
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/traces"
@@ -73,23 +70,7 @@ func TestDPFrontendGolden(t *testing.T) {
 	}
 	pick(1, "engine 1 idle again, published at once: server 1's own start")
 
-	path := filepath.Join("testdata", "frontend", "dplb.golden")
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./sim -run %s -update creates it)", err, t.Name())
-	}
-	if diff := cmp.Diff(string(want), out.String()); diff != "" {
-		t.Errorf("%s differs (-want +got):\n%s", path, diff)
-	}
+	checkGolden(t, filepath.Join("testdata", "frontend", "dplb.golden"), out.String())
 }
 
 // TestConnectionModels checks how requests map onto API servers: a

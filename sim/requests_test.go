@@ -7,14 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/google/go-cmp/cmp"
 
 	"github.com/lm-warden/warden/traces"
 )
@@ -170,23 +167,7 @@ func TestStepsGolden(t *testing.T) {
 		}
 		fmt.Fprintf(&out, "%s %d | %d | %d %s | %.3f %.3f %.3f | %v\n", r.Session, r.Turn, r.Sessions, r.Replica, r.Reason, float64(r.ArrivalS), float64(r.TTFBS), float64(r.FinishS), r.Censored)
 	}
-	path := filepath.Join("testdata", "steps", "carry_on.golden")
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./sim -run %s -update creates it)", err, t.Name())
-	}
-	if diff := cmp.Diff(string(want), out.String()); diff != "" {
-		t.Errorf("%s differs (-want +got):\n%s", path, diff)
-	}
+	checkGolden(t, filepath.Join("testdata", "steps", "carry_on.golden"), out.String())
 }
 
 // TestTextSaysCensoredAndAdmissionHits: the text report says how many TTFBs
