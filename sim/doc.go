@@ -36,8 +36,11 @@
 //     scrape_interval), the event loop, marks of every counter at the
 //     boundaries of measured steps.
 //  7. driver.go: the clients: a closed loop of N sessions (next turn when
-//     the answer is done plus think time, a new session when one ends) and
-//     an open-loop replay of a trace at its recorded arrival times.
+//     the answer is read plus the client's turnaround and think time, a new
+//     session when one ends; steps start or retire sessions) and an
+//     open-loop replay of a trace at its recorded arrival times.
+//     frontend.go: vLLM's DP front end, which routes least-loaded.
+//     requests.go: the per-request records of --requests.
 //  8. record.go: the vllm:* and warden_* series written into a
 //     metrics.Store at every scrape instant, as a real farm exposes them.
 //  9. experiment.go and result.go: Run, the public entry point: strategies
@@ -52,18 +55,30 @@
 //
 // # Semantics worth knowing
 //
-//   - A measured step ends by cutting every request in flight (it is
-//     reported as unfinished); the next step starts fresh sessions on the
-//     same warm replicas. A replay without a duration runs to its end.
-//   - Prefix-cache counters follow vLLM: queries and hits count the first
-//     lookup of each request; a preempted request's re-lookup is counted
-//     apart (vLLM's preempted_queries, not exported). vLLM also counts a
-//     lookup again when the allocation that follows it fails; the simulator
-//     counts a request's lookup once, when it is admitted.
+//   - Steps follow one another as the product's bench runs them: moving to
+//     the next level starts or retires sessions while the others carry on;
+//     only the end of the last step cuts the requests in flight (reported
+//     unfinished). A request still waiting for its first token when a step
+//     closes counts in that step's TTFB with the wait it had (censored). A
+//     replay without a duration runs to its end.
+//   - Admission is vLLM 0.26's (vllm.version selects older behaviour):
+//     scheduler_reserve_full_isl admits a waiting request only if its whole
+//     sequence fits, and the waiting loop stops at the first that does not.
+//   - Prefix-cache counters follow vLLM: queries and hits count each
+//     request once, at admission (from 0.24; before, every failed lookup
+//     too); a preempted request's re-lookup is counted apart (vLLM's
+//     preempted_queries, not exported). Rows also give the true admission
+//     hit %.
+//   - least-loaded is vLLM's own data-parallel front end (frontend.go): its
+//     API servers, their connections and the coordinator's counts; with
+//     routing.balancer: warden it is the proxy's balancer instead.
 //   - A request longer than a whole replica's KV cache is rejected at once
 //     (unfinished); its client abandons the session and starts the next one
 //     a second later.
-//   - The simulated network is instant: client-side TTFB equals vLLM's TTFT.
+//   - The client is modelled (traces.Workload): a request reaches the
+//     engine after half the network round trip and the API server's time,
+//     and every event reaches the client half a round trip after the
+//     engine emits it; client-side TTFB includes both.
 //
 // # Determinism
 //
