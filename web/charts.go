@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
 
 	"github.com/go-echarts/go-echarts/v2/charts"
 	"github.com/go-echarts/go-echarts/v2/opts"
@@ -16,7 +17,33 @@ import (
 type Series struct {
 	Name string
 	Y    []float64
+	// Low and High, when set (one value per x, like Y), are the edges of the series' band
+	// (e.g. the KPI with the KV cache 15 % smaller and 10 % larger than estimated): drawn as
+	// thin dashed lines in the series' colour with the space between them shaded. Line charts
+	// only.
+	Low, High []float64
+	// Marks are lines drawn in the series' colour (markLine): a target (Y set) or a point on
+	// the x axis (X set), e.g. where sessions x context fills this farm's KV cache.
+	Marks []Mark
 }
+
+// Mark is one straight line across an XY chart, labelled with Name: horizontal at Y, or
+// vertical at X. Color "" keeps the series' colour.
+type Mark struct {
+	Name  string
+	X, Y  *float64
+	Color string
+}
+
+// palette is echarts 5's default colour list: series get explicit colours from it so that a
+// band's edges and marks share their series' colour.
+var palette = []string{"#5470c6", "#91cc75", "#fac858", "#ee6666", "#73c0de", "#3ba272", "#fc8452", "#9a60b4", "#ea7ccc"}
+
+// symbols and dashes tell apart lines that lie on each other.
+var (
+	symbols = []string{"circle", "rect", "triangle", "diamond", "emptyCircle", "roundRect", "pin", "arrow"}
+	dashes  = []string{"solid", "dashed", "dotted"}
+)
 
 // Axis names an axis of an XY chart.
 type Axis struct {
@@ -42,8 +69,9 @@ type Chart struct {
 	Title  string
 	Height int // pixels; 0 means 360
 
-	opt optioner
-	err error
+	opt     optioner
+	err     error
+	patches []func(map[string]any) // applied to the options after go-echarts built them
 }
 
 // optioner is what every go-echarts chart type provides.
@@ -60,10 +88,40 @@ func NewLineChart(id, title string, x Axis, xs []float64, y Axis, series ...Seri
 	return newXYChart(id, title, x, xs, y, series, false)
 }
 
-// NewStackedAreaChart draws the series as areas stacked on each other over numeric x values,
-// e.g. prompt tokens per second computed and cached: the top edge is the total.
+// NewStackedAreaChart draws the series as areas stacked on each other over evenly spaced x
+// values (a step's sample times), e.g. prompt tokens per second computed and cached: the top
+// edge is the total. The x axis is a category axis of the xs: echarts stacks the first value
+// dimension, so with a value x axis it would add up the x values (times) instead of the y.
 func NewStackedAreaChart(id, title string, x Axis, xs []float64, y Axis, series ...Series) *Chart {
-	return newXYChart(id, title, x, xs, y, series, true)
+	c := &Chart{ID: id, Title: title}
+	if err := checkLengths(len(xs), "x values", series); err != nil {
+		c.err = err
+		return c
+	}
+	line := charts.NewLine()
+	cats := make([]string, len(xs))
+	for i, v := range xs {
+		cats[i] = strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	xa := opts.XAxis{Name: x.Name, Type: "category", NameLocation: "middle", NameGap: 28}
+	line.SetGlobalOptions(append(commonOpts(id, title), charts.WithXAxisOpts(xa), charts.WithYAxisOpts(yAxis(y)))...)
+	line.SetXAxis(cats)
+	c.patches = append(c.patches, func(m map[string]any) {
+		if xa, ok := m["xAxis"].([]any); ok && len(xa) > 0 {
+			xa[0].(map[string]any)["boundaryGap"] = false // areas start at the first sample
+		}
+	})
+	for k, s := range series {
+		data := make([]opts.LineData, len(xs))
+		for i := range xs {
+			data[i] = opts.LineData{Value: yValue(s.Y[i], y.Log)}
+		}
+		line.AddSeries(s.Name, data,
+			charts.WithLineChartOpts(opts.LineChart{Stack: "total", ShowSymbol: opts.Bool(false)}), withColor(palette[k%len(palette)]),
+			charts.WithAreaStyleOpts(opts.AreaStyle{Opacity: opts.Float(0.6)}))
+	}
+	c.opt = line
+	return c
 }
 
 func newXYChart(id, title string, x Axis, xs []float64, y Axis, series []Series, stacked bool) *Chart {
@@ -72,34 +130,177 @@ func newXYChart(id, title string, x Axis, xs []float64, y Axis, series []Series,
 		c.err = err
 		return c
 	}
+	for _, s := range series {
+		if (s.Low != nil && len(s.Low) != len(xs)) || (s.High != nil && len(s.High) != len(xs)) {
+			c.err = fmt.Errorf("series %q: band edges want one value per x (%d)", s.Name, len(xs))
+			return c
+		}
+	}
+	series = mergeIdentical(series)
 	line := charts.NewLine()
 	line.SetGlobalOptions(append(commonOpts(id, title),
 		charts.WithXAxisOpts(opts.XAxis{Name: x.Name, Type: "value", Min: floatOrNil(x.Min), Max: floatOrNil(x.Max), NameLocation: "middle", NameGap: 28}),
 		charts.WithYAxisOpts(yAxis(y)),
 	)...)
 	line.SetXAxis(nil)
-	for _, s := range series {
+	points := func(ys []float64) []opts.LineData {
 		data := make([]opts.LineData, 0, len(xs))
 		for i, xv := range xs {
 			if !finite(xv) {
 				continue
 			}
-			data = append(data, opts.LineData{Value: []any{xv, yValue(s.Y[i], y.Log)}})
+			data = append(data, opts.LineData{Value: []any{xv, yValue(ys[i], y.Log)}})
 		}
+		return data
+	}
+	var bands []band
+	for k, s := range series {
+		color := palette[k%len(palette)]
 		// A gap (a missing step, a NaN) is bridged, so a strategy without one load level still
 		// reads as one line; the point itself is not drawn.
-		lo := opts.LineChart{ShowSymbol: opts.Bool(len(xs) <= 60), ConnectNulls: opts.Bool(true)}
-		if stacked {
-			lo.Stack, lo.ShowSymbol = "total", opts.Bool(false)
+		lo := opts.LineChart{ShowSymbol: opts.Bool(len(xs) <= 60), ConnectNulls: opts.Bool(true),
+			Symbol: symbols[k%len(symbols)]}
+		so := []charts.SeriesOpts{charts.WithLineChartOpts(lo), withColor(color),
+			charts.WithLineStyleOpts(opts.LineStyle{Type: lineDash(k, len(series))})}
+		if ml := markLines(s.Marks, color); ml != nil {
+			so = append(so, charts.WithSeriesOpts(func(ss *charts.SingleSeries) { ss.MarkLines = ml }))
 		}
-		so := []charts.SeriesOpts{charts.WithLineChartOpts(lo)}
-		if stacked {
-			so = append(so, charts.WithAreaStyleOpts(opts.AreaStyle{Opacity: opts.Float(0.6)}))
+		line.AddSeries(s.Name, points(s.Y), so...)
+		if s.Low != nil && s.High != nil {
+			bands = append(bands, band{name: s.Name, color: color, low: s.Low, high: s.High})
 		}
-		line.AddSeries(s.Name, data, so...)
+	}
+	for _, b := range bands {
+		// The edges as thin dashed lines; the shading between them is a polygon drawn by
+		// a custom series (a stacked area would stack x on this value x axis).
+		edge := func(ys []float64) {
+			line.AddSeries(b.name+" band", points(ys),
+				charts.WithLineChartOpts(opts.LineChart{ShowSymbol: opts.Bool(false), ConnectNulls: opts.Bool(true)}), withColor(b.color),
+				charts.WithLineStyleOpts(opts.LineStyle{Type: "dashed", Width: 1, Opacity: opts.Float(0.7)}))
+		}
+		edge(b.low)
+		edge(b.high)
+	}
+	if len(bands) > 0 {
+		c.patches = append(c.patches, func(m map[string]any) { addBandAreas(m, xs, bands, y.Log) })
 	}
 	c.opt = line
 	return c
+}
+
+func withColor(c string) charts.SeriesOpts {
+	return charts.WithSeriesOpts(func(s *charts.SingleSeries) { s.Color = c })
+}
+
+// lineDash is solid for charts of one or two lines, else it cycles so that lines lying on
+// each other stay visible.
+func lineDash(k, n int) string {
+	if n <= 2 {
+		return "solid"
+	}
+	return dashes[k%len(dashes)]
+}
+
+// band is one series' band: its edges, drawn in its colour.
+type band struct {
+	name, color string
+	low, high   []float64
+}
+
+// addBandAreas adds one shaded polygon per band (an echarts custom series whose one item is
+// the outline: low edge left to right, high edge back), legend-linked to the band's edges.
+func addBandAreas(m map[string]any, xs []float64, bands []band, log bool) {
+	series, _ := m["series"].([]any)
+	for _, b := range bands {
+		var pts [][]float64
+		for i, x := range xs {
+			if finite(x) && finite(b.low[i]) && finite(b.high[i]) && (!log || b.low[i] > 0) {
+				pts = append(pts, []float64{x, b.low[i]})
+			}
+		}
+		for i := len(xs) - 1; i >= 0; i-- {
+			if finite(xs[i]) && finite(b.low[i]) && finite(b.high[i]) && (!log || b.low[i] > 0) {
+				pts = append(pts, []float64{xs[i], b.high[i]})
+			}
+		}
+		if len(pts) < 4 {
+			continue
+		}
+		flat := make([]any, 0, 2*len(pts))
+		for _, p := range pts {
+			flat = append(flat, p[0], p[1])
+		}
+		series = append(series, map[string]any{
+			"type": "custom", "name": b.name + " band", "silent": true, "z": 1,
+			"color":      b.color,
+			"renderItem": "__band__",
+			"data":       []any{flat},
+			"encode":     map[string]any{"x": 0, "y": 1},
+			"tooltip":    map[string]any{"show": false},
+		})
+	}
+	m["series"] = series
+}
+
+// markLines turns marks into an echarts markLine (nil without marks).
+func markLines(marks []Mark, color string) *opts.MarkLines {
+	if len(marks) == 0 {
+		return nil
+	}
+	ml := &opts.MarkLines{MarkLineStyle: opts.MarkLineStyle{Symbol: []string{"none", "none"}}}
+	for _, mk := range marks {
+		c := mk.Color
+		if c == "" {
+			c = color
+		}
+		item := map[string]any{"name": mk.Name,
+			"label":     map[string]any{"formatter": mk.Name, "position": "insideEndTop", "color": c},
+			"lineStyle": map[string]any{"type": "dashed", "color": c, "width": 1.5}}
+		switch {
+		case mk.Y != nil:
+			item["yAxis"] = *mk.Y
+		case mk.X != nil:
+			item["xAxis"] = *mk.X
+			// Along the line, near its top: labels of lines close together do not collide.
+			item["label"].(map[string]any)["position"] = "insideEndTop"
+		default:
+			continue
+		}
+		ml.Data = append(ml.Data, item)
+	}
+	return ml
+}
+
+// mergeIdentical folds series with the same values into one named after all of them, e.g.
+// "least-loaded = affinity (spill auto)": identical lines would hide each other.
+func mergeIdentical(series []Series) []Series {
+	out := make([]Series, 0, len(series))
+	for _, s := range series {
+		merged := false
+		for j := range out {
+			if s.Low == nil && out[j].Low == nil && len(s.Marks) == 0 && sameValues(out[j].Y, s.Y) {
+				out[j].Name += " = " + s.Name
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func sameValues(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] && !(math.IsNaN(a[i]) && math.IsNaN(b[i])) {
+			return false
+		}
+	}
+	return true
 }
 
 // NewBarChart draws grouped bars, one bar per series in each category (e.g. one category per
@@ -121,39 +322,102 @@ func NewBarChart(id, title string, categories []string, y Axis, series ...Series
 		for i, v := range s.Y {
 			data[i] = opts.BarData{Value: yValue(v, y.Log)}
 		}
-		bar.AddSeries(s.Name, data)
+		var so []charts.SeriesOpts
+		if ml := markLines(s.Marks, ""); ml != nil {
+			so = append(so, charts.WithSeriesOpts(func(ss *charts.SingleSeries) { ss.MarkLines = ml }))
+		}
+		bar.AddSeries(s.Name, data, so...)
 	}
 	c.opt = bar
 	return c
 }
 
 // NewGaugeChart draws one dial per gauge side by side, e.g. the rule of thumb per candidate farm.
+// Each dial reads in its Unit with the value as a table shows it (no decimals for "%"), its
+// scale marks 100 (when inside it) with the arc green below and red above, and the labels sit
+// inside the ticks; the candidate's name is under the dial and in the legend.
 func NewGaugeChart(id, title string, gauges ...Gauge) *Chart {
-	c := &Chart{ID: id, Title: title, Height: 300}
+	c := &Chart{ID: id, Title: title, Height: 320}
 	g := charts.NewGauge()
 	g.SetGlobalOptions(append(commonOpts(id, title),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(false)}),
 		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "item"}))...)
 	n := len(gauges)
+	type dial struct {
+		max   float64
+		unit  string
+		split int
+	}
+	var dials []dial
 	for i, gg := range gauges {
 		maxV := gg.Max
 		if maxV <= 0 {
 			maxV = 100
 		}
+		maxV = math.Ceil(maxV)
+		// Split so that 100 is a labelled tick: every 50 up to 300, every 100 above.
+		split := 10
+		if maxV > 100 && math.Mod(maxV, 50) == 0 {
+			split = int(maxV / 50)
+			if split > 6 && math.Mod(maxV, 100) == 0 {
+				split = int(maxV / 100)
+			}
+		}
+		dials = append(dials, dial{max: maxV, unit: gg.Unit, split: split})
 		center := fmt.Sprintf("%.1f%%", (float64(i)+0.5)*100/float64(max(n, 1)))
-		radius := fmt.Sprintf("%d%%", min(70, 180/max(n, 1)))
-		g.AddSeries(gg.Name, []opts.GaugeData{{Name: gg.Name, Value: roundTo(gg.Value, 1)}},
+		radius := fmt.Sprintf("%d%%", min(62, 160/max(n, 1)))
+		digits := 1
+		if gg.Unit == "%" {
+			digits = 0
+		}
+		g.AddSeries(gg.Name, []opts.GaugeData{{Name: gg.Name, Value: roundTo(gg.Value, digits)}},
 			charts.WithSeriesOpts(func(s *charts.SingleSeries) {
-				s.Center = []string{center, "58%"}
+				s.Center = []string{center, "55%"}
 				s.Radius = radius
 				s.Min = 0
-				s.Max = int(math.Ceil(maxV))
-				s.Progress = &opts.Progress{Show: opts.Bool(true)}
-				s.Detail = &opts.Detail{FontSize: 16}
-				s.Title = &opts.Title{Show: opts.Bool(true)}
+				s.Max = int(maxV)
+				s.Color = palette[i%len(palette)]
 			}))
 	}
+	c.patches = append(c.patches, func(m map[string]any) {
+		series, _ := m["series"].([]any)
+		for i, sv := range series {
+			s, ok := sv.(map[string]any)
+			if !ok || i >= len(dials) {
+				continue
+			}
+			d := dials[i]
+			unit := ""
+			if d.unit != "" {
+				unit = " " + d.unit
+			}
+			s["splitNumber"] = d.split
+			s["progress"] = map[string]any{"show": false}
+			s["pointer"] = map[string]any{"show": true, "width": 5, "length": "60%"}
+			// The arc: green up to 100 (the limit of a ratio in %), red beyond.
+			stops := []any{[]any{1, "#91cc75"}}
+			if d.max > 100 && d.unit == "%" {
+				stops = []any{[]any{100 / d.max, "#91cc75"}, []any{1, "#ee6666"}}
+			}
+			s["axisLine"] = map[string]any{"lineStyle": map[string]any{"width": 10, "color": stops}}
+			s["axisTick"] = map[string]any{"distance": -10, "length": 6, "splitNumber": 2}
+			s["splitLine"] = map[string]any{"distance": -10, "length": 12}
+			s["axisLabel"] = map[string]any{"distance": 16, "fontSize": 10, "formatter": "{value}" + unit}
+			s["title"] = map[string]any{"show": true, "offsetCenter": []any{0, "88%"}, "fontSize": 13}
+			s["detail"] = map[string]any{"fontSize": 18, "offsetCenter": []any{0, "36%"}, "formatter": "{value}" + unit}
+		}
+	})
 	c.opt = g
+	return c
+}
+
+// WithCategoryName names the category (x) axis of a bar chart, e.g. "candidate" or "replica".
+func (c *Chart) WithCategoryName(name string) *Chart {
+	c.patches = append(c.patches, func(m map[string]any) {
+		if xa, ok := m["xAxis"].([]any); ok && len(xa) > 0 {
+			x := xa[0].(map[string]any)
+			x["name"], x["nameLocation"], x["nameGap"] = name, "middle", 28
+		}
+	})
 	return c
 }
 
@@ -243,10 +507,26 @@ func (c *Chart) OptionsJSON() ([]byte, error) {
 		return nil, err
 	}
 	c.opt.Validate()
+	var v any = c.opt.JSON()
+	if len(c.patches) > 0 {
+		// Options go-echarts has no field for: through a generic map.
+		raw, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("chart %q: options: %w", c.ID, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("chart %q: options: %w", c.ID, err)
+		}
+		for _, p := range c.patches {
+			p(m)
+		}
+		v = m
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", " ")
-	if err := enc.Encode(c.opt.JSON()); err != nil {
+	if err := enc.Encode(v); err != nil {
 		return nil, fmt.Errorf("chart %q: options: %w", c.ID, err)
 	}
 	return buf.Bytes(), nil

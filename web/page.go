@@ -32,10 +32,31 @@ footer{margin-top:2em;color:#7b8794;font-size:.85em}
 const drawJS = `
 "use strict";
 var wardenCharts = [];
+// A band's shading: a custom series whose one item is the outline [x0, y0, x1, y1, ...].
+function wardenBand(flat, color) {
+  return function (params, api) {
+    var pts = [];
+    for (var i = 0; i + 1 < flat.length; i += 2) { pts.push(api.coord([flat[i], flat[i + 1]])); }
+    return {type: "polygon", shape: {points: pts}, silent: true, style: {fill: color, opacity: 0.18}};
+  };
+}
 function wardenDraw(id, option) {
-  var c = echarts.init(document.getElementById(id), null, {renderer: "canvas"});
+  var el = document.getElementById(id);
+  (option.series || []).forEach(function (s) {
+    if (s.renderItem === "__band__") { s.renderItem = wardenBand(s.data[0], s.color); }
+  });
+  var c = echarts.init(el, null, {renderer: "canvas"});
   c.setOption(option);
   wardenCharts.push(c);
+  // What echarts holds after drawing, for tests that read the DOM: title, axis names, legend.
+  var o = c.getOption(), names = function (a) { return (a || []).map(function (x) { return x.name || ""; }).join("|"); };
+  var legend = (o.legend || []).some(function (l) { return l.show !== false; });
+  el.setAttribute("data-title", ((o.title || [])[0] || {}).text || "");
+  el.setAttribute("data-x-names", names(o.xAxis));
+  el.setAttribute("data-y-names", names(o.yAxis));
+  el.setAttribute("data-legend", legend ? names((o.series || []).filter(function (s) { return s.type !== "custom"; })) : "");
+  el.setAttribute("data-type", ((o.series || [])[0] || {}).type || "");
+  el.setAttribute("data-drawn", el.querySelector("canvas") ? "yes" : "no");
 }
 window.addEventListener("resize", function () { wardenCharts.forEach(function (c) { c.resize(); }); });
 `

@@ -1,8 +1,10 @@
 package web
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -51,14 +53,16 @@ func chosenRow(c *planner.Candidate, at int) *sim.Row {
 
 // planOverview compares the candidates at the wanted concurrency.
 func planOverview(res *planner.Result, at int) Section {
-	costHeader := "cost (cards)"
-	if res.CostUnit != "cards" {
-		costHeader = "cost " + res.CostUnit
+	// With card counts as the cost the cost column would repeat the cards column.
+	byCards := res.CostUnit == "cards" || res.CostUnit == ""
+	header := []string{"candidate", "cards"}
+	if !byCards {
+		header = append(header, "cost "+res.CostUnit)
 	}
 	t := Table{
 		Caption: fmt.Sprintf("Candidates at %d concurrent sessions, each with its best routing", res.Concurrency),
-		Header: []string{"candidate", "cards", costHeader, "routing", "meets targets", "TTFB p95 s", "prefix hit %",
-			"output tok/min", "sessions/h", "meets up to", "stops at", "sessions x context / KV"},
+		Header: append(header, "routing", "meets targets", "TTFB p95 s", "prefix hit %",
+			"output tok/min", "sessions/h", "meets up to", "stops at", "sessions x context / KV"),
 	}
 	var notFit Table
 	var names []string
@@ -83,16 +87,22 @@ func planOverview(res *planner.Result, at int) Section {
 		} else if x != nil {
 			meets = "misses " + strings.Join(missedPhrases(res, c, at), ", ")
 		}
-		routing, p95, hit, tok, sph := "-", math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		if v := jsonString(c, "verdict"); v == "marginal" {
+			meets = "marginal (meets at the nominal KV size only)"
+		}
+		routing, p95, hit, tok, sph := "-", math.NaN(), math.NaN(), math.NaN(), "-"
 		if x != nil {
 			routing = c.Configs[c.Chosen].Label()
-			p95, hit, tok, sph = float64(x.TTFBP95), float64(x.PrefixHitPct), float64(x.OutputTokensPerMin), float64(x.SessionsPerHour)
+			p95, hit, tok, sph = float64(x.TTFBP95), float64(x.PrefixHitPct), float64(x.OutputTokensPerMin), sessionsPerHour(x, res.DurationS)
 		}
-		t.Rows = append(t.Rows, []string{
-			name, strconv.Itoa(c.Cards), fmtCost(c.Cost, res.CostUnit), routing, meets,
-			fmtNum(p95, 2), fmtNum(hit, 1), fmtNum(tok, 0), fmtNum(sph, 0),
+		row := []string{name, strconv.Itoa(c.Cards)}
+		if !byCards {
+			row = append(row, fmtCost(c.Cost, res.CostUnit))
+		}
+		t.Rows = append(t.Rows, append(row, routing, meets,
+			fmtNum(p95, 2), fmtNum(hit, 1), fmtNum(tok, 0), sph,
 			levelOrDash(c.MaxSessions), levelOrDash(c.FailsAt), ruleCell(c),
-		})
+		))
 		names = append(names, c.Name)
 		p95s = append(p95s, p95)
 		hits = append(hits, hit)
@@ -107,6 +117,11 @@ func planOverview(res *planner.Result, at int) Section {
 				strings.Join(res.Targets.Phrases(), ", "), res.Concurrency),
 			"When no candidate meets the targets, the closest is the one that misses the fewest targets, then the one whose " +
 				"figures are nearest their limits (the sum of each shortfall relative to its limit), then the cheapest.",
+			costSentence(byCards),
+			"The first two charts are the ones to read first: each candidate's prefix-cache hit rate and TTFB p95 against the " +
+				"number of concurrent sessions, with the targets as red dashed lines and, in each candidate's colour, a dashed " +
+				"vertical line where sessions x typical context equals the farm's KV cache (\"KV full\"); where the result carries " +
+				"the uncertainty band (KV cache 15 % smaller to 10 % larger than estimated, several seeds) it is shaded.",
 		},
 		Tables: []Table{t},
 	}
@@ -123,28 +138,188 @@ func planOverview(res *planner.Result, at int) Section {
 		xs[i] = float64(n)
 	}
 	var p95Lines, hitLines []Series
+	xMax := xs[len(xs)-1]
 	for i := range res.Candidates {
 		c := &res.Candidates[i]
 		if !c.Fits || c.Chosen < 0 {
 			continue
 		}
-		rows := c.Configs[c.Chosen].Rows
-		p95Lines = append(p95Lines, Series{Name: c.Name, Y: column(rows, func(r *sim.Row) float64 { return float64(r.TTFBP95) })})
-		hitLines = append(hitLines, Series{Name: c.Name, Y: column(rows, func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })})
+		cfg := &c.Configs[c.Chosen]
+		rows := cfg.Rows
+		p95 := Series{Name: c.Name, Y: column(rows, func(r *sim.Row) float64 { return float64(r.TTFBP95) })}
+		hit := Series{Name: c.Name, Y: column(rows, func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })}
+		p95.Low, p95.High = kpiBand(cfg, "ttfb_p95_s")
+		hit.Low, hit.High = kpiBand(cfg, "prefix_hit_pct")
+		if full, ok := kvFullSessions(res, c); ok {
+			m := Mark{Name: fmt.Sprintf("KV full at %s sessions", fmtNum(full, 1)), X: ptr(roundF(full, 2))}
+			p95.Marks, hit.Marks = []Mark{m}, []Mark{m}
+			xMax = math.Max(xMax, full)
+		}
+		p95Lines = append(p95Lines, p95)
+		hitLines = append(hitLines, hit)
 	}
-	sessions := Axis{Name: "sessions"}
+	if len(p95Lines) > 0 {
+		p95Lines[0].Marks = append(p95Lines[0].Marks, targetMarks(res, "ttfb")...)
+		hitLines[0].Marks = append(hitLines[0].Marks, targetMarks(res, "hit")...)
+	}
+	sessions := Axis{Name: "concurrent sessions", Min: ptr(0.0), Max: ptr(niceCeil(xMax * 1.05))}
+	candidates := "candidate"
 	s.Charts = []*Chart{
+		NewLineChart("overview-hit-lines", "Prefix-cache hit rate against sessions, each candidate with its routing",
+			sessions, xs, Axis{Name: "prefix hit %", Min: ptr(0.0), Max: ptr(100.0)}, hitLines...),
+		NewLineChart("overview-ttfb-lines", "TTFB p95 against sessions, each candidate with its routing",
+			sessions, xs, Axis{Name: "TTFB p95, seconds", Log: true}, p95Lines...),
 		NewBarChart("overview-ttfb", fmt.Sprintf("TTFB p95 at %d sessions", res.Concurrency), names, Axis{Name: "seconds", Log: true},
-			Series{Name: "TTFB p95", Y: p95s}),
+			Series{Name: "TTFB p95", Y: p95s, Marks: targetMarks(res, "ttfb")}).WithCategoryName(candidates),
 		NewBarChart("overview-hit", fmt.Sprintf("Prefix-cache hit rate at %d sessions", res.Concurrency), names, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
-			Series{Name: "prefix hit %", Y: hits}),
+			Series{Name: "prefix hit %", Y: hits, Marks: targetMarks(res, "hit")}).WithCategoryName(candidates),
 		NewBarChart("overview-capacity", "Highest sessions level that meets the targets", names, Axis{Name: "sessions", Min: ptr(0.0)},
-			Series{Name: "meets up to", Y: maxes}),
-		NewLineChart("overview-ttfb-lines", "TTFB p95 against sessions, each candidate with its routing", sessions, xs, Axis{Name: "seconds", Log: true}, p95Lines...),
-		NewLineChart("overview-hit-lines", "Prefix-cache hit rate against sessions, each candidate with its routing", sessions, xs,
-			Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, hitLines...),
+			Series{Name: "meets up to", Y: maxes}).WithCategoryName(candidates),
 	}
 	return s
+}
+
+// costSentence says what "cheapest" means in the table.
+func costSentence(byCards bool) string {
+	if byCards {
+		return "No prices were given: \"cheapest\" is by card count."
+	}
+	return "\"Cheapest\" is by the price per hour given for each GPU."
+}
+
+// kvFullSessions is the number of concurrent sessions whose typical context fills candidate
+// c's KV cache (farm KV tokens / typical context tokens): the rule of thumb's 100 % point.
+func kvFullSessions(res *planner.Result, c *planner.Candidate) (float64, bool) {
+	if res.Workload.TypicalContextTokens <= 0 || c.KVTokensTotal <= 0 {
+		return 0, false
+	}
+	return float64(c.KVTokensTotal) / float64(res.Workload.TypicalContextTokens), true
+}
+
+// targetMarks are the plan's targets on a chart of kind "ttfb" (TTFB p95, seconds) or "hit"
+// (prefix hit %), as red dashed lines.
+func targetMarks(res *planner.Result, kind string) []Mark {
+	const red = "#d62728"
+	switch {
+	case kind == "ttfb" && res.Targets.TTFBP95MaxS > 0:
+		v := res.Targets.TTFBP95MaxS
+		return []Mark{{Name: "target: TTFB p95 <= " + strconv.FormatFloat(v, 'f', -1, 64) + " s", Y: ptr(v), Color: red}}
+	case kind == "hit" && res.Targets.PrefixHitPctMin > 0:
+		v := res.Targets.PrefixHitPctMin
+		return []Mark{{Name: "target: hit >= " + strconv.FormatFloat(v, 'f', -1, 64) + " %", Y: ptr(v), Color: red}}
+	}
+	return nil
+}
+
+// kpiBand reads the uncertainty band of one KPI (its JSON key, e.g. "ttfb_p95_s") at each
+// sessions level of cfg: objects {"low":..,"nominal":..,"high":..} in the config's JSON,
+// either in each row or in any list with one element per level (the planner's "bands").
+// nil, nil when the result carries none (a result from before bands, or a band of one run).
+func kpiBand(cfg *planner.Config, key string) (low, high []float64) {
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, nil
+	}
+	var m map[string]any
+	if json.Unmarshal(raw, &m) != nil {
+		return nil, nil
+	}
+	return bandFromJSON(m, len(cfg.Rows), key)
+}
+
+// bandFromJSON is kpiBand on a config's JSON object m with n levels.
+func bandFromJSON(m map[string]any, n int, key string) (low, high []float64) {
+	lists := []string{"rows"}
+	for k, v := range m {
+		if l, ok := v.([]any); ok && len(l) == n && k != "rows" {
+			lists = append(lists, k)
+		}
+	}
+	slices.Sort(lists[1:])
+	for _, name := range lists {
+		l, _ := m[name].([]any)
+		if len(l) != n {
+			continue
+		}
+		lo, hi := nanSlice(n), nanSlice(n)
+		found, spread := false, false
+		for i, e := range l {
+			obj, _ := e.(map[string]any)
+			r, _ := obj[key].(map[string]any)
+			if r == nil {
+				continue
+			}
+			a, okA := r["low"].(float64)
+			b, okB := r["high"].(float64)
+			if okA && okB {
+				lo[i], hi[i], found = a, b, true
+				spread = spread || a != b
+			}
+		}
+		if found && spread {
+			return lo, hi
+		}
+	}
+	return nil, nil
+}
+
+// jsonString is the string field key of v's JSON object, or "".
+func jsonString(v any, key string) string {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return ""
+	}
+	var s string
+	_ = json.Unmarshal(m[key], &s)
+	return s
+}
+
+// sessionsPerHour is the row's sessions per hour, or, when no session finished in the step,
+// says so ("none finished in a 1 m step") instead of a 0 that reads as a measured rate.
+func sessionsPerHour(x *sim.Row, durationS float64) string {
+	if v := float64(x.SessionsPerHour); finite(v) && v > 0 {
+		return fmtNum(v, 0)
+	}
+	d := float64(x.DurationS)
+	if !(d > 0) {
+		d = durationS
+	}
+	return "no session finished in a " + fmtSpan(d) + " step"
+}
+
+// fmtSpan writes a duration in seconds the way a reader says it: "45 s", "1 m", "1.5 h".
+func fmtSpan(s float64) string {
+	switch {
+	case s >= 3600 && math.Mod(s, 360) == 0:
+		return strconv.FormatFloat(s/3600, 'f', -1, 64) + " h"
+	case s >= 60 && math.Mod(s, 6) == 0:
+		return strconv.FormatFloat(s/60, 'f', -1, 64) + " m"
+	}
+	return strconv.FormatFloat(roundF(s, 1), 'f', -1, 64) + " s"
+}
+
+func roundF(v float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}
+
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten... of a quarter of it, so an axis
+// ends on a round tick just past v.
+func niceCeil(v float64) float64 {
+	if !(v > 0) {
+		return 1
+	}
+	step := math.Pow(10, math.Floor(math.Log10(v/4)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if v/(m*step) <= 5 {
+			return math.Ceil(v/(m*step)) * m * step
+		}
+	}
+	return math.Ceil(v/(10*step)) * 10 * step
 }
 
 // missedPhrases lists the targets candidate c misses at level index at, with the values.
@@ -264,7 +439,7 @@ func planCandidate(res *planner.Result, i, at int) Section {
 				}
 				verdict = "misses " + strings.Join(m, ", ")
 			}
-			t.Rows = append(t.Rows, []string{strconv.Itoa(n), cfg.Label(), fmtNum(float64(x.SessionsPerHour), 0), fmtNum(float64(x.OutputTokensPerMin), 0),
+			t.Rows = append(t.Rows, []string{strconv.Itoa(n), cfg.Label(), sessionsPerHour(x, res.DurationS), fmtNum(float64(x.OutputTokensPerMin), 0),
 				fmtNum(float64(x.TTFBP50), 2), fmtNum(float64(x.TTFBP95), 2), fmtNum(float64(x.ReplicasBusy), 1),
 				fmtNum(float64(x.PrefixHitPct), 1), fmtNum(float64(x.StayedPct), 1), fmtInt(x.Unfinished), fmtInt(x.Preemptions), verdict})
 		}
@@ -276,9 +451,16 @@ func planCandidate(res *planner.Result, i, at int) Section {
 		}
 		return out
 	}
-	sessions := Axis{Name: "sessions"}
+	sessions := Axis{Name: "concurrent sessions"}
 	ttfb := append(perConfig(" p50", func(r *sim.Row) float64 { return float64(r.TTFBP50) }),
 		perConfig(" p95", func(r *sim.Row) float64 { return float64(r.TTFBP95) })...)
+	if len(ttfb) > 0 {
+		ttfb[0].Marks = targetMarks(res, "ttfb")
+	}
+	hitSeries := perConfig("", func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })
+	if len(hitSeries) > 0 {
+		hitSeries[0].Marks = targetMarks(res, "hit")
+	}
 	chosen := &c.Configs[c.Chosen]
 
 	status := "does not meet the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
@@ -295,9 +477,9 @@ func planCandidate(res *planner.Result, i, at int) Section {
 		},
 		Tables: []Table{t},
 		Charts: []*Chart{
-			NewLineChart(id("ttfb"), "Time to first token, p50 and p95", sessions, xs, Axis{Name: "seconds", Log: true}, ttfb...),
-			NewLineChart(id("hit"), "Prefix-cache hit rate", sessions, xs, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
-				perConfig("", func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })...),
+			NewLineChart(id("ttfb"), "Time to first token, p50 and p95, with the TTFB p95 target", sessions, xs, Axis{Name: "seconds", Log: true}, ttfb...),
+			NewLineChart(id("hit"), "Prefix-cache hit rate, with the target", sessions, xs, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
+				hitSeries...),
 			NewLineChart(id("tokens"), "Output tokens per minute", sessions, xs, Axis{Name: "tokens/min"},
 				perConfig("", func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) })...),
 			NewLineChart(id("busy"), "Replicas busy (mean)", sessions, xs, Axis{Name: "replicas", Min: ptr(0.0)},
@@ -325,9 +507,9 @@ func planCandidate(res *planner.Result, i, at int) Section {
 			kv = append(kv, Series{Name: c.Configs[k].Label(), Y: kvm})
 		}
 		s.Charts = append(s.Charts,
-			NewBarChart(id("replica-requests"), fmt.Sprintf("Requests routed to each replica at %d sessions", res.Concurrency), cats, Axis{Name: "requests"}, req...),
+			NewBarChart(id("replica-requests"), fmt.Sprintf("Requests routed to each replica at %d sessions", res.Concurrency), cats, Axis{Name: "requests"}, req...).WithCategoryName("replica"),
 			NewBarChart(id("replica-kv"), fmt.Sprintf("KV cache use per replica at %d sessions (mean over the step)", res.Concurrency), cats,
-				Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, kv...),
+				Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, kv...).WithCategoryName("replica"),
 		)
 	}
 	return s
@@ -379,10 +561,47 @@ func planTimeline(res *planner.Result) Section {
 				Axis{Name: "tokens/s", Min: ptr(0.0)}, farmWide("computed", tl.PromptComputed), farmWide("cached", tl.PromptCached)),
 		},
 	}
+	s.Tables = append(s.Tables, replicaSpread(tl))
 	for _, q := range []planner.QuerySeries{tl.InFlight, tl.KVUsage, tl.PromptCached, tl.PromptComputed} {
 		s.Definitions = append(s.Definitions, Definition{Name: q.Name, Title: q.Title, Unit: q.Unit, Expr: q.Query})
 	}
 	return s
+}
+
+// replicaSpread is the per-replica lines as numbers (mean, lowest, highest over the step):
+// lines of replicas that carry the same load lie on each other in the charts.
+func replicaSpread(tl *planner.Timeline) Table {
+	t := Table{
+		Caption: "Per replica over the step (the lines above can lie on each other)",
+		Header:  []string{"replica", "in flight, mean", "in flight, min", "in flight, max", "KV use %, mean", "KV use %, min", "KV use %, max"},
+	}
+	stats := func(v []sim.Float, scale float64) []string {
+		n, sum, lo, hi := 0, 0.0, math.Inf(1), math.Inf(-1)
+		for _, x := range v {
+			if f := float64(x); finite(f) {
+				n++
+				sum += f
+				lo, hi = math.Min(lo, f), math.Max(hi, f)
+			}
+		}
+		if n == 0 {
+			return []string{"-", "-", "-"}
+		}
+		return []string{fmtNum(scale*sum/float64(n), 1), fmtNum(scale*lo, 1), fmtNum(scale*hi, 1)}
+	}
+	kv := map[string][]sim.Float{}
+	for _, s := range tl.KVUsage.Series {
+		kv[s.Label] = s.Values
+	}
+	for _, s := range tl.InFlight.Series {
+		name := s.Label
+		if name == "" {
+			name = "all replicas"
+		}
+		row := append([]string{name}, stats(s.Values, 1)...)
+		t.Rows = append(t.Rows, append(row, stats(kv[s.Label], 1)...))
+	}
+	return t
 }
 
 // timeValues converts a time series to chart values (NaN stays NaN: a gap).

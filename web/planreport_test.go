@@ -132,7 +132,7 @@ func TestPlanReportGolden(t *testing.T) {
 		}
 		checkGolden(t, filepath.Join("testdata", "plan-"+c.ID+".json"), got)
 	}
-	want := "overview-ttfb overview-hit overview-capacity overview-ttfb-lines overview-hit-lines rule-1 " +
+	want := "overview-hit-lines overview-ttfb-lines overview-ttfb overview-hit overview-capacity rule-1 " +
 		"timeline-in-flight timeline-kv timeline-prompt " +
 		"c1-ttfb c1-hit c1-tokens c1-busy c1-replica-requests c1-replica-kv " +
 		"c2-ttfb c2-hit c2-tokens c2-busy c2-replica-requests c2-replica-kv"
@@ -209,4 +209,31 @@ func TestPlanReportDrawsOfflineInChromium(t *testing.T) {
 	if !strings.Contains(got.Text, res.Answer) {
 		t.Errorf("page text lacks the answer %q", res.Answer)
 	}
+	checkChartsInDOM(t, r, got.DOM)
+	if !strings.Contains(got.Text, "Per replica over the step") {
+		t.Error("page lacks the per-replica table of the timeline (the lines can lie on each other)")
+	}
+	if strings.Contains(got.Text, "cost (cards)") {
+		t.Error(`the table still has a "cost (cards)" column repeating "cards"`)
+	}
+}
+
+// TestSampleReportChartsInChromium draws the hand-made result's report: every chart drew, with
+// its title, axis names with units and a legend, as echarts holds them after drawing.
+func TestSampleReportChartsInChromium(t *testing.T) {
+	b := webtest.Find(t)
+	r := PlanReport(samplePlanResult())
+	var buf bytes.Buffer
+	if err := r.Render(&buf); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "sample.html")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := b.Check(t, "file://"+path)
+	if len(got.Console) > 0 || len(got.Blocked) > 0 {
+		t.Errorf("console %q, blocked %q: want none", got.Console, got.Blocked)
+	}
+	checkChartsInDOM(t, r, got.DOM)
 }

@@ -1,0 +1,224 @@
+package web
+
+import (
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// decodeOptions is a chart's options as generic JSON.
+func decodeOptions(t *testing.T, c *Chart) map[string]any {
+	t.Helper()
+	raw, err := c.OptionsJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// The stacked area chart must stack the values (y), not the time axis: echarts stacks the
+// first value dimension, so the x axis has to be a category axis of the sample times and each
+// point a plain value. The golden file keeps the whole option text.
+func TestStackedAreaStacksValues(t *testing.T) {
+	c := NewStackedAreaChart("stacked", "Prompt tokens per second, computed and cached", Axis{Name: "seconds into the step"},
+		[]float64{5, 10, 15, 20}, Axis{Name: "tokens/s", Min: ptr(0.0)},
+		Series{Name: "computed", Y: []float64{100, 200, math.NaN(), 400}},
+		Series{Name: "cached", Y: []float64{1000, 2000, 3000, 4000}})
+	m := decodeOptions(t, c)
+	x := m["xAxis"].([]any)[0].(map[string]any)
+	if x["type"] != "category" || x["boundaryGap"] != false {
+		t.Errorf("x axis %v: want a category axis without boundary gap", x)
+	}
+	if diff := cmp.Diff([]any{"5", "10", "15", "20"}, x["data"]); diff != "" {
+		t.Errorf("x categories (-want +got):\n%s", diff)
+	}
+	series := m["series"].([]any)
+	want := [][]any{{100.0, 200.0, "-", 400.0}, {1000.0, 2000.0, 3000.0, 4000.0}}
+	for i, sv := range series {
+		s := sv.(map[string]any)
+		if s["stack"] != "total" || s["areaStyle"] == nil {
+			t.Errorf("series %d: stack %v, areaStyle %v: want stacked areas", i, s["stack"], s["areaStyle"])
+		}
+		var got []any
+		for _, d := range s["data"].([]any) {
+			got = append(got, d.(map[string]any)["value"])
+		}
+		if diff := cmp.Diff(want[i], got); diff != "" {
+			t.Errorf("series %d values: want plain y values, not [x, y] pairs (-want +got):\n%s", i, diff)
+		}
+	}
+	got, _ := c.OptionsJSON()
+	checkGolden(t, filepath.Join("testdata", "chart-stacked.json"), got)
+}
+
+// A series with a band gets dashed edges (one legend entry with the shading) and a custom
+// series with the outline; marks become markLines.
+func TestLineChartBandAndMarks(t *testing.T) {
+	c := NewLineChart("band", "Prefix-cache hit rate against sessions", Axis{Name: "concurrent sessions"}, []float64{4, 8, 16},
+		Axis{Name: "prefix hit %", Min: ptr(0.0), Max: ptr(100.0)},
+		Series{Name: "3 x A4000", Y: []float64{80, 75, 60}, Low: []float64{70, 60, 40}, High: []float64{85, 80, 70},
+			Marks: []Mark{{Name: "KV full at 10.7 sessions", X: ptr(10.7)}, {Name: "target: hit >= 75 %", Y: ptr(75.0), Color: "#d62728"}}})
+	m := decodeOptions(t, c)
+	series := m["series"].([]any)
+	var names, types []string
+	for _, sv := range series {
+		s := sv.(map[string]any)
+		names = append(names, s["name"].(string))
+		types = append(types, s["type"].(string))
+	}
+	if diff := cmp.Diff([]string{"3 x A4000", "3 x A4000 band", "3 x A4000 band", "3 x A4000 band"}, names); diff != "" {
+		t.Errorf("series names (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"line", "line", "line", "custom"}, types); diff != "" {
+		t.Errorf("series types (-want +got):\n%s", diff)
+	}
+	poly := series[3].(map[string]any)
+	if diff := cmp.Diff([]any{[]any{4.0, 70.0, 8.0, 60.0, 16.0, 40.0, 16.0, 70.0, 8.0, 80.0, 4.0, 85.0}}, poly["data"]); diff != "" {
+		t.Errorf("band outline (-want +got):\n%s", diff)
+	}
+	ml := series[0].(map[string]any)["markLine"].(map[string]any)["data"].([]any)
+	if len(ml) != 2 || ml[0].(map[string]any)["xAxis"] != 10.7 || ml[1].(map[string]any)["yAxis"] != 75.0 {
+		t.Errorf("markLine data %v: want the KV-full x and the target y", ml)
+	}
+	got, _ := c.OptionsJSON()
+	checkGolden(t, filepath.Join("testdata", "chart-band.json"), got)
+}
+
+// The band is read from the planner's JSON wherever it is: per level in a list beside the rows.
+func TestBandFromJSON(t *testing.T) {
+	var m map[string]any
+	js := `{"rows":[{"ttfb_p95_s":3},{"ttfb_p95_s":5}],
+		"bands":[{"ttfb_p95_s":{"low":4,"nominal":3,"high":2.5}},{"ttfb_p95_s":{"low":9,"nominal":5,"high":4}}]}`
+	if err := json.Unmarshal([]byte(js), &m); err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := bandFromJSON(m, 2, "ttfb_p95_s")
+	if diff := cmp.Diff([]float64{4, 9}, lo); diff != "" {
+		t.Errorf("low (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]float64{2.5, 4}, hi); diff != "" {
+		t.Errorf("high (-want +got):\n%s", diff)
+	}
+	if lo, hi := bandFromJSON(m, 2, "prefix_hit_pct"); lo != nil || hi != nil {
+		t.Errorf("a KPI without a band: got %v %v, want nil", lo, hi)
+	}
+	// A band of one run (low = high everywhere) is no band.
+	json.Unmarshal([]byte(`{"rows":[{}],"bands":[{"ttfb_p95_s":{"low":3,"nominal":3,"high":3}}]}`), &m)
+	if lo, _ := bandFromJSON(m, 1, "ttfb_p95_s"); lo != nil {
+		t.Errorf("a flat band: got %v, want nil", lo)
+	}
+}
+
+func TestIdenticalLinesMerge(t *testing.T) {
+	c := NewLineChart("same", "Replicas busy", Axis{Name: "sessions"}, []float64{1, 2}, Axis{Name: "replicas"},
+		Series{Name: "least-loaded", Y: []float64{2, 2}}, Series{Name: "affinity", Y: []float64{2, 2}},
+		Series{Name: "hash", Y: []float64{1, math.NaN()}})
+	var names []string
+	for _, sv := range decodeOptions(t, c)["series"].([]any) {
+		names = append(names, sv.(map[string]any)["name"].(string))
+	}
+	if diff := cmp.Diff([]string{"least-loaded = affinity", "hash"}, names); diff != "" {
+		t.Errorf("series (-want +got):\n%s", diff)
+	}
+}
+
+func TestSessionsPerHourCell(t *testing.T) {
+	for _, tt := range []struct {
+		d    float64
+		want string
+	}{{60, "1 m"}, {30, "30 s"}, {90, "1.5 m"}, {7200, "2 h"}, {600, "10 m"}} {
+		if got := fmtSpan(tt.d); got != tt.want {
+			t.Errorf("fmtSpan(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+}
+
+// The dials read like the table: "%", no decimals, 100 % a labelled tick where green turns red.
+func TestGaugeDials(t *testing.T) {
+	c := NewGaugeChart("g", "Demand as % of the farm's KV cache", Gauge{Name: "2 x A4000", Value: 224.24, Max: 300, Unit: "%"})
+	s := decodeOptions(t, c)["series"].([]any)[0].(map[string]any)
+	if v := s["data"].([]any)[0].(map[string]any)["value"]; v != 224.0 {
+		t.Errorf("value %v, want 224 (as the table rounds it)", v)
+	}
+	if s["splitNumber"] != 6.0 || s["max"] != 300.0 {
+		t.Errorf("splitNumber %v max %v: want 6 ticks of 50 up to 300 (100 labelled)", s["splitNumber"], s["max"])
+	}
+	if f := s["axisLabel"].(map[string]any)["formatter"]; f != "{value} %" {
+		t.Errorf("axis label formatter %v, want the unit", f)
+	}
+	stops := s["axisLine"].(map[string]any)["lineStyle"].(map[string]any)["color"].([]any)
+	if first := stops[0].([]any)[0].(float64); math.Abs(first-1.0/3) > 1e-9 {
+		t.Errorf("arc stops %v: want green up to 100 of 300", stops)
+	}
+}
+
+// chartAttrs are the data-* attributes the page's draw helper wrote on each chart element,
+// from echarts' own options after drawing.
+var chartElement = regexp.MustCompile(`<div class="chart" id="([^"]+)"([^>]*)>`)
+var dataAttr = regexp.MustCompile(`data-([a-z-]+)="([^"]*)"`)
+
+func chartAttrs(dom string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, m := range chartElement.FindAllStringSubmatch(dom, -1) {
+		a := map[string]string{}
+		for _, d := range dataAttr.FindAllStringSubmatch(m[2], -1) {
+			a[d[1]] = d[2]
+		}
+		out[m[1]] = a
+	}
+	return out
+}
+
+// units are the words an axis name must contain to say its unit.
+var units = []string{"%", "seconds", "tokens/s", "tokens/min", "requests", "replicas", "sessions", "tokens"}
+
+// checkChartsInDOM checks, for every chart of the report, what Chromium's echarts drew: a
+// canvas, the title, axis names with units (XY charts) and a legend.
+func checkChartsInDOM(t *testing.T, r *Report, dom string) {
+	t.Helper()
+	attrs := chartAttrs(dom)
+	for _, c := range r.Charts() {
+		a, ok := attrs[c.ID]
+		if !ok {
+			t.Errorf("chart %s: no element in the page", c.ID)
+			continue
+		}
+		if a["drawn"] != "yes" {
+			t.Errorf("chart %s: not drawn (attributes %v)", c.ID, a)
+			continue
+		}
+		if a["title"] != strings.ReplaceAll(c.Title, "'", "&#39;") && a["title"] != c.Title {
+			t.Errorf("chart %s: title %q, want %q", c.ID, a["title"], c.Title)
+		}
+		if a["legend"] == "" {
+			t.Errorf("chart %s: no legend", c.ID)
+		}
+		if a["type"] == "gauge" {
+			continue
+		}
+		for _, axis := range []string{"x-names", "y-names"} {
+			name := a[axis]
+			if !containsAny(name, units) && !(axis == "x-names" && (name == "candidate" || name == "replica")) {
+				t.Errorf("chart %s: %s %q: want an axis name with its unit", c.ID, axis, name)
+			}
+		}
+	}
+}
+
+func containsAny(s string, subs []string) bool {
+	for _, u := range subs {
+		if strings.Contains(s, u) {
+			return true
+		}
+	}
+	return false
+}
