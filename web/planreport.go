@@ -57,11 +57,16 @@ func planOverview(res *planner.Result, at int) Section {
 	byCards := res.CostUnit == "cards" || res.CostUnit == ""
 	header := []string{"candidate", "cards"}
 	if !byCards {
-		header = append(header, "cost "+res.CostUnit)
+		header = append(header, "cost "+res.CostUnit, "cost per 1,000 session-turns")
+	}
+	banded := jsonPath(jsonOf(res), "band", "kv_scales") != nil
+	p95Head, hitHead := "TTFB p95 s", "prefix hit %"
+	if banded {
+		p95Head, hitHead = "TTFB p95 s (band)", "prefix hit % (band)"
 	}
 	t := Table{
 		Caption: fmt.Sprintf("Candidates at %d concurrent sessions, each with its best routing", res.Concurrency),
-		Header: append(header, "routing", "meets targets", "TTFB p95 s", "prefix hit %",
+		Header: append(header, "routing", "meets targets", p95Head, hitHead,
 			"output tok/min", "sessions/h", "meets up to", "stops at", "sessions x context / KV"),
 	}
 	var notFit Table
@@ -87,20 +92,31 @@ func planOverview(res *planner.Result, at int) Section {
 		} else if x != nil {
 			meets = "misses " + strings.Join(missedPhrases(res, c, at), ", ")
 		}
-		if v := jsonString(c, "verdict"); v == "marginal" {
-			meets = "marginal (meets at the nominal KV size only)"
+		cj := jsonOf(c)
+		if v, _ := jsonPath(cj, "verdict").(string); v == "marginal" {
+			meets = "marginal"
+			if why, _ := jsonPath(cj, "why").(string); why != "" {
+				meets += ": " + why
+			}
 		}
-		routing, p95, hit, tok, sph := "-", math.NaN(), math.NaN(), math.NaN(), "-"
+		routing, p95, hit, p95Cell, hitCell, tok, sph := "-", math.NaN(), math.NaN(), "-", "-", math.NaN(), "-"
 		if x != nil {
 			routing = c.Configs[c.Chosen].Label()
-			p95, hit, tok, sph = float64(x.TTFBP95), float64(x.PrefixHitPct), float64(x.OutputTokensPerMin), sessionsPerHour(x, res.DurationS)
+			p95, hit = float64(x.TTFBP95), float64(x.PrefixHitPct)
+			p95Cell = withBand(p95, jsonPath(cj, "kpis", "ttfb_p95_s"), 2)
+			hitCell = withBand(hit, jsonPath(cj, "kpis", "prefix_hit_pct"), 1)
+			tok, sph = float64(x.OutputTokensPerMin), sessionsPerHour(x, res.DurationS)
 		}
 		row := []string{name, strconv.Itoa(c.Cards)}
 		if !byCards {
-			row = append(row, fmtCost(c.Cost, res.CostUnit))
+			per1k := "-"
+			if v, ok := jsonPath(cj, "cost_per_1k_turns").(float64); ok {
+				per1k = fmtNum(v, 3)
+			}
+			row = append(row, fmtCost(c.Cost, res.CostUnit), per1k)
 		}
 		t.Rows = append(t.Rows, append(row, routing, meets,
-			fmtNum(p95, 2), fmtNum(hit, 1), fmtNum(tok, 0), sph,
+			p95Cell, hitCell, fmtNum(tok, 0), sph,
 			levelOrDash(c.MaxSessions), levelOrDash(c.FailsAt), ruleCell(c),
 		))
 		names = append(names, c.Name)
@@ -113,11 +129,12 @@ func planOverview(res *planner.Result, at int) Section {
 		Paragraphs: []string{
 			fmt.Sprintf("Targets: %s, at %d concurrent sessions. A farm's routing is the strategy and spill threshold that meets the "+
 				"targets there with the lowest TTFB p95 (when none meets, the one closest to them). \"Meets up to\" is the highest "+
-				"sessions level of the first run of levels, scanning upwards, that meet the targets; \"stops at\" is the level after it.",
+				"number of concurrent sessions found to meet the targets with that routing; \"stops at\" is the first found to miss them.",
 				strings.Join(res.Targets.Phrases(), ", "), res.Concurrency),
 			"When no candidate meets the targets, the closest is the one that misses the fewest targets, then the one whose " +
 				"figures are nearest their limits (the sum of each shortfall relative to its limit), then the cheapest.",
 			costSentence(byCards),
+			bandSentence(res),
 			"The first two charts are the ones to read first: each candidate's prefix-cache hit rate and TTFB p95 against the " +
 				"number of concurrent sessions, with the targets as red dashed lines and, in each candidate's colour, a dashed " +
 				"vertical line where sessions x typical context equals the farm's KV cache (\"KV full\"); where the result carries " +
@@ -177,6 +194,73 @@ func planOverview(res *planner.Result, at int) Section {
 			Series{Name: "meets up to", Y: maxes}).WithCategoryName(candidates),
 	}
 	return s
+}
+
+// bandSentence says what the bands in brackets are, from the result's "band" (which KV
+// scales and seeds were run), or that the result has none.
+func bandSentence(res *planner.Result) string {
+	m := jsonOf(res)
+	scales, _ := jsonPath(m, "band", "kv_scales").([]any)
+	seeds, _ := jsonPath(m, "band", "seeds").([]any)
+	if len(scales) == 0 {
+		return "This result carries no uncertainty band: each figure is one run at the estimated KV cache size."
+	}
+	var sc, sd []string
+	for _, v := range scales {
+		if f, ok := v.(float64); ok {
+			sc = append(sc, "x"+strconv.FormatFloat(f, 'f', -1, 64))
+		}
+	}
+	for _, v := range seeds {
+		if f, ok := v.(float64); ok {
+			sd = append(sd, strconv.FormatFloat(f, 'f', -1, 64))
+		}
+	}
+	return fmt.Sprintf("Band (in parentheses, and shaded in the charts): the lowest and highest of each figure over the KV cache at %s "+
+		"of its estimated size (no KV band where num_gpu_blocks is given) and seeds %s. A candidate meets the targets only if the "+
+		"pessimistic edge does; marginal: only the nominal run does.", strings.Join(sc, ", "), strings.Join(sd, ", "))
+}
+
+// withBand is a figure with its band, e.g. "3.11 (3.10-8.36)", or the figure alone when r is
+// not a band object.
+func withBand(v float64, r any, digits int) string {
+	out := fmtNum(v, digits)
+	m, _ := r.(map[string]any)
+	lo, okL := m["low"].(float64)
+	hi, okH := m["high"].(float64)
+	if okL && okH {
+		a, b := math.Min(lo, hi), math.Max(lo, hi)
+		out += " (" + fmtNum(a, digits) + "-" + fmtNum(b, digits) + ")"
+	}
+	return out
+}
+
+// jsonOf is v's JSON form as generic values (nil when it has none): the report reads the
+// planner's newer fields (bands, verdicts, prices, reconcile) by their JSON names, so that a
+// result without them still renders.
+func jsonOf(v any) map[string]any {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var m map[string]any
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	return m
+}
+
+// jsonPath walks object keys; nil when one is missing.
+func jsonPath(m map[string]any, keys ...string) any {
+	var v any = m
+	for _, k := range keys {
+		o, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = o[k]
+	}
+	return v
 }
 
 // costSentence says what "cheapest" means in the table.
@@ -261,21 +345,6 @@ func bandFromJSON(m map[string]any, n int, key string) (low, high []float64) {
 		}
 	}
 	return nil, nil
-}
-
-// jsonString is the string field key of v's JSON object, or "".
-func jsonString(v any, key string) string {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return ""
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
-		return ""
-	}
-	var s string
-	_ = json.Unmarshal(m[key], &s)
-	return s
 }
 
 // sessionsPerHour is the row's sessions per hour, or, when no session finished in the step,
@@ -389,6 +458,17 @@ func planRuleOfThumb(res *planner.Result) Section {
 			"Typical context: " + res.Workload.TypicalContextHow + ".",
 		},
 		Tables: []Table{t},
+	}
+	// The rule of thumb and the simulation side by side, one sentence per candidate.
+	rec := Table{Caption: "The rule of thumb and the simulation, side by side", Header: []string{"candidate", "rule of thumb", "how they agree or why they differ"}}
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		if r, _ := jsonPath(jsonOf(c), "reconcile").(string); c.Fits && r != "" {
+			rec.Rows = append(rec.Rows, []string{c.Name, ruleCell(c), r})
+		}
+	}
+	if len(rec.Rows) > 0 {
+		s.Tables = append(s.Tables, rec)
 	}
 	scale := 100 * math.Ceil(top/100)
 	for k := 0; k < len(gauges); k += gaugesPerChart {

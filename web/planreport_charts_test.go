@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/lm-warden/warden/planner"
 )
 
 // decodeOptions is a chart's options as generic JSON.
@@ -221,4 +224,73 @@ func containsAny(s string, subs []string) bool {
 		}
 	}
 	return false
+}
+
+// A result that carries the planner's band, verdict and reconcile sentence shows them: the
+// band in the table and shaded in the first charts, "marginal" with its reason, and the
+// reconcile sentence beside the rule of thumb. The fields are read by their JSON names.
+func TestPlanReportShowsBand(t *testing.T) {
+	m := jsonOf(samplePlanResult())
+	m["band"] = map[string]any{"kv_scales": []any{1, 0.85, 1.1}, "seeds": []any{1, 2, 3}}
+	cands := m["candidates"].([]any)
+	for _, cv := range cands {
+		c := cv.(map[string]any)
+		if c["fits"] != true {
+			continue
+		}
+		c["verdict"] = "marginal"
+		c["why"] = "meets at the nominal KV size; misses prefix hit >= 80 % if the KV cache is 15 % smaller than estimated"
+		c["reconcile"] = "the 3.5k system prompt is shared"
+		c["kpis"] = map[string]any{"ttfb_p95_s": map[string]any{"low": 9.5, "nominal": 6.0, "high": 5.0},
+			"prefix_hit_pct": map[string]any{"low": 70.0, "nominal": 85.0, "high": 88.0}}
+		for _, cfg := range c["configs"].([]any) {
+			var bands []any
+			for range cfg.(map[string]any)["rows"].([]any) {
+				bands = append(bands, map[string]any{"ttfb_p95_s": map[string]any{"low": 9.0, "nominal": 6.0, "high": 5.0},
+					"prefix_hit_pct": map[string]any{"low": 60.0, "nominal": 85.0, "high": 90.0}})
+			}
+			cfg.(map[string]any)["bands"] = bands
+		}
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := planner.ReadResult(raw)
+	if err != nil && strings.Contains(err.Error(), "unknown field") {
+		t.Skipf("this planner.Result has no band fields yet: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jsonPath(jsonOf(res), "band", "kv_scales") == nil || len(res.Candidates[1].Configs[0].Rows) == 0 ||
+		jsonPath(jsonOf(&res.Candidates[1].Configs[0]), "bands") == nil {
+		t.Skip("this planner.Result has no band fields yet")
+	}
+	r := PlanReport(res)
+	var buf bytes.Buffer
+	if err := r.Render(&buf); err != nil {
+		t.Fatal(err)
+	}
+	page := buf.String()
+	for _, want := range []string{"TTFB p95 s (band)", "(5.00-9.50)", "(70.0-88.0)", "marginal: meets at the nominal KV size",
+		"the 3.5k system prompt is shared", "seeds 1, 2, 3"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, c := range r.Charts() {
+		if c.ID != "overview-hit-lines" && c.ID != "overview-ttfb-lines" {
+			continue
+		}
+		custom := 0
+		for _, sv := range decodeOptions(t, c)["series"].([]any) {
+			if sv.(map[string]any)["type"] == "custom" {
+				custom++
+			}
+		}
+		if custom != 2 {
+			t.Errorf("chart %s: %d shaded bands, want one per candidate (2)", c.ID, custom)
+		}
+	}
 }
