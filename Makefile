@@ -6,10 +6,15 @@ BIN := bin/warden
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help build run test test-deps vet lint fmt bench fuzz loop validate clean
+.PHONY: help plan build run test test-deps vet lint fmt bench fuzz loop validate clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+plan: ## the README's first command: build bin/warden (saying so first), then plan the built-in example
+	@echo "building bin/warden (the first build downloads modules and compiles for a few minutes; later ones take seconds)..."
+	@$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/warden
+	@$(BIN) plan
 
 build: ## build bin/warden (cgo for NVML when gcc is present)
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/warden

@@ -15,9 +15,12 @@ It simulates farms before you buy cards (sim, plan), routes production traffic
 (proxy), and writes self-contained HTML reports.`,
 		Example: `  warden sim                       # the built-in 4 x RTX A4000 example
   warden kv --gpu "RTX A4000" --model Qwen/Qwen3-4B-Instruct-2507`,
+		// --version prints what `warden version` prints.
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("warden {{.Version}}\n")
 	// One line per command; each newXCmd lives in its own file.
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newSimCmd())

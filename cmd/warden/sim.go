@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lm-warden/warden/examples"
+	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
@@ -29,8 +31,8 @@ type simOptions struct {
 	JSON       bool
 	Progress   bool
 
-	Replicas int     // 0: the farm's
-	KVScale  float64 // 0: the farm's kv_capacity_scale
+	Replicas int     // when given (changed), >= 1; else the farm's
+	KVScale  float64 // when given (changed), in [0.1, 10]; else the farm's kv_capacity_scale
 	GPU      string  // "": the farm's
 	Spill    string  // "": the farm's
 
@@ -89,16 +91,16 @@ With --trace, sim replays a trace file instead: at its recorded arrival times
 	f.StringVar(&opts.Workload, "workload", "", "workload YAML (default: the product's agent sessions)")
 	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: hash, least-loaded, affinity")
 	f.IntSliceVar(&opts.Sessions, "sessions", sim.DefaultSessions, "concurrent sessions of each step")
-	f.DurationVar(&opts.Duration, "duration", sim.DefaultDuration, "simulated time of each step (replay: 0 = to the end of the trace)")
+	f.DurationVar(&opts.Duration, "duration", sim.DefaultDuration, "simulated time of each step, at least 1s (with --trace: default and 0 = to the end of the trace)")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the synthetic sessions")
 	f.BoolVar(&opts.JSON, "json", false, "print the results as JSON")
 	f.BoolVar(&opts.Progress, "progress", false, "show a progress bar on stderr (when it is a terminal)")
-	f.IntVar(&opts.Replicas, "replicas", 0, "override the farm's number of replicas")
-	f.Float64Var(&opts.KVScale, "kv-scale", 0, "scale the KV cache sized from hardware (the farm's kv_capacity_scale), e.g. 0.85 for a cache 15% smaller than estimated")
-	f.StringVar(&opts.GPU, "gpu", "", "override the farm's GPU (a catalogue name)")
+	f.IntVar(&opts.Replicas, "replicas", 0, "override the farm's number of replicas, >= 1 (default: the farm's)")
+	f.Float64Var(&opts.KVScale, "kv-scale", 0, "scale the KV cache sized from hardware, in [0.1, 10], e.g. 0.85 for a cache 15% smaller than estimated (default: the farm's kv_capacity_scale)")
+	f.StringVar(&opts.GPU, "gpu", "", "override the farm's GPU, a catalogue name (warden gpus --catalog; default: the farm's)")
 	f.StringVar(&opts.Spill, "spill-threshold", "", "override the spill threshold: auto or a number of requests in flight")
 	f.StringVar(&opts.Trace, "trace", "", "replay this trace file instead of synthetic sessions")
-	f.Float64Var(&opts.Speed, "speed", 1, "replay speed-up of a trace's arrival times")
+	f.Float64Var(&opts.Speed, "speed", 1, "replay speed-up of a trace's arrival times, > 0")
 	f.BoolVar(&opts.ClosedLoop, "closed-loop", false, "replay the trace's sessions in a closed loop")
 	f.StringVar(&opts.Requests, "requests", "", "write one JSON line per request to this file (session, turn, step, replica, times, tokens, reason)")
 	return cmd
@@ -111,11 +113,31 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 		changed = func(string) bool { return false }
 	}
 	var e sim.Experiment
-	if o.Replicas < 0 {
-		return e, fmt.Errorf("--replicas %d: want >= 1", o.Replicas)
+	// A flag given is used as given: 0 is not "no override" (the farm's
+	// value is what an absent flag means).
+	setReplicas, setKVScale := changed("replicas") || o.Replicas != 0, changed("kv-scale") || o.KVScale != 0
+	if setReplicas && o.Replicas < 1 {
+		return e, fmt.Errorf("--replicas %d: want >= 1 (leave the flag out for the farm's replicas)", o.Replicas)
 	}
-	if o.KVScale != 0 && !(o.KVScale >= 0.1 && o.KVScale <= 10) {
-		return e, fmt.Errorf("--kv-scale %g: want a factor in [0.1, 10], e.g. 0.85 or 1.1", o.KVScale)
+	if setKVScale && !(o.KVScale >= 0.1 && o.KVScale <= 10) {
+		return e, fmt.Errorf("--kv-scale %g: want a factor in [0.1, 10], e.g. 0.85 or 1.1 (leave the flag out for the farm's)", o.KVScale)
+	}
+	// The GPU override is the flag's, not the farm file's: its errors name
+	// the flag.
+	if o.GPU == "auto" {
+		if gpus, err := hardware.Probe(); err != nil || len(gpus) == 0 {
+			return e, fmt.Errorf("--gpu auto: reading the local GPU: %v", cmp.Or(err, errors.New("NVML reports no GPU")))
+		}
+	} else if o.GPU != "" {
+		if _, err := hardware.LookupGPU(o.GPU); err != nil {
+			return e, fmt.Errorf("--gpu: %w", err)
+		}
+	}
+	if o.Trace == "" && o.Duration == 0 {
+		return e, errors.New("--duration 0: want the simulated time of each step, at least 1s (0 means \"to the end of the trace\" only with --trace)")
+	}
+	if changed("speed") && !(o.Speed > 0) {
+		return e, fmt.Errorf("--speed %g: want a speed-up > 0, e.g. 2 to replay twice as fast", o.Speed)
 	}
 	data, name := examples.Default, examples.DefaultName
 	if o.Farm != "" {
@@ -126,13 +148,13 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 		name = o.Farm
 	}
 	farm, err := sim.ParseFarmWith(data, name, func(s *sim.FarmSpec) {
-		if o.Replicas > 0 {
+		if setReplicas {
 			s.Replicas = o.Replicas
 		}
 		if o.GPU != "" {
 			s.GPU = o.GPU
 		}
-		if o.KVScale != 0 {
+		if setKVScale {
 			s.KVCapacityScale = o.KVScale
 		}
 	})

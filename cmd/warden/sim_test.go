@@ -88,21 +88,59 @@ func TestSimErrors(t *testing.T) {
 	tests := []struct {
 		args []string
 		want string
+		not  string // a string the error must not contain
 	}{
-		{[]string{"sim", "--strategies", "random"}, `unknown strategy "random"`},
-		{[]string{"sim", "--spill-threshold", "lots"}, "--spill-threshold"},
-		{[]string{"sim", "--speed", "2"}, "need --trace"},
-		{[]string{"sim", "--replicas", "-1"}, "--replicas -1"},
-		{[]string{"sim", "--gpu", "RTX 9999"}, "unknown GPU"},
-		{[]string{"sim", "--farm", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
-		{[]string{"sim", "--farm", bad}, bad + ":4: vllm.max_num_seqs"},
-		{[]string{"sim", "--sessions", "0"}, "sessions 0"},
+		{[]string{"sim", "--strategies", "random"}, `unknown strategy "random"`, ""},
+		{[]string{"sim", "--spill-threshold", "lots"}, "--spill-threshold", ""},
+		{[]string{"sim", "--speed", "2"}, "need --trace", ""},
+		{[]string{"sim", "--replicas", "-1"}, "--replicas -1", ""},
+		// A flag given as 0 is not "no override": the farm's value is what
+		// leaving the flag out means.
+		{[]string{"sim", "--replicas", "0"}, "--replicas 0: want >= 1", ""},
+		{[]string{"sim", "--kv-scale", "0"}, "--kv-scale 0: want a factor in [0.1, 10]", ""},
+		// --duration 0 ran 3 minutes under a "0s per step" header; only a
+		// replay reads it as "to the end of the trace".
+		{[]string{"sim", "--duration", "0"}, `--duration 0: want the simulated time of each step, at least 1s (0 means "to the end of the trace" only with --trace)`, ""},
+		{[]string{"sim", "--duration", "0s", "--sessions", "4"}, "--duration 0", ""},
+		{[]string{"sim", "--trace", filepath.Join(dir, "t.jsonl"), "--speed", "0"}, "--speed 0: want a speed-up > 0", ""},
+		// An unknown --gpu is the flag's error, not the built-in example's
+		// (or the --farm file's) line.
+		{[]string{"sim", "--gpu", "RTX 9999"}, `--gpu: unknown GPU "RTX 9999"`, ".yaml"},
+		{[]string{"sim", "--gpu", "X", "--farm", "../../examples/a4000-qwen3-4b.yaml"}, `--gpu: unknown GPU "X"`, ".yaml"},
+		{[]string{"sim", "--farm", filepath.Join(dir, "missing.yaml")}, "missing.yaml", ""},
+		{[]string{"sim", "--farm", bad}, bad + ":4: vllm.max_num_seqs", ""},
+		{[]string{"sim", "--sessions", "0"}, "sessions 0", ""},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			_, err := execWarden(t, tt.args...)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error = %v, want it to contain %q", err, tt.want)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || (tt.not != "" && strings.Contains(err.Error(), tt.not)) {
+				t.Errorf("error = %v, want it to contain %q (and not %q)", err, tt.want, tt.not)
+			}
+		})
+	}
+}
+
+// TestSimFlagsGiven: the flags that override the farm take effect when
+// given, and only then; the header says what ran.
+func TestSimFlagsGiven(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "--sessions", "2", "--duration", "10s", "--strategies", "affinity"}, "4 replicas x 1 x RTX A4000, Qwen/Qwen3-4B-Instruct-2507: "},
+		{[]string{"sim", "--sessions", "2", "--duration", "10s", "--strategies", "affinity", "--replicas", "1"}, "1 replicas x 1 x RTX A4000"},
+		{[]string{"sim", "--sessions", "2", "--duration", "10s", "--strategies", "affinity", "--gpu", "rtx-4090"}, "4 replicas x 1 x RTX 4090"},
+		{[]string{"sim", "--sessions", "2", "--duration", "10s", "--strategies", "affinity"}, "10s per step"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, err := execWarden(t, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if head, _, _ := strings.Cut(out, "\n"); !strings.Contains(head, tt.want) {
+				t.Errorf("header %q lacks %q", head, tt.want)
 			}
 		})
 	}
@@ -137,6 +175,7 @@ func TestSimTraceReplay(t *testing.T) {
 		{"sim", "--trace", path, "--json"},
 		{"sim", "--trace", path, "--closed-loop", "--json"},
 		{"sim", "--trace", path, "--speed", "4", "--strategies", "affinity", "--json"},
+		{"sim", "--trace", path, "--duration", "0", "--json"}, // a replay's 0: to the end of the trace
 	} {
 		out, err := execWarden(t, args...)
 		if err != nil {

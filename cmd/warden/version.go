@@ -25,6 +25,14 @@ func newVersionCmd() *cobra.Command {
 }
 
 func runVersion(out io.Writer) error {
+	_, err := fmt.Fprintf(out, "warden %s\n", versionString())
+	return err
+}
+
+// versionString is the version, the commit when the build recorded one,
+// the Go release and the platform: what `warden version` and
+// `warden --version` print after "warden ".
+func versionString() string {
 	rev := ""
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
@@ -33,6 +41,5 @@ func runVersion(out io.Writer) error {
 			}
 		}
 	}
-	_, err := fmt.Fprintf(out, "warden %s%s %s %s/%s\n", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	return err
+	return fmt.Sprintf("%s%s %s %s/%s", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
