@@ -541,6 +541,12 @@ func planCandidate(res *planner.Result, i, at int) Section {
 	if len(hitSeries) > 0 {
 		hitSeries[0].Marks = targetMarks(res, "hit")
 	}
+	// Each routing's band where the result has one: p95 (not p50, to keep the chart readable)
+	// and the hit rate.
+	for k := range c.Configs {
+		ttfb[len(c.Configs)+k].Low, ttfb[len(c.Configs)+k].High = kpiBand(&c.Configs[k], "ttfb_p95_s")
+		hitSeries[k].Low, hitSeries[k].High = kpiBand(&c.Configs[k], "prefix_hit_pct")
+	}
 	chosen := &c.Configs[c.Chosen]
 
 	status := "does not meet the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
