@@ -38,6 +38,7 @@ const (
 	errUnavailable                    // no replica can take it: 503 OpenAI, 529 Anthropic
 	errUpstream                       // 502: backend failed before any byte reached the client
 	errHeadersTooLarge                // 431
+	errTimeout                        // 504: the backend sent no first token in time, before any byte reached the client
 )
 
 func (k errKind) status(a API) int {
@@ -57,6 +58,8 @@ func (k errKind) status(a API) int {
 		return http.StatusServiceUnavailable
 	case errUpstream:
 		return http.StatusBadGateway
+	case errTimeout:
+		return http.StatusGatewayTimeout
 	}
 	return http.StatusBadRequest
 }
@@ -71,7 +74,7 @@ func (k errKind) anthropicType() string {
 		return "request_too_large"
 	case errUnavailable:
 		return "overloaded_error"
-	case errUpstream:
+	case errUpstream, errTimeout:
 		return "api_error"
 	}
 	return "invalid_request_error"
@@ -91,6 +94,8 @@ func (k errKind) openAI() (typ, code string) {
 		return "server_error", "service_unavailable"
 	case errUpstream:
 		return "server_error", "upstream_error"
+	case errTimeout:
+		return "server_error", "upstream_timeout"
 	}
 	return "invalid_request_error", "invalid_request"
 }

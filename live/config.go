@@ -65,6 +65,15 @@ type Timeouts struct {
 	ResponseHeader Duration `yaml:"response_header"` // backend's headers; default 10m (long prefills)
 	Health         Duration `yaml:"health"`          // /health and /metrics probes; default 2s
 	Drain          Duration `yaml:"drain"`           // SIGTERM: finish streams up to this; default 60s
+	// FirstToken bounds a streamed request from the moment it is sent to
+	// a backend to its first output token (prefill and queueing included);
+	// default 5m. StreamIdle bounds the gap between two reads of a stream
+	// once its first token came; default 60s. On expiry the client gets
+	// the API's error event (or a 504 before any header), the backend
+	// request is cancelled and the replica takes a strike towards
+	// ejection. Non-streamed requests are bounded by response_header.
+	FirstToken Duration `yaml:"first_token"`
+	StreamIdle Duration `yaml:"stream_idle"`
 }
 
 // JournalCfg configures the optional request journal.
@@ -220,6 +229,8 @@ const (
 	DefaultSessionTTL     = 30 * time.Minute
 	DefaultActiveWindow   = placement.DefaultActiveWindow
 	DefaultScrapeInterval = time.Second
+	DefaultFirstToken     = 5 * time.Minute
+	DefaultStreamIdle     = 60 * time.Second
 )
 
 func (c *Config) applyDefaults() {
@@ -250,6 +261,8 @@ func (c *Config) applyDefaults() {
 	def(&c.Timeouts.ResponseHeader, 10*time.Minute)
 	def(&c.Timeouts.Health, 2*time.Second)
 	def(&c.Timeouts.Drain, 60*time.Second)
+	def(&c.Timeouts.FirstToken, DefaultFirstToken)
+	def(&c.Timeouts.StreamIdle, DefaultStreamIdle)
 	def(&c.ScrapeInterval, DefaultScrapeInterval)
 	if c.Journal.MaxBytes == 0 {
 		c.Journal.MaxBytes = 256 << 20
@@ -380,6 +393,12 @@ func (c *Config) validate() error {
 	}
 	if c.Limits.MaxHeaderBytes < 1024 {
 		return verr("limits.max_header_bytes", "at least 1KiB, got %d", c.Limits.MaxHeaderBytes)
+	}
+	if c.Timeouts.FirstToken.D() < 10*time.Millisecond {
+		return verr("timeouts.first_token", "at least 10ms, got %s", c.Timeouts.FirstToken.D())
+	}
+	if c.Timeouts.StreamIdle.D() < 10*time.Millisecond {
+		return verr("timeouts.stream_idle", "at least 10ms, got %s", c.Timeouts.StreamIdle.D())
 	}
 	if c.ScrapeInterval.D() < 10*time.Millisecond {
 		return verr("scrape_interval", "at least 10ms, got %s", c.ScrapeInterval.D())

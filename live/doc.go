@@ -40,7 +40,14 @@
 //
 // Failure handling. Refused or reset connections and 502/503 answers
 // before any byte reached the client are retried once on another replica
-// (reason "retried"); a refused connection also ejects the replica for a
+// (reason "retried"), and so is a request still waiting for headers on a
+// replica that /health marks down. A streamed request is bounded by
+// timeouts.first_token (sent -> first token, default 5m) and then
+// timeouts.stream_idle (gap between reads, default 60s): on expiry the
+// backend request is cancelled and the client gets the API's error event
+// (504 in its shape if no header was sent yet). A refused connection
+// ejects the replica at once, 3 consecutive 5xx or stream timeouts do too
+// (passive outlier detection, as Envoy's consecutive_5xx), for a
 // back-off of 1 s doubling to 30 s, never more than half of a model's
 // replicas at once; after its back-off a replica warms up for 30 s, seen
 // as healthy by a share of picks growing from 10 % to 100 %. /health is

@@ -13,7 +13,10 @@ import (
 	"github.com/lm-warden/warden/placement"
 )
 
-// Passive ejection and recovery. A replica whose connection is refused is
+// Passive ejection and recovery (outlier detection as Envoy does it). A
+// replica whose connection is refused is ejected at once; one that answers
+// ejectConsecutive times in a row with a 5xx or a stream timeout
+// (timeouts.first_token, timeouts.stream_idle) is ejected too. Either is
 // ejected for a back-off that doubles with each consecutive failure
 // (ejectBase, 2*ejectBase, ... up to ejectMax); at most half of a model's
 // replicas (rounded down: never the only replica) are ejected at once, so a
@@ -26,6 +29,11 @@ const (
 	ejectMax  = 30 * time.Second
 	warmup    = 30 * time.Second
 	warmStart = 0.1
+	// ejectConsecutive is the number of consecutive 5xx answers or stream
+	// timeouts that eject a replica. Envoy's consecutive_5xx default is 5;
+	// 3 here because one stall timeout already costs its client
+	// timeouts.stream_idle or timeouts.first_token.
+	ejectConsecutive = 3
 )
 
 // numCounted is the number of reasons a replica counts: placement's
@@ -56,7 +64,8 @@ type replica struct {
 	upErrors atomic.Int64                // upstream failures seen here
 	base     atomic.Pointer[EngineStats] // counters at the first good scrape, for since-start rates
 
-	failures atomic.Int32 // consecutive connect failures
+	failures atomic.Int32 // consecutive ejections without a good response since
+	strikes  atomic.Int32 // consecutive 5xx answers and stream timeouts
 
 	// Ejection state, guarded by model.mu.
 	ejectedUntil time.Time // zero: not ejected
@@ -351,7 +360,32 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 func (m *model) connectFailed(rep *replica, now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.eject(rep, now)
+}
+
+// outlier records a 5xx answer or a stream timeout of rep and ejects it
+// (under the same rule as connectFailed) at the ejectConsecutive-th in a
+// row. It reports whether rep was ejected.
+func (m *model) outlier(rep *replica, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rep.strikes.Add(1) < ejectConsecutive || now.Before(rep.ejectedUntil) {
+		return false
+	}
+	if !m.eject(rep, now) {
+		return false
+	}
+	rep.strikes.Store(0)
+	return true
+}
+
+// eject ejects rep for its back-off unless that would eject more than half
+// of the model's replicas. Called with m.mu held.
+func (m *model) eject(rep *replica, now time.Time) bool {
 	failures := rep.failures.Add(1)
+	if failures > 1<<20 {
+		rep.failures.Store(1 << 20) // the back-off is capped long before; never wrap
+	}
 	ejected := 0
 	for _, o := range m.replicas {
 		if o != rep && now.Before(o.ejectedUntil) {
@@ -369,10 +403,14 @@ func (m *model) connectFailed(rep *replica, now time.Time) bool {
 	return true
 }
 
-// succeeded resets rep's failure count after a good response.
+// succeeded resets rep's failure counts after a good response (a stream:
+// once it ended properly).
 func (m *model) succeeded(rep *replica) {
 	if rep.failures.Load() != 0 {
 		rep.failures.Store(0)
+	}
+	if rep.strikes.Load() != 0 {
+		rep.strikes.Store(0)
 	}
 }
 

@@ -367,25 +367,121 @@ func joinPath(base, p string) string {
 // so a failed dial, which reached no replica, is told apart first; the
 // client's own context is checked by RoundTrip.
 func retryable(res *http.Response, err error) bool {
+	if errors.Is(err, errReplicaDown) {
+		return true
+	}
+	if errors.Is(err, errStalled) {
+		return false
+	}
 	if err != nil {
 		return isConnectError(err) || !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 	}
 	return res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable
 }
 
-// try sends one attempt on c.cur.
+// Attempt failures of the proxy's own making.
+var (
+	// errReplicaDown: /health marked the replica down while the attempt
+	// waited for its headers; no byte reached the client, so it is retried.
+	errReplicaDown = errors.New("replica went down (health check) before answering")
+	// errStalled: no first token within timeouts.first_token, before the
+	// headers came; not retried (the replica may have been working on it).
+	errStalled = errors.New("replica sent no first token in time")
+)
+
+// watchdog bounds a streamed attempt: from the request sent to its first
+// token (timeouts.first_token), then the gap between reads
+// (timeouts.stream_idle). On expiry it cancels the attempt's context. A
+// nil watchdog never fires.
+type watchdog struct {
+	t     *time.Timer
+	fired atomic.Bool
+	idle  atomic.Bool // fired in the stream_idle phase
+	limit time.Duration
+}
+
+func startWatchdog(d time.Duration, cancel context.CancelFunc) *watchdog {
+	w := &watchdog{limit: d}
+	w.t = time.AfterFunc(d, func() { w.fired.Store(true); cancel() })
+	return w
+}
+
+// streaming switches to (or restarts) the stream_idle phase.
+func (w *watchdog) streaming(d time.Duration) {
+	if w == nil || w.fired.Load() {
+		return
+	}
+	if !w.idle.Load() {
+		w.idle.Store(true)
+	}
+	w.limit = d
+	w.t.Reset(d)
+}
+
+func (w *watchdog) stop() {
+	if w != nil {
+		w.t.Stop()
+	}
+}
+
+func (w *watchdog) expired() bool { return w != nil && w.fired.Load() }
+
+// what says which timeout expired, for the client and the log.
+func (w *watchdog) what() string {
+	if w.idle.Load() {
+		return fmt.Sprintf("upstream replica sent nothing for %s (timeouts.stream_idle)", w.limit)
+	}
+	return fmt.Sprintf("upstream replica sent no first token within %s (timeouts.first_token)", w.limit)
+}
+
+// cancelBody cancels an attempt's context when its body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// try sends one attempt on c.cur. The attempt runs under its own context:
+// cancelled by the watchdog of a streamed request, by the replica's server
+// going down before the headers came, or when its body is closed.
 func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 	a := c.cur
 	s, name, id := t.srv, c.m.cfg.Name, strconv.Itoa(a.rep.id)
-	res, err := t.base.RoundTrip(req)
+	clientCtx := req.Context()
+	ctx, cancel := context.WithCancel(clientCtx)
+	var dog *watchdog
+	to := s.state.Load().cfg.Timeouts
+	if c.stream {
+		dog = startWatchdog(to.FirstToken.D(), cancel)
+	}
+	var down atomic.Bool
+	stopDown := context.AfterFunc(a.rep.server.downCtx(), func() { down.Store(true); cancel() })
+	res, err := t.base.RoundTrip(req.WithContext(ctx))
+	stopDown()
 	if err != nil {
+		dog.stop()
+		cancel()
 		a.release()
-		if req.Context().Err() != nil {
+		if clientCtx.Err() != nil {
 			return nil, err
 		}
 		a.rep.upErrors.Add(1)
 		kind := "reset"
-		if isConnectError(err) {
+		switch {
+		case dog.expired():
+			kind = "timeout"
+			err = fmt.Errorf("%w: %s", errStalled, dog.what())
+			s.log.Warn("upstream timed out", "model", name, "replica", a.rep.id, "err", err)
+			t.strike(c, a.rep)
+		case down.Load():
+			kind = "down"
+			err = fmt.Errorf("replica %d: %w", a.rep.id, errReplicaDown)
+		case isConnectError(err):
 			kind = "connect"
 			if c.m.connectFailed(a.rep, time.Now()) {
 				s.obs.ejections.WithLabelValues(name, id).Inc()
@@ -395,19 +491,40 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 		s.obs.upstreamErrors.WithLabelValues(name, id, kind).Inc()
 		return nil, err
 	}
-	if res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable {
+	if res.StatusCode >= 500 {
 		a.rep.upErrors.Add(1)
 		s.obs.upstreamErrors.WithLabelValues(name, id, "status").Inc()
-		if c.attempts == 1 {
+		t.strike(c, a.rep)
+		if (res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable) && c.attempts == 1 {
+			dog.stop()
 			a.release()
+			res.Body = cancelBody{res.Body, cancel}
 			return res, nil // RoundTrip retries; the body is discarded there
 		}
-	} else {
-		c.m.succeeded(a.rep)
 	}
 	c.status = res.StatusCode
-	res.Body = newRespBody(c, a, res)
+	rb := newRespBody(c, a, res, clientCtx, cancel)
+	if rb.watch != nil && c.stream {
+		rb.dog = dog
+	} else {
+		dog.stop()
+		if res.StatusCode < 500 {
+			c.m.succeeded(a.rep)
+		}
+	}
+	res.Body = rb
 	return res, nil
+}
+
+// strike counts a 5xx or a timeout of rep towards its ejection.
+func (t *transport) strike(c *call, rep *replica) { t.srv.transportStrike(c, rep) }
+
+func (s *Server) transportStrike(c *call, rep *replica) {
+	if c.m.outlier(rep, time.Now()) {
+		name := c.m.cfg.Name
+		s.obs.ejections.WithLabelValues(name, strconv.Itoa(rep.id)).Inc()
+		s.log.Warn("replica ejected", "model", name, "replica", rep.id, "after", fmt.Sprintf("%d consecutive 5xx/timeouts", ejectConsecutive))
+	}
 }
 
 // isConnectError reports a failure to establish the connection at all.
@@ -431,12 +548,19 @@ func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 		return
 	}
 	kind := errUpstream
-	if c.noRep.Load() || isConnectError(err) {
+	switch {
+	case errors.Is(err, errStalled):
+		kind = errTimeout
+	case c.noRep.Load() || isConnectError(err) || errors.Is(err, errReplicaDown):
 		kind = errUnavailable
 	}
 	c.status = kind.status(c.api)
 	s.log.Warn("upstream failed", "model", c.m.cfg.Name, "replica", c.cur.rep.id, "attempts", c.attempts, "err", err)
-	writeError(w, c.api, kind, fmt.Sprintf("upstream replica failed before responding (%d attempt(s))", c.attempts))
+	msg := fmt.Sprintf("upstream replica failed before responding (%d attempt(s))", c.attempts)
+	if kind == errTimeout {
+		msg = strings.TrimPrefix(err.Error(), errStalled.Error()+": ")
+	}
+	writeError(w, c.api, kind, msg)
 }
 
 // respBody wraps a backend's response body. It releases the attempt's
@@ -445,11 +569,14 @@ func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 // the backend fails mid-stream it can end the stream with the API's own
 // error event (and no [DONE] or message_stop) instead of a torn event.
 type respBody struct {
-	rc    io.ReadCloser
-	c     *call
-	a     *attempt
-	watch *streamWatch // nil: not an event stream
-	ctx   context.Context
+	rc     io.ReadCloser
+	c      *call
+	a      *attempt
+	watch  *streamWatch       // nil: not an event stream
+	ctx    context.Context    // the client's
+	cancel context.CancelFunc // the attempt's context
+	dog    *watchdog          // streamed requests: first_token, then stream_idle
+	idle   time.Duration      // timeouts.stream_idle
 
 	rbuf  []byte // read buffer (streams)
 	held  []byte // bytes after the last complete event
@@ -463,8 +590,9 @@ type respBody struct {
 	torn      bool // out ended inside an event (an overlong event passed on in part)
 }
 
-func newRespBody(c *call, a *attempt, res *http.Response) *respBody {
-	b := &respBody{rc: res.Body, c: c, a: a, ctx: res.Request.Context()}
+func newRespBody(c *call, a *attempt, res *http.Response, clientCtx context.Context, cancel context.CancelFunc) *respBody {
+	b := &respBody{rc: res.Body, c: c, a: a, ctx: clientCtx, cancel: cancel,
+		idle: c.srv.state.Load().cfg.Timeouts.StreamIdle.D()}
 	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
 		b.watch = newStreamWatch(c.api, func() { c.ttfb.CompareAndSwap(0, int64(max(time.Since(c.start), 1))) })
 		b.rbuf = make([]byte, 32<<10)
@@ -506,6 +634,9 @@ func (b *respBody) Read(p []byte) (int, error) {
 		if n > 0 {
 			chunk := b.rbuf[:n]
 			_, _ = b.watch.Write(chunk)
+			if b.watch.firstToken {
+				b.dog.streaming(b.idle)
+			}
 			b.held = append(b.held, chunk...)
 			if cut := lastEventEnd(b.held); cut > 0 {
 				b.out = append(b.out[:0], b.held[:cut]...)
@@ -525,12 +656,22 @@ func (b *respBody) Read(p []byte) (int, error) {
 			b.out = append(b.out, b.held...) // a clean end
 			b.held = nil
 			b.final, b.err = true, io.EOF
+			if b.watch.terminal {
+				b.c.m.succeeded(b.a.rep)
+			}
 		default:
-			// Died mid-stream, or ended without its final event.
-			b.upstreamFailed("stream")
+			// Died mid-stream, stalled, or ended without its final event.
 			msg := "upstream replica failed mid-stream"
-			if err == io.EOF {
+			switch {
+			case b.dog.expired():
+				msg = b.dog.what()
+				b.upstreamFailed("timeout")
+				b.c.srv.transportStrike(b.c, b.a.rep)
+			case err == io.EOF:
 				msg = "upstream replica ended the stream early"
+				b.upstreamFailed("stream")
+			default:
+				b.upstreamFailed("stream")
 			}
 			b.c.srv.log.Warn("stream broken", "model", b.c.m.cfg.Name, "replica", b.a.rep.id, "err", err)
 			if b.torn {
@@ -552,6 +693,8 @@ func (b *respBody) upstreamFailed(kind string) {
 
 func (b *respBody) Close() error {
 	err := b.rc.Close()
+	b.dog.stop()
+	b.cancel()
 	b.a.release()
 	if b.watch != nil {
 		b.c.usage = b.watch.usage

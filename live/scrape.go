@@ -162,6 +162,35 @@ type scraper struct {
 	last     atomic.Pointer[ScrapeResult]
 	stopped  chan struct{}
 	onResult func(*ScrapeResult) // optional, called after each publish (metrics)
+	// down is done while /health says the server is down: attempts waiting
+	// for its headers watch it (context.AfterFunc) to retry elsewhere. A
+	// new, live one replaces it when the server is healthy again.
+	down atomic.Pointer[downSignal]
+}
+
+type downSignal struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newDownSignal() *downSignal {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &downSignal{ctx, cancel}
+}
+
+// downCtx returns a context that is done once the server's /health says it
+// is down (already done while it is down).
+func (s *scraper) downCtx() context.Context { return s.down.Load().ctx }
+
+// setHealthy moves the down signal with a health probe's outcome.
+func (s *scraper) setHealthy(ok bool) {
+	d := s.down.Load()
+	switch {
+	case !ok:
+		d.cancel()
+	case d.ctx.Err() != nil:
+		s.down.Store(newDownSignal())
+	}
 }
 
 func newScraper(base string, client *http.Client, interval, timeout time.Duration) *scraper {
@@ -175,6 +204,7 @@ func newScraper(base string, client *http.Client, interval, timeout time.Duratio
 	// Until the first probe answers, the server is presumed healthy with no
 	// scraped data: routing uses local counts (see fill).
 	s.last.Store(&ScrapeResult{Healthy: true})
+	s.down.Store(newDownSignal())
 	return s
 }
 
@@ -215,6 +245,7 @@ func (s *scraper) scrapeOnce(ctx context.Context) {
 		return
 	}
 	s.last.Store(next)
+	s.setHealthy(next.Healthy)
 	if s.onResult != nil {
 		s.onResult(next)
 	}

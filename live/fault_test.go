@@ -1,0 +1,164 @@
+package live
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// stallBackend is a hand-written replica that misbehaves the way a wedged
+// vLLM does: /health and /metrics answer, inference requests get their
+// headers (or not) and then nothing more until the proxy gives up.
+type stallBackend struct {
+	srv      *httptest.Server
+	mode     string      // "headers": SSE headers then silence; "token": headers, one token, silence; "noheaders": silence
+	down     atomic.Bool // /health answers 503
+	hits     atomic.Int64
+	arrived  chan struct{} // receives when an inference request came in
+	canceled chan struct{} // receives when an inference request's context ended
+}
+
+func newStallBackend(t testing.TB, mode string) *stallBackend {
+	b := &stallBackend{mode: mode, arrived: make(chan struct{}, 64), canceled: make(chan struct{}, 64)}
+	b.srv = httptest.NewServer(b)
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+func (b *stallBackend) URL() string { return b.srv.URL }
+
+func (b *stallBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/health":
+		if b.down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		return
+	case "/metrics":
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = io.WriteString(w, "vllm:num_requests_running{engine=\"0\",model_name=\"qwen\"} 0\n")
+		return
+	}
+	b.hits.Add(1)
+	_, _ = io.Copy(io.Discard, r.Body)
+	b.arrived <- struct{}{}
+	defer func() { b.canceled <- struct{}{} }()
+	if b.mode != "noheaders" {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		if b.mode == "token" {
+			if strings.HasPrefix(r.URL.Path, "/v1/messages") {
+				_, _ = io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":0}}}\n\n")
+				_, _ = io.WriteString(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"t0\"}}\n\n")
+			} else {
+				_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t0\"}}]}\n\n")
+			}
+		}
+		w.(http.Flusher).Flush()
+	}
+	<-r.Context().Done()
+}
+
+// TestStalledReplicaTimesOutAndIsEjected: a replica that sent its headers
+// (and for stream_idle one token) then went silent, /health still OK. The
+// client gets the API's error event and no normal end, the backend request
+// is cancelled, and after ejectConsecutive timeouts the replica is ejected
+// so that new sessions go to the good one.
+func TestStalledReplicaTimesOutAndIsEjected(t *testing.T) {
+	for _, tc := range []struct {
+		name, mode, path string
+		body             func(s string) string
+		wantErr, mustNot string
+		wantStatus       int
+	}{
+		{"first_token/openai", "headers", "/v1/chat/completions", func(s string) string { return chatBody(testModel, s, 0, true) },
+			`data: {"error":{`, "[DONE]", 200},
+		{"stream_idle/openai", "token", "/v1/chat/completions", func(s string) string { return chatBody(testModel, s, 0, true) },
+			`data: {"error":{`, "[DONE]", 200},
+		{"stream_idle/anthropic", "token", "/v1/messages", func(s string) string { return anthropicBody(testModel, s, 0, true) },
+			"event: error\ndata: {\"type\":\"error\"", "message_stop", 200},
+		{"first_token/no-headers", "noheaders", "/v1/chat/completions", func(s string) string { return chatBody(testModel, s, 0, true) },
+			`"code":"upstream_timeout"`, "[DONE]", 504},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad, good := newStallBackend(t, tc.mode), newFakeVLLM(t, 1)
+			h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 50ms\n"+
+				"timeouts: {drain: 5s, health: 1s, first_token: 300ms, stream_idle: 300ms}\nmodels:\n"+urlsModel(bad.URL(), good.URL()))
+			h.scraped()
+			stalled := 0
+			for i := 0; i < 40 && stalled < ejectConsecutive; i++ {
+				s := fmt.Sprintf("s%d", i)
+				r := h.do("POST", tc.path, tc.body(s), sessionHdr(s))
+				if r.status == 200 && !strings.Contains(r.body, tc.wantErr) {
+					continue // served by the good replica
+				}
+				stalled++
+				if r.status != tc.wantStatus || !strings.Contains(r.body, tc.wantErr) || strings.Contains(r.body, tc.mustNot) {
+					t.Fatalf("stalled request: status %d body %q, want %d, an error event and no %s", r.status, r.body, tc.wantStatus, tc.mustNot)
+				}
+				select {
+				case <-bad.canceled:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the stalled backend request was not cancelled")
+				}
+			}
+			if stalled < ejectConsecutive {
+				t.Fatalf("only %d requests reached the stalled replica", stalled)
+			}
+			h.waitFor("the stalled replica ejected", func(st StatusReport) bool {
+				return st.Models[0].Replicas[0].State == "ejected"
+			})
+			hits := bad.hits.Load()
+			for i := range 4 {
+				s := fmt.Sprintf("after%d", i)
+				if r := h.do("POST", tc.path, tc.body(s), sessionHdr(s)); r.status != 200 || strings.Contains(r.body, tc.wantErr) {
+					t.Fatalf("after ejection: status %d body %q, want a good answer", r.status, r.body)
+				}
+			}
+			if bad.hits.Load() != hits {
+				t.Errorf("new sessions still reach the ejected replica")
+			}
+			h.waitMetrics(`kind="timeout",model="qwen",replica="0"}`, `warden_ejections_total{model="qwen",replica="0"} 1`)
+		})
+	}
+}
+
+// TestHealthDownWhileWaitingForHeadersRetries: a request waits for headers
+// on a replica that /health then marks down; no byte reached the client, so
+// it is retried on the other replica and succeeds.
+func TestHealthDownWhileWaitingForHeadersRetries(t *testing.T) {
+	bad, good := newStallBackend(t, "noheaders"), newFakeVLLM(t, 1)
+	h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 50ms\ntrusted_pin_header: X-Warden-Replica\n"+
+		"timeouts: {drain: 5s, health: 1s}\nmodels:\n"+urlsModel(bad.URL(), good.URL()))
+	h.scraped()
+	done := make(chan resp, 1)
+	go func() {
+		hdr := sessionHdr("hd")
+		hdr["X-Warden-Replica"] = "0"
+		done <- h.do("POST", "/v1/chat/completions", chatBody(testModel, "hd", 0, true), hdr)
+	}()
+	select {
+	case <-bad.arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request never reached replica 0")
+	}
+	bad.down.Store(true)
+	var r resp
+	select {
+	case r = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the request still waits on the replica health marked down")
+	}
+	if r.status != 200 || !strings.Contains(r.body, "[DONE]") {
+		t.Fatalf("status %d body %q, want success on the other replica", r.status, r.body)
+	}
+	if sum(good.served()) != 1 {
+		t.Errorf("good replica served %d, want 1", sum(good.served()))
+	}
+	h.waitMetrics(`warden_requests_total{model="qwen",reason="retried",replica="1"} 1`)
+}
