@@ -50,8 +50,9 @@
 // (passive outlier detection, as Envoy's consecutive_5xx), for a
 // back-off of 1 s doubling to 30 s, never more than half of a model's
 // replicas at once; after its back-off a replica warms up for 30 s, seen
-// as healthy by a share of picks growing from 10 % to 100 %. /health is
-// probed with every scrape (timeouts.health). A scrape that failed or is
+// as healthy by a share of new conversations' picks growing from 10 % to
+// 100 % (its own conversations come home at once: warm-up never moves a
+// sticky session). /health is probed with every scrape (timeouts.health). A scrape that failed or is
 // older than three intervals is replaced by the proxy's own counts (see
 // model.fill), shown as "failed"/"stale" in /api/status. When no replica
 // can take a request the answer is 503 (OpenAI shape) or 529

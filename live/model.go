@@ -254,7 +254,11 @@ func (m *model) maxNumSeqs() (n int, source string) {
 // Waiting = the rest, KVUsage = the mean of the replicas with fresh data
 // (0 when none has): neither idle nor saturated, so the policy neither
 // floods nor shuns it.
-func (m *model) fill(now time.Time) {
+//
+// sticky says the pick is for a conversation the table already homes:
+// warm-up throttles new conversations only, so a warming replica is healthy
+// for a known one (see admit).
+func (m *model) fill(now time.Time, sticky bool) {
 	maxSeqs, _ := m.maxNumSeqs()
 	s := &m.snap
 	s.MaxNumSeqs = maxSeqs
@@ -266,7 +270,7 @@ func (m *model) fill(now time.Time) {
 		r := rep.server.last.Load()
 		gen += r.Seq
 		inFlight := int(rep.inFlight.Load())
-		pr := placement.Replica{ID: i, InFlight: inFlight, Healthy: r.Healthy && m.admit(rep, now)}
+		pr := placement.Replica{ID: i, InFlight: inFlight, Healthy: r.Healthy && m.admit(rep, now, sticky)}
 		if st, ok := rep.stats(r); ok && r.fresh(now, m.interval) {
 			pr.Running, pr.Waiting, pr.KVUsage = int(st.Running), int(st.Waiting), st.KVUsage
 			kvSum += st.KVUsage
@@ -288,12 +292,15 @@ func (m *model) fill(now time.Time) {
 	m.table.Fill(s) // the active conversations, which is what placement balances
 }
 
-// admit applies ejection and warm-up to one pick. Called with m.mu held.
-func (m *model) admit(rep *replica, now time.Time) bool {
+// admit applies ejection and warm-up to one pick. A warming replica takes
+// every pick of a known conversation (sticky: its sessions come home, their
+// prefix is cached there) and a growing share of the others, so that only
+// new conversations are throttled. Called with m.mu held.
+func (m *model) admit(rep *replica, now time.Time, sticky bool) bool {
 	if now.Before(rep.ejectedUntil) {
 		return false
 	}
-	if !now.Before(rep.warmUntil) {
+	if sticky || !now.Before(rep.warmUntil) {
 		return true
 	}
 	elapsed := now.Sub(rep.ejectedUntil)
@@ -317,14 +324,15 @@ type picked struct {
 func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.fill(now)
-	if exclude >= 0 {
-		m.snap.Replicas[exclude].Healthy = false
-		r.Failed = append(r.Failed[:0], exclude) // the session keeps its home
-	}
 	home, known := -1, false
 	if r.Session != "" {
 		home, known = m.table.Home(r.Session, now)
+	}
+	// Least-loaded places every turn afresh: nothing is sticky there.
+	m.fill(now, known && m.cfg.EffectiveStrategy() != placement.StrategyLeastLoaded)
+	if exclude >= 0 {
+		m.snap.Replicas[exclude].Healthy = false
+		r.Failed = append(r.Failed[:0], exclude) // the session keeps its home
 	}
 	d, err := m.policy.Pick(r, &m.snap, now)
 	if err != nil {

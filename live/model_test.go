@@ -1,9 +1,12 @@
 package live
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/placement"
 )
 
 func testModelState(t *testing.T, n int) *model {
@@ -53,13 +56,13 @@ func TestWarmUpIsGradual(t *testing.T) {
 	rep := m.replicas[0]
 	start := time.Unix(1000, 0)
 	m.connectFailed(rep, start)
-	if m.admit(rep, start) {
+	if m.admit(rep, start, false) {
 		t.Fatal("an ejected replica was admitted")
 	}
 	admitted := func(at time.Time) int {
 		n := 0
 		for range 1000 {
-			if m.admit(rep, at) {
+			if m.admit(rep, at, false) {
 				n++
 			}
 		}
@@ -80,7 +83,7 @@ func TestFillFallsBackToLocalCounts(t *testing.T) {
 		Engines: []EngineStats{{Running: 5, Waiting: 1, KVUsage: 0.6}}})
 	m.replicas[1].inFlight.Store(300)
 	m.mu.Lock()
-	m.fill(now)
+	m.fill(now, false)
 	s := m.snap
 	m.mu.Unlock()
 	r0, r1 := s.Replicas[0], s.Replicas[1]
@@ -89,5 +92,49 @@ func TestFillFallsBackToLocalCounts(t *testing.T) {
 	}
 	if r1.Running != DefaultMaxNumSeqs || r1.Waiting != 300-DefaultMaxNumSeqs || r1.KVUsage != 0.6 || !r1.Healthy {
 		t.Errorf("unscraped replica %+v, want local counts (running 256, waiting 44), the fresh mean KV use, healthy", r1)
+	}
+}
+
+// TestWarmUpKeepsStickySessions: when an ejected replica comes back, its
+// warm-up share throttles new sessions only; the sessions homed there stay
+// on it from the first pick of the warm-up (issue 13, fault 3).
+func TestWarmUpKeepsStickySessions(t *testing.T) {
+	m := testModelState(t, 2)
+	rep := m.replicas[0]
+	start := time.Unix(1000, 0)
+	sessions := make([]string, 40)
+	for i := range sessions {
+		sessions[i] = fmt.Sprintf("home0-%d", i)
+		m.table.Assign(sessions[i], 0, start)
+	}
+	m.connectFailed(rep, start)
+	back := rep.ejectedUntil
+	for i, s := range sessions {
+		r := placement.Request{Session: s, Model: "m", Pinned: placement.NoPin}
+		p, err := m.pick(&r, -1, back.Add(time.Duration(i)*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.rep.inFlight.Add(-1)
+		if p.Replica != 0 || p.Reason != placement.ReasonSticky {
+			t.Fatalf("session %d homed on the warming replica went to %d (%s), want 0 sticky", i, p.Replica, p.Reason)
+		}
+	}
+	// New sessions are still throttled: at the start of warm-up about a
+	// tenth of the picks may see replica 0.
+	onWarm := 0
+	for i := range 100 {
+		r := placement.Request{Session: fmt.Sprintf("new-%d", i), Model: "m", Pinned: placement.NoPin}
+		p, err := m.pick(&r, -1, back.Add(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.rep.inFlight.Add(-1)
+		if p.Replica == 0 {
+			onWarm++
+		}
+	}
+	if onWarm > 30 {
+		t.Errorf("%d of 100 new sessions went to the warming replica, want about 10", onWarm)
 	}
 }
