@@ -427,7 +427,7 @@ func commonOpts(id, title string) []charts.GlobalOpts {
 	return []charts.GlobalOpts{
 		charts.WithInitializationOpts(opts.Initialization{ChartID: id}),
 		charts.WithTitleOpts(opts.Title{Title: title}),
-		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "28"}),
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(true), Top: "28", Type: "scroll", Left: "center", Width: "80%"}),
 		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "axis"}),
 		charts.WithGridOpts(opts.Grid{Top: "70", Left: "60", Right: "30", Bottom: "50", ContainLabel: opts.Bool(true)}),
 		charts.WithAnimation(false),
