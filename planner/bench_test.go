@@ -38,3 +38,26 @@ func BenchmarkSolve24x3x5(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBuiltInPlan is the README's first command, `warden plan`: the
+// built-in plan (examples/default.yaml) with its band (KV x0.85, x1, x1.10
+// x 3 seeds), the bisection of every candidate's capacity and the answer's
+// timeline. It must stay under 10 s a run on 2 cores:
+//
+//	go test -run '^$' -bench BuiltInPlan -benchtime 1x -cpu 2 ./planner/
+func BenchmarkBuiltInPlan(b *testing.B) {
+	p, err := ParsePlan(DefaultPlan, DefaultPlanName)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := Solve(context.Background(), p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Best < 0 {
+			b.Fatalf("the built-in plan has no answer: %s", res.Answer)
+		}
+	}
+}

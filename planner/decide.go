@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -77,8 +78,16 @@ func (t Targets) Phrases() []string {
 func fmtLimit(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 // decide checks every row, finds each candidate's routing and capacity, and
-// picks the best candidate (or the closest).
+// picks the best candidate (or the closest). Solve runs the two halves with
+// the bisection of each candidate's capacity between them.
 func (res *Result) decide() {
+	res.decideConfigs()
+	res.pick()
+}
+
+// decideConfigs checks every row and band, and chooses each candidate's
+// routing, verdict and (sweep) capacity.
+func (res *Result) decideConfigs() {
 	at := Level(res.Sessions, res.Concurrency)
 	for ci := range res.Candidates {
 		c := &res.Candidates[ci]
@@ -88,18 +97,55 @@ func (res *Result) decide() {
 		for k := range c.Configs {
 			cfg := &c.Configs[k]
 			cfg.Checks = make([]Check, len(cfg.Rows))
+			cfg.Bands = make([]Band, len(cfg.Rows))
+			verdicts := make([]Check, len(cfg.Rows))
 			for l := range cfg.Rows {
 				cfg.Checks[l] = res.Targets.check(&cfg.Rows[l])
+				if len(cfg.runs) > 0 {
+					rows := make([]sim.Row, len(cfg.runs))
+					for v := range cfg.runs {
+						rows[v] = cfg.runs[v][l]
+					}
+					cfg.Bands[l] = res.Targets.band(rows, cfg.vs)
+				} else {
+					cfg.Bands[l] = res.Targets.nominalBand(cfg.Rows[l], res.Seed)
+				}
+				verdicts[l].Meets = cfg.Bands[l].Verdict == VerdictMeets
 			}
-			cfg.MaxSessions, cfg.FailsAt = capacity(res.Sessions, cfg.Checks)
-			if cfg.MaxSessions > c.MaxSessions {
-				c.MaxSessions, c.FailsAt = cfg.MaxSessions, cfg.FailsAt
-			}
+			cfg.MaxSessions, cfg.FailsAt = capacity(res.Sessions, verdicts)
 		}
 		c.Chosen = chooseConfig(c.Configs, at)
-		c.Meets = c.Chosen >= 0 && c.Configs[c.Chosen].Checks[at].Meets
+		ch := &c.Configs[c.Chosen]
+		c.MaxSessions, c.FailsAt = ch.MaxSessions, ch.FailsAt
+		c.FailsAtMisses = nil
+		if l := Level(res.Sessions, c.FailsAt); l >= 0 {
+			c.FailsAtMisses = ch.Bands[l].Misses
+		}
+		b := ch.Bands[at]
+		c.KPIs = &b
+		c.Verdict = b.Verdict
+		c.Meets = b.Verdict == VerdictMeets
+		c.Why = res.Targets.marginalWhy(b, res.Seed)
+		row := &ch.Rows[at]
+		c.TurnsPerHour = sim.Float(math.NaN())
+		if d := float64(row.DurationS); d > 0 {
+			c.TurnsPerHour = sim.Float(float64(row.Finished) / d * 3600)
+		}
+		if c.CostPerHour != nil {
+			v := sim.Float(math.NaN())
+			if t := float64(c.TurnsPerHour); t > 0 {
+				v = sim.Float(*c.CostPerHour / t * 1000)
+			}
+			c.CostPer1kTurns = &v
+		}
 	}
+}
 
+// pick picks the best candidate, the cheaper marginal ones and, when none
+// meets, the closest.
+func (res *Result) pick() {
+	at := Level(res.Sessions, res.Concurrency)
+	res.Best, res.Closest, res.Marginal = -1, -1, nil
 	for i := range res.Candidates {
 		c := &res.Candidates[i]
 		if !c.Meets {
@@ -109,7 +155,25 @@ func (res *Result) decide() {
 			res.Best = i
 		}
 	}
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		if !c.Fits || c.Verdict != VerdictMarginal {
+			continue
+		}
+		if res.Best >= 0 {
+			b := &res.Candidates[res.Best]
+			if cmp.Or(cmp.Compare(c.Cost, b.Cost), cmp.Compare(c.Cards, b.Cards)) >= 0 {
+				continue
+			}
+		}
+		res.Marginal = append(res.Marginal, i)
+	}
+	slices.SortStableFunc(res.Marginal, func(a, b int) int {
+		x, y := &res.Candidates[a], &res.Candidates[b]
+		return cmp.Or(cmp.Compare(x.Cost, y.Cost), cmp.Compare(x.Cards, y.Cards))
+	})
 	if res.Best >= 0 {
+		res.Reconcile = res.Candidates[res.Best].Reconcile
 		return
 	}
 	for i := range res.Candidates {
@@ -120,6 +184,9 @@ func (res *Result) decide() {
 		if res.Closest < 0 || closer(c, &res.Candidates[res.Closest], at) < 0 {
 			res.Closest = i
 		}
+	}
+	if res.Closest >= 0 {
+		res.Reconcile = res.Candidates[res.Closest].Reconcile
 	}
 }
 
@@ -140,9 +207,10 @@ func capacity(sessions []int, checks []Check) (maxSessions, failsAt int) {
 	return maxSessions, 0
 }
 
-// chooseConfig picks the routing of a candidate at level index at: among
-// the configs that meet the targets there, the lowest TTFB p95 (ties: plan
-// order); when none meets, the closest (Closeness).
+// chooseConfig picks the routing of a candidate at level index at: the
+// best band verdict there (meets, then marginal, then misses); among equal
+// verdicts that meet at least nominally, the lowest nominal TTFB p95 (ties:
+// plan order); among those that miss, the closest (Closeness).
 func chooseConfig(configs []Config, at int) int {
 	best := -1
 	for k := range configs {
@@ -152,9 +220,10 @@ func chooseConfig(configs []Config, at int) int {
 		}
 		a, b := &configs[k], &configs[best]
 		ca, cb := a.Checks[at], b.Checks[at]
+		va, vb := verdictRank(a.Bands[at].Verdict), verdictRank(b.Bands[at].Verdict)
 		switch {
-		case ca.Meets != cb.Meets:
-			if ca.Meets {
+		case va != vb:
+			if va < vb {
 				best = k
 			}
 		case ca.Meets:
@@ -193,25 +262,40 @@ func closeness(a, b Check) int {
 	return cmp.Compare(float64(a.Shortfall), float64(b.Shortfall))
 }
 
-// betterFarm orders two candidates that meet the targets: cheaper, then
-// fewer cards, then more headroom (MaxSessions), then lower TTFB p95 at the
-// wanted concurrency. Equal ones keep plan order.
+// betterFarm orders two candidates that meet the targets: cheaper (by
+// price when the plan has prices, else by card count), then more headroom
+// (MaxSessions, the band's pessimistic edge), then fewer cards, then lower
+// TTFB p95 at the wanted concurrency. Equal ones keep plan order.
 func betterFarm(a, b *Candidate, at int) bool {
 	if c := cmp.Compare(a.Cost, b.Cost); c != 0 {
-		return c < 0
-	}
-	if c := cmp.Compare(a.Cards, b.Cards); c != 0 {
 		return c < 0
 	}
 	if c := cmp.Compare(a.MaxSessions, b.MaxSessions); c != 0 {
 		return c > 0
 	}
+	if c := cmp.Compare(a.Cards, b.Cards); c != 0 {
+		return c < 0
+	}
 	return ttfb(a.Configs[a.Chosen].Rows[at]) < ttfb(b.Configs[b.Chosen].Rows[at])
 }
 
-// closer orders two candidates that miss the targets: closeness of their
-// chosen routings at the wanted concurrency, then cost.
+// closer orders two candidates that do not meet the targets: a marginal
+// one before one that misses, two marginal ones as betterFarm does; two
+// that miss by the closeness of their chosen routings at the wanted
+// concurrency, then cost.
 func closer(a, b *Candidate, at int) int {
+	if c := cmp.Compare(verdictRank(a.Verdict), verdictRank(b.Verdict)); c != 0 {
+		return c
+	}
+	if a.Verdict == VerdictMarginal {
+		if betterFarm(a, b, at) {
+			return -1
+		}
+		if betterFarm(b, a, at) {
+			return 1
+		}
+		return 0
+	}
 	if c := closeness(a.Configs[a.Chosen].Checks[at], b.Configs[b.Chosen].Checks[at]); c != 0 {
 		return c
 	}
@@ -231,18 +315,30 @@ func (res *Result) sessionsNoun() string {
 	return "agent sessions"
 }
 
-// answer is the answer in one sentence.
+// answer is the answer in one sentence (two when a cheaper candidate is
+// marginal).
 func answer(res *Result) string {
 	targets := joinAnd(res.Targets.Phrases())
 	lead := fmt.Sprintf("For %d concurrent %s, ", res.Concurrency, res.sessionsNoun())
+	band := res.bandPhrase()
 	if res.Best >= 0 {
 		c := &res.Candidates[res.Best]
-		cost := ""
+		by, cost := "by card count", ""
 		if res.CostUnit != "cards" {
-			cost = fmt.Sprintf(" (%s %s)", fmtCost(c.Cost), res.CostUnit)
+			by = "by price"
+			cost = fmt.Sprintf(" (%s %s", fmtCost(c.Cost), res.CostUnit)
+			if c.CostPer1kTurns != nil && !math.IsNaN(float64(*c.CostPer1kTurns)) {
+				cost += fmt.Sprintf(", %s per 1,000 session-turns", fmtCost(float64(*c.CostPer1kTurns)))
+			}
+			cost += ")"
 		}
-		return fmt.Sprintf("%s%s with %s is the cheapest farm%s that meets %s.",
-			lead, c.Name, c.Configs[c.Chosen].label(), cost, targets)
+		s := fmt.Sprintf("%s%s with %s is the cheapest farm %s%s that meets %s%s%s.",
+			lead, c.Name, c.Configs[c.Chosen].label(), by, cost, targets, band, upTo(c))
+		if len(res.Marginal) > 0 {
+			m := &res.Candidates[res.Marginal[0]]
+			s += fmt.Sprintf(" %s with %s is cheaper but marginal: it %s.", m.Name, m.Configs[m.Chosen].label(), m.Why)
+		}
+		return s
 	}
 	if res.Closest < 0 {
 		if len(res.Candidates) == 0 {
@@ -251,6 +347,10 @@ func answer(res *Result) string {
 		return fmt.Sprintf("%sno candidate can run the model: it does not fit on any of them (%s).", lead, res.Candidates[0].Error)
 	}
 	c := &res.Candidates[res.Closest]
+	if c.Verdict == VerdictMarginal {
+		return fmt.Sprintf("%sno candidate meets %s%s; the closest is %s with %s, which is marginal: it %s.",
+			lead, targets, band, c.Name, c.Configs[c.Chosen].label(), c.Why)
+	}
 	at := Level(res.Sessions, res.Concurrency)
 	ch := c.Configs[c.Chosen].Checks[at]
 	var missed []string
@@ -259,6 +359,39 @@ func answer(res *Result) string {
 	}
 	return fmt.Sprintf("%sno candidate meets %s; the closest is %s with %s, which misses %s.",
 		lead, targets, c.Name, c.Configs[c.Chosen].label(), joinAnd(missed))
+}
+
+// bandPhrase is " at the band's pessimistic edge (KV x0.85 and x1.10, 3
+// seeds)", "" for a result without a band.
+func (res *Result) bandPhrase() string {
+	var parts []string
+	if len(res.Band.KVScales) > 1 {
+		var s []string
+		for _, k := range res.Band.KVScales[1:] {
+			s = append(s, "x"+strconv.FormatFloat(k, 'f', 2, 64))
+		}
+		parts = append(parts, "KV "+joinAnd(s))
+	}
+	if len(res.Band.Seeds) > 1 {
+		parts = append(parts, fmt.Sprintf("%d seeds", len(res.Band.Seeds)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " at the band's pessimistic edge (" + strings.Join(parts, ", ") + ")"
+}
+
+// upTo is "; it meets them up to 19 sessions", "" without a capacity.
+func upTo(c *Candidate) string {
+	switch {
+	case c.MaxSessions == 0:
+		return ""
+	case c.FailsAt == 0 && c.MaxSessionsCap > 0 && c.MaxSessions >= c.MaxSessionsCap:
+		return fmt.Sprintf("; it meets them up to at least %d sessions (the highest tried)", c.MaxSessions)
+	case c.FailsAt == 0:
+		return fmt.Sprintf("; it meets them up to at least %d sessions (the highest level simulated)", c.MaxSessions)
+	}
+	return fmt.Sprintf("; it meets them up to %d sessions", c.MaxSessions)
 }
 
 // MissPhrase says which target a miss is of and by what figure, e.g.

@@ -7,13 +7,18 @@
 // parallel sizes), the strategies and spill thresholds to try, the sessions
 // levels to simulate and the targets (TTFB p95, prefix hit %, output tokens
 // per minute, sessions per hour). Solve (solve.go) expands the candidates,
-// runs every simulation in parallel through the simulator (package sim),
-// checks the targets on every step and decides (decide.go): the cheapest
-// candidate that meets them at the wanted concurrency, with its routing; for
-// each candidate the sessions level at which it stops meeting them; the
-// rule-of-thumb check (concurrency x typical context against the farm's KV
-// cache, workload.go says how the typical context is computed); and, when
-// no candidate meets the targets, the closest one. timeline.go then runs
+// runs every simulation in parallel through the simulator (package sim), each
+// as a band (band.go: the KV cache x0.85, x1, x1.10 by 3 seeds; every KPI a
+// low / nominal / high, low the pessimistic edge), checks the targets on
+// every step and decides (decide.go): the cheapest candidate (by price, or
+// card count) whose pessimistic edge meets them at the wanted concurrency,
+// with its routing, and the cheaper "marginal" ones that meet them only
+// nominally; for each candidate the exact number of sessions at which it
+// stops meeting them (bisect.go); the rule-of-thumb check (concurrency x
+// typical context against the farm's KV cache, workload.go says how the
+// typical context is computed) with a sentence that reconciles it with the
+// simulation (reconcile.go); and, when no candidate meets the targets, the
+// closest one. timeline.go then runs
 // the answer's farm once more with its routing and keeps, from that run's
 // metric store, PromQL range queries over the step at the wanted
 // concurrency (per-replica load and KV use, prompt tokens cached and

@@ -46,6 +46,14 @@ func (res *Result) validate() error {
 			if len(cfg.Rows) != n || len(cfg.Checks) != n {
 				return fmt.Errorf("candidates[%d].configs[%d]: %d rows and %d checks, want one per sessions level (%d)", i, k, len(cfg.Rows), len(cfg.Checks), n)
 			}
+			if len(cfg.Bands) != n && len(cfg.Bands) != 0 {
+				return fmt.Errorf("candidates[%d].configs[%d]: %d bands, want one per sessions level (%d)", i, k, len(cfg.Bands), n)
+			}
+		}
+	}
+	for _, m := range res.Marginal {
+		if m < 0 || m >= len(res.Candidates) {
+			return fmt.Errorf("marginal %d: want a candidate index below %d", m, len(res.Candidates))
 		}
 	}
 	if tl := res.Timeline; tl != nil {

@@ -31,6 +31,8 @@ type Result struct {
 	// CostUnit is "per hour" when the plan gave prices (Cost is then the sum
 	// of the GPUs' hourly prices), else "cards" (Cost is the card count).
 	CostUnit string `json:"cost_unit"`
+	// Band says which runs make each KPI's low / nominal / high (band.go).
+	Band BandInfo `json:"band"`
 
 	// Candidates in plan order: farm sets, then GPUs, tensor parallel sizes
 	// and replica counts as listed.
@@ -39,8 +41,15 @@ type Result struct {
 	// the targets at Concurrency, or -1 when none does.
 	Best int `json:"best"`
 	// Closest, when Best is -1, is the index of the candidate that comes
-	// closest (see Closeness), or -1 when no candidate fits at all.
+	// closest (a marginal one first, see Closeness), or -1 when no candidate
+	// fits at all.
 	Closest int `json:"closest"`
+	// Marginal are the indexes of the candidates whose verdict is marginal
+	// and that are cheaper than Best (all marginal ones when Best is -1),
+	// cheapest first: the answer's sentence names the first.
+	Marginal []int `json:"marginal,omitempty"`
+	// Reconcile is the answer's (Best, else Closest) Candidate.Reconcile.
+	Reconcile string `json:"reconcile,omitempty"`
 	// Timeline is the answer's farm (Best, else Closest) with its chosen
 	// routing over the step at Concurrency, as PromQL range queries gave it;
 	// nil when no candidate fits.
@@ -73,18 +82,38 @@ type Candidate struct {
 	TensorParallelSize int     `json:"tensor_parallel_size"`
 	Cards              int     `json:"cards"` // replicas x tensor parallel size
 	Cost               float64 `json:"cost"`  // see Result.CostUnit
+	// CostPerHour (the GPUs' hourly prices summed) and CostPer1kTurns
+	// (CostPerHour over the session-turns, requests, its chosen routing
+	// finishes per hour at the wanted concurrency, x 1,000; null when none
+	// finished) are given only when the plan has prices.
+	CostPerHour    *float64   `json:"cost_per_hour,omitempty"`
+	CostPer1kTurns *sim.Float `json:"cost_per_1k_turns,omitempty"`
+	// TurnsPerHour are the session-turns (requests) the chosen routing
+	// finishes per hour at the wanted concurrency, nominal run.
+	TurnsPerHour sim.Float `json:"turns_per_hour"`
 
 	// Fits is false when the model does not fit on the GPUs (or leaves no
 	// room for a KV cache); Error then says why and nothing was simulated.
 	Fits  bool   `json:"fits"`
 	Error string `json:"error,omitempty"`
 
-	MaxNumSeqs         int   `json:"max_num_seqs,omitempty"`
-	NumGPUBlocks       int   `json:"num_gpu_blocks,omitempty"` // per replica
+	MaxNumSeqs   int `json:"max_num_seqs,omitempty"`
+	NumGPUBlocks int `json:"num_gpu_blocks,omitempty"` // per replica, nominal
+	// KVTokensPerReplica is NumGPUBlocks x block_size, the figure vLLM logs
+	// as its KV cache size and `warden kv` prints; KVTokensTotal is that x
+	// replicas. The rule of thumb and the report use these two.
 	KVTokensPerReplica int   `json:"kv_tokens_per_replica,omitempty"`
 	KVTokensTotal      int64 `json:"kv_tokens_total,omitempty"`
+	// KVBand is false when the candidate's num_gpu_blocks is given (read
+	// back from a server: no KV band, only seeds). KVTokensTotalBand is the
+	// farm's KV tokens at the band's scales: low at x0.85, high at x1.10.
+	KVBand            bool  `json:"kv_band"`
+	KVTokensTotalBand Range `json:"kv_tokens_total_band"`
 	// RuleOfThumb is concurrency x typical context against KVTokensTotal.
 	RuleOfThumb hardware.Verdict `json:"rule_of_thumb"`
+	// Reconcile is one sentence that sets the rule of thumb and the
+	// simulation side by side and says why they agree or differ.
+	Reconcile string `json:"reconcile,omitempty"`
 
 	Configs []Config `json:"configs,omitempty"`
 	// Chosen is the index in Configs of the routing to run this farm with:
@@ -92,15 +121,29 @@ type Candidate struct {
 	// one with the lowest TTFB p95 there; when none meets, the closest one.
 	// -1 when the farm does not fit.
 	Chosen int `json:"chosen"`
-	// Meets reports whether Configs[Chosen] meets the targets at the wanted
-	// concurrency.
-	Meets bool `json:"meets"`
-	// MaxSessions is the highest sessions level at which the best config
-	// (the one with the highest such level) still meets the targets, and
-	// FailsAt the level at which it stops meeting them (0: not within the
-	// levels simulated). See Config.MaxSessions.
-	MaxSessions int `json:"max_sessions"`
-	FailsAt     int `json:"fails_at"`
+	// Verdict is Configs[Chosen]'s at the wanted concurrency: "meets" when
+	// the band's pessimistic edge meets every target, "marginal" when only
+	// the nominal run does, else "misses". Meets is Verdict == "meets".
+	Verdict string `json:"verdict"`
+	Meets   bool   `json:"meets"`
+	// Why says, for a marginal candidate, what the nominal run meets and
+	// which target the band's pessimistic edge misses, in which run.
+	Why string `json:"why,omitempty"`
+	// KPIs is Configs[Chosen]'s band at the wanted concurrency.
+	KPIs *Band `json:"kpis,omitempty"`
+	// MaxSessions is the highest number of concurrent sessions at which the
+	// chosen routing still meets the targets at the band's pessimistic
+	// edge, found by bisection between the last sessions level that meets
+	// and the first that misses (or, when the highest level meets, upwards
+	// to MaxSessionsCap: the highest level plus the sweep's last spacing); FailsAt is the number at which it stops (0 when
+	// it still meets at the cap, or when no level meets, MaxSessions 0) and
+	// FailsAtMisses what it misses there. Probes are the bands of the
+	// levels the bisection simulated, ascending.
+	MaxSessions    int        `json:"max_sessions"`
+	FailsAt        int        `json:"fails_at"`
+	FailsAtMisses  []BandMiss `json:"fails_at_misses,omitempty"`
+	MaxSessionsCap int        `json:"max_sessions_cap,omitempty"`
+	Probes         []Band     `json:"probes,omitempty"`
 }
 
 // Config is one routing of one candidate: a strategy and, for affinity, a
@@ -110,14 +153,22 @@ type Config struct {
 	Spill    string `json:"spill,omitempty"` // "" for strategies without a threshold
 	// Rows are the simulator's rows, one per sessions level (Result.Sessions).
 	Rows []sim.Row `json:"rows"`
-	// Checks are the targets checked on each row, in the same order.
+	// Checks are the targets checked on each (nominal) row, in the same order.
 	Checks []Check `json:"checks"`
+	// Bands are each level over the band's runs (KV scales x seeds), in
+	// the same order, each with its verdict.
+	Bands []Band `json:"bands"`
 	// MaxSessions is the top of the first run of consecutive sessions
-	// levels (scanning upwards) at which the targets are met; FailsAt is the
-	// next level, where they stop being met (0 if they never do). Both are 0
-	// when no level meets them.
+	// levels (scanning upwards) whose band verdict is meets; FailsAt is the
+	// next level, where it stops being so (0 if it never does). Both are 0
+	// when no level meets.
 	MaxSessions int `json:"max_sessions"`
 	FailsAt     int `json:"fails_at"`
+
+	// runs are the rows of every band run (runs[0] = Rows), and vs the
+	// runs' KV scales and seeds; not kept in JSON.
+	runs [][]sim.Row
+	vs   []variant
 }
 
 // Check is the targets checked on one row.

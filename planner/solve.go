@@ -58,14 +58,37 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 	if len(p.Prices) > 0 {
 		res.CostUnit = "per hour"
 	}
-	farms, err := p.expand(res)
+	for k := range BandSeeds {
+		res.Band.Seeds = append(res.Band.Seeds, p.Seed+uint64(k))
+	}
+	cands, err := p.expand(res)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.simulate(ctx, res, farms, trace); err != nil {
+	res.Band.KVScales = BandKVScales[:1]
+	for _, c := range res.Candidates {
+		if c.Fits && c.KVBand {
+			res.Band.KVScales = slices.Clone(BandKVScales)
+		}
+	}
+	farms := make([]*sim.Farm, len(cands))
+	for i, cf := range cands {
+		if cf != nil {
+			farms[i] = cf.byScale[0]
+		}
+	}
+	prog := &progress{f: p.Progress}
+	if err := p.simulate(ctx, res, cands, trace, prog); err != nil {
 		return nil, err
 	}
-	res.decide()
+	res.decideConfigs()
+	if err := p.bisect(ctx, res, cands, trace, prog); err != nil {
+		return nil, err
+	}
+	for i := range res.Candidates {
+		res.Candidates[i].Reconcile = reconcile(res, &res.Candidates[i], p)
+	}
+	res.pick()
 	if err := p.timeline(ctx, res, farms, trace); err != nil {
 		return nil, err
 	}
@@ -77,10 +100,21 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 	return roundTrip(res)
 }
 
-// expand fills res.Candidates, in plan order, and returns the resolved farm
+// candFarms are the resolved farms of one candidate: one per KV scale of
+// the band (byScale[k] at BandKVScales[k]; only the nominal one when the
+// candidate has no KV band), and the band's runs.
+type candFarms struct {
+	byScale []*sim.Farm
+	vs      []variant
+}
+
+// farm is the farm of run v.
+func (cf *candFarms) farm(v int) *sim.Farm { return cf.byScale[v/BandSeeds] }
+
+// expand fills res.Candidates, in plan order, and returns the resolved farms
 // of each (nil for one whose model does not fit).
-func (p Plan) expand(res *Result) ([]*sim.Farm, error) {
-	var farms []*sim.Farm
+func (p Plan) expand(res *Result) ([]*candFarms, error) {
+	var farms []*candFarms
 	for i, set := range p.Farms {
 		for gi, gpuName := range set.GPUs {
 			gpu, err := hardware.LookupGPU(gpuName)
@@ -111,9 +145,10 @@ func (p Plan) expand(res *Result) ([]*sim.Farm, error) {
 	return farms, nil
 }
 
-// candidate resolves one farm. A model that does not fit gives a candidate
-// with Fits false and the reason; any other resolution error is the plan's.
-func (p Plan) candidate(spec sim.FarmSpec, gpu hardware.GPU, context int) (Candidate, *sim.Farm, error) {
+// candidate resolves one farm, at each KV scale of the band. A model that
+// does not fit gives a candidate with Fits false and the reason; any other
+// resolution error is the plan's.
+func (p Plan) candidate(spec sim.FarmSpec, gpu hardware.GPU, context int) (Candidate, *candFarms, error) {
 	c := Candidate{
 		GPU:                gpu.Name,
 		Model:              spec.Model,
@@ -125,6 +160,8 @@ func (p Plan) candidate(spec sim.FarmSpec, gpu hardware.GPU, context int) (Candi
 	c.Cost = float64(c.Cards)
 	if price, ok := p.price(gpu.Name); ok {
 		c.Cost = price * float64(c.Cards)
+		cost := c.Cost
+		c.CostPerHour = &cost
 	}
 	// The same spec with a KV cache forced to exist: if that resolves, the
 	// real spec fails only for want of memory.
@@ -143,10 +180,37 @@ func (p Plan) candidate(spec sim.FarmSpec, gpu hardware.GPU, context int) (Candi
 	}
 	c.Fits = true
 	c.NumGPUBlocks = farm.NumGPUBlocks
-	c.KVTokensPerReplica = farm.KVTokensPerReplica()
-	c.KVTokensTotal = int64(c.KVTokensPerReplica) * int64(c.Replicas)
+	// The figure vLLM logs and `warden kv` prints: blocks x block size.
+	kvTotal := func(f *sim.Farm) int64 {
+		return int64(f.NumGPUBlocks) * int64(f.Spec.VLLM.BlockSize) * int64(c.Replicas)
+	}
+	c.KVTokensPerReplica = farm.NumGPUBlocks * farm.Spec.VLLM.BlockSize
+	c.KVTokensTotal = kvTotal(farm)
 	c.RuleOfThumb = hardware.RuleOfThumb(p.Concurrency, context, int(min(c.KVTokensTotal, int64(maxInt))))
-	return c, farm, nil
+	cf := &candFarms{byScale: []*sim.Farm{farm}}
+	c.KVBand = spec.VLLM.NumGPUBlocks == 0
+	nominal := sim.Float(c.KVTokensTotal)
+	c.KVTokensTotalBand = Range{Low: nominal, Nominal: nominal, High: nominal}
+	if c.KVBand {
+		for _, k := range BandKVScales[1:] {
+			s := spec
+			s.KVCapacityScale = k
+			f, err := sim.Resolve(s)
+			if err != nil {
+				return c, nil, fmt.Errorf("%s at KV x%g: %w", c.GPU, k, err)
+			}
+			cf.byScale = append(cf.byScale, f)
+			v := sim.Float(kvTotal(f))
+			if v < c.KVTokensTotalBand.Low {
+				c.KVTokensTotalBand.Low = v
+			}
+			if v > c.KVTokensTotalBand.High {
+				c.KVTokensTotalBand.High = v
+			}
+		}
+	}
+	cf.vs = variants(p.Seed, c.KVBand)
+	return c, cf, nil
 }
 
 const maxInt = int(^uint(0) >> 1)
@@ -164,31 +228,36 @@ func candidateName(c *Candidate, withModel bool) string {
 	return name
 }
 
-// job is one simulation: one candidate, one config, and either every
-// sessions level in a row (synthetic load, level -1) or one level (trace).
+// job is one simulation: one candidate, one config, one run of the band,
+// and either every sessions level in a row (synthetic load, level -1) or one
+// level (trace).
 type job struct {
-	cand, cfg int
-	level     int // index in Result.Sessions, or -1 for all
+	cand, cfg, run int
+	level          int // index in Result.Sessions, or -1 for all
 }
 
-// simulate runs every job and fills each fitting candidate's Configs.
-func (p Plan) simulate(ctx context.Context, res *Result, farms []*sim.Farm, trace *sim.Trace) error {
+// simulate runs every job of the sweep and fills each fitting candidate's
+// Configs (Rows: the nominal run; runs: every run of the band).
+func (p Plan) simulate(ctx context.Context, res *Result, cands []*candFarms, trace *sim.Trace, prog *progress) error {
 	configs := p.configs()
 	var jobs []job
-	for ci, farm := range farms {
-		if farm == nil {
+	for ci, cf := range cands {
+		if cf == nil {
 			continue
 		}
 		c := &res.Candidates[ci]
 		c.Configs = make([]Config, len(configs))
 		for k, cfg := range configs {
-			c.Configs[k] = Config{Strategy: cfg.Strategy, Spill: cfg.Spill, Rows: make([]sim.Row, len(res.Sessions))}
-			if trace == nil {
-				jobs = append(jobs, job{ci, k, -1})
-				continue
-			}
-			for l := range res.Sessions {
-				jobs = append(jobs, job{ci, k, l})
+			c.Configs[k] = Config{Strategy: cfg.Strategy, Spill: cfg.Spill, vs: cf.vs, runs: make([][]sim.Row, len(cf.vs))}
+			for v := range cf.vs {
+				c.Configs[k].runs[v] = make([]sim.Row, len(res.Sessions))
+				if trace == nil {
+					jobs = append(jobs, job{ci, k, v, -1})
+					continue
+				}
+				for l := range res.Sessions {
+					jobs = append(jobs, job{ci, k, v, l})
+				}
 			}
 		}
 	}
@@ -197,40 +266,56 @@ func (p Plan) simulate(ctx context.Context, res *Result, farms []*sim.Farm, trac
 	}
 
 	step := time.Duration(p.Duration)
-	prog := &progress{f: p.Progress, done: make([]time.Duration, len(jobs)), per: make([]time.Duration, len(jobs))}
+	per := make([]time.Duration, len(jobs))
 	for i, j := range jobs {
-		prog.per[i] = step
+		per[i] = step
 		if j.level < 0 {
-			prog.per[i] = step * time.Duration(len(res.Sessions))
+			per[i] = step * time.Duration(len(res.Sessions))
 		}
-		prog.total += prog.per[i]
 	}
+	base := prog.add(per)
 
 	run := func(ctx context.Context, i int) error {
 		j := jobs[i]
 		c := &res.Candidates[j.cand]
 		cfg := &c.Configs[j.cfg]
-		e, err := p.experiment(res, farms[j.cand], cfg, trace, j.level)
+		cf := cands[j.cand]
+		e, err := p.experiment(res, cf.farm(j.run), cfg, trace, j.level)
 		if err != nil {
 			return err
 		}
+		e.Seed = cf.vs[j.run].seed
 		if prog.f != nil {
-			e.Progress = func(done, _ time.Duration) { prog.set(i, done) }
+			e.Progress = func(done, _ time.Duration) { prog.set(base+i, done) }
 		}
 		rep, err := sim.Run(ctx, e)
 		if err != nil {
-			return fmt.Errorf("%s, %s: %w", c.Name, cfg.label(), err)
+			return fmt.Errorf("%s, %s, %s: %w", c.Name, cfg.label(), runLabel(cf.vs[j.run]), err)
 		}
 		if len(rep.Rows) != len(e.Sessions) {
 			return fmt.Errorf("%s, %s: the simulator returned %d rows for %d sessions levels", c.Name, cfg.label(), len(rep.Rows), len(e.Sessions))
 		}
 		// Each job writes its own rows: no two jobs share a slot.
 		first := max(j.level, 0)
-		copy(cfg.Rows[first:], rep.Rows)
-		prog.set(i, prog.per[i])
+		copy(cfg.runs[j.run][first:], rep.Rows)
+		prog.set(base+i, per[i])
 		return nil
 	}
-	return forEach(ctx, len(jobs), p.Parallelism, run)
+	if err := forEach(ctx, len(jobs), p.Parallelism, run); err != nil {
+		return err
+	}
+	for ci := range res.Candidates {
+		for k := range res.Candidates[ci].Configs {
+			cfg := &res.Candidates[ci].Configs[k]
+			cfg.Rows = cfg.runs[0]
+		}
+	}
+	return nil
+}
+
+// runLabel names a run of the band in errors, e.g. "KV x0.85, seed 2".
+func runLabel(v variant) string {
+	return fmt.Sprintf("KV x%g, seed %d", v.kvScale, v.seed)
 }
 
 // experiment is the simulation of one config of one farm: every sessions
@@ -309,7 +394,8 @@ feed:
 	return nil
 }
 
-// progress sums the simulated time done by every job.
+// progress sums the simulated time done by every job; the sweep's jobs and
+// then each bisection round's are added as they are known (total grows).
 type progress struct {
 	mu    sync.Mutex
 	f     func(done, total time.Duration)
@@ -317,6 +403,19 @@ type progress struct {
 	per   []time.Duration
 	sum   time.Duration
 	total time.Duration
+}
+
+// add adds jobs of the given lengths and returns the index of the first.
+func (p *progress) add(per []time.Duration) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	base := len(p.per)
+	p.per = append(p.per, per...)
+	p.done = append(p.done, make([]time.Duration, len(per))...)
+	for _, d := range per {
+		p.total += d
+	}
+	return base
 }
 
 func (p *progress) set(i int, d time.Duration) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -61,16 +62,35 @@ func TestSolveKnownAnswer(t *testing.T) {
 	if got := best.Configs[best.Chosen].Label(); got != "affinity (spill auto)" {
 		t.Errorf("routing of the best = %s, want affinity (spill auto)", got)
 	}
-	want := "For 12 concurrent agent sessions, 3 x H100 SXM with affinity (spill auto) is the cheapest farm that meets prefix hit >= 80 %."
+	// num_gpu_blocks is given: no KV band, 3 seeds.
+	want := "For 12 concurrent agent sessions, 3 x H100 SXM with affinity (spill auto) is the cheapest farm by card count that meets prefix hit >= 80 % " +
+		"at the band's pessimistic edge (3 seeds); it meets them up to 13 sessions."
 	if res.Answer != want {
 		t.Errorf("answer\n%q\nwant\n%q", res.Answer, want)
 	}
+	// The bisected limit: two cards meet at 6 and miss at 12 (the levels
+	// simulated); the bisection finds that they meet up to 8 and miss at 9.
 	two := res.Candidates[0]
-	if two.Meets || two.MaxSessions != 6 || two.FailsAt != 12 {
-		t.Errorf("2 x H100: meets %v, max sessions %d, fails at %d; want false, 6, 12\n%s", two.Meets, two.MaxSessions, two.FailsAt, dump(res))
+	if two.Meets || two.Verdict != VerdictMisses || two.MaxSessions != 8 || two.FailsAt != 9 {
+		t.Errorf("2 x H100: meets %v (%s), max sessions %d, fails at %d; want false (misses), 8, 9\n%s", two.Meets, two.Verdict, two.MaxSessions, two.FailsAt, dump(res))
 	}
-	if four := res.Candidates[2]; !four.Meets || four.MaxSessions != 12 || four.FailsAt != 0 {
-		t.Errorf("4 x H100: meets %v, max sessions %d, fails at %d; want true, 12, 0", four.Meets, four.MaxSessions, four.FailsAt)
+	if len(two.FailsAtMisses) != 1 || two.FailsAtMisses[0].Target != "prefix_hit_pct_min" {
+		t.Errorf("2 x H100 at 9 sessions misses %+v, want the hit target", two.FailsAtMisses)
+	}
+	var probed []int
+	for _, b := range two.Probes {
+		probed = append(probed, b.Sessions)
+	}
+	if !slices.Equal(probed, []int{7, 8, 9}) {
+		t.Errorf("2 x H100 probed %v, want [7 8 9] (bisection between 6 and 12)", probed)
+	}
+	if three := res.Candidates[1]; three.KVBand || three.KPIs == nil || three.KPIs.Runs != 3 {
+		t.Errorf("3 x H100: KV band %v, KPIs %+v; want no KV band (num_gpu_blocks given) and 3 runs", three.KVBand, three.KPIs)
+	}
+	// Four cards still meet at 12: the search goes upwards (13, 15, 18: the
+	// cap, 12 + 6) and they still meet there.
+	if four := res.Candidates[2]; !four.Meets || four.MaxSessions != 18 || four.FailsAt != 0 || four.MaxSessionsCap != 18 {
+		t.Errorf("4 x H100: meets %v, max sessions %d, fails at %d, cap %d; want true, 18, 0, 18", four.Meets, four.MaxSessions, four.FailsAt, four.MaxSessionsCap)
 	}
 	// The rule of thumb agrees: 12 x 2,118 tokens does not fit in 2 x 9,584, fits in 3 x 9,584.
 	if res.Workload.TypicalContextTokens != 2118 {
@@ -158,10 +178,23 @@ func TestSolveModelDoesNotFit(t *testing.T) {
 	}
 }
 
+// cheapPlan is kvBoundPlan made quicker, for tests that do not need its
+// answer: two candidates, 10 s steps.
+func cheapPlan() Plan {
+	p := kvBoundPlan()
+	p.Farms[0].Replicas = []int{2, 3}
+	p.Duration = sim.Duration(10 * time.Second)
+	return p
+}
+
 func TestSolveDeterministic(t *testing.T) {
 	var out [2][]byte
 	for i, par := range []int{1, 3} {
-		p := kvBoundPlan()
+		p := cheapPlan()
+		p.Farms[0].Replicas = []int{2}
+		p.Farms[0].VLLM.NumGPUBlocks = 0 // with a KV band
+		p.Sessions = []int{4, 8}
+		p.Concurrency = 8
 		p.Parallelism = par
 		p.SpillThresholds = []string{"auto", "2"}
 		res, err := Solve(context.Background(), p)
@@ -179,7 +212,7 @@ func TestSolveDeterministic(t *testing.T) {
 }
 
 func TestResultJSONRoundTrip(t *testing.T) {
-	res, err := Solve(context.Background(), kvBoundPlan())
+	res, err := Solve(context.Background(), cheapPlan())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +245,7 @@ func TestResultJSONRoundTrip(t *testing.T) {
 
 func TestSolveCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := kvBoundPlan()
+	p := cheapPlan()
 	p.Parallelism = 2
 	var calls atomic.Int64
 	p.Progress = func(done, total time.Duration) {
@@ -227,7 +260,7 @@ func TestSolveCancel(t *testing.T) {
 }
 
 func TestSolveProgress(t *testing.T) {
-	p := kvBoundPlan()
+	p := cheapPlan()
 	var last, total time.Duration
 	p.Progress = func(done, tot time.Duration) {
 		if done < last {
@@ -238,9 +271,10 @@ func TestSolveProgress(t *testing.T) {
 	if _, err := Solve(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
-	// 3 candidates x 2 strategies x 2 levels x 30 s.
-	if want := 3 * 2 * 2 * 30 * time.Second; last != want || total != want {
-		t.Errorf("progress ended at %v of %v, want %v of %v", last, total, want, want)
+	// The sweep is 2 candidates x 2 strategies x 3 seeds x 2 levels x 10 s;
+	// the bisection's probes (whole steps of 10 s, at least 2 each) add to it.
+	if sweep := 2 * 2 * 3 * 2 * 10 * time.Second; last != total || total < sweep+20*time.Second || (total-sweep)%(10*time.Second) != 0 {
+		t.Errorf("progress ended at %v of %v, want all of the sweep's %v and whole probes", last, total, sweep)
 	}
 }
 

@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lm-warden/warden/calibrate"
+	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/web"
@@ -40,6 +43,8 @@ type planOptions struct {
 	TargetOutputTokensMin float64
 	TargetSessionsPerHour float64
 
+	Prices string // --price "RTX A4000=0.25,RTX 4090=0.69"
+
 	Out         string
 	JSON        bool
 	Progress    bool
@@ -56,8 +61,20 @@ type planOptions struct {
 	isTerminal func() bool
 }
 
+// builtInPlan is the built-in plan as parsed: the flags' defaults are its
+// values, so that `plan --help` says what `plan` runs.
+func builtInPlan() planner.Plan {
+	p, err := planner.ParsePlan(planner.DefaultPlan, planner.DefaultPlanName)
+	if err != nil {
+		panic(err) // tested: the embedded plan parses
+	}
+	return p
+}
+
 func newPlanCmd() *cobra.Command {
 	opts := &planOptions{}
+	def := builtInPlan()
+	defFarm := def.Farms[0]
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Find the cheapest farm and routing that meet service targets (writes an HTML report)",
@@ -67,17 +84,30 @@ plan simulates every candidate farm (GPU kinds x replica counts x tensor paralle
 sizes) with every strategy and spill threshold at every sessions level, checks the
 service targets on each step, and prints the cheapest farm that meets them at the
 wanted concurrency (--concurrency, default the highest --sessions level), with the
-routing to run it with. Cost is the sum of per-GPU hourly prices given in a plan
-file, else the card count. For each candidate it also gives the sessions level at
-which it stops meeting the targets and the rule-of-thumb check (sessions x typical
-context against the farm's KV cache). When no candidate meets the targets, it
-names the closest one. A model that does not fit on a candidate is reported, not
-dropped.
+routing to run it with. Cost is the sum of per-GPU hourly prices (--price, or
+prices: in a plan file; the table then also gives the cost per 1,000 session-turns),
+else the card count; ties go to the farm with more headroom, then fewer cards.
+
+Every candidate, routing and level runs as a band: the KV cache estimated x0.85,
+x1 and x1.10 (none for a farm whose num_gpu_blocks is given), each with 3 seeds.
+A farm "meets" when the band's pessimistic edge (the lowest hit %, the highest
+TTFB) meets every target, is "marginal" when only the nominal run does, and
+"misses" otherwise. "Meets up to" is found by bisection between the last level
+that meets and the first that misses (or upwards, to one more step of the levels),
+with what fails there. Each candidate's rule-of-thumb check (sessions x typical
+context against the farm's KV cache) comes with one sentence that reconciles it
+with the simulation. When no candidate meets the targets, it names the closest
+one. A model that does not fit on a candidate is reported, not dropped; when it
+fits on none, plan fails.
 
 Candidates come from a YAML plan file (--plan; see planner/examples/default.yaml)
 or from --gpu, --replicas and --model. With neither, plan runs the built-in
-example: RTX A4000 farms of 2, 3 and 4 cards for 16 Qwen3-4B agent sessions.
-Flags given with --plan override the file's values.
+example: RTX A4000 farms of 2, 3 and 4 cards for 16 Qwen3-4B agent sessions
+(planner/examples/default.yaml); the defaults below are its values, and --gpu
+plans take them too, except the model (--model is required with --gpu) and
+max_num_seqs (the built-in plan sets 32 and max_model_len 32768; --gpu plans use
+vLLM's defaults unless --max-num-seqs is given). Flags given with --plan override
+the file's values.
 
 The self-contained HTML report goes to --out; --json prints the result as JSON,
 which 'warden report --from' renders again. A progress bar is drawn on stderr when
@@ -99,20 +129,21 @@ it is a terminal.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.PlanFile, "plan", "", "YAML plan file (candidates, workload, targets); see planner/examples/default.yaml")
 	f.StringSliceVar(&opts.GPUs, "gpu", nil, `candidate GPU kinds, comma-separated catalogue names or aliases ("RTX A4000,h100")`)
-	f.IntSliceVar(&opts.Replicas, "replicas", []int{1, 2, 3, 4}, "candidate replica counts (with --gpu)")
-	f.IntSliceVar(&opts.TensorParallelSize, "tensor-parallel-size", []int{1}, "candidate tensor parallel sizes, GPUs per replica (with --gpu)")
+	f.IntSliceVar(&opts.Replicas, "replicas", defFarm.Replicas, "candidate replica counts (with --gpu; with --prometheus: of the current GPU, besides the current count)")
+	f.IntSliceVar(&opts.TensorParallelSize, "tensor-parallel-size", defFarm.TensorParallelSizes, "candidate tensor parallel sizes, GPUs per replica (with --gpu)")
 	f.StringVar(&opts.Model, "model", "", "model name or alias from the catalogue (with --gpu)")
 	f.IntVar(&opts.MaxNumSeqs, "max-num-seqs", 0, "vLLM max_num_seqs per replica (with --gpu; 0: vLLM's default)")
-	f.IntSliceVar(&opts.Sessions, "sessions", planner.DefaultSessions, "concurrent sessions levels to simulate")
+	f.IntSliceVar(&opts.Sessions, "sessions", def.Sessions, "concurrent sessions levels to simulate")
 	f.IntVar(&opts.Concurrency, "concurrency", 0, "concurrent sessions the answer is for (0: the highest --sessions level)")
-	f.DurationVar(&opts.Duration, "duration", planner.DefaultDuration, "simulated time of one sessions level")
-	f.StringSliceVar(&opts.Strategies, "strategies", planner.DefaultStrategies, "strategies to try: hash, least-loaded, affinity")
-	f.StringSliceVar(&opts.Spills, "spill-thresholds", []string{"auto"}, "affinity spill thresholds to try: auto or requests in flight")
-	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the synthetic sessions")
-	f.DurationVar(&opts.TargetTTFBP95, "target-ttfb-p95", 10*time.Second, "target: TTFB p95 at most this (0: none)")
-	f.Float64Var(&opts.TargetHitPct, "target-hit-pct", 80, "target: prefix-cache hit rate at least this many % (0: none)")
+	f.DurationVar(&opts.Duration, "duration", time.Duration(def.Duration), "simulated time of one sessions level (at least 1s)")
+	f.StringSliceVar(&opts.Strategies, "strategies", def.Strategies, "strategies to try: hash, least-loaded, affinity")
+	f.StringSliceVar(&opts.Spills, "spill-thresholds", def.SpillThresholds, "affinity spill thresholds to try: auto or requests in flight")
+	f.Uint64Var(&opts.Seed, "seed", def.Seed, "seed of the synthetic sessions (the band adds the next two)")
+	f.DurationVar(&opts.TargetTTFBP95, "target-ttfb-p95", time.Duration(def.Targets.TTFBP95MaxS*float64(time.Second)), "target: TTFB p95 at most this (0: none)")
+	f.Float64Var(&opts.TargetHitPct, "target-hit-pct", def.Targets.PrefixHitPctMin, "target: prefix-cache hit rate at least this many % (0: none)")
 	f.Float64Var(&opts.TargetOutputTokensMin, "target-output-tokens-per-min", 0, "target: output tokens per minute at least this (0: none)")
 	f.Float64Var(&opts.TargetSessionsPerHour, "target-sessions-per-hour", 0, "target: sessions completed per hour at least this (0: none)")
+	f.StringVar(&opts.Prices, "price", "", `per-GPU hourly prices, "RTX A4000=0.25,RTX 4090=0.69" (every candidate GPU needs one; ranks by price)`)
 	f.StringVar(&opts.Out, "out", "plan-report.html", `HTML report file ("" for none)`)
 	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON (what 'warden report --from' reads) instead of the summary")
 	f.BoolVar(&opts.Progress, "progress", true, "draw a progress bar on stderr (only when stderr is a terminal)")
@@ -145,6 +176,14 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 		if o.Model == "" {
 			return p, errors.New("--gpu needs --model (the model every candidate serves)")
 		}
+		for _, g := range o.GPUs {
+			if _, err := hardware.LookupGPU(g); err != nil {
+				return p, fmt.Errorf("--gpu: %w", err)
+			}
+		}
+		if _, err := hardware.LookupModel(o.Model); err != nil {
+			return p, fmt.Errorf("--model: %w", err)
+		}
 		p = planner.Plan{
 			Farms: []planner.FarmSet{{
 				GPUs: o.GPUs, Replicas: o.Replicas, TensorParallelSizes: o.TensorParallelSize, Model: o.Model,
@@ -155,6 +194,9 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 		changed = func(string) bool { return true }
 	default:
 		for _, name := range []string{"replicas", "tensor-parallel-size", "model", "max-num-seqs"} {
+			if o.prom.Prometheus != "" && (name == "replicas" || name == "model" || name == "max-num-seqs") {
+				continue // --prometheus takes them (plan_observed.go)
+			}
 			if o.changed != nil && o.changed(name) {
 				return p, fmt.Errorf("--%s needs --gpu", name)
 			}
@@ -163,6 +205,27 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 	}
 	if err != nil {
 		return p, err
+	}
+	if err := o.checkFlags(changed); err != nil {
+		return p, err
+	}
+	if o.Prices != "" {
+		prices, err := parsePrices(o.Prices)
+		if err != nil {
+			return p, err
+		}
+		p.Prices = prices
+		for _, f := range p.Farms {
+			if o.prom.Prometheus != "" && len(o.GPUs) == 0 {
+				break // the built-in farms are dropped; SolveObserved checks the current GPU's price
+			}
+			for _, g := range f.GPUs {
+				gpu, _ := hardware.LookupGPU(g)
+				if !hasPrice(prices, gpu.Name) {
+					return p, fmt.Errorf("--price: %s has no price (with --price every candidate GPU needs one)", gpu.Name)
+				}
+			}
+		}
 	}
 	if changed("sessions") {
 		p.Sessions = o.Sessions
@@ -198,6 +261,79 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 	return p, nil
 }
 
+// checkFlags refuses flag values that would otherwise mean something else
+// silently (a zero duration or replica count), naming the flag.
+func (o *planOptions) checkFlags(changed func(string) bool) error {
+	if changed("duration") && o.Duration < time.Second {
+		return fmt.Errorf("--duration %s: want at least 1s of simulated time per sessions level", o.Duration)
+	}
+	if changed("replicas") {
+		for _, n := range o.Replicas {
+			if n < 1 || n > 4096 {
+				return fmt.Errorf("--replicas: want replica counts from 1 to 4096, got %d", n)
+			}
+		}
+	}
+	if changed("tensor-parallel-size") {
+		for _, n := range o.TensorParallelSize {
+			if n < 1 || n > 64 {
+				return fmt.Errorf("--tensor-parallel-size: want 1 to 64, got %d", n)
+			}
+		}
+	}
+	if changed("sessions") {
+		for _, n := range o.Sessions {
+			if n < 1 {
+				return fmt.Errorf("--sessions: want levels of at least 1 concurrent session, got %d", n)
+			}
+		}
+	}
+	return nil
+}
+
+// parsePrices reads --price: comma-separated GPU=price pairs, per GPU-hour.
+func parsePrices(s string) (map[string]float64, error) {
+	out := map[string]float64{}
+	seen := map[string]string{}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(item, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return nil, fmt.Errorf("--price: %q: want GPU=price per GPU-hour, e.g. \"RTX A4000=0.25\"", item)
+		}
+		gpu, err := hardware.LookupGPU(name)
+		if err != nil {
+			return nil, fmt.Errorf("--price: %w", err)
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil || v < 0 || math.IsInf(v, 0) || v != v {
+			return nil, fmt.Errorf("--price: %q: want a price >= 0 per GPU-hour", item)
+		}
+		if prev, dup := seen[gpu.Name]; dup {
+			return nil, fmt.Errorf("--price: %s is priced twice (%q and %q)", gpu.Name, prev, name)
+		}
+		seen[gpu.Name] = name
+		out[name] = v
+	}
+	if len(out) == 0 {
+		return nil, errors.New(`--price: no price given (want "GPU=price,...")`)
+	}
+	return out, nil
+}
+
+func hasPrice(prices map[string]float64, gpu string) bool {
+	for k := range prices {
+		if g, err := hardware.LookupGPU(k); err == nil && g.Name == gpu {
+			return true
+		}
+	}
+	return false
+}
+
 func runPlan(ctx context.Context, o *planOptions, out io.Writer) error {
 	var (
 		res *planner.Result
@@ -210,6 +346,10 @@ func runPlan(ctx context.Context, o *planOptions, out io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if res.Best < 0 && res.Closest < 0 {
+		// No candidate can run the model: an error, said once.
+		return errors.New(res.Answer)
 	}
 	if o.Out != "" {
 		if err := writeReport(o.Out, web.PlanReport(res)); err != nil {
@@ -235,18 +375,20 @@ func (o *planOptions) solve(ctx context.Context) (*planner.Result, error) {
 	return planner.Solve(ctx, p)
 }
 
-// writePlanSummary prints the answer and one line per candidate.
+// writePlanSummary prints the answer, one line per candidate and the
+// sentence that reconciles the rule of thumb with the simulation.
 func writePlanSummary(w io.Writer, res *planner.Result, reportPath string) error {
 	var b bytes.Buffer
 	fmt.Fprintln(&b, res.Answer)
 	fmt.Fprintln(&b)
 	at := planner.Level(res.Sessions, res.Concurrency)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	cost := "cards"
-	if res.CostUnit != "cards" {
-		cost = "cost " + res.CostUnit
+	priced := res.CostUnit != "cards"
+	cost := ""
+	if priced {
+		cost = "cost/h\tper 1k turns\t"
 	}
-	fmt.Fprintf(tw, "candidate\t%s\trouting\tmeets\tTTFB p95 s\thit %%\tmeets up to\tsessions x context / KV\t\n", cost)
+	fmt.Fprintf(tw, "candidate\tcards\t%srouting\tverdict\tTTFB p95 s [band]\thit %% [band]\tmeets up to\tthen misses\tsessions x context / KV\t\n", cost)
 	for i := range res.Candidates {
 		c := &res.Candidates[i]
 		mark := ""
@@ -256,29 +398,65 @@ func writePlanSummary(w io.Writer, res *planner.Result, reportPath string) error
 		case res.Closest:
 			mark = "  <- closest"
 		}
-		costCell := strconv.Itoa(c.Cards)
-		if res.CostUnit != "cards" {
-			costCell = strconv.FormatFloat(c.Cost, 'f', 2, 64)
+		costCells := ""
+		if priced {
+			per := "-"
+			if c.CostPer1kTurns != nil {
+				per = fmtFloat(float64(*c.CostPer1kTurns), 3)
+			}
+			costCells = strconv.FormatFloat(c.Cost, 'f', 2, 64) + "\t" + per + "\t"
 		}
 		if !c.Fits {
-			fmt.Fprintf(tw, "%s\t%s\tdoes not fit\t-\t-\t-\t-\t-\t\n", c.Name, costCell)
+			fmt.Fprintf(tw, "%s\t%d\t%sdoes not fit\t-\t-\t-\t-\t-\t-\t\n", c.Name, c.Cards, costCells)
 			continue
 		}
 		cfg := &c.Configs[c.Chosen]
 		row := &cfg.Rows[at]
-		meets := "no"
-		if c.Meets {
-			meets = "yes"
+		verdict := c.Verdict
+		if verdict == "" {
+			verdict = map[bool]string{true: "meets", false: "misses"}[c.Meets]
 		}
-		upTo := "-"
+		p95, hit := fmtFloat(float64(row.TTFBP95), 2), fmtFloat(float64(row.PrefixHitPct), 1)
+		if k := c.KPIs; k != nil && k.Runs > 1 {
+			p95 += " [" + fmtSpan(k.TTFBP95, 2) + "]"
+			hit += " [" + fmtSpan(k.PrefixHitPct, 1) + "]"
+		}
+		upTo, then := "-", "-"
 		if c.MaxSessions > 0 {
 			upTo = strconv.Itoa(c.MaxSessions)
+			if c.FailsAt == 0 {
+				upTo = ">= " + upTo
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f %%\t%s\n", c.Name, costCell, cfg.Label(), meets,
-			fmtFloat(float64(row.TTFBP95), 2), fmtFloat(float64(row.PrefixHitPct), 1), upTo, 100*c.RuleOfThumb.Ratio, mark)
+		if c.FailsAt > 0 {
+			then = strconv.Itoa(c.FailsAt)
+			var what []string
+			for _, m := range c.FailsAtMisses {
+				run := ""
+				if m.KVScale != 1 || (len(res.Band.Seeds) > 0 && m.Seed != res.Band.Seeds[0]) {
+					run = fmt.Sprintf(" at KV x%.2f, seed %d", m.KVScale, m.Seed)
+				}
+				what = append(what, res.Targets.MissPhrase(m.Miss)+run)
+			}
+			if len(what) > 0 {
+				then += ": " + strings.Join(what, ", ")
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s%s\t%s\t%s\t%s\t%s\t%s\t%.0f %%\t%s\n", c.Name, c.Cards, costCells, cfg.Label(), verdict,
+			p95, hit, upTo, then, 100*c.RuleOfThumb.Ratio, mark)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(res.Band.Seeds) > 1 {
+		fmt.Fprintf(&b, "\n[band]: lowest and highest over %s; verdict meets: the worst of them meets every target; marginal: only the nominal run does.\n",
+			bandRuns(res))
+	}
+	if !priced {
+		fmt.Fprintln(&b, "cheapest by card count (give --price \"GPU=per GPU-hour,...\" to rank by price)")
+	}
+	if res.Reconcile != "" {
+		fmt.Fprintf(&b, "\n%s\n", res.Reconcile)
 	}
 	for i := range res.Candidates {
 		if c := &res.Candidates[i]; !c.Fits {
@@ -296,6 +474,27 @@ func writePlanSummary(w io.Writer, res *planner.Result, reportPath string) error
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// fmtSpan writes a band's edges in ascending order, "2.90-3.60".
+func fmtSpan(r planner.Range, d int) string {
+	lo, hi := float64(r.Low), float64(r.High)
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	return fmtFloat(lo, d) + "-" + fmtFloat(hi, d)
+}
+
+// bandRuns is "KV x0.85, x1.00, x1.10 x seeds 1, 2, 3".
+func bandRuns(res *planner.Result) string {
+	var k, s []string
+	for _, v := range res.Band.KVScales {
+		k = append(k, "x"+strconv.FormatFloat(v, 'f', 2, 64))
+	}
+	for _, v := range res.Band.Seeds {
+		s = append(s, strconv.FormatUint(v, 10))
+	}
+	return "KV " + strings.Join(k, ", ") + " (no KV band where num_gpu_blocks is given) x seeds " + strings.Join(s, ", ")
 }
 
 // fmtFloat writes v with d decimals, "-" for NaN.

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/lm-warden/warden/hardware"
 
 	"github.com/lm-warden/warden/calibrate"
 	"github.com/lm-warden/warden/planner"
@@ -38,6 +41,9 @@ func (o *planOptions) solveObserved(ctx context.Context) (*planner.Result, error
 	}
 	if gpu == "" {
 		return nil, errors.New("--prometheus needs --current-gpu (the catalogue GPU of the farm: metrics do not name it)")
+	}
+	if _, err := hardware.LookupGPU(gpu); err != nil {
+		return nil, fmt.Errorf("--current-gpu: %w", err)
 	}
 	src, w, err := (&promOptions{Prometheus: po.Prometheus, Model: o.Model, Since: po.Since, End: po.End, Timeout: calibrate.DefaultTimeout,
 		source: po.source, now: po.now}).open()

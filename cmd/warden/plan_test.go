@@ -7,6 +7,7 @@ import (
 	"html"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,8 +79,8 @@ func TestPlanFromFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Both meet a lax TTFB target; with no prices the cheaper is the one with fewer cards, then plan order.
-	if !strings.HasPrefix(stdout, "For 2 concurrent agent sessions, 1 x H100 SXM with affinity (spill auto) is the cheapest farm that meets TTFB p95 <= 30 s.") {
+	// Both meet a lax TTFB target; with no prices the cheaper is the one with fewer cards, then more headroom, then lower TTFB.
+	if !strings.HasPrefix(stdout, "For 2 concurrent agent sessions, 1 x H100 SXM with affinity (spill auto) is the cheapest farm by card count that meets TTFB p95 <= 30 s at the band's pessimistic edge") {
 		t.Errorf("stdout:\n%s", stdout)
 	}
 	if strings.Contains(stdout, "report:") {
@@ -110,8 +111,8 @@ targets: {ttfb_p95_s_max: 30}
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"1 x H100 SXM, Qwen/Qwen3-4B-Instruct-2507 with least-loaded is the cheapest farm (2.50 per hour)",
-		"does not fit", "cost per hour",
+		"1 x H100 SXM, Qwen/Qwen3-4B-Instruct-2507 with least-loaded is the cheapest farm by price (2.50 per hour, ",
+		"does not fit", "cost/h", "per 1k turns",
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, stdout)
@@ -131,6 +132,16 @@ func TestPlanErrors(t *testing.T) {
 	}{
 		{[]string{"plan", "--replicas", "2"}, "--replicas needs --gpu"},
 		{[]string{"plan", "--gpu", "h100"}, "--gpu needs --model"},
+		{[]string{"plan", "--gpu", "bogus-gpu", "--model", "qwen3-4b"}, "--gpu: "},
+		{[]string{"plan", "--gpu", "a4000", "--model", "bogus-model"}, "--model: "},
+		{[]string{"plan", "--duration", "0"}, "--duration 0s: want at least 1s"},
+		{[]string{"plan", "--gpu", "a4000", "--model", "qwen3-4b", "--replicas", "0"}, "--replicas: want replica counts from 1 to 4096, got 0"},
+		{[]string{"plan", "--sessions", "0,4"}, "--sessions: want levels of at least 1"},
+		{[]string{"plan", "--price", "RTX A9999=1"}, "--price: "},
+		{[]string{"plan", "--price", "RTX A4000"}, `--price: "RTX A4000": want GPU=price`},
+		{[]string{"plan", "--price", "RTX A4000=-1"}, "--price: "},
+		{[]string{"plan", "--gpu", "a4000,h100", "--model", "qwen3-4b", "--price", "RTX A4000=0.25"}, "--price: H100 SXM has no price"},
+		{[]string{"plan", "--prometheus", "http://127.0.0.1:1", "--model", "qwen3-4b", "--current-gpu", "bogus-gpu"}, "--current-gpu: "},
 		{[]string{"plan", "--gpu", "h100", "--plan", bad}, "none of the others can be"},
 		{[]string{"plan", "--plan", bad}, bad + ":3: farms[0].replicas[0]: want 1 to 4096, got 0"},
 		{[]string{"plan", "--strategies", "random", "--out", ""}, `strategies[0]: unknown strategy "random"`},
@@ -194,5 +205,86 @@ func TestReportFromSimJSON(t *testing.T) {
 	}
 	if _, err := runWarden(t, "report", "--from", js, "--out", out); err == nil || !strings.Contains(err.Error(), `kind "something-else"`) {
 		t.Errorf("unknown kind: error %v", err)
+	}
+}
+
+// TestPlanPriceChangesAnswer: by card count the faster 4090 wins (one card
+// each, the same headroom, lower TTFB); priced, the cheaper A4000 does.
+func TestPlanPriceChangesAnswer(t *testing.T) {
+	args := []string{"plan", "--gpu", "RTX A4000,RTX 4090", "--replicas", "1", "--model", "qwen3-4b", "--sessions", "2", "--duration", "10s",
+		"--strategies", "affinity", "--target-ttfb-p95", "30s", "--target-hit-pct", "0", "--out", ""}
+	byCards, err := runWarden(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(byCards, "For 2 concurrent agent sessions, 1 x RTX 4090 with affinity (spill auto) is the cheapest farm by card count ") ||
+		!strings.Contains(byCards, "cheapest by card count (give --price") {
+		t.Errorf("without prices:\n%s", byCards)
+	}
+	priced, err := runWarden(t, append(args, "--price", "RTX A4000=0.25,RTX 4090=0.69", "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res planner.Result
+	if err := json.Unmarshal([]byte(priced), &res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(res.Answer, "For 2 concurrent agent sessions, 1 x RTX A4000 with affinity (spill auto) is the cheapest farm by price (0.25 per hour") {
+		t.Errorf("with prices: %s", res.Answer)
+	}
+	if res.CostUnit != "per hour" || res.Candidates[1].CostPerHour == nil || *res.Candidates[1].CostPerHour != 0.69 || res.Candidates[1].CostPer1kTurns == nil {
+		t.Errorf("cost unit %q, 4090's cost per hour %v and per 1,000 turns %v; want per hour, 0.69 and a figure", res.CostUnit, res.Candidates[1].CostPerHour, res.Candidates[1].CostPer1kTurns)
+	}
+}
+
+// TestPlanModelDoesNotFit: a model that fits on no candidate is an error,
+// said once, and nothing is printed.
+func TestPlanModelDoesNotFit(t *testing.T) {
+	stdout, err := runWarden(t, "plan", "--gpu", "a4000", "--replicas", "1", "--model", "meta-llama/Llama-3.1-70B-Instruct", "--sessions", "2", "--duration", "10s", "--out", "")
+	if err == nil || !strings.Contains(err.Error(), "no candidate can run the model") {
+		t.Fatalf("error %v, want no candidate can run the model", err)
+	}
+	if stdout != "" {
+		t.Errorf("printed %q besides the error", stdout)
+	}
+}
+
+// TestPlanHelpDefaults: the flags' defaults are the built-in plan's values.
+func TestPlanHelpDefaults(t *testing.T) {
+	def := builtInPlan()
+	f := newPlanCmd().Flags()
+	for name, want := range map[string]string{
+		"sessions":         "[4,8,16]",
+		"duration":         time.Duration(def.Duration).String(),
+		"strategies":       "[least-loaded,affinity]",
+		"spill-thresholds": "[auto]",
+		"seed":             "1",
+		"target-ttfb-p95":  "10s",
+		"target-hit-pct":   "75",
+		"replicas":         "[2,3,4]",
+	} {
+		if got := f.Lookup(name).DefValue; got != want {
+			t.Errorf("--%s default %s, want the built-in plan's %s", name, got, want)
+		}
+	}
+	if def.Targets.PrefixHitPctMin != 75 || def.Targets.TTFBP95MaxS != 10 || !slices.Equal(def.Farms[0].Replicas, []int{2, 3, 4}) {
+		t.Errorf("built-in plan changed: %+v", def)
+	}
+}
+
+// TestPlanPrometheusFlags: with --prometheus, --replicas and --model are
+// the current farm's, not "--gpu" flags (README: plan --prometheus URL
+// --model M --current-gpu G --replicas 3,4,6).
+func TestPlanPrometheusFlags(t *testing.T) {
+	for _, given := range [][]string{{"model"}, {"model", "replicas"}} {
+		o := &planOptions{Model: "qwen3-4b", Replicas: []int{3, 4, 6}, Duration: time.Minute, prom: planPromOptions{Prometheus: "http://x"},
+			changed: func(name string) bool { return slices.Contains(given, name) }}
+		if _, err := o.buildPlan(); err != nil {
+			t.Errorf("flags %v: %v", given, err)
+		}
+	}
+	o := &planOptions{Replicas: []int{0}, prom: planPromOptions{Prometheus: "http://x"}, changed: func(name string) bool { return name == "replicas" }}
+	if _, err := o.buildPlan(); err == nil || !strings.Contains(err.Error(), "--replicas: want") {
+		t.Errorf("--replicas 0 with --prometheus: %v", err)
 	}
 }
