@@ -38,6 +38,7 @@ const (
 	errUnavailable                    // no replica can take it: 503 OpenAI, 529 Anthropic
 	errUpstream                       // 502: backend failed before any byte reached the client
 	errHeadersTooLarge                // 431
+	errOverloaded                     // limits.max_in_flight reached: 429 OpenAI, 529 Anthropic
 	errTimeout                        // 504: the backend sent no first token in time, before any byte reached the client
 )
 
@@ -60,6 +61,11 @@ func (k errKind) status(a API) int {
 		return http.StatusBadGateway
 	case errTimeout:
 		return http.StatusGatewayTimeout
+	case errOverloaded:
+		if a == APIAnthropic {
+			return 529
+		}
+		return http.StatusTooManyRequests
 	}
 	return http.StatusBadRequest
 }
@@ -72,7 +78,7 @@ func (k errKind) anthropicType() string {
 		return "not_found_error"
 	case errTooLarge, errHeadersTooLarge:
 		return "request_too_large"
-	case errUnavailable:
+	case errUnavailable, errOverloaded:
 		return "overloaded_error"
 	case errUpstream, errTimeout:
 		return "api_error"
@@ -96,6 +102,8 @@ func (k errKind) openAI() (typ, code string) {
 		return "server_error", "upstream_error"
 	case errTimeout:
 		return "server_error", "upstream_timeout"
+	case errOverloaded:
+		return "rate_limit_error", "rate_limit_exceeded"
 	}
 	return "invalid_request_error", "invalid_request"
 }

@@ -54,6 +54,12 @@ type Limits struct {
 	MaxBodyBytes   ByteSize `yaml:"max_body_bytes"`   // default 16 MiB; larger bodies get 413
 	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"` // default 64 KiB; Go's server answers 431 itself
 	MaxSessionID   int      `yaml:"max_session_id"`   // default 256 bytes; longer ids get 400
+	// MaxInFlight bounds the requests the whole proxy holds at once (body
+	// read, waiting for or streaming a backend's answer). Beyond it a
+	// request is answered at once, before its body is read: 429
+	// rate_limit_error (OpenAI shapes) or 529 overloaded_error (Anthropic),
+	// with Retry-After. Default: see DefaultMaxInFlight.
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // Timeouts bound slow clients and slow backends.
@@ -233,6 +239,44 @@ const (
 	DefaultStreamIdle     = 60 * time.Second
 )
 
+// DefaultMaxInFlight is limits.max_in_flight when the configuration does
+// not set it, sized for the machine: a quarter of its memory (MemTotal of
+// /proc/meminfo, or of the cgroup's memory.max when lower) at 1 MiB per
+// request, between 256 and 16,384. 1 MiB is an agent turn's body (a 58k-
+// token conversation is ~250 KB of JSON) held once, plus the proxy's
+// buffers and goroutine, with room to spare; a quarter leaves the rest to
+// the Go heap's growth and to whatever else runs there. Where memory
+// cannot be read: 4,096. At the cap the proxy still holds 16,384
+// conversations in flight, far more than the replicas behind it run
+// (vLLM's max_num_seqs is 256 to 1,024 each).
+func DefaultMaxInFlight() int {
+	mem := machineMemory()
+	if mem <= 0 {
+		return 4096
+	}
+	return int(min(max(mem/4/(1<<20), 256), 16384))
+}
+
+// machineMemory returns the memory this process may use in bytes, or 0.
+func machineMemory() int64 {
+	var total int64
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					total = kb << 10
+				}
+			}
+		}
+	}
+	if b, err := os.ReadFile("/sys/fs/cgroup/memory.max"); err == nil {
+		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 && (total == 0 || v < total) {
+			total = v
+		}
+	}
+	return total
+}
+
 func (c *Config) applyDefaults() {
 	def := func(d *Duration, v time.Duration) {
 		if *d == 0 {
@@ -253,6 +297,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Limits.MaxSessionID == 0 {
 		c.Limits.MaxSessionID = DefaultMaxSessionID
+	}
+	if c.Limits.MaxInFlight == 0 {
+		c.Limits.MaxInFlight = DefaultMaxInFlight()
 	}
 	def(&c.Timeouts.ReadHeader, 10*time.Second)
 	def(&c.Timeouts.Read, 60*time.Second)
@@ -390,6 +437,9 @@ func (c *Config) validate() error {
 	}
 	if c.Limits.MaxBodyBytes < 1024 {
 		return verr("limits.max_body_bytes", "at least 1KiB, got %d", c.Limits.MaxBodyBytes)
+	}
+	if c.Limits.MaxInFlight < 1 {
+		return verr("limits.max_in_flight", "want a positive integer, got %d", c.Limits.MaxInFlight)
 	}
 	if c.Limits.MaxHeaderBytes < 1024 {
 		return verr("limits.max_header_bytes", "at least 1KiB, got %d", c.Limits.MaxHeaderBytes)

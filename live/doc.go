@@ -58,7 +58,13 @@
 // can take a request the answer is 503 (OpenAI shape) or 529
 // overloaded_error (Anthropic shape), at once.
 //
-// Limits. Bodies over limits.max_body_bytes get 413 in the client's shape.
+// Limits. limits.max_in_flight bounds the requests the whole proxy holds
+// (default sized for the machine's memory, see DefaultMaxInFlight); beyond
+// it a request is answered at once, before its body is read: 429
+// rate_limit_error (OpenAI shapes) or 529 overloaded_error (Anthropic),
+// with Retry-After: 1. A body is allocated as its bytes arrive, never its
+// declared Content-Length up front.
+// Bodies over limits.max_body_bytes get 413 in the client's shape.
 // Headers over limits.max_header_bytes get 431 in the client's shape;
 // only headers over four times the limit meet Go's own plain-text 431,
 // before any handler, as a backstop. Slow clients are bounded by

@@ -1,10 +1,13 @@
 package live
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -136,12 +139,9 @@ func TestHealthDownWhileWaitingForHeadersRetries(t *testing.T) {
 	h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 50ms\ntrusted_pin_header: X-Warden-Replica\n"+
 		"timeouts: {drain: 5s, health: 1s}\nmodels:\n"+urlsModel(bad.URL(), good.URL()))
 	h.scraped()
-	done := make(chan resp, 1)
-	go func() {
-		hdr := sessionHdr("hd")
-		hdr["X-Warden-Replica"] = "0"
-		done <- h.do("POST", "/v1/chat/completions", chatBody(testModel, "hd", 0, true), hdr)
-	}()
+	hdr := sessionHdr("hd")
+	hdr["X-Warden-Replica"] = "0"
+	done := h.doAsync("/v1/chat/completions", chatBody(testModel, "hd", 0, true), hdr)
 	select {
 	case <-bad.arrived:
 	case <-time.After(10 * time.Second):
@@ -161,4 +161,123 @@ func TestHealthDownWhileWaitingForHeadersRetries(t *testing.T) {
 		t.Errorf("good replica served %d, want 1", sum(good.served()))
 	}
 	h.waitMetrics(`warden_requests_total{model="qwen",reason="retried",replica="1"} 1`)
+}
+
+// TestOverloadAnswersAtOnce: with limits.max_in_flight requests held, a
+// burst more is answered at once, while those are still held, in each
+// API's shape: 429 rate_limit_error (OpenAI) and 529 overloaded_error
+// (Anthropic), with Retry-After (issue 13, fault 5).
+func TestOverloadAnswersAtOnce(t *testing.T) {
+	a := newFakeVLLM(t, 1)
+	a.hold = make(chan struct{})
+	h := startProxy(t, modelsYAML("limits: {max_in_flight: 2}\n", urlsModel(a.URL())))
+	var held [2]<-chan resp
+	for i := range held {
+		s := fmt.Sprintf("held%d", i)
+		held[i] = h.doAsync("/v1/chat/completions", chatBody(testModel, s, 0, true), sessionHdr(s))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.hits.Load() < 2 {
+		if time.Now().After(deadline) {
+			close(a.hold)
+			t.Fatal("the held requests never reached the backend")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := range 6 {
+		s := fmt.Sprintf("burst%d", i)
+		if i%2 == 0 {
+			r := h.do("POST", "/v1/chat/completions", chatBody(testModel, s, 0, true), sessionHdr(s))
+			var v openAIError
+			_ = json.Unmarshal([]byte(r.body), &v)
+			if r.status != 429 || v.Error.Type != "rate_limit_error" || r.header.Get("Retry-After") == "" {
+				t.Errorf("OpenAI over the limit: status %d Retry-After %q body %s, want 429 rate_limit_error with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
+			}
+		} else {
+			r := h.do("POST", "/v1/messages", anthropicBody(testModel, s, 0, true), sessionHdr(s))
+			if r.status != 529 || anthropicErrorType(r.body) != "overloaded_error" || r.header.Get("Retry-After") == "" {
+				t.Errorf("Anthropic over the limit: status %d Retry-After %q body %s, want 529 overloaded_error with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
+			}
+		}
+	}
+	if n := a.hits.Load(); n != 2 {
+		t.Errorf("backend got %d requests, want only the 2 held", n)
+	}
+	close(a.hold)
+	for _, c := range held {
+		if r := <-c; r.status != 200 || !strings.Contains(r.body, "[DONE]") {
+			t.Errorf("held request: status %d body %q, want a whole stream", r.status, r.body)
+		}
+	}
+	// Below the limit again: served.
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "later", 0, false), sessionHdr("later")); r.status != 200 {
+		t.Errorf("after the burst: status %d, want 200", r.status)
+	}
+	h.waitMetrics(`warden_rejected_total{reason="overloaded"} 6`)
+}
+
+// TestDeclaredLengthIsNotAllocatedUpFront: a request that declares a
+// 16 MiB body and sends 1 KiB must not make the proxy allocate 16 MiB.
+func TestDeclaredLengthIsNotAllocatedUpFront(t *testing.T) {
+	a := newFakeVLLM(t, 1)
+	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
+	addr := strings.TrimPrefix(h.url, "http://")
+	once := func() string {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", testKey, 16<<20)
+		_, _ = conn.Write([]byte(`{"model":"qwen","messages":[` + strings.Repeat(" ", 1000)))
+		_ = conn.(*net.TCPConn).CloseWrite()
+		b, _ := io.ReadAll(conn)
+		return string(b)
+	}
+	once() // warm up connections and pools
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	out := once()
+	runtime.ReadMemStats(&after)
+	if !strings.HasPrefix(out, "HTTP/1.1 400") {
+		t.Fatalf("answer %q, want 400 (short body)", out)
+	}
+	d := after.TotalAlloc - before.TotalAlloc
+	t.Logf("allocated %d bytes", d)
+	if d > 8<<20 {
+		t.Errorf("one request declaring 16 MiB and sending 1 KiB allocated %d bytes, want far less than 16 MiB", d)
+	}
+}
+
+// doAsync sends a request from another goroutine (where t.Fatal must not
+// be called): a transport error comes back as status -1 and its text.
+func (h *harness) doAsync(path, body string, hdr map[string]string) <-chan resp {
+	out := make(chan resp, 1)
+	go func() {
+		req, err := http.NewRequest("POST", h.url+path, strings.NewReader(body))
+		if err != nil {
+			out <- resp{status: -1, body: err.Error()}
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		res, err := h.client.Do(req)
+		if err != nil {
+			out <- resp{status: -1, body: err.Error()}
+			return
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			out <- resp{status: -1, body: err.Error()}
+			return
+		}
+		out <- resp{status: res.StatusCode, header: res.Header, body: string(b)}
+	}()
+	return out
 }

@@ -114,6 +114,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, api, errAuth, "auth", "invalid API key")
 		return
 	}
+	// Count the request before its body is read: the body is what an
+	// overload fills memory with.
+	if n, limit := s.inFlight.Add(1), int64(rt.cfg.Limits.MaxInFlight); n > limit {
+		s.inFlight.Add(-1)
+		w.Header().Set("Retry-After", "1")
+		s.reject(w, api, errOverloaded, "overloaded",
+			fmt.Sprintf("the proxy holds %d requests, its limit (limits.max_in_flight); retry shortly", limit))
+		return
+	}
+	defer s.inFlight.Add(-1)
 	c, kind, reason, msg := s.admit(rt, w, r, api)
 	if c == nil {
 		s.reject(w, api, kind, reason, msg)
@@ -763,18 +773,38 @@ func (l logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// readBody reads a whole request body, in one allocation when the client
-// declared its length (net/http never returns more than Content-Length).
+// initialBodyBuf is the most readBody allocates before the bytes arrive.
+const initialBodyBuf = 64 << 10
+
+// readBody reads a whole request body (net/http never returns more than
+// Content-Length). It allocates as the bytes come, doubling up to the
+// declared length, never the declared length up front: a client that
+// declares 16 MiB and sends little costs little.
 func readBody(r io.Reader, length int64) ([]byte, error) {
 	if length <= 0 {
 		return io.ReadAll(r)
 	}
-	buf := make([]byte, length)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		if err == io.ErrUnexpectedEOF || err == io.EOF {
-			return nil, fmt.Errorf("body shorter than its Content-Length %d", length)
+	buf := make([]byte, 0, min(length, initialBodyBuf))
+	for int64(len(buf)) < length {
+		if len(buf) == cap(buf) {
+			nb := make([]byte, len(buf), min(2*int64(cap(buf)), length))
+			copy(nb, buf)
+			buf = nb
 		}
-		return nil, err
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if err == io.ErrUnexpectedEOF {
+				break
+			}
+			return nil, err
+		}
+	}
+	if int64(len(buf)) < length {
+		return nil, fmt.Errorf("body shorter than its Content-Length %d", length)
 	}
 	return buf, nil
 }

@@ -40,7 +40,8 @@ type Server struct {
 	scrapeC *http.Client    // for /metrics and /health
 	journal *Journal        // nil: none
 
-	state atomic.Pointer[routing]
+	state    atomic.Pointer[routing]
+	inFlight atomic.Int64 // client requests being served (limits.max_in_flight)
 
 	adminExtra []adminRoute // WithAdminHandler
 
