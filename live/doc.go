@@ -4,7 +4,9 @@
 //
 // Where to start reading:
 //
-//   - server.go: Server, NewServer, Serve (listeners, drain on shutdown),
+//   - server.go: Server, NewServer, Serve (listeners, drain on shutdown:
+//     at timeouts.drain the streams still running end with their API's
+//     error event, then connections close),
 //     Reload (SIGHUP: atomic swap of the routing state), Admin (/metrics,
 //     /api/status, /healthz, and what WithAdminHandler adds: cmd/warden
 //     mounts web's dashboard at "/", since live does not import web).

@@ -281,3 +281,34 @@ func (h *harness) doAsync(path, body string, hdr map[string]string) <-chan resp 
 	}()
 	return out
 }
+
+// TestDrainDeadlineEndsStreamsWithErrorEvent: a stream still running at the
+// drain deadline ends with the API's error event and a proper end of the
+// chunked body, not a torn connection (issue 13, fault 4).
+func TestDrainDeadlineEndsStreamsWithErrorEvent(t *testing.T) {
+	for _, tc := range []struct{ path, body, wantErr, mustNot string }{
+		{"/v1/chat/completions", chatBody(testModel, "dd", 0, true), `data: {"error":{`, "[DONE]"},
+		{"/v1/messages", anthropicBody(testModel, "dd", 0, true), "event: error\ndata: {\"type\":\"error\"", "message_stop"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			a := newFakeVLLM(t, 1)
+			a.hold = make(chan struct{})
+			defer close(a.hold)
+			h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 50ms\ntimeouts: {drain: 200ms, health: 1s}\nmodels:\n"+urlsModel(a.URL()))
+			got := h.doAsync(tc.path, tc.body, sessionHdr("dd"))
+			h.waitFor("a stream at the backend", func(StatusReport) bool { return a.hits.Load() == 1 })
+			if err := h.stop(); err != nil {
+				t.Logf("Serve: %v", err)
+			}
+			var r resp
+			select {
+			case r = <-got:
+			case <-time.After(15 * time.Second):
+				t.Fatal("the stream did not end at the drain deadline")
+			}
+			if r.status != 200 || !strings.Contains(r.body, tc.wantErr) || strings.Contains(r.body, tc.mustNot) || !strings.HasSuffix(r.body, "\n\n") {
+				t.Fatalf("stream at the drain deadline: status %d body %q, want whole events ending in an error event, no %s", r.status, r.body, tc.mustNot)
+			}
+		})
+	}
+}

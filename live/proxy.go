@@ -380,7 +380,7 @@ func retryable(res *http.Response, err error) bool {
 	if errors.Is(err, errReplicaDown) {
 		return true
 	}
-	if errors.Is(err, errStalled) {
+	if errors.Is(err, errStalled) || errors.Is(err, errDraining) {
 		return false
 	}
 	if err != nil {
@@ -397,6 +397,8 @@ var (
 	// errStalled: no first token within timeouts.first_token, before the
 	// headers came; not retried (the replica may have been working on it).
 	errStalled = errors.New("replica sent no first token in time")
+	// errDraining: the drain deadline came before the headers.
+	errDraining = errors.New("the proxy is shutting down")
 )
 
 // watchdog bounds a streamed attempt: from the request sent to its first
@@ -471,10 +473,13 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 	}
 	var down atomic.Bool
 	stopDown := context.AfterFunc(a.rep.server.downCtx(), func() { down.Store(true); cancel() })
+	drained := new(atomic.Bool)
+	stopDrain := context.AfterFunc(s.drained, func() { drained.Store(true); cancel() })
 	res, err := t.base.RoundTrip(req.WithContext(ctx))
 	stopDown()
 	if err != nil {
 		dog.stop()
+		stopDrain()
 		cancel()
 		a.release()
 		if clientCtx.Err() != nil {
@@ -488,6 +493,9 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 			err = fmt.Errorf("%w: %s", errStalled, dog.what())
 			s.log.Warn("upstream timed out", "model", name, "replica", a.rep.id, "err", err)
 			t.strike(c, a.rep)
+		case drained.Load():
+			kind = "drain"
+			err = errDraining
 		case down.Load():
 			kind = "down"
 			err = fmt.Errorf("replica %d: %w", a.rep.id, errReplicaDown)
@@ -507,6 +515,7 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 		t.strike(c, a.rep)
 		if (res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable) && c.attempts == 1 {
 			dog.stop()
+			stopDrain()
 			a.release()
 			res.Body = cancelBody{res.Body, cancel}
 			return res, nil // RoundTrip retries; the body is discarded there
@@ -514,6 +523,7 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 	}
 	c.status = res.StatusCode
 	rb := newRespBody(c, a, res, clientCtx, cancel)
+	rb.drained, rb.stopDrain = drained, stopDrain
 	if rb.watch != nil && c.stream {
 		rb.dog = dog
 	} else {
@@ -561,7 +571,7 @@ func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 	switch {
 	case errors.Is(err, errStalled):
 		kind = errTimeout
-	case c.noRep.Load() || isConnectError(err) || errors.Is(err, errReplicaDown):
+	case c.noRep.Load() || isConnectError(err) || errors.Is(err, errReplicaDown) || errors.Is(err, errDraining):
 		kind = errUnavailable
 	}
 	c.status = kind.status(c.api)
@@ -587,6 +597,9 @@ type respBody struct {
 	cancel context.CancelFunc // the attempt's context
 	dog    *watchdog          // streamed requests: first_token, then stream_idle
 	idle   time.Duration      // timeouts.stream_idle
+
+	drained   *atomic.Bool // the drain deadline cancelled the attempt
+	stopDrain func() bool  // stops watching for the drain deadline
 
 	rbuf  []byte // read buffer (streams)
 	held  []byte // bytes after the last complete event
@@ -673,6 +686,8 @@ func (b *respBody) Read(p []byte) (int, error) {
 			// Died mid-stream, stalled, or ended without its final event.
 			msg := "upstream replica failed mid-stream"
 			switch {
+			case b.drained.Load():
+				msg = "the proxy is shutting down: its drain deadline (timeouts.drain) ended the stream"
 			case b.dog.expired():
 				msg = b.dog.what()
 				b.upstreamFailed("timeout")
@@ -704,6 +719,7 @@ func (b *respBody) upstreamFailed(kind string) {
 func (b *respBody) Close() error {
 	err := b.rc.Close()
 	b.dog.stop()
+	b.stopDrain()
 	b.cancel()
 	b.a.release()
 	if b.watch != nil {

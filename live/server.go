@@ -43,6 +43,12 @@ type Server struct {
 	state    atomic.Pointer[routing]
 	inFlight atomic.Int64 // client requests being served (limits.max_in_flight)
 
+	// drained is cancelled at the drain deadline: every attempt still
+	// running is cancelled then, and a stream ends with its API's error
+	// event instead of a torn body.
+	drained    context.Context
+	endStreams context.CancelFunc
+
 	adminExtra []adminRoute // WithAdminHandler
 
 	mu      sync.Mutex      // serialises Reload and Serve's start/stop
@@ -75,6 +81,7 @@ func WithAdminHandler(pattern string, h http.Handler) Option {
 // scrape loops and the listeners.
 func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	s := &Server{log: slog.Default()}
+	s.drained, s.endStreams = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(s)
 	}
@@ -262,10 +269,19 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	defer cancel()
 	for _, h := range servers {
 		if e := h.Shutdown(drainCtx); e != nil {
-			s.log.Warn("drain deadline passed; closing remaining connections", "err", e)
-			_ = h.Close()
+			// End the streams still running with their API's error event,
+			// give their handlers a moment to write it, then close.
+			s.log.Warn("drain deadline passed; ending running streams", "err", e)
+			s.endStreams()
+			endCtx, endCancel := context.WithTimeout(context.Background(), drainGrace)
+			if e := h.Shutdown(endCtx); e != nil {
+				s.log.Warn("closing remaining connections", "err", e)
+				_ = h.Close()
+			}
+			endCancel()
 		}
 	}
+	s.endStreams()
 	for range len(servers) - boolInt(err != nil) {
 		if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) && err == nil {
 			err = e
@@ -291,6 +307,10 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	}
 	return nil
 }
+
+// drainGrace is how long, after the drain deadline, the streams that were
+// ended get to write their error event before connections are closed.
+const drainGrace = 2 * time.Second
 
 func boolInt(b bool) int {
 	if b {
