@@ -68,6 +68,10 @@ func TestSolveKnownAnswer(t *testing.T) {
 	if res.Answer != want {
 		t.Errorf("answer\n%q\nwant\n%q", res.Answer, want)
 	}
+	if res.Reconcile == "" || res.Reconcile != res.Candidates[1].Reconcile ||
+		!strings.Contains(res.Reconcile, "the 256-token system prompt is shared, cached once rather than 12 times") {
+		t.Errorf("reconcile %q: want the answer's sentence, with the shared prompt", res.Reconcile)
+	}
 	// The bisected limit: two cards meet at 6 and miss at 12 (the levels
 	// simulated); the bisection finds that they meet up to 8 and miss at 9.
 	two := res.Candidates[0]

@@ -26,7 +26,10 @@ func TestPlanBuiltInExample(t *testing.T) {
 	if !strings.HasPrefix(answer, "For 16 concurrent agent sessions, ") || !strings.Contains(stdout, "report: "+out) {
 		t.Errorf("stdout does not start with the answer and end with the report:\n%s", stdout)
 	}
-	for _, want := range []string{"2 x RTX A4000", "3 x RTX A4000", "4 x RTX A4000", "sessions x context / KV"} {
+	for _, want := range []string{"2 x RTX A4000", "3 x RTX A4000", "4 x RTX A4000", "sessions x context / KV", "verdict", "[band]",
+		"cheapest by card count",
+		// One KV figure (blocks x block size, as warden kv prints it) and the sentence that reconciles the rule with the simulation.
+		"By the rule of thumb 16 sessions x 12,696 tokens are 112 % of the farm's KV cache of 181,312 tokens (4 x 2,833 blocks x 16)"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("summary lacks %q:\n%s", want, stdout)
 		}
