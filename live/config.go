@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/placement"
 )
 
@@ -99,7 +100,13 @@ type ModelCfg struct {
 	Replicas         []string `yaml:"replicas"`
 	// MaxNumSeqs is vLLM's max_num_seqs per replica. 0: read it from the
 	// server's *_config_info metrics when present, else vLLM's default 256.
-	MaxNumSeqs     int      `yaml:"max_num_seqs"`
+	MaxNumSeqs int `yaml:"max_num_seqs"`
+	// GPU is the replicas' GPU as the hardware catalogue names it ("H100",
+	// "RTX A4000"), optional. When max_num_seqs is neither configured nor
+	// exposed by the server (llm-d-inference-sim, other engines), vLLM's
+	// default for that GPU is assumed: 1024 on >= 70 GiB GPUs other than
+	// the A100, else 256.
+	GPU            string   `yaml:"gpu"`
 	Strategy       string   `yaml:"strategy"` // affinity (default), least-loaded, hash
 	Affinity       Toggle   `yaml:"affinity"` // off: same as strategy least-loaded
 	SpillThreshold Spill    `yaml:"spill_threshold"`
@@ -490,6 +497,11 @@ func (c *Config) validate() error {
 				if err := checkURL(u); err != nil {
 					return verr(fmt.Sprintf("%s.replicas[%d]", p, j), "%v", err)
 				}
+			}
+		}
+		if m.GPU != "" {
+			if _, err := hardware.LookupGPU(m.GPU); err != nil {
+				return verr(p+".gpu", "%v", err)
 			}
 		}
 		if m.MaxNumSeqs < 0 {

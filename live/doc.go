@@ -26,6 +26,11 @@
 //   - scrape.go: one loop per backend server reads /metrics (vLLM's text
 //     exposition, per engine label) and /health, and publishes an immutable
 //     ScrapeResult through an atomic.Pointer.
+//   - max_num_seqs (for the auto spill threshold): models[].max_num_seqs,
+//     else the server's *_config_info label, else vLLM's default for
+//     models[].gpu (1024 on >= 70 GiB GPUs other than the A100, else 256),
+//     else 256; the last two are assumptions, logged once after the first
+//     scrape and listed in /api/status "warnings".
 //   - config.go (strict YAML, errors "file:line: key: ..."), status.go
 //     (the dashboard's data), obs.go (Prometheus metrics), journal.go
 //     (request journal in the trace format).

@@ -3,13 +3,16 @@ package live
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/placement"
 )
 
@@ -102,11 +105,22 @@ type model struct {
 	laterHome  atomic.Int64 // those served by the session's home
 
 	cancel context.CancelFunc // stops the scrapers; nil until started
+
+	gpuSeqs int          // vLLM's default max_num_seqs on cfg.GPU; 0: no GPU given
+	warned  atomic.Bool  // the max_num_seqs warning was logged
+	log     *slog.Logger // set by Server.build before the scrapers start; nil: no warnings
 }
 
 // newModel builds the state of one configured model.
 func newModel(cfg ModelCfg, client *http.Client, interval, timeout time.Duration) (*model, error) {
 	m := &model{cfg: cfg, interval: interval}
+	if cfg.GPU != "" {
+		g, err := hardware.LookupGPU(cfg.GPU)
+		if err != nil {
+			return nil, fmt.Errorf("model %q: gpu: %w", cfg.Name, err)
+		}
+		m.gpuSeqs = vllmDefaultMaxNumSeqs(g)
+	}
 	switch cfg.Layout() {
 	case LayoutDP:
 		u, err := url.Parse(cfg.URL)
@@ -130,7 +144,12 @@ func newModel(cfg ModelCfg, client *http.Client, interval, timeout time.Duration
 		}
 	}
 	for _, s := range m.servers {
-		s.onResult = func(r *ScrapeResult) { m.baseline(s, r) }
+		s.onResult = func(r *ScrapeResult) {
+			m.baseline(s, r)
+			if m.log != nil {
+				m.warnMaxNumSeqs(m.log)
+			}
+		}
 	}
 	if err := m.newPolicy(); err != nil {
 		return nil, err
@@ -208,7 +227,7 @@ func (m *model) samePolicy(o ModelCfg) bool {
 	a := m.cfg
 	return a.EffectiveStrategy() == o.EffectiveStrategy() && a.SpillThreshold == o.SpillThreshold &&
 		a.SessionTTL == o.SessionTTL && a.MaxSessions == o.MaxSessions && a.ActiveWindow == o.ActiveWindow &&
-		a.MaxNumSeqs == o.MaxNumSeqs
+		a.MaxNumSeqs == o.MaxNumSeqs && a.GPU == o.GPU
 }
 
 // start launches one scrape loop per server.
@@ -231,7 +250,8 @@ func (m *model) stop() {
 }
 
 // maxNumSeqs is the configured max_num_seqs, else the server's, else
-// vLLM's default; source says which.
+// vLLM's default for the configured GPU, else vLLM's default 256; source
+// says which ("config", "server", "gpu", "default").
 func (m *model) maxNumSeqs() (n int, source string) {
 	if m.cfg.MaxNumSeqs > 0 {
 		return m.cfg.MaxNumSeqs, "config"
@@ -243,7 +263,53 @@ func (m *model) maxNumSeqs() (n int, source string) {
 			}
 		}
 	}
+	if m.gpuSeqs > 0 {
+		return m.gpuSeqs, "gpu"
+	}
 	return DefaultMaxNumSeqs, "default"
+}
+
+// vllmDefaultMaxNumSeqs is vLLM's default max_num_seqs for online serving
+// on g: 1024 on GPUs of at least 70 GiB other than the A100, else 256. It is
+// the rule of hardware's vLLMSchedulerDefaults and of sim's farm defaults
+// (hardware keeps it unexported; TestGPUDefaultMaxNumSeqs holds the three
+// to the same table).
+func vllmDefaultMaxNumSeqs(g hardware.GPU) int {
+	if g.MemoryBytes >= 70*hardware.GiB && !strings.Contains(strings.ToUpper(g.Name), "A100") {
+		return 1024
+	}
+	return DefaultMaxNumSeqs
+}
+
+// maxNumSeqsWarning says, when nobody stated max_num_seqs (the config does
+// not set it and the server does not expose it), what is assumed; "" when
+// it is known.
+func (m *model) maxNumSeqsWarning() string {
+	n, src := m.maxNumSeqs()
+	auto := ""
+	if m.cfg.SpillThreshold.Auto {
+		auto = fmt.Sprintf(", auto spill threshold %d", max(1, n/4))
+	}
+	switch src {
+	case "gpu":
+		return fmt.Sprintf("max_num_seqs is not exposed by the server: assumed %d, vLLM's default on %s%s; set models[].max_num_seqs if the server runs another value", n, m.cfg.GPU, auto)
+	case "default":
+		return fmt.Sprintf("max_num_seqs is not exposed by the server (llm-d-inference-sim and other engines do not) and neither max_num_seqs nor gpu is configured: assumed vLLM's default %d%s; set models[].max_num_seqs (or gpu)", n, auto)
+	}
+	return ""
+}
+
+// warnMaxNumSeqs logs maxNumSeqsWarning once, after the first successful
+// scrape of every server (before it, the server may still expose it).
+func (m *model) warnMaxNumSeqs(log *slog.Logger) {
+	for _, s := range m.servers {
+		if s.last.Load().OK.IsZero() {
+			return
+		}
+	}
+	if w := m.maxNumSeqsWarning(); w != "" && m.warned.CompareAndSwap(false, true) {
+		log.Warn(w, "model", m.cfg.Name)
+	}
 }
 
 // fill refreshes m.snap for a pick at now. Called with m.mu held.

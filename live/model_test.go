@@ -1,11 +1,15 @@
 package live
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/placement"
 )
 
@@ -136,5 +140,71 @@ func TestWarmUpKeepsStickySessions(t *testing.T) {
 	}
 	if onWarm > 30 {
 		t.Errorf("%d of 100 new sessions went to the warming replica, want about 10", onWarm)
+	}
+}
+
+// TestGPUDefaultMaxNumSeqs holds live's default rule to hardware's (the one
+// the simulator and the planner size with): 1024 on >= 70 GiB GPUs other
+// than the A100, else 256 (issue 13, fault 6).
+func TestGPUDefaultMaxNumSeqs(t *testing.T) {
+	qwen, err := hardware.LookupModel("Qwen/Qwen3-4B-Instruct-2507")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"RTX A4000": 256, "L40S": 256, "A100 80GB": 256, "H100 SXM": 1024, "H200": 1024} {
+		g, err := hardware.LookupGPU(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := vllmDefaultMaxNumSeqs(g); got != want {
+			t.Errorf("%s: %d, want %d", name, got, want)
+		}
+		kv, err := hardware.SizeKV(hardware.Deployment{GPU: g, Model: qwen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kv.MaxNumSeqs != vllmDefaultMaxNumSeqs(g) {
+			t.Errorf("%s: hardware.SizeKV resolves max_num_seqs %d, live %d: one rule, please", name, kv.MaxNumSeqs, vllmDefaultMaxNumSeqs(g))
+		}
+	}
+}
+
+// TestUnknownMaxNumSeqsWarns: a server that does not expose max_num_seqs
+// gets a warning in the log (once, after the first scrape) and in Status;
+// with gpu set, vLLM's default for that GPU is used and said so.
+func TestUnknownMaxNumSeqsWarns(t *testing.T) {
+	for _, tc := range []struct {
+		gpu, src string
+		want     int
+	}{{"", "default", 256}, {"H100 SXM", "gpu", 1024}} {
+		cfg := ModelCfg{Name: "m", SpillThreshold: Spill{Auto: true}, SessionTTL: Duration(time.Hour), MaxSessions: 100,
+			Replicas: []string{"http://127.0.0.1:9"}, GPU: tc.gpu}
+		m, err := newModel(cfg, http.DefaultClient, time.Second, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logBuf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logBuf, nil))
+		m.warnMaxNumSeqs(log) // no scrape yet: the server may still expose it
+		if logBuf.Len() != 0 {
+			t.Errorf("warned before the first scrape: %s", logBuf.String())
+		}
+		m.servers[0].last.Store(&ScrapeResult{Seq: 1, OK: time.Now(), Healthy: true, Engines: []EngineStats{{Running: 1}}})
+		m.warnMaxNumSeqs(log)
+		m.warnMaxNumSeqs(log)
+		if n := strings.Count(logBuf.String(), "max_num_seqs is not exposed"); n != 1 {
+			t.Errorf("gpu %q: %d warnings logged, want 1: %s", tc.gpu, n, logBuf.String())
+		}
+		st := m.status(time.Now())
+		if st.MaxNumSeqs != tc.want || st.MaxNumSeqsSource != tc.src || st.SpillThreshold != tc.want/4 ||
+			len(st.Warnings) != 1 || !strings.Contains(st.Warnings[0], "max_num_seqs") {
+			t.Errorf("gpu %q: status max_num_seqs %d (%s) spill %d warnings %q, want %d (%s), spill %d, one warning",
+				tc.gpu, st.MaxNumSeqs, st.MaxNumSeqsSource, st.SpillThreshold, st.Warnings, tc.want, tc.src, tc.want/4)
+		}
+		// Exposed by the server: no warning.
+		m.servers[0].last.Store(&ScrapeResult{Seq: 2, OK: time.Now(), Healthy: true, Engines: []EngineStats{{MaxNumSeqs: 32}}})
+		if st := m.status(time.Now()); st.MaxNumSeqs != 32 || len(st.Warnings) != 0 {
+			t.Errorf("exposed max_num_seqs: %d warnings %q, want 32 and none", st.MaxNumSeqs, st.Warnings)
+		}
 	}
 }

@@ -158,6 +158,7 @@ func (s *Server) build(cfg *Config, old *routing) (*routing, error) {
 		if old != nil && old.models[mc.Name] != nil {
 			s.obs.dropModel(mc.Name) // rebuilt: its counters start afresh
 		}
+		m.log = s.log
 		s.obs.initModel(m)
 		rt.models[mc.Name] = m
 		rt.names = append(rt.names, mc.Name)

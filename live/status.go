@@ -19,23 +19,26 @@ type StatusReport struct {
 
 // Status is the routing state of one model.
 type Status struct {
-	Model            string          `json:"model"`
-	Layout           string          `json:"layout"`   // "urls" or "data-parallel"
-	Strategy         string          `json:"strategy"` // affinity, least-loaded or hash
-	Affinity         bool            `json:"affinity"`
-	SpillThreshold   int             `json:"spill_threshold"` // in flight on the home above which a turn spills
-	SpillAuto        bool            `json:"spill_auto"`      // threshold follows max_num_seqs/4
-	MaxNumSeqs       int             `json:"max_num_seqs"`
-	MaxNumSeqsSource string          `json:"max_num_seqs_source"` // config, server or default
-	InFlight         int64           `json:"in_flight"`
-	Sessions         int             `json:"sessions"`        // conversations remembered (homes kept for the TTL)
-	ActiveSessions   int             `json:"active_sessions"` // of those, seen within the active window: what placement balances
-	ActiveWindowSec  float64         `json:"active_window_s"` // the active window
-	SessionCap       int             `json:"session_cap"`
-	LaterTurns       int64           `json:"later_turns"`      // requests of known sessions since start
-	LaterTurnsHome   int64           `json:"later_turns_home"` // of those, served by the session's home
-	StickyPct        *float64        `json:"sticky_pct"`       // 100*home/later; null before any later turn
-	Replicas         []ReplicaStatus `json:"replicas"`
+	Model            string `json:"model"`
+	Layout           string `json:"layout"`   // "urls" or "data-parallel"
+	Strategy         string `json:"strategy"` // affinity, least-loaded or hash
+	Affinity         bool   `json:"affinity"`
+	SpillThreshold   int    `json:"spill_threshold"` // in flight on the home above which a turn spills
+	SpillAuto        bool   `json:"spill_auto"`      // threshold follows max_num_seqs/4
+	MaxNumSeqs       int    `json:"max_num_seqs"`
+	MaxNumSeqsSource string `json:"max_num_seqs_source"` // config, server, gpu or default
+	// Warnings are the assumptions routing makes that an operator should
+	// know of, e.g. a max_num_seqs nobody stated (see maxNumSeqsWarning).
+	Warnings        []string        `json:"warnings,omitempty"`
+	InFlight        int64           `json:"in_flight"`
+	Sessions        int             `json:"sessions"`        // conversations remembered (homes kept for the TTL)
+	ActiveSessions  int             `json:"active_sessions"` // of those, seen within the active window: what placement balances
+	ActiveWindowSec float64         `json:"active_window_s"` // the active window
+	SessionCap      int             `json:"session_cap"`
+	LaterTurns      int64           `json:"later_turns"`      // requests of known sessions since start
+	LaterTurnsHome  int64           `json:"later_turns_home"` // of those, served by the session's home
+	StickyPct       *float64        `json:"sticky_pct"`       // 100*home/later; null before any later turn
+	Replicas        []ReplicaStatus `json:"replicas"`
 }
 
 // ReplicaStatus is one row of the routing panel. Counters run since the
@@ -107,6 +110,9 @@ func (m *model) status(now time.Time) Status {
 		LaterTurnsHome:   m.laterHome.Load(),
 	}
 	st.Affinity = st.Strategy == "affinity"
+	if w := m.maxNumSeqsWarning(); w != "" {
+		st.Warnings = append(st.Warnings, w)
+	}
 	if m.cfg.Layout() == LayoutDP {
 		st.Layout = "data-parallel"
 	}
