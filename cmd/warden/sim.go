@@ -231,7 +231,7 @@ func runSim(ctx context.Context, o *simOptions, out io.Writer) error {
 	}
 	if _, err := fmt.Fprintf(out, "%d replicas x %d x %s, %s: %d KV blocks of %d tokens per replica (%d tokens), max_num_seqs %d; %s\n",
 		f.Spec.Replicas, f.Spec.TensorParallelSize, f.GPU.Name, f.Model.Name, f.NumGPUBlocks, f.Spec.VLLM.BlockSize,
-		f.KVTokensPerReplica(), f.Spec.VLLM.MaxNumSeqs, load); err != nil {
+		f.NumGPUBlocks*f.Spec.VLLM.BlockSize, f.Spec.VLLM.MaxNumSeqs, load); err != nil { // blocks x block size, as warden kv and vLLM's log say
 		return err
 	}
 	return rep.WriteText(out)
