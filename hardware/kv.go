@@ -23,10 +23,10 @@ const (
 	DefaultTensorParallelSize   = 1
 )
 
-// vLLMSchedulerDefaults returns vLLM's default max_num_seqs and
+// VLLMSchedulerDefaults returns vLLM's default max_num_seqs and
 // max_num_batched_tokens for online serving on g: 1024 and 8192 on GPUs with
 // at least 70 GiB that are not A100s, 256 and 2048 elsewhere.
-func vLLMSchedulerDefaults(g GPU) (maxNumSeqs, maxNumBatchedTokens int) {
+func VLLMSchedulerDefaults(g GPU) (maxNumSeqs, maxNumBatchedTokens int) {
 	if g.MemoryBytes >= 70*GiB && !strings.Contains(strings.ToUpper(g.Name), "A100") {
 		return 1024, 8192
 	}
@@ -157,7 +157,7 @@ func withDeploymentDefaults(d Deployment) (Deployment, error) {
 	if d.BlockSize == 0 {
 		d.BlockSize = DefaultBlockSize
 	}
-	seqs, batched := vLLMSchedulerDefaults(d.GPU)
+	seqs, batched := VLLMSchedulerDefaults(d.GPU)
 	if d.MaxNumSeqs == 0 {
 		d.MaxNumSeqs = seqs
 	}

@@ -271,7 +271,7 @@ func (m *model) maxNumSeqs() (n int, source string) {
 
 // vllmDefaultMaxNumSeqs is vLLM's default max_num_seqs for online serving
 // on g: 1024 on GPUs of at least 70 GiB other than the A100, else 256. It is
-// the rule of hardware's vLLMSchedulerDefaults and of sim's farm defaults
+// the rule of hardware's VLLMSchedulerDefaults and of sim's farm defaults
 // (hardware keeps it unexported; TestGPUDefaultMaxNumSeqs holds the three
 // to the same table).
 func vllmDefaultMaxNumSeqs(g hardware.GPU) int {

@@ -347,23 +347,18 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	}
 
 	v := &s.VLLM
-	// vLLM's defaults for the OpenAI server: 256 sequences and 2048 batched
-	// tokens, or 1024 and 8192 on GPUs of 70 GiB or more other than the A100.
-	big := gpu.MemoryBytes >= 70<<30 && !strings.Contains(strings.ToUpper(gpu.Name), "A100")
+	// vLLM's defaults for the OpenAI server (hardware.VLLMSchedulerDefaults):
+	// 256 sequences and 2048 batched tokens, or 1024 and 8192 on GPUs of
+	// 70 GiB or more other than the A100.
+	defSeqs, defBatched := hardware.VLLMSchedulerDefaults(gpu)
 	if v.MaxNumSeqs == 0 {
-		v.MaxNumSeqs = 256
-		if big {
-			v.MaxNumSeqs = 1024
-		}
+		v.MaxNumSeqs = defSeqs
 	}
 	if v.MaxNumSeqs < 1 {
 		return nil, bad("vllm.max_num_seqs", "must be >= 1, got %d", v.MaxNumSeqs)
 	}
 	if v.MaxNumBatchedTokens == 0 {
-		v.MaxNumBatchedTokens = 2048
-		if big {
-			v.MaxNumBatchedTokens = 8192
-		}
+		v.MaxNumBatchedTokens = defBatched
 	}
 	if v.MaxNumBatchedTokens < 1 {
 		return nil, bad("vllm.max_num_batched_tokens", "must be >= 1, got %d", v.MaxNumBatchedTokens)
