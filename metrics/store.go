@@ -354,20 +354,23 @@ func (it *floatIterator) Next() chunkenc.ValueType {
 type millis = int64
 
 func (it *floatIterator) Seek(t millis) chunkenc.ValueType {
-	if it.i < 0 {
-		it.i = 0
-	}
-	if it.i >= len(it.ts) {
+	var ok bool
+	if it.i, ok = seek(it.ts, it.i, t); !ok {
 		return chunkenc.ValNone
 	}
-	if it.ts[it.i] < t {
-		rest := it.ts[it.i:]
-		it.i += sort.Search(len(rest), func(j int) bool { return rest[j] >= t })
-		if it.i >= len(it.ts) {
-			return chunkenc.ValNone
-		}
-	}
 	return chunkenc.ValFloat
+}
+
+// seek moves index i of sample times ts (i < 0: before the first) forward
+// to the first sample at or after t, never backwards, and reports whether
+// there is one.
+func seek(ts []int64, i int, t millis) (int, bool) {
+	i = max(i, 0)
+	if i < len(ts) && ts[i] < t {
+		rest := ts[i:]
+		i += sort.Search(len(rest), func(j int) bool { return rest[j] >= t })
+	}
+	return i, i < len(ts)
 }
 
 func (it *floatIterator) At() (int64, float64) { return it.ts[it.i], it.vs[it.i] }
@@ -403,18 +406,9 @@ func (it *histIterator) Next() chunkenc.ValueType {
 }
 
 func (it *histIterator) Seek(t millis) chunkenc.ValueType {
-	if it.i < 0 {
-		it.i = 0
-	}
-	if it.i >= len(it.ts) {
+	var ok bool
+	if it.i, ok = seek(it.ts, it.i, t); !ok {
 		return chunkenc.ValNone
-	}
-	if it.ts[it.i] < t {
-		rest := it.ts[it.i:]
-		it.i += sort.Search(len(rest), func(j int) bool { return rest[j] >= t })
-		if it.i >= len(it.ts) {
-			return chunkenc.ValNone
-		}
 	}
 	return chunkenc.ValFloatHistogram
 }
