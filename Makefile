@@ -25,14 +25,16 @@ run: build ## run the main job on the built-in example
 test-deps: ## install the servers the tests use (as root), or print the command
 	@scripts/test-deps.sh
 
-test: test-deps vet ## vet, gofmt check, and every test under -race
+test: test-deps vet ## vet, gofmt check, every test under -race (the README commands and the timing checks without)
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	@# -p 1: the end-to-end tests (emulator, proxy, Prometheus) measure wall time;
 	@# packages running side by side on 2 cores would starve them.
 	$(GO) test -race -count=1 -p 1 -timeout 15m $(PKGS)
 	@# Timing-sensitive checks (emulator vs simulator fidelity) run again
-	@# without the race detector, whose slowdown swamps the model's latencies.
+	@# without the race detector, whose slowdown swamps the model's latencies;
+	@# so do the README's commands (two minutes of plans under -race).
 	$(GO) test -count=1 -run 'TestLoopAffinityBeatsBalancer' ./bench/
+	$(GO) test -count=1 -run '^TestREADMECommands$$' ./cmd/warden/
 	$(GO) test -count=1 -run 'TestAgainstRealPrometheus' ./calibrate/
 	SHORT=1 scripts/loop.sh >/dev/null
 
