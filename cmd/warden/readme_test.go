@@ -56,9 +56,6 @@ func TestREADMECommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// skipped holds the files that a skipped line would have written: a
-	// later line reading one of them is skipped too, naming the first.
-	skipped := map[string]int{}
 	for _, c := range cmds {
 		t.Run(c.line, func(t *testing.T) {
 			if c.runBy != "" && !regexp.MustCompile(`func `+regexp.QuoteMeta(c.runBy)+`\(`).Match(sources) {
@@ -69,12 +66,6 @@ func TestREADMECommands(t *testing.T) {
 			args, redirect := c.args, ""
 			if n := len(args); n >= 2 && args[n-2] == ">" {
 				args, redirect = args[:n-2], args[n-1]
-			}
-			for _, a := range args {
-				if n, ok := skipped[a]; ok {
-					skipped[redirect] = n
-					t.Skipf("README line %d reads %s, which README line %d did not write (skipped above)", c.lineNo, a, n)
-				}
 			}
 			if slices.Contains(args, readmePrometheus) {
 				// A fresh server per command: its clock starts where the
@@ -100,14 +91,6 @@ func TestREADMECommands(t *testing.T) {
 				err = nil
 			}
 			if err != nil {
-				for msg, why := range knownPlanDefects {
-					if strings.Contains(err.Error(), msg) {
-						for _, f := range outputsOf(c.args) {
-							skipped[f] = c.lineNo
-						}
-						t.Skipf("KNOWN DEFECT, not the README's: README line %d: %s\n  fails with %q: %s", c.lineNo, c.line, err, why)
-					}
-				}
 				t.Fatalf("README line %d: %s: %v\nstderr: %s", c.lineNo, c.line, err, errb.String())
 			}
 			if redirect != "" {
@@ -117,27 +100,6 @@ func TestREADMECommands(t *testing.T) {
 			}
 		})
 	}
-}
-
-// knownPlanDefects are errors of `warden plan`'s flag handling (plan.go)
-// that issue 12 part 6 names and that are fixed there, not in the README:
-// a README line failing with one is skipped, loudly, with the reason. Once
-// plan.go is fixed the line runs (and must pass); delete the entry then.
-var knownPlanDefects = map[string]string{
-	"--replicas needs --gpu": "plan.go rejects --replicas with --prometheus --current-gpu (issue 12 part 6: the README form must work)",
-	"--model needs --gpu":    "plan.go rejects --model with --prometheus without --gpu (issue 12 part 6: the README form must work)",
-}
-
-// outputsOf returns the files a command line writes: its redirection and
-// its --out.
-func outputsOf(args []string) []string {
-	var files []string
-	for i, a := range args {
-		if (a == ">" || a == "--out") && i+1 < len(args) {
-			files = append(files, args[i+1])
-		}
-	}
-	return files
 }
 
 // readmePrometheus is the Prometheus URL the README's commands use.

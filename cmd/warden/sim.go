@@ -79,7 +79,9 @@ With --trace, sim replays a trace file instead: at its recorded arrival times
   warden sim --farm examples/rtx5090-gemma3-27b-int4.yaml --sessions 13,26 --duration 10m
   warden sim --strategies hash,least-loaded,affinity --sessions 8,16 --json
   warden sim --replicas 3 --spill-threshold 4 --progress
-  warden sim --trace agents.jsonl --speed 2`,
+  warden sim --trace agents.jsonl --speed 2
+  warden sim --sessions 4,8 --duration 1m --requests requests.jsonl
+  warden sim --sessions 16 --kv-scale 0.85`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.changed, opts.stderr = cmd.Flags().Changed, cmd.ErrOrStderr()
