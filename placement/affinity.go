@@ -64,6 +64,17 @@ func NewAffinity(cfg Config) *Affinity {
 	return &Affinity{cfg: cfg, table: NewTableWindow(cfg.SessionTTL, cfg.MaxSessions, cfg.ActiveWindow)}
 }
 
+// NewAffinityTable returns an affinity policy over an existing session
+// table t (nil: a new one, as NewAffinity makes), so that a changed policy
+// keeps the homes of the conversations it inherits. The table keeps its
+// own TTL, cap and active window: call t.Reconfigure to apply cfg's.
+func NewAffinityTable(cfg Config, t *Table) *Affinity {
+	if t == nil {
+		return NewAffinity(cfg)
+	}
+	return &Affinity{cfg: cfg, table: t}
+}
+
 // Config returns the configuration the policy was made with.
 func (a *Affinity) Config() Config { return a.cfg }
 

@@ -446,3 +446,67 @@ func (t *Table) pushFront(i int32) {
 		t.tail = i
 	}
 }
+
+// Reconfigure changes the table's TTL, cap and active window in place, as
+// NewTableWindow reads them (zero or less: the defaults), keeping every
+// conversation and its home: a proxy's configuration reload must not
+// forget where conversations are cached. At now, the conversations idle
+// for longer than the new TTL are dropped, the least recent ones beyond the
+// new cap are evicted, and the Active counts are those of the new window.
+// Its work is proportional to the number of active conversations plus the
+// number dropped.
+func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Duration, now time.Time) {
+	n := NewTableWindow(ttl, maxSessions, window)
+	t.ttl, t.window, t.max = n.ttl, n.window, n.max
+	at := t.clock(now)
+	// Take every active entry out of the Active counts, then count the
+	// prefix of the LRU list within the new window.
+	for i := t.head; i != nilIndex && t.entries[i].active; i = t.entries[i].next {
+		t.entries[i].active = false
+		t.counts[t.entries[i].home].Active--
+	}
+	t.act = nilIndex
+	for t.tail != nilIndex && (t.n > t.max || t.idle(t.tail, at)) {
+		t.remove(t.tail)
+	}
+	for i := t.head; i != nilIndex && at-t.entries[i].seen <= t.window; i = t.entries[i].next {
+		t.entries[i].active = true
+		t.counts[t.entries[i].home].Active++
+		t.act = i
+	}
+}
+
+// Renumber follows a change of the replica list: the conversations homed
+// on replica i move to replica to[i], with its counters; those homed on a
+// replica with to[i] < 0 or i >= len(to) (one that was removed) are
+// forgotten, so that their next request is placed as a new conversation.
+// to must not send two replicas to one. Its work is proportional to the
+// number of conversations.
+func (t *Table) Renumber(to []int) {
+	dest := func(i int32) int {
+		if int(i) < len(to) {
+			return to[i]
+		}
+		return -1
+	}
+	for i := t.head; i != nilIndex; {
+		next := t.entries[i].next
+		if dest(t.entries[i].home) < 0 {
+			t.remove(i)
+		}
+		i = next
+	}
+	counts := make([]ReplicaCounters, 0, len(t.counts))
+	for i, c := range t.counts {
+		if d := dest(int32(i)); d >= 0 {
+			for len(counts) <= d {
+				counts = append(counts, ReplicaCounters{})
+			}
+			counts[d] = c
+		}
+	}
+	t.counts = counts
+	for i := t.head; i != nilIndex; i = t.entries[i].next {
+		t.entries[i].home = int32(dest(t.entries[i].home))
+	}
+}

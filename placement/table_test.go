@@ -58,6 +58,26 @@ func (m *modelTable) active(now time.Time, replicas int) []int {
 	return n
 }
 
+// reconfigure is Table.Reconfigure on the model.
+func (m *modelTable) reconfigure(ttl, win time.Duration, max int, now time.Time) {
+	m.ttl, m.win, m.max = ttl, min(win, ttl), max
+	m.expire(now)
+	for len(m.home) > m.max {
+		m.drop(m.lru[0])
+	}
+}
+
+// renumber is Table.Renumber on the model.
+func (m *modelTable) renumber(to []int) {
+	for s, h := range m.home {
+		if h >= len(to) || to[h] < 0 {
+			m.drop(s)
+		} else {
+			m.home[s] = to[h]
+		}
+	}
+}
+
 func (m *modelTable) lookup(s string, now time.Time) (int, bool) {
 	m.expire(now)
 	h, ok := m.home[s]
@@ -70,12 +90,23 @@ func (m *modelTable) lookup(s string, now time.Time) (int, bool) {
 // exact after every call; Sessions only after Sweep.
 func TestTableMatchesModel(t *testing.T) {
 	for _, win := range []time.Duration{time.Millisecond, 3 * time.Second, 10 * time.Second, time.Hour} {
-		t.Run(win.String(), func(t *testing.T) { testTableMatchesModel(t, win) })
+		t.Run(win.String(), func(t *testing.T) { testTableMatchesModel(t, win, false) })
 	}
 }
 
-func testTableMatchesModel(t *testing.T, win time.Duration) {
-	const ttl, max, ids, replicas = 10 * time.Second, 50, 120, 4
+// TestTableReconfigureMatchesModel is TestTableMatchesModel with a
+// configuration reload every few hundred steps: Reconfigure to a random
+// TTL, window and cap, and Renumber to a random permutation of the
+// replicas with one of them removed now and then.
+func TestTableReconfigureMatchesModel(t *testing.T) {
+	for _, win := range []time.Duration{time.Millisecond, 3 * time.Second, time.Hour} {
+		t.Run(win.String(), func(t *testing.T) { testTableMatchesModel(t, win, true) })
+	}
+}
+
+func testTableMatchesModel(t *testing.T, win time.Duration, reload bool) {
+	const ttl, capacity, ids, replicas = 10 * time.Second, 50, 120, 4
+	max := capacity
 	rng := rand.New(rand.NewPCG(7, 11))
 	tab := NewTableWindow(ttl, max, win)
 	m := newModel(ttl, win, max)
@@ -85,6 +116,21 @@ func testTableMatchesModel(t *testing.T, win time.Duration) {
 		s := "s" + strconv.Itoa(rng.IntN(ids))
 		op := rng.IntN(10)
 		switch {
+		case reload && step%300 == 150:
+			ttl := time.Duration(1+rng.IntN(15)) * time.Second
+			win := time.Duration(1+rng.IntN(12000)) * time.Millisecond
+			max = 10 + rng.IntN(capacity)
+			tab.Reconfigure(ttl, max, win, now)
+			m.reconfigure(ttl, win, max, now)
+			op = 9 // the counts are checked as of now
+		case reload && step%300 == 0:
+			to := rng.Perm(replicas)
+			if rng.IntN(2) == 0 {
+				to[rng.IntN(replicas)] = -1
+			}
+			tab.Renumber(to)
+			m.renumber(to)
+			op = 9
 		case op < 5:
 			h := rng.IntN(replicas)
 			tab.Assign(s, h, now)
@@ -149,7 +195,7 @@ func testTableMatchesModel(t *testing.T, win time.Duration) {
 			}
 		}
 	}
-	if len(tab.entries) > max {
+	if !reload && len(tab.entries) > max {
 		t.Errorf("entries slice grew to %d, want at most the cap %d (free list reuse)", len(tab.entries), max)
 	}
 }
