@@ -454,8 +454,8 @@ func (t *Table) pushFront(i int32) {
 // for longer than the new TTL are dropped, the least recent ones beyond the
 // new cap are evicted, and the Active counts are those of the new window.
 // Its work is proportional to the number of active conversations plus the
-// number dropped.
-func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Duration, now time.Time) {
+// number dropped, which it returns.
+func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Duration, now time.Time) (dropped int) {
 	n := NewTableWindow(ttl, maxSessions, window)
 	t.ttl, t.window, t.max = n.ttl, n.window, n.max
 	at := t.clock(now)
@@ -468,21 +468,23 @@ func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Dura
 	t.act = nilIndex
 	for t.tail != nilIndex && (t.n > t.max || t.idle(t.tail, at)) {
 		t.remove(t.tail)
+		dropped++
 	}
 	for i := t.head; i != nilIndex && at-t.entries[i].seen <= t.window; i = t.entries[i].next {
 		t.entries[i].active = true
 		t.counts[t.entries[i].home].Active++
 		t.act = i
 	}
+	return dropped
 }
 
 // Renumber follows a change of the replica list: the conversations homed
 // on replica i move to replica to[i], with its counters; those homed on a
 // replica with to[i] < 0 or i >= len(to) (one that was removed) are
-// forgotten, so that their next request is placed as a new conversation.
-// to must not send two replicas to one. Its work is proportional to the
-// number of conversations.
-func (t *Table) Renumber(to []int) {
+// forgotten, so that their next request is placed as a new conversation;
+// it returns how many. to must not send two replicas to one. Its work is
+// proportional to the number of conversations.
+func (t *Table) Renumber(to []int) (forgotten int) {
 	dest := func(i int32) int {
 		if int(i) < len(to) {
 			return to[i]
@@ -493,6 +495,7 @@ func (t *Table) Renumber(to []int) {
 		next := t.entries[i].next
 		if dest(t.entries[i].home) < 0 {
 			t.remove(i)
+			forgotten++
 		}
 		i = next
 	}
@@ -509,4 +512,5 @@ func (t *Table) Renumber(to []int) {
 	for i := t.head; i != nilIndex; i = t.entries[i].next {
 		t.entries[i].home = int32(dest(t.entries[i].home))
 	}
+	return forgotten
 }

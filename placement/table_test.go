@@ -120,16 +120,24 @@ func testTableMatchesModel(t *testing.T, win time.Duration, reload bool) {
 			ttl := time.Duration(1+rng.IntN(15)) * time.Second
 			win := time.Duration(1+rng.IntN(12000)) * time.Millisecond
 			max = 10 + rng.IntN(capacity)
-			tab.Reconfigure(ttl, max, win, now)
+			before := tab.Len()
+			dropped := tab.Reconfigure(ttl, max, win, now)
 			m.reconfigure(ttl, win, max, now)
+			if tab.Len() != len(m.home) || tab.Len() != before-dropped {
+				t.Fatalf("step %d: Reconfigure dropped %d of %d, leaving %d; model %d", step, dropped, before, tab.Len(), len(m.home))
+			}
 			op = 9 // the counts are checked as of now
 		case reload && step%300 == 0:
 			to := rng.Perm(replicas)
 			if rng.IntN(2) == 0 {
 				to[rng.IntN(replicas)] = -1
 			}
-			tab.Renumber(to)
+			before := tab.Len()
+			got := tab.Renumber(to)
 			m.renumber(to)
+			if tab.Len() != before-got {
+				t.Fatalf("step %d: Renumber forgot %d, but Len went from %d to %d", step, got, before, tab.Len())
+			}
 			op = 9
 		case op < 5:
 			h := rng.IntN(replicas)
