@@ -37,6 +37,10 @@ func TestExampleConfig(t *testing.T) {
 		{"urls active window default", urls.ActiveWindow.D(), 2 * time.Minute},
 		{"body limit", cfg.Limits.MaxBodyBytes, ByteSize(16 << 20)},
 		{"drain", cfg.Timeouts.Drain.D(), 60 * time.Second},
+		{"first_token", cfg.Timeouts.FirstToken.D(), DefaultFirstToken},
+		{"stream_idle", cfg.Timeouts.StreamIdle.D(), DefaultStreamIdle},
+		{"max_in_flight default", cfg.Limits.MaxInFlight, DefaultMaxInFlight()},
+		{"dp gpu", dp.GPU, "RTX A4000"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

@@ -7,7 +7,9 @@
 //   - server.go: Server, NewServer, Serve (listeners, drain on shutdown:
 //     at timeouts.drain the streams still running end with their API's
 //     error event, then connections close),
-//     Reload (SIGHUP: atomic swap of the routing state), Admin (/metrics,
+//     Reload (SIGHUP: atomic swap of the routing state; a changed model's
+//     successor inherits its session table and each kept backend's
+//     in-flight count, so affinity and running streams survive), Admin (/metrics,
 //     /api/status, /healthz, and what WithAdminHandler adds: cmd/warden
 //     mounts web's dashboard at "/", since live does not import web).
 //   - proxy.go: the request path. ServeHTTP checks the key, reads the body

@@ -45,6 +45,13 @@ func startProxy(t testing.TB, yamlText string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveHarness(t, srv)
+}
+
+// serveHarness serves srv on 127.0.0.1:0 listeners and stops it when the
+// test ends.
+func serveHarness(t testing.TB, srv *Server) *harness {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -62,6 +62,16 @@ type replica struct {
 	server *scraper // the server whose /metrics describe this replica
 	engine int      // engine label to read; -1: sum the whole server
 
+	// The counts and the ejection state belong to the backend, not to one
+	// configuration: a reload that keeps the backend (at any index) gives
+	// the new replica the same *replicaState, so that a stream started
+	// before the reload gives its in-flight count back where the new
+	// routing sees it.
+	*replicaState
+}
+
+// replicaState is what a replica keeps across reloads.
+type replicaState struct {
 	inFlight atomic.Int64                // requests sent, response not finished
 	byReason [numCounted]atomic.Int64    // requests served here, by reason
 	upErrors atomic.Int64                // upstream failures seen here
@@ -70,7 +80,7 @@ type replica struct {
 	failures atomic.Int32 // consecutive ejections without a good response since
 	strikes  atomic.Int32 // consecutive 5xx answers and stream timeouts
 
-	// Ejection state, guarded by model.mu.
+	// Ejection state, guarded by model.mu (shared by a model's successors).
 	ejectedUntil time.Time // zero: not ejected
 	warmUntil    time.Time // after ejectedUntil: warming up until then
 	warmPicks    uint64    // picks seen while warming
@@ -95,11 +105,14 @@ type model struct {
 	servers  []*scraper
 	interval time.Duration
 
-	mu       sync.Mutex
+	// mu is shared by a model and its successors (see handover): the table
+	// and the ejection state pass from one to the next under it.
+	mu       *sync.Mutex
 	policy   placement.Policy
 	table    *placement.Table // the affinity policy's table, or an observer table
 	observer bool             // table is ours (records first-turn homes for stats)
 	snap     placement.Snapshot
+	next     *model // the successor a reload handed this model's sessions to; nil: live
 
 	laterTurns atomic.Int64 // requests of a session already known
 	laterHome  atomic.Int64 // those served by the session's home
@@ -113,7 +126,19 @@ type model struct {
 
 // newModel builds the state of one configured model.
 func newModel(cfg ModelCfg, client *http.Client, interval, timeout time.Duration) (*model, error) {
-	m := &model{cfg: cfg, interval: interval}
+	return newModelAfter(cfg, client, interval, timeout, nil)
+}
+
+// newModelAfter builds the state of one configured model that is to
+// succeed prev (nil: none) on a reload. Each replica whose backend prev
+// already has (the same URL, and rank in the DP layout) shares prev's
+// replica state and starts from the last scrape of its server; prev's
+// sessions pass over only at handover, once the reload is certain.
+func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Duration, prev *model) (*model, error) {
+	m := &model{cfg: cfg, interval: interval, mu: new(sync.Mutex)}
+	if prev != nil {
+		m.mu = prev.mu
+	}
 	if cfg.GPU != "" {
 		g, err := hardware.LookupGPU(cfg.GPU)
 		if err != nil {
@@ -143,7 +168,19 @@ func newModel(cfg ModelCfg, client *http.Client, interval, timeout time.Duration
 			m.replicas = append(m.replicas, &replica{id: i, target: u, server: s, engine: -1})
 		}
 	}
+	taken := map[*replicaState]bool{} // a backend listed twice is two replicas
+	for _, rep := range m.replicas {
+		rep.replicaState = new(replicaState)
+		if o := prev.sameBackend(rep, taken); o != nil {
+			rep.replicaState = o.replicaState
+			taken[o.replicaState] = true
+		}
+	}
 	for _, s := range m.servers {
+		if o := prev.server(s.base); o != nil {
+			s.last.Store(o.last.Load())
+			s.down.Store(o.down.Load())
+		}
 		s.onResult = func(r *ScrapeResult) {
 			m.baseline(s, r)
 			if m.log != nil {
@@ -156,6 +193,98 @@ func newModel(cfg ModelCfg, client *http.Client, interval, timeout time.Duration
 	}
 	m.snap.Replicas = make([]placement.Replica, len(m.replicas))
 	return m, nil
+}
+
+// sameBackend returns the first of m's replicas not in taken that
+// reaches the backend rep does, or nil (m nil included).
+func (m *model) sameBackend(rep *replica, taken map[*replicaState]bool) *replica {
+	if m == nil {
+		return nil
+	}
+	for _, o := range m.replicas {
+		if !taken[o.replicaState] && o.target.String() == rep.target.String() && o.rank == rep.rank {
+			return o
+		}
+	}
+	return nil
+}
+
+// server returns m's scraper of base, or nil (m nil included).
+func (m *model) server(base string) *scraper {
+	if m == nil {
+		return nil
+	}
+	for _, s := range m.servers {
+		if s.base == base {
+			return s
+		}
+	}
+	return nil
+}
+
+// index returns the index in m of the replica sharing rep's state, or -1.
+func (m *model) index(rep *replica) int {
+	for i, o := range m.replicas {
+		if o.replicaState == rep.replicaState {
+			return i
+		}
+	}
+	return -1
+}
+
+// renumbering maps each replica index of prev to its index in m (-1: the
+// backend is gone), and reports whether any index changed meaning: a
+// replica kept at another index, or removed.
+func (m *model) renumbering(prev *model) (to []int, changed bool) {
+	to = make([]int, len(prev.replicas))
+	for i, rep := range prev.replicas {
+		to[i] = m.index(rep)
+		if to[i] != i {
+			changed = true
+		}
+	}
+	return to, changed
+}
+
+// handover passes prev's sessions to m, which replaces it in a reload: the
+// session table, renumbered to m's replicas (the sessions of a removed
+// replica are forgotten, to be placed afresh on their next turn) and
+// reconfigured to m's TTL, cap and active window, becomes m's; so do the
+// later-turn counts. From then on prev's picks (requests that loaded the
+// routing state before the swap, retries of attempts made before it) are
+// made by m. Both share mu. It returns the sessions kept and those
+// forgotten (homed on a removed replica, idle beyond a shorter TTL, or
+// beyond a smaller cap).
+func (m *model) handover(prev *model, now time.Time) (kept, forgotten int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prev = prev.live()
+	to, changed := m.renumbering(prev)
+	t := prev.table
+	if changed {
+		forgotten = t.Renumber(to)
+	}
+	forgotten += t.Reconfigure(m.cfg.SessionTTL.D(), m.cfg.MaxSessions, m.cfg.ActiveWindow.D(), now)
+	if a, ok := m.policy.(*placement.Affinity); ok && !m.observer {
+		m.policy = placement.NewAffinityTable(a.Config(), t)
+	}
+	m.table = t
+	m.laterTurns.Store(prev.laterTurns.Load())
+	m.laterHome.Store(prev.laterHome.Load())
+	if m.cfg.MaxNumSeqs == prev.cfg.MaxNumSeqs && m.cfg.GPU == prev.cfg.GPU {
+		m.warned.Store(prev.warned.Load())
+	}
+	prev.next = m
+	return t.Len(), forgotten
+}
+
+// live returns the model that now makes m's picks: m, or the last of its
+// successors. Called with m.mu held.
+func (m *model) live() *model {
+	for m.next != nil {
+		m = m.next
+	}
+	return m
 }
 
 // baseline keeps, per replica of server s, the prefix-cache counters of
@@ -380,16 +509,24 @@ func (m *model) admit(rep *replica, now time.Time, sticky bool) bool {
 // picked is the outcome of model.pick.
 type picked struct {
 	placement.Decision
+	m    *model // the model that picked: m, or its successor after a reload
 	rep  *replica
 	home int // the session's home before the pick; -1: a new session
 }
 
 // pick asks the policy for a replica and counts the request in flight
-// there. exclude (-1 for none) is shown to the policy as unhealthy: the
-// replica a failed first attempt went to.
+// there. exclude (an index in m, -1 for none) is shown to the policy as
+// unhealthy: the replica a failed first attempt went to. A model that a
+// reload replaced has its successor pick (picked.m says which).
 func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if l := m.live(); l != m {
+		if exclude >= 0 {
+			exclude = l.index(m.replicas[exclude])
+		}
+		m = l
+	}
 	home, known := -1, false
 	if r.Session != "" {
 		home, known = m.table.Home(r.Session, now)
@@ -425,7 +562,7 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 	if !known {
 		home = -1
 	}
-	return picked{Decision: d, rep: rep, home: home}, nil
+	return picked{Decision: d, m: m, rep: rep, home: home}, nil
 }
 
 // connectFailed records a refused connection to rep and ejects it unless
@@ -434,7 +571,7 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 func (m *model) connectFailed(rep *replica, now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.eject(rep, now)
+	return m.live().eject(rep, now)
 }
 
 // outlier records a 5xx answer or a stream timeout of rep and ejects it
@@ -446,7 +583,7 @@ func (m *model) outlier(rep *replica, now time.Time) bool {
 	if rep.strikes.Add(1) < ejectConsecutive || now.Before(rep.ejectedUntil) {
 		return false
 	}
-	if !m.eject(rep, now) {
+	if !m.live().eject(rep, now) {
 		return false
 	}
 	rep.strikes.Store(0)
@@ -454,15 +591,19 @@ func (m *model) outlier(rep *replica, now time.Time) bool {
 }
 
 // eject ejects rep for its back-off unless that would eject more than half
-// of the model's replicas. Called with m.mu held.
+// of the model's replicas, or rep is not one of them (a reload removed its
+// backend). Called with m.mu held.
 func (m *model) eject(rep *replica, now time.Time) bool {
+	if m.index(rep) < 0 {
+		return false
+	}
 	failures := rep.failures.Add(1)
 	if failures > 1<<20 {
 		rep.failures.Store(1 << 20) // the back-off is capped long before; never wrap
 	}
 	ejected := 0
 	for _, o := range m.replicas {
-		if o != rep && now.Before(o.ejectedUntil) {
+		if o.replicaState != rep.replicaState && now.Before(o.ejectedUntil) {
 			ejected++
 		}
 	}

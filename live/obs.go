@@ -116,7 +116,7 @@ func (o *observer) initModel(m *model) {
 	}
 }
 
-// dropModel deletes a model's series (a reload removed or rebuilt it).
+// dropModel deletes a model's series (a reload removed it).
 func (o *observer) dropModel(name string) {
 	l := prometheus.Labels{"model": name}
 	for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections, o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens} {
@@ -124,6 +124,21 @@ func (o *observer) dropModel(name string) {
 	}
 	o.ttfb.DeletePartialMatch(l)
 	o.duration.DeletePartialMatch(l)
+}
+
+// dropReplicas deletes the per-replica series of model name whose index
+// no longer names the backend it named in prev (m replaced prev in a
+// reload): their counts belong to another backend, or to none.
+func (o *observer) dropReplicas(name string, prev, m *model) {
+	for j, old := range prev.replicas {
+		if j < len(m.replicas) && m.replicas[j].replicaState == old.replicaState {
+			continue
+		}
+		l := prometheus.Labels{"model": name, "replica": strconv.Itoa(j)}
+		for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections} {
+			v.DeletePartialMatch(l)
+		}
+	}
 }
 
 var (

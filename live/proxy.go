@@ -232,7 +232,8 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	if err != nil {
 		return nil, errUnavailable, "unavailable", "no replica of " + b.Model + " can take the request now: " + err.Error()
 	}
-	c.cur = &attempt{m: m, rep: p.rep}
+	c.m = p.m // m, or its successor if a reload replaced m meanwhile
+	c.cur = &attempt{m: p.m, rep: p.rep}
 	c.reason = p.Reason.String()
 	c.attempts = 1
 	c.turnKnown = p.home >= 0
@@ -353,7 +354,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	rep := p.rep
-	c.cur = &attempt{m: c.m, rep: rep}
+	c.m = p.m
+	c.cur = &attempt{m: p.m, rep: rep}
 	c.reason = "retried"
 	c.attempts++
 	req2 := req.Clone(req.Context())
@@ -380,7 +382,7 @@ func retryable(res *http.Response, err error) bool {
 	if errors.Is(err, errReplicaDown) {
 		return true
 	}
-	if errors.Is(err, errStalled) || errors.Is(err, errDraining) {
+	if errors.Is(err, errStalled) || errors.Is(err, errDraining) || errors.Is(err, errNoHeaders) {
 		return false
 	}
 	if err != nil {
@@ -399,6 +401,9 @@ var (
 	errStalled = errors.New("replica sent no first token in time")
 	// errDraining: the drain deadline came before the headers.
 	errDraining = errors.New("the proxy is shutting down")
+	// errNoHeaders: no response headers within timeouts.response_header;
+	// not retried (the replica may still be working on the request).
+	errNoHeaders = errors.New("replica sent no response headers in time")
 )
 
 // watchdog bounds a streamed attempt: from the request sent to its first
@@ -475,7 +480,11 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 	stopDown := context.AfterFunc(a.rep.server.downCtx(), func() { down.Store(true); cancel() })
 	drained := new(atomic.Bool)
 	stopDrain := context.AfterFunc(s.drained, func() { drained.Store(true); cancel() })
+	// timeouts.response_header, per attempt so that a reload applies it.
+	var noHeaders atomic.Bool
+	headers := time.AfterFunc(to.ResponseHeader.D(), func() { noHeaders.Store(true); cancel() })
 	res, err := t.base.RoundTrip(req.WithContext(ctx))
+	headers.Stop()
 	stopDown()
 	if err != nil {
 		dog.stop()
@@ -496,6 +505,10 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 		case drained.Load():
 			kind = "drain"
 			err = errDraining
+		case noHeaders.Load():
+			kind = "timeout"
+			err = fmt.Errorf("%w: upstream replica sent no response headers within %s (timeouts.response_header)", errNoHeaders, to.ResponseHeader.D())
+			s.log.Warn("upstream timed out", "model", name, "replica", a.rep.id, "err", err)
 		case down.Load():
 			kind = "down"
 			err = fmt.Errorf("replica %d: %w", a.rep.id, errReplicaDown)
@@ -569,7 +582,7 @@ func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 	}
 	kind := errUpstream
 	switch {
-	case errors.Is(err, errStalled):
+	case errors.Is(err, errStalled), errors.Is(err, errNoHeaders):
 		kind = errTimeout
 	case c.noRep.Load() || isConnectError(err) || errors.Is(err, errReplicaDown) || errors.Is(err, errDraining):
 		kind = errUnavailable
@@ -578,7 +591,7 @@ func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 	s.log.Warn("upstream failed", "model", c.m.cfg.Name, "replica", c.cur.rep.id, "attempts", c.attempts, "err", err)
 	msg := fmt.Sprintf("upstream replica failed before responding (%d attempt(s))", c.attempts)
 	if kind == errTimeout {
-		msg = strings.TrimPrefix(err.Error(), errStalled.Error()+": ")
+		msg = strings.TrimPrefix(strings.TrimPrefix(err.Error(), errStalled.Error()+": "), errNoHeaders.Error()+": ")
 	}
 	writeError(w, c.api, kind, msg)
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,9 +52,11 @@ type Server struct {
 
 	adminExtra []adminRoute // WithAdminHandler
 
-	mu      sync.Mutex      // serialises Reload and Serve's start/stop
-	runCtx  context.Context // scrapers' parent while serving; nil before
-	stopped bool
+	mu        sync.Mutex      // serialises Reload and Serve's start/stop
+	runCtx    context.Context // scrapers' parent while serving; nil before
+	stopped   bool
+	boot      *Config // NewServer's: the session key and the journal come from it
+	listening *Config // Serve's: the listeners' settings come from it; nil before
 }
 
 // Option configures a Server.
@@ -91,19 +94,23 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		_, _ = rand.Read(key) // crypto/rand.Read never fails
 	}
 	s.keyer = NewKeyer(key)
-	dialer := &net.Dialer{Timeout: cfg.Timeouts.Connect.D(), KeepAlive: 30 * time.Second}
+	// The dial timeout is read at each dial, so that a reload applies it;
+	// timeouts.response_header is applied per attempt (transport.try).
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: s.state.Load().cfg.Timeouts.Connect.D(), KeepAlive: 30 * time.Second}
+		return d.DialContext(ctx, network, addr)
+	}
 	s.base = &http.Transport{
-		DialContext:           dialer.DialContext,
+		DialContext:           dial,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
 		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.D(),
 		ExpectContinueTimeout: time.Second,
 		// Bodies pass through untouched: no transparent gzip.
 		DisableCompression: true,
 	}
 	s.scrapeC = &http.Client{Transport: &http.Transport{
-		DialContext:         dialer.DialContext,
+		DialContext:         dial,
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,
 	}}
@@ -115,10 +122,14 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		ErrorLog:      log.New(logWriter{s.log}, "", 0),
 	}
 	s.obs = newObserver(s.state.Load)
-	rt, err := s.build(cfg, nil)
+	rt, _, err := s.build(cfg, nil)
 	if err != nil {
 		return nil, err
 	}
+	for _, name := range rt.names {
+		s.obs.initModel(rt.models[name])
+	}
+	s.boot = cfg
 	if cfg.Journal.Path != "" {
 		j, err := OpenJournal(cfg.Journal)
 		if err != nil {
@@ -133,63 +144,91 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	return s, nil
 }
 
-// build makes a routing state for cfg, reusing the models of old whose
-// backends and policy are unchanged (their sessions, counters and scrape
-// loops carry over). Models of old that are not reused are returned for
-// stopping.
-func (s *Server) build(cfg *Config, old *routing) (*routing, error) {
-	rt := &routing{cfg: cfg, models: map[string]*model{}}
+// build makes a routing state for cfg. A model of old whose backends and
+// policy are unchanged is reused as it is (its sessions, counters and
+// scrape loops carry over); a changed one gets a successor built after it,
+// returned in succeeds (new model -> the old one it replaces) for Reload to
+// hand the sessions over once the whole state is built.
+func (s *Server) build(cfg *Config, old *routing) (rt *routing, succeeds map[*model]*model, err error) {
+	rt = &routing{cfg: cfg, models: map[string]*model{}}
+	succeeds = map[*model]*model{}
 	for _, k := range cfg.ClientAPIKeys {
 		rt.clientKeys = append(rt.clientKeys, []byte(k))
 	}
 	for _, mc := range cfg.Models {
+		var prev *model
 		if old != nil {
-			if m := old.models[mc.Name]; m != nil && m.sameBackends(mc) && m.samePolicy(mc) &&
-				old.cfg.ScrapeInterval == cfg.ScrapeInterval && old.cfg.Timeouts.Health == cfg.Timeouts.Health {
-				rt.models[mc.Name] = m
-				rt.names = append(rt.names, mc.Name)
-				continue
-			}
+			prev = old.models[mc.Name]
 		}
-		m, err := newModel(mc, s.scrapeC, cfg.ScrapeInterval.D(), cfg.Timeouts.Health.D())
+		if prev != nil && prev.sameBackends(mc) && prev.samePolicy(mc) &&
+			old.cfg.ScrapeInterval == cfg.ScrapeInterval && old.cfg.Timeouts.Health == cfg.Timeouts.Health {
+			rt.models[mc.Name] = prev
+			rt.names = append(rt.names, mc.Name)
+			continue
+		}
+		m, err := newModelAfter(mc, s.scrapeC, cfg.ScrapeInterval.D(), cfg.Timeouts.Health.D(), prev)
 		if err != nil {
-			return nil, err
-		}
-		if old != nil && old.models[mc.Name] != nil {
-			s.obs.dropModel(mc.Name) // rebuilt: its counters start afresh
+			return nil, nil, err
 		}
 		m.log = s.log
-		s.obs.initModel(m)
+		if prev != nil {
+			succeeds[m] = prev
+		}
 		rt.models[mc.Name] = m
 		rt.names = append(rt.names, mc.Name)
 	}
 	slices.Sort(rt.names)
-	return rt, nil
+	return rt, succeeds, nil
 }
 
-// Reload switches to cfg without dropping connections: the routing state
-// is swapped atomically; requests in progress finish on the old one.
-// Models whose replicas and placement settings are unchanged keep their
-// sessions and counters; a changed model starts afresh. Listener addresses,
-// limits that the http.Server holds (header size, timeouts) and the journal
-// are not changed by a reload (restart for those); they are logged.
+// Reload switches to cfg without dropping connections or affinity. A model
+// whose replicas and placement settings are unchanged is kept as it is. A
+// changed one (spill threshold, TTL, cap, active window, max_num_seqs,
+// gpu, strategy, replica list, scrape interval, health timeout) is
+// replaced by a successor that inherits its session table, renumbered to
+// the new replica list and reconfigured: every session whose home is
+// still configured keeps it, the sessions of a removed replica are placed
+// afresh on their next turn, and a replica added takes new sessions only.
+// A kept backend keeps its in-flight count, request counts and ejection
+// state at whatever index it now has, so streams running across the reload
+// count in the new routing and give their count back there. The per-replica
+// Prometheus series of an index that now names another backend start
+// afresh.
+//
+// Everything read per request applies to the requests that start after the
+// reload: the models, client and backend keys, the pin header, the limits
+// (max_body_bytes, max_session_id, max_in_flight, max_header_bytes up to
+// four times its value at start) and the timeouts first_token,
+// stream_idle, connect, response_header, health, and drain (read when the
+// drain starts). What the listeners and the process hold (listen, admin,
+// timeouts read_header, read and idle, session_key, journal) takes effect on
+// restart only: a reload that changes them says which in its warning.
 func (s *Server) Reload(cfg *Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.state.Load()
-	if old.cfg.Listen != cfg.Listen || old.cfg.Admin != cfg.Admin || old.cfg.Limits.MaxHeaderBytes != cfg.Limits.MaxHeaderBytes ||
-		old.cfg.Timeouts != cfg.Timeouts || old.cfg.Journal != cfg.Journal {
-		s.log.Warn("reload: listen, admin, limits.max_header_bytes, timeouts and journal take effect on restart only")
-	}
-	rt, err := s.build(cfg, old)
+	rt, succeeds, err := s.build(cfg, old)
 	if err != nil {
 		return err
 	}
-	if s.runCtx != nil && !s.stopped {
-		for _, name := range rt.names {
-			if m := rt.models[name]; old.models[name] != m {
-				m.start(s.runCtx)
-			}
+	if keys := s.restartOnly(cfg); len(keys) > 0 {
+		s.log.Warn("reload: these settings take effect on restart only", "keys", strings.Join(keys, ", "))
+	}
+	now := time.Now()
+	var kept, forgotten int
+	for _, name := range rt.names {
+		m := rt.models[name]
+		if old.models[name] == m {
+			continue
+		}
+		if prev := succeeds[m]; prev != nil {
+			k, f := m.handover(prev, now)
+			kept, forgotten = kept+k, forgotten+f
+			s.obs.dropReplicas(name, prev, m)
+		}
+		s.obs.initModel(m)
+		if s.runCtx != nil && !s.stopped {
+			m.start(s.runCtx)
 		}
 	}
 	s.state.Store(rt)
@@ -201,9 +240,39 @@ func (s *Server) Reload(cfg *Config) error {
 			}
 		}
 	}
-	s.log.Info("configuration reloaded", "models", len(rt.names))
+	// Sessions of unchanged models are kept as they are and not counted.
+	s.log.Info("configuration reloaded", "models", len(rt.names), "sessions_kept", kept, "sessions_forgotten", forgotten)
 	return nil
 }
+
+// restartOnly names the settings of cfg that differ from those the running
+// process holds and that a reload cannot apply.
+func (s *Server) restartOnly(cfg *Config) []string {
+	var keys []string
+	add := func(changed bool, key string) {
+		if changed {
+			keys = append(keys, key)
+		}
+	}
+	add(cfg.Listen != s.boot.Listen, "listen")
+	add(cfg.Admin != s.boot.Admin, "admin")
+	if l := s.listening; l != nil {
+		add(cfg.Timeouts.ReadHeader != l.Timeouts.ReadHeader, "timeouts.read_header")
+		add(cfg.Timeouts.Read != l.Timeouts.Read, "timeouts.read")
+		add(cfg.Timeouts.Idle != l.Timeouts.Idle, "timeouts.idle")
+		if backstop := headerBackstop(l); int(cfg.Limits.MaxHeaderBytes) > backstop {
+			keys = append(keys, fmt.Sprintf("limits.max_header_bytes above %d (4x its value at start)", backstop))
+		}
+	}
+	add(cfg.SessionKey != s.boot.SessionKey, "session_key")
+	add(cfg.Journal != s.boot.Journal, "journal")
+	return keys
+}
+
+// headerBackstop is the http.Server's MaxHeaderBytes for cfg: the handler
+// answers headers over limits.max_header_bytes in the client's API shape;
+// Go's own plain-text 431 is only a backstop well above it.
+func headerBackstop(cfg *Config) int { return 4 * int(cfg.Limits.MaxHeaderBytes) }
 
 // Admin returns the admin handler: /metrics (Prometheus), /api/status
 // (JSON, see Status), /healthz and the handlers of WithAdminHandler.
@@ -235,6 +304,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	runCtx, stopScrapers := context.WithCancel(context.WithoutCancel(ctx))
 	s.runCtx = runCtx
 	rt := s.state.Load()
+	s.listening = rt.cfg
 	for _, name := range rt.names {
 		rt.models[name].start(runCtx)
 	}
@@ -246,10 +316,8 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 		ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
 		ReadTimeout:       cfg.Timeouts.Read.D(),
 		IdleTimeout:       cfg.Timeouts.Idle.D(),
-		// The handler answers headers over the limit in the client's API
-		// shape; Go's own plain-text 431 is only a backstop well above it.
-		MaxHeaderBytes: 4 * int(cfg.Limits.MaxHeaderBytes),
-		ErrorLog:       log.New(logWriter{s.log}, "", 0),
+		MaxHeaderBytes:    headerBackstop(cfg),
+		ErrorLog:          log.New(logWriter{s.log}, "", 0),
 	}
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
@@ -265,8 +333,9 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	s.log.Info("draining", "deadline", cfg.Timeouts.Drain.D())
-	drainCtx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts.Drain.D())
+	drain := s.state.Load().cfg.Timeouts.Drain.D() // the latest reload's
+	s.log.Info("draining", "deadline", drain)
+	drainCtx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	for _, h := range servers {
 		if e := h.Shutdown(drainCtx); e != nil {

@@ -42,7 +42,8 @@ type Status struct {
 }
 
 // ReplicaStatus is one row of the routing panel. Counters run since the
-// model's state was created (process start, or the reload that changed it).
+// process started; they follow the backend across reloads (a reload that
+// renumbers the replicas moves them with it).
 type ReplicaStatus struct {
 	ID    int    `json:"id"`
 	URL   string `json:"url"`

@@ -37,8 +37,13 @@ while its home is over the spill threshold.
 The admin address serves the dashboard (/: the routing panel of every model,
 /stats: prompt tokens per second, cached and computed, and the hit rate; echarts
 is served from the binary), /metrics (Prometheus), /api/status (JSON) and /healthz.
-SIGHUP reloads the configuration without dropping connections; SIGTERM drains
-(stops accepting, lets streams finish up to timeouts.drain).
+SIGHUP reloads the configuration without dropping connections or sessions:
+every session whose home replica is still configured keeps it, a replica
+added takes new sessions only, and running streams keep their in-flight
+count. listen, admin, session_key, journal and timeouts read_header, read and
+idle take effect on restart only (the reload's warning names the ones that
+changed). SIGTERM drains (stops accepting, lets streams finish up to
+timeouts.drain).
 
 See live/testdata/proxy.yaml for every configuration key.`,
 		Example: `  warden proxy --config proxy.yaml
