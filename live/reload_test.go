@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -329,11 +332,29 @@ func TestReloadAppliesTimeouts(t *testing.T) {
 			t.Fatal("the request outlived the reloaded timeouts.response_header of 300ms by 10s")
 		}
 	})
+	t.Run("connect", func(t *testing.T) {
+		addr := blackhole(t)
+		// Scrapes every 10s with a 30s probe timeout: the first probe hangs
+		// on the same dial, and the replica stays presumed healthy meanwhile.
+		common := "client_api_keys: [" + testKey + "]\nscrape_interval: 10s\nmodels:\n" + urlsModel("http://"+addr)
+		h := startProxy(t, "timeouts: {drain: 5s, health: 30s, connect: 1m}\n"+common)
+		h.reload("timeouts: {drain: 5s, health: 30s, connect: 300ms}\n" + common)
+		got := h.doAsync("/v1/chat/completions", chatBody(testModel, "cn", 0, false), sessionHdr("cn"))
+		select {
+		case r := <-got:
+			if r.status != 503 || !isOpenAIError(r.body) {
+				t.Errorf("a replica that never completes the connection: %d %s, want 503", r.status, r.body)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the dial outlived the reloaded timeouts.connect of 300ms by 10s")
+		}
+	})
 	t.Run("drain", func(t *testing.T) {
 		a := newFakeVLLM(t, 1)
 		a.hold = make(chan struct{})
 		defer close(a.hold)
 		h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 50ms\ntimeouts: {drain: 60s, health: 1s}\nmodels:\n"+urlsModel(a.URL()))
+		h.status() // Serve has started with a drain of 60s
 		h.reload("client_api_keys: [" + testKey + "]\nscrape_interval: 50ms\ntimeouts: {drain: 200ms, health: 1s}\nmodels:\n" + urlsModel(a.URL()))
 		got := h.doAsync("/v1/chat/completions", chatBody(testModel, "dr", 0, true), sessionHdr("dr"))
 		h.waitFor("a stream at the backend", func(StatusReport) bool { return a.hits.Load() == 1 })
@@ -417,4 +438,38 @@ func TestReplacedModelPicksThroughItsSuccessor(t *testing.T) {
 			p.rep.inFlight.Add(-1)
 		}
 	}
+}
+
+// blackhole returns the address of a loopback listener whose accept queue
+// is full and never drained: a connection to it never completes (its SYN
+// is dropped), as to a host that is gone.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	// A backlog of 0 holds one connection: fill it.
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if c2, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+		c2.Close()
+		t.Skip("this kernel completes connections beyond a full accept queue")
+	}
+	return addr
 }
