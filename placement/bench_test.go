@@ -183,3 +183,26 @@ func BenchmarkTableBytesPerSession(b *testing.B) {
 	b.ReportMetric(perSession, "bytes/session")
 	runtime.KeepAlive(tab)
 }
+
+// BenchmarkTableReload times what a proxy reload does to a model's table of
+// 1M sessions on 8 replicas, all active, under the model's lock: Renumber
+// to a new replica order (two replicas swap places) and Reconfigure to
+// another active window (every Active count is recomputed).
+func BenchmarkTableReload(b *testing.B) {
+	ids := benchIDs()[:benchSessions]
+	tab := NewTable(time.Hour, benchSessions)
+	for i, id := range ids {
+		tab.Assign(id, i%8, t0)
+	}
+	to := []int{1, 0, 2, 3, 4, 5, 6, 7}
+	windows := []time.Duration{time.Minute, 2 * time.Minute}
+	i := 0
+	for b.Loop() {
+		tab.Renumber(to)
+		tab.Reconfigure(time.Hour, benchSessions, windows[i%2], t0)
+		i++
+	}
+	if tab.Len() != benchSessions {
+		b.Fatalf("%d sessions after the reloads, want %d", tab.Len(), benchSessions)
+	}
+}
