@@ -12,7 +12,12 @@
 //     mounts web's dashboard at "/", since live does not import web).
 //   - proxy.go: the request path. ServeHTTP checks the key, reads the body
 //     once (size-capped), validates it and decodes only model, stream,
-//     metadata.user_id, prompt_cache_key and user (jsonscan.go), finds the
+//     metadata.user_id, prompt_cache_key and user, keeping the raw values
+//     of system, messages, instructions, input and prompt for the fallback
+//     session id (jsonscan.go: keys compared after unescaping, exactly, as
+//     vLLM's Python does; any of these given twice, "mod\u0065l" after
+//     "model" included, is refused with 400, since the proxy and vLLM
+//     would read different values), finds the
 //     session (session.go), asks placement for a replica (model.go) and
 //     hands the original bytes to an httputil.ReverseProxy (Rewrite,
 //     FlushInterval -1). Its transport retries a failure that reached no
@@ -39,7 +44,10 @@
 // (Codex), x-session-id (OpenCode), Anthropic metadata.user_id (JSON form
 // or user_..._session_<id>), OpenAI prompt_cache_key, user, else a hash of
 // the system prompt and first user message (Claude Code's billing block
-// skipped; for /v1/completions the prompt's first 32 KiB). A Claude Code
+// skipped; for /v1/completions the prompt's first 32 KiB). A body with
+// none of these, not even a system prompt or a user message, has no
+// session (source "none"): it is placed as new, least loaded, each time,
+// instead of all such bodies sharing the hash of nothing. A Claude Code
 // subagent (x-claude-code-agent-id) is its own session with the root
 // conversation as parent. Ids are HMAC-hashed (session_key, or a random key
 // per process) before they are stored, logged or journaled; ids longer than

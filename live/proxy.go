@@ -196,7 +196,11 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	}
 	b, err := decodeBody(data)
 	if err != nil {
-		return nil, errInvalid, "json", err.Error()
+		reason := "json"
+		if errors.Is(err, errDuplicateKey) {
+			reason = "duplicate_key"
+		}
+		return nil, errInvalid, reason, err.Error()
 	}
 	if b.Model == "" {
 		return nil, errInvalid, "model", "missing required field: model"
@@ -205,7 +209,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	if m == nil {
 		return nil, errNotFound, "unknown_model", fmt.Sprintf("model %q is not served here (see /v1/models)", b.Model)
 	}
-	id, err := extractFrom(r.Header, data, &b, api, rt.cfg.Limits.MaxSessionID)
+	id, err := extractFrom(r.Header, &b, api, rt.cfg.Limits.MaxSessionID)
 	if err != nil {
 		return nil, errInvalid, "session_id", err.Error()
 	}
