@@ -73,6 +73,20 @@
 // can take a request the answer is 503 (OpenAI shape) or 529
 // overloaded_error (Anthropic shape), at once.
 //
+// Requests. The API paths take POST only (else 405 with Allow: POST;
+// /v1/models takes GET and HEAD); any other path is 404 with code
+// not_found (Anthropic: not_found_error), in the client's shape (Anthropic
+// when it sent anthropic-version). A body is JSON when its Content-Type is
+// application/json or application/<x>+json, any case, any parameters, or
+// when there is none (FastAPI's rule, which vLLM runs on; the OpenAI and
+// Anthropic SDKs send application/json, curl -d sends a form type): else
+// 415. A body shorter than its Content-Length is 400, one not sent within
+// timeouts.read 408; no error text names a socket address. Until every
+// server of a model has been scraped and probed once (the first
+// milliseconds after start), a request waits for it, so that it is
+// answered as it would be a moment later: 503/529 when no replica is up,
+// not a 502 from a replica only presumed healthy.
+//
 // Limits. limits.max_in_flight bounds the requests the whole proxy holds
 // (default sized for the machine's memory, see DefaultMaxInFlight); beyond
 // it a request is answered at once, before its body is read: 429
