@@ -40,14 +40,24 @@ const (
 	errHeadersTooLarge                // 431
 	errOverloaded                     // limits.max_in_flight reached: 429 OpenAI, 529 Anthropic
 	errTimeout                        // 504: the backend sent no first token in time, before any byte reached the client
+	errNoRoute                        // 404: no such path (errNotFound is an unknown model)
+	errMethod                         // 405: a known path with the wrong method (the caller sets Allow)
+	errMediaType                      // 415: a POST body whose Content-Type is not JSON
+	errReadTimeout                    // 408: the client did not send its body within timeouts.read
 )
 
 func (k errKind) status(a API) int {
 	switch k {
 	case errAuth:
 		return http.StatusUnauthorized
-	case errNotFound:
+	case errNotFound, errNoRoute:
 		return http.StatusNotFound
+	case errMethod:
+		return http.StatusMethodNotAllowed
+	case errMediaType:
+		return http.StatusUnsupportedMediaType
+	case errReadTimeout:
+		return http.StatusRequestTimeout
 	case errTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case errHeadersTooLarge:
@@ -74,7 +84,7 @@ func (k errKind) anthropicType() string {
 	switch k {
 	case errAuth:
 		return "authentication_error"
-	case errNotFound:
+	case errNotFound, errNoRoute:
 		return "not_found_error"
 	case errTooLarge, errHeadersTooLarge:
 		return "request_too_large"
@@ -92,6 +102,14 @@ func (k errKind) openAI() (typ, code string) {
 		return "invalid_request_error", "invalid_api_key"
 	case errNotFound:
 		return "invalid_request_error", "model_not_found"
+	case errNoRoute:
+		return "invalid_request_error", "not_found"
+	case errMethod:
+		return "invalid_request_error", "method_not_allowed"
+	case errMediaType:
+		return "invalid_request_error", "unsupported_media_type"
+	case errReadTimeout:
+		return "invalid_request_error", "request_timeout"
 	case errTooLarge:
 		return "invalid_request_error", "request_too_large"
 	case errHeadersTooLarge:

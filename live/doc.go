@@ -14,7 +14,12 @@
 //     mounts web's dashboard at "/", since live does not import web).
 //   - proxy.go: the request path. ServeHTTP checks the key, reads the body
 //     once (size-capped), validates it and decodes only model, stream,
-//     metadata.user_id, prompt_cache_key and user (jsonscan.go), finds the
+//     metadata.user_id, prompt_cache_key and user, keeping the raw values
+//     of system, messages, instructions, input and prompt for the fallback
+//     session id (jsonscan.go: keys compared after unescaping, exactly, as
+//     vLLM's Python does; any of these given twice, "mod\u0065l" after
+//     "model" included, is refused with 400, since the proxy and vLLM
+//     would read different values), finds the
 //     session (session.go), asks placement for a replica (model.go) and
 //     hands the original bytes to an httputil.ReverseProxy (Rewrite,
 //     FlushInterval -1). Its transport retries a failure that reached no
@@ -41,7 +46,10 @@
 // (Codex), x-session-id (OpenCode), Anthropic metadata.user_id (JSON form
 // or user_..._session_<id>), OpenAI prompt_cache_key, user, else a hash of
 // the system prompt and first user message (Claude Code's billing block
-// skipped; for /v1/completions the prompt's first 32 KiB). A Claude Code
+// skipped; for /v1/completions the prompt's first 32 KiB). A body with
+// none of these, not even a system prompt or a user message, has no
+// session (source "none"): it is placed as new, least loaded, each time,
+// instead of all such bodies sharing the hash of nothing. A Claude Code
 // subagent (x-claude-code-agent-id) is its own session with the root
 // conversation as parent. Ids are HMAC-hashed (session_key, or a random key
 // per process) before they are stored, logged or journaled; ids longer than
@@ -66,6 +74,20 @@
 // model.fill), shown as "failed"/"stale" in /api/status. When no replica
 // can take a request the answer is 503 (OpenAI shape) or 529
 // overloaded_error (Anthropic shape), at once.
+//
+// Requests. The API paths take POST only (else 405 with Allow: POST;
+// /v1/models takes GET and HEAD); any other path is 404 with code
+// not_found (Anthropic: not_found_error), in the client's shape (Anthropic
+// when it sent anthropic-version). A body is JSON when its Content-Type is
+// application/json or application/<x>+json, any case, any parameters, or
+// when there is none (FastAPI's rule, which vLLM runs on; the OpenAI and
+// Anthropic SDKs send application/json, curl -d sends a form type): else
+// 415. A body shorter than its Content-Length is 400, one not sent within
+// timeouts.read 408; no error text names a socket address. Until every
+// server of a model has been scraped and probed once (the first
+// milliseconds after start), a request waits for it, so that it is
+// answered as it would be a moment later: 503/529 when no replica is up,
+// not a 502 from a replica only presumed healthy.
 //
 // Limits. limits.max_in_flight bounds the requests the whole proxy holds
 // (default sized for the machine's memory, see DefaultMaxInFlight); beyond

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -14,9 +15,15 @@ import (
 // kilobytes (about 1 ms per 256 KB). scanBody does both in one pass: a
 // strict RFC 8259 validator whose string scanning looks at 8 bytes at a
 // time, which hands only the values of the wanted top-level keys to
-// encoding/json. Keys match exactly (case-sensitive, as vLLM's pydantic
-// models do); a duplicate key's last value wins. UTF-8 is checked by the
-// caller (utf8.Valid) before.
+// encoding/json. UTF-8 is checked by the caller (utf8.Valid) before.
+//
+// Keys are compared after unescaping, exactly (case-sensitive), as vLLM's
+// pydantic models and Python's json do: "mod\u0065l" is "model", "Model" is
+// not. A key the proxy reads (readKeyNames, and metadata.user_id) given
+// twice is refused: Python keeps the last value, and a proxy that read
+// another one would route by a model, or a session, that the backend does
+// not serve. Other keys may repeat: the proxy has no view of them to
+// disagree with.
 
 // maxJSONDepth bounds nesting, as encoding/json does.
 const maxJSONDepth = 10000
@@ -49,55 +56,115 @@ func (s *scanner) ws() {
 	}
 }
 
+// Top-level keys the proxy reads: the fields of body and the raw values
+// the fallback session id hashes (promptParts). Each may appear once.
+const (
+	keyModel = iota
+	keyStream
+	keyMetadata
+	keyPromptCacheKey
+	keyUser
+	keySystem       // Anthropic
+	keyMessages     // chat, Anthropic
+	keyInstructions // Responses
+	keyInput        // Responses
+	keyPrompt       // completions
+	numReadKeys
+)
+
+var readKeyNames = [numReadKeys]string{"model", "stream", "metadata", "prompt_cache_key", "user",
+	"system", "messages", "instructions", "input", "prompt"}
+
+// keyIndex returns the read-key index of an unescaped key, or -1.
+func keyIndex(k string) int {
+	switch k {
+	case "model":
+		return keyModel
+	case "stream":
+		return keyStream
+	case "metadata":
+		return keyMetadata
+	case "prompt_cache_key":
+		return keyPromptCacheKey
+	case "user":
+		return keyUser
+	case "system":
+		return keySystem
+	case "messages":
+		return keyMessages
+	case "instructions":
+		return keyInstructions
+	case "input":
+		return keyInput
+	case "prompt":
+		return keyPrompt
+	}
+	return -1
+}
+
+// readKey returns the read-key index of a validated object key (quoted,
+// escapes as sent), or -1. A key without escapes is compared in place.
+func readKey(quoted []byte) int {
+	inner := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		return keyIndex(unescapeKey(quoted))
+	}
+	if len(inner) > len("prompt_cache_key") {
+		return -1
+	}
+	return keyIndex(string(inner))
+}
+
+// isKey reports whether a validated object key (quoted, escapes as sent)
+// is name once unescaped.
+func isKey(quoted []byte, name string) bool {
+	inner := quoted[1 : len(quoted)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		return unescapeKey(quoted) == name
+	}
+	return string(inner) == name
+}
+
+// unescapeKey decodes a validated quoted key with escapes.
+func unescapeKey(quoted []byte) string {
+	var k string
+	_ = json.Unmarshal(quoted, &k) // validated by str: cannot fail
+	return k
+}
+
+// errDuplicateKey is wrapped by the error for a key the proxy reads given
+// twice.
+var errDuplicateKey = errors.New("duplicate key")
+
+func duplicateKey(name string) error {
+	return fmt.Errorf("%w %q: the proxy and the backend could read different values; send each key once", errDuplicateKey, name)
+}
+
 // scanBody validates data as one JSON object and decodes the fields of
-// body from it.
+// body from it. A syntax error takes precedence over a field's error.
 func scanBody(data []byte) (body, error) {
 	var b body
 	var fieldErr error
+	var seen [numReadKeys]bool
 	s := &scanner{data: data}
 	s.ws()
 	if s.pos >= len(data) || data[s.pos] != '{' {
 		return b, s.fail("want a JSON object")
 	}
-	s.pos++
-	s.ws()
-	if s.pos < len(data) && data[s.pos] == '}' {
-		s.pos++
-	} else {
-		for {
-			s.ws()
-			keyStart := s.pos
-			if err := s.str(); err != nil {
-				return b, err
-			}
-			key := data[keyStart+1 : s.pos-1]
-			s.ws()
-			if s.pos >= len(data) || data[s.pos] != ':' {
-				return b, s.fail("want ':' after an object key")
-			}
-			s.pos++
-			s.ws()
-			valStart := s.pos
-			if err := s.value(1); err != nil {
-				return b, err
-			}
-			if err := b.set(key, data[valStart:s.pos]); err != nil && fieldErr == nil {
-				fieldErr = err // reported once the whole body is known to be JSON
-			}
-			s.ws()
-			if s.pos >= len(data) {
-				return b, s.fail("unexpected end of input in an object")
-			}
-			if data[s.pos] == ',' {
-				s.pos++
-				continue
-			}
-			if data[s.pos] != '}' {
-				return b, s.fail("want ',' or '}' in an object")
-			}
-			s.pos++
-			break
+	err := s.members(1, func(quotedKey, val []byte) {
+		k := readKey(quotedKey)
+		if k < 0 || fieldErr != nil {
+			return
 		}
+		if seen[k] {
+			fieldErr = duplicateKey(readKeyNames[k])
+			return
+		}
+		seen[k] = true
+		fieldErr = b.set(k, val)
+	})
+	if err != nil {
+		return b, err
 	}
 	s.ws()
 	if s.pos != len(data) {
@@ -106,35 +173,137 @@ func scanBody(data []byte) (body, error) {
 	return b, fieldErr
 }
 
-// set decodes one top-level value into b if key is a field the proxy needs.
-func (b *body) set(key, raw []byte) error {
-	var dst any
-	switch string(key) {
-	case "model":
-		dst = &b.Model
-	case "stream":
-		dst = &b.Stream
-	case "metadata":
-		dst = &b.Metadata
-	case "prompt_cache_key":
-		dst = &b.PromptCacheKey
-	case "user":
-		dst = &b.User
-	default:
+// members scans the object at s.pos (which must be '{'), calling visit with
+// each member's key (quoted, escapes as sent) and raw value, in order;
+// depth is that of the values. visit == nil only validates.
+func (s *scanner) members(depth int, visit func(quotedKey, val []byte)) error {
+	d := s.data
+	s.pos++
+	s.ws()
+	if s.pos < len(d) && d[s.pos] == '}' {
+		s.pos++
 		return nil
 	}
+	for {
+		s.ws()
+		keyStart := s.pos
+		if err := s.str(); err != nil {
+			return err
+		}
+		keyEnd := s.pos
+		s.ws()
+		if s.pos >= len(d) || d[s.pos] != ':' {
+			return s.fail("want ':' after an object key")
+		}
+		s.pos++
+		s.ws()
+		valStart := s.pos
+		if err := s.value(depth); err != nil {
+			return err
+		}
+		if visit != nil {
+			visit(d[keyStart:keyEnd], d[valStart:s.pos])
+		}
+		s.ws()
+		if s.pos >= len(d) {
+			return s.fail("unexpected end of input in an object")
+		}
+		if d[s.pos] == '}' {
+			s.pos++
+			return nil
+		}
+		if d[s.pos] != ',' {
+			return s.fail("want ',' or '}' in an object")
+		}
+		s.pos++
+	}
+}
+
+// set decodes the value of read key k into b.
+func (b *body) set(k int, raw []byte) error {
+	var dst any
+	switch k {
+	case keyModel:
+		dst = &b.Model
+	case keyStream:
+		dst = &b.Stream
+	case keyMetadata:
+		m, err := decodeMetadata(raw)
+		b.Metadata = m
+		return err
+	case keyPromptCacheKey:
+		dst = &b.PromptCacheKey
+	case keyUser:
+		dst = &b.User
+	default:
+		// The fallback's fields are kept raw; promptParts reads them only
+		// when no explicit session id was found.
+		b.fallback[k-keySystem] = raw
+		return nil
+	}
+	return unmarshalField(readKeyNames[k], raw, dst)
+}
+
+// unmarshalField decodes one value the proxy reads, naming the field on a
+// type mismatch.
+func unmarshalField(name string, raw []byte, dst any) error {
 	if err := json.Unmarshal(raw, dst); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			field := string(key)
+			field := name
 			if te.Field != "" {
 				field += "." + te.Field
 			}
 			return fmt.Errorf("field %s: want a %s, got a JSON %s", field, te.Type, te.Value)
 		}
-		return fmt.Errorf("field %s: %v", key, err)
+		return fmt.Errorf("field %s: %v", name, err)
 	}
 	return nil
+}
+
+// decodeMetadata reads metadata.user_id from metadata's validated raw
+// value: null is no metadata; user_id matches exactly and only once.
+func decodeMetadata(raw []byte) (*metadata, error) {
+	switch raw[0] {
+	case 'n':
+		return nil, nil
+	case '{':
+	default:
+		return nil, fmt.Errorf("field metadata: want an object, got a JSON %s", jsonKind(raw[0]))
+	}
+	m := &metadata{}
+	var err error
+	seen := false
+	s := &scanner{data: raw}
+	_ = s.members(2, func(quotedKey, val []byte) { // validated already: cannot fail
+		if err != nil || !isKey(quotedKey, "user_id") {
+			return
+		}
+		if seen {
+			err = duplicateKey("metadata.user_id")
+			return
+		}
+		seen = true
+		err = unmarshalField("metadata.user_id", val, &m.UserID)
+	})
+	return m, err
+}
+
+// jsonKind names the kind of a JSON value by its first byte.
+func jsonKind(c byte) string {
+	switch c {
+	case '"':
+		return "string"
+	case '[':
+		return "array"
+	case '{':
+		return "object"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
 }
 
 // value skips one JSON value, validating it.
@@ -149,39 +318,7 @@ func (s *scanner) value(depth int) error {
 	case c == '"':
 		return s.str()
 	case c == '{':
-		s.pos++
-		s.ws()
-		if s.pos < len(s.data) && s.data[s.pos] == '}' {
-			s.pos++
-			return nil
-		}
-		for {
-			s.ws()
-			if err := s.str(); err != nil {
-				return err
-			}
-			s.ws()
-			if s.pos >= len(s.data) || s.data[s.pos] != ':' {
-				return s.fail("want ':' after an object key")
-			}
-			s.pos++
-			s.ws()
-			if err := s.value(depth + 1); err != nil {
-				return err
-			}
-			s.ws()
-			if s.pos >= len(s.data) {
-				return s.fail("unexpected end of input in an object")
-			}
-			if s.data[s.pos] == '}' {
-				s.pos++
-				return nil
-			}
-			if s.data[s.pos] != ',' {
-				return s.fail("want ',' or '}' in an object")
-			}
-			s.pos++
-		}
+		return s.members(depth+1, nil)
 	case c == '[':
 		s.pos++
 		s.ws()

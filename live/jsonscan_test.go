@@ -16,12 +16,29 @@ func TestScanBody(t *testing.T) {
 		wantErr string
 	}{
 		{`{"model":"m","stream":true,"user":"u","prompt_cache_key":"k","metadata":{"user_id":"x"},"messages":[{"a":[1,2.5e-3,-0,true,false,null]}]}`,
-			body{Model: "m", Stream: true, User: "u", PromptCacheKey: "k", Metadata: &struct {
-				UserID string `json:"user_id"`
-			}{"x"}}, ""},
+			body{Model: "m", Stream: true, User: "u", PromptCacheKey: "k", Metadata: &metadata{"x"}}, ""},
 		{` {"model" : "a\"b\u00e9\n" } `, body{Model: "a\"bé\n"}, ""},
 		{`{"Model":"case matters"}`, body{}, ""},
-		{`{"model":"a","model":"b"}`, body{Model: "b"}, ""},
+		{`{"model":"a","model":"b"}`, body{}, `duplicate key "model"`},
+		// Keys match after unescaping, exactly, as Python's json does.
+		{`{"mod\u0065l":"a"}`, body{Model: "a"}, ""},
+		{`{"\u006d\u006f\u0064\u0065\u006c":"a","stre\u0061m":true}`, body{Model: "a", Stream: true}, ""},
+		{`{"model":"a","mod\u0065l":"b"}`, body{}, `duplicate key "model"`},
+		{`{"mod\u0065l":"a","model":"b"}`, body{}, `duplicate key "model"`},
+		{`{"user":"a","us\u0065r":"b"}`, body{}, `duplicate key "user"`},
+		{`{"prompt_cache_key":"a","prompt\u005fcache_key":"b"}`, body{}, `duplicate key "prompt_cache_key"`},
+		{`{"metadata":null,"m\u0065tadata":{"user_id":"b"}}`, body{}, `duplicate key "metadata"`},
+		{`{"stream":false,"stream":true}`, body{}, `duplicate key "stream"`},
+		{`{"messages":[],"messages":[]}`, body{}, `duplicate key "messages"`},
+		{`{"metadata":{"user_id":"a","user\u005fid":"b"}}`, body{}, `duplicate key "metadata.user_id"`},
+		{`{"metadata":{"User_Id":"a","user_idx":"b"}}`, body{Metadata: &metadata{}}, ""},
+		{`{"metadata":{"x":1,"x":2,"user_id":"a"}}`, body{Metadata: &metadata{"a"}}, ""},
+		{`{"metadata":"u"}`, body{}, "field metadata: want an object, got a JSON string"},
+		{`{"x":1,"x":2,"\u0078":3}`, body{}, ""},
+		{`{"model\u0000":"a","MODEL":"b","model ":"c"}`, body{}, ""},
+		{`{"mod\u0065l":"a",}`, body{}, "malformed JSON"},
+		{`{"model":"a","model":7,}`, body{}, "malformed JSON"}, // syntax first
+		{`{"mod\u00G5l":"a"}`, body{}, "invalid \\u escape"},
 		{`{}`, body{}, ""},
 		{`{"model":`, body{}, "malformed JSON at byte 9"},
 		{`{"model":"m"`, body{}, "malformed JSON"},
@@ -43,6 +60,7 @@ func TestScanBody(t *testing.T) {
 			}
 			continue
 		}
+		got.fallback = tc.want.fallback
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("scanBody(%.40q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
@@ -50,9 +68,18 @@ func TestScanBody(t *testing.T) {
 }
 
 // FuzzScanBody checks scanBody against encoding/json: the same inputs are
-// valid JSON objects, and the same fields come out.
+// valid JSON objects; a duplicate key is one that encoding/json decodes to
+// the same name twice, and only for the keys the proxy reads; without one,
+// the same fields come out of the same (exactly matched, unescaped) keys.
 func FuzzScanBody(f *testing.F) {
-	for _, s := range []string{`{"model":"m","stream":true}`, `{"a":[1,{"b":null}],"user":"\u0041"}`, `{"x":1e+5,"y":-0.5}`, `{"metadata":{"user_id":"q"},"metadata":null}`, `{"a":"` + strings.Repeat("xy\\n", 9) + `"}`} {
+	for _, s := range []string{`{"model":"m","stream":true}`, `{"a":[1,{"b":null}],"user":"\u0041"}`, `{"x":1e+5,"y":-0.5}`,
+		`{"metadata":{"user_id":"q"},"metadata":null}`, `{"a":"` + strings.Repeat("xy\\n", 9) + `"}`,
+		// Escaped keys: each decodes to a key the proxy reads.
+		`{"model":"a","mod\u0065l":"b"}`, `{"\u006dodel":"a"}`, `{"us\u0065r":"a","user":"b"}`,
+		`{"prompt\u005fcache_key":"k"}`, `{"metadata":{"user\u005fid":"a","user_id":"b"}}`,
+		`{"m\u0065tadata":{"user_id":"a"}}`, `{"str\u0065am":true,"stream":false}`, `{"Model":"a","\u004dodel":"b"}`,
+		`{"\u017ftream":true}`, `{"mod\u0065l\u0000":"a"}`, `{"m\u0065ssages":[],"input":"x","inp\u0075t":"y"}`,
+	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -64,23 +91,118 @@ func FuzzScanBody(f *testing.F) {
 		if syntaxOK != stdOK {
 			t.Fatalf("scanBody syntax verdict %v (err %v), encoding/json %v", syntaxOK, err, stdOK)
 		}
-		if !stdOK || err != nil {
+		if !stdOK {
 			return
 		}
-		ascii := true
-		for _, c := range data {
-			if c >= 0x80 || (c >= 'A' && c <= 'Z') {
-				ascii = false // encoding/json folds key case
+		keys := objectKeys(t, data)
+		dup := ""
+		seen := map[string]bool{}
+		for _, k := range keys {
+			if keyIndex(k) >= 0 && seen[k] && dup == "" {
+				dup = k
 			}
+			seen[k] = true
 		}
-		var want body
-		if stdErr := json.Unmarshal(data, &want); stdErr != nil {
+		if dup != "" {
+			if err == nil || !strings.Contains(err.Error(), "duplicate key") {
+				t.Fatalf("key %q given twice, scanBody err %v, want a duplicate-key error", dup, err)
+			}
+			return
+		}
+		if err != nil && strings.Contains(err.Error(), `duplicate key "`) && !strings.Contains(err.Error(), "metadata.user_id") {
+			t.Fatalf("scanBody found a duplicate (%v) in keys %q", err, keys)
+		}
+		var top map[string]json.RawMessage
+		if stdErr := json.Unmarshal(data, &top); stdErr != nil {
 			t.Fatalf("scanBody accepted what encoding/json rejects: %v", stdErr)
 		}
-		if ascii && !reflect.DeepEqual(got, want) {
+		var want body
+		var wantErr error
+		for name, raw := range top {
+			k := keyIndex(name)
+			var dst any
+			switch k {
+			case -1:
+				continue
+			case keyModel:
+				dst = &want.Model
+			case keyStream:
+				dst = &want.Stream
+			case keyPromptCacheKey:
+				dst = &want.PromptCacheKey
+			case keyUser:
+				dst = &want.User
+			case keyMetadata:
+				if string(raw) == "null" {
+					continue
+				}
+				var m map[string]json.RawMessage
+				if e := json.Unmarshal(raw, &m); e != nil {
+					wantErr = e
+					continue
+				}
+				want.Metadata = &metadata{}
+				n := 0
+				for _, k := range objectKeys(t, raw) {
+					if k == "user_id" {
+						n++
+					}
+				}
+				if n > 1 {
+					wantErr = errors.New("duplicate metadata.user_id")
+				}
+				if u, ok := m["user_id"]; ok {
+					if e := json.Unmarshal(u, &want.Metadata.UserID); e != nil {
+						wantErr = e
+					}
+				}
+				continue
+			default:
+				want.fallback[k-keySystem] = raw
+				continue
+			}
+			if e := json.Unmarshal(raw, dst); e != nil {
+				wantErr = e
+			}
+		}
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("scanBody err %v, encoding/json err %v", err, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		for i := range got.fallback {
+			if !bytes.Equal(got.fallback[i], want.fallback[i]) {
+				t.Fatalf("raw %s = %q, encoding/json %q", readKeyNames[keySystem+i], got.fallback[i], want.fallback[i])
+			}
+		}
+		got.fallback, want.fallback = [len(got.fallback)][]byte{}, [len(want.fallback)][]byte{}
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("fields %+v, encoding/json %+v", got, want)
 		}
 	})
+}
+
+// objectKeys returns the top-level keys of a valid JSON object as
+// encoding/json decodes them (unescaped), duplicates included, in order.
+func objectKeys(t *testing.T, data []byte) []string {
+	d := json.NewDecoder(bytes.NewReader(data))
+	if _, err := d.Token(); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for d.More() {
+		k, err := d.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k.(string))
+		var skip json.RawMessage
+		if err := d.Decode(&skip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
 }
 
 func BenchmarkScanBody(b *testing.B) {

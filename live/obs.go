@@ -89,7 +89,7 @@ func newObserver(state func() *routing) *observer {
 }
 
 // rejectReasons are the values of warden_rejected_total's reason label.
-var rejectReasons = []string{"header_too_large", "auth", "path", "method", "too_large", "read", "utf8", "json", "model", "unknown_model", "session_id", "unavailable"}
+var rejectReasons = []string{"header_too_large", "auth", "path", "method", "too_large", "read", "utf8", "json", "duplicate_key", "content_type", "model", "unknown_model", "session_id", "unavailable"}
 
 // upstreamKinds are the values of warden_upstream_errors_total's kind label.
 var upstreamKinds = []string{"connect", "reset", "status", "stream"}

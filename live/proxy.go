@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -94,6 +95,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/v1/models" {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			s.reject(w, api, errMethod, "method", fmt.Sprintf("%s %s: only GET and HEAD are allowed", r.Method, r.URL.Path))
+			return
+		}
 		if !s.authorized(rt, r, api) {
 			s.reject(w, api, errAuth, "auth", "invalid API key")
 			return
@@ -102,16 +108,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ok {
-		s.reject(w, api, errNotFound, "path", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+		s.reject(w, api, errNoRoute, "path", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 		return
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		s.reject(w, api, errInvalid, "method", fmt.Sprintf("%s %s: only POST is allowed", r.Method, r.URL.Path))
+		s.reject(w, api, errMethod, "method", fmt.Sprintf("%s %s: only POST is allowed", r.Method, r.URL.Path))
 		return
 	}
 	if !s.authorized(rt, r, api) {
 		s.reject(w, api, errAuth, "auth", "invalid API key")
+		return
+	}
+	if ct := r.Header.Values("Content-Type"); !isJSONContentType(ct) {
+		s.reject(w, api, errMediaType, "content_type",
+			fmt.Sprintf("Content-Type %s is not JSON: send application/json (or no Content-Type)", jsonString(strings.Join(ct, ", "))))
 		return
 	}
 	// Count the request before its body is read: the body is what an
@@ -134,6 +145,45 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Body = io.NopCloser(bytes.NewReader(c.body))
 	r.ContentLength = int64(len(c.body))
 	s.proxy.ServeHTTP(w, r)
+}
+
+// isJSONContentType reports whether a request's Content-Type values say
+// its body is JSON, by the rule of FastAPI, which vLLM serves with: no
+// Content-Type at all (some clients send none; the OpenAI and Anthropic
+// SDKs send application/json), application/json or application/<x>+json,
+// in any case, with any parameters. Several Content-Type headers, a
+// malformed one, or another media type are not.
+func isJSONContentType(values []string) bool {
+	switch len(values) {
+	case 0:
+		return true
+	case 1:
+	default:
+		return false
+	}
+	if strings.TrimSpace(values[0]) == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(values[0])
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")
+}
+
+// bodyReadError is what the client is told when its body could not be
+// read: a timeout (timeouts.read) is 408, anything else 400. It never
+// carries a net.OpError's text, which names both socket addresses.
+func bodyReadError(err error) (errKind, string) {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return errReadTimeout, "timed out reading the request body (timeouts.read)"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return errInvalid, "the connection failed while the request body was being read"
+	}
+	return errInvalid, "reading the request body: " + err.Error()
 }
 
 // headerBytes is the size of r's header block as a client sent it: the
@@ -189,14 +239,20 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 		if errors.As(err, &mbe) {
 			return nil, errTooLarge, "too_large", fmt.Sprintf("request body exceeds the limit of %d bytes", limit)
 		}
-		return nil, errInvalid, "read", "reading the request body: " + err.Error()
+		kind, msg := bodyReadError(err)
+		s.log.Debug("reading a request body failed", "err", err)
+		return nil, kind, "read", msg
 	}
 	if !utf8.Valid(data) {
 		return nil, errInvalid, "utf8", "request body is not valid UTF-8"
 	}
 	b, err := decodeBody(data)
 	if err != nil {
-		return nil, errInvalid, "json", err.Error()
+		reason := "json"
+		if errors.Is(err, errDuplicateKey) {
+			reason = "duplicate_key"
+		}
+		return nil, errInvalid, reason, err.Error()
 	}
 	if b.Model == "" {
 		return nil, errInvalid, "model", "missing required field: model"
@@ -205,7 +261,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	if m == nil {
 		return nil, errNotFound, "unknown_model", fmt.Sprintf("model %q is not served here (see /v1/models)", b.Model)
 	}
-	id, err := extractFrom(r.Header, data, &b, api, rt.cfg.Limits.MaxSessionID)
+	id, err := extractFrom(r.Header, &b, api, rt.cfg.Limits.MaxSessionID)
 	if err != nil {
 		return nil, errInvalid, "session_id", err.Error()
 	}
@@ -228,6 +284,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 			}
 		}
 	}
+	s.awaitFirstProbe(r.Context(), m)
 	p, err := m.pick(&c.req, -1, start)
 	if err != nil {
 		return nil, errUnavailable, "unavailable", "no replica of " + b.Model + " can take the request now: " + err.Error()
@@ -250,6 +307,40 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 		c.jt = s.journal.begin()
 	}
 	return c, 0, "", ""
+}
+
+// awaitFirstProbe holds a request that arrives before every server of m
+// has been scraped and probed once (the first milliseconds after start, or
+// after a reload added the model) until they have been. Until then a
+// replica is only presumed healthy: a request sent to one that is down
+// would get 502 (or the backend's own 503) where the same request a moment
+// later gets the proxy's 503/529 "no replica available". The wait is
+// bounded by the client and by one scrape round (/metrics and /health,
+// each within its timeout); past that the presumption stands.
+func (s *Server) awaitFirstProbe(ctx context.Context, m *model) {
+	if !s.serving.Load() {
+		return // no scrape loops run: nothing to wait for
+	}
+	var deadline <-chan time.Time
+	for _, sc := range m.servers {
+		select {
+		case <-sc.first:
+			continue
+		default:
+		}
+		if deadline == nil {
+			t := time.NewTimer(2*sc.timeout + time.Second)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-sc.first:
+		case <-ctx.Done():
+			return
+		case <-deadline:
+			return
+		}
+	}
 }
 
 // finish records a call once its response is over (or failed).

@@ -352,7 +352,7 @@ func TestBadInputNeverReachesBackend(t *testing.T) {
 		{"invalid UTF-8", "/v1/chat/completions", "{\"model\":\"qwen\",\"user\":\"\xff\xfe\"}", nil, 400, ""},
 		{"wrong key", "/v1/chat/completions", `{"model":"qwen"}`, map[string]string{"Authorization": "Bearer nope"}, 401, ""},
 		{"no key anthropic", "/v1/messages", `{"model":"qwen"}`, map[string]string{"Authorization": ""}, 401, "authentication_error"},
-		{"wrong method", "/v1/chat/completions", ``, map[string]string{"X-Method": "GET"}, 400, ""},
+		{"wrong method", "/v1/chat/completions", ``, map[string]string{"X-Method": "GET"}, 405, ""},
 		{"unknown path", "/v1/embeddings", `{"model":"qwen"}`, nil, 404, ""},
 		{"oversized headers", "/v1/chat/completions", `{"model":"qwen"}`, map[string]string{"X-Big": strings.Repeat("h", 3<<10)}, 431, ""},
 		{"oversized headers anthropic", "/v1/messages", `{"model":"qwen"}`, map[string]string{"X-Big": strings.Repeat("h", 3<<10)}, 431, "request_too_large"},

@@ -166,6 +166,10 @@ type scraper struct {
 	// for its headers watch it (context.AfterFunc) to retry elsewhere. A
 	// new, live one replaces it when the server is healthy again.
 	down atomic.Pointer[downSignal]
+	// first is closed once the first result is published, or when the loop
+	// ends without one (awaitFirstProbe); firstDone is the run goroutine's.
+	first     chan struct{}
+	firstDone bool
 }
 
 type downSignal struct {
@@ -200,6 +204,7 @@ func newScraper(base string, client *http.Client, interval, timeout time.Duratio
 		interval: interval,
 		timeout:  min(timeout, interval*3),
 		stopped:  make(chan struct{}),
+		first:    make(chan struct{}),
 	}
 	// Until the first probe answers, the server is presumed healthy with no
 	// scraped data: routing uses local counts (see fill).
@@ -211,6 +216,7 @@ func newScraper(base string, client *http.Client, interval, timeout time.Duratio
 // run scrapes until ctx is done, then closes s.stopped.
 func (s *scraper) run(ctx context.Context) {
 	defer close(s.stopped)
+	defer s.published()
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {
@@ -245,9 +251,18 @@ func (s *scraper) scrapeOnce(ctx context.Context) {
 		return
 	}
 	s.last.Store(next)
+	s.published()
 	s.setHealthy(next.Healthy)
 	if s.onResult != nil {
 		s.onResult(next)
+	}
+}
+
+// published closes s.first the first time; called by the run goroutine.
+func (s *scraper) published() {
+	if !s.firstDone {
+		s.firstDone = true
+		close(s.first)
 	}
 }
 

@@ -43,6 +43,7 @@ type Server struct {
 
 	state    atomic.Pointer[routing]
 	inFlight atomic.Int64 // client requests being served (limits.max_in_flight)
+	serving  atomic.Bool  // Serve started the scrape loops (see awaitFirstProbe)
 
 	// drained is cancelled at the drain deadline: every attempt still
 	// running is cancelled then, and a stream ends with its API's error
@@ -308,6 +309,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	for _, name := range rt.names {
 		rt.models[name].start(runCtx)
 	}
+	s.serving.Store(true)
 	s.mu.Unlock()
 
 	cfg := rt.cfg

@@ -26,6 +26,7 @@ const (
 	SourcePromptCacheKey = "prompt_cache_key"         // OpenAI body
 	SourceUser           = "user"                     // OpenAI body (older)
 	SourcePromptHash     = "prompt-hash"              // fallback: system prompt + first user message
+	SourceNone           = "none"                     // none of them, no system prompt or user message: no session
 )
 
 // Subagent headers sent by Claude Code.
@@ -48,16 +49,24 @@ type Identity struct {
 	Source  string // one of the Source* constants
 }
 
-// body is the part of a request body the proxy decodes; every other field
-// is skipped by the decoder without being stored.
+// body is the part of a request body the proxy decodes (scanBody); every
+// other field is skipped by the decoder without being stored.
 type body struct {
-	Model    string `json:"model"`
-	Stream   bool   `json:"stream"`
-	Metadata *struct {
-		UserID string `json:"user_id"`
-	} `json:"metadata"`
-	PromptCacheKey string `json:"prompt_cache_key"`
-	User           string `json:"user"`
+	Model          string    `json:"model"`
+	Stream         bool      `json:"stream"`
+	Metadata       *metadata `json:"metadata"`
+	PromptCacheKey string    `json:"prompt_cache_key"`
+	User           string    `json:"user"`
+
+	// fallback holds the raw values (slices of the request body, nil when
+	// absent) of system, messages, instructions, input and prompt, in the
+	// order of the key* constants from keySystem: what promptParts hashes.
+	fallback [numReadKeys - keySystem][]byte
+}
+
+// metadata is the part of Anthropic's metadata the proxy reads.
+type metadata struct {
+	UserID string `json:"user_id"`
 }
 
 // ErrSessionTooLong is returned (wrapped) when a client's session id is
@@ -68,16 +77,18 @@ var ErrSessionTooLong = errors.New("session id too long")
 // needs (see scanBody).
 func decodeBody(data []byte) (body, error) { return scanBody(data) }
 
-// extractFrom finds the session id of a request whose body b was decoded
-// from raw, trying in order: the headers
+// extractFrom finds the session id of a request whose body decoded to b,
+// trying in order: the headers
 // X-Claude-Code-Session-Id, session-id, x-session-id; the body's
 // metadata.user_id (JSON-string form {"session_id":...} or the older
 // user_<hash>_account_<uuid>_session_<uuid>); prompt_cache_key; user; and
 // finally a hash of the system prompt and the first user message (Claude
-// Code's billing-header system block skipped). A Claude Code subagent
-// (x-claude-code-agent-id) gets its own session with the root conversation
-// as Parent. An id longer than maxLen bytes is an error.
-func extractFrom(h http.Header, raw []byte, b *body, api API, maxLen int) (Identity, error) {
+// Code's billing-header system block skipped). A body with none of these
+// has no session (Session "", Source SourceNone): it is placed as new each
+// time. A Claude Code subagent (x-claude-code-agent-id) gets its own
+// session with the root conversation as Parent. An id longer than maxLen
+// bytes is an error.
+func extractFrom(h http.Header, b *body, api API, maxLen int) (Identity, error) {
 	id := Identity{}
 	for _, name := range [...]string{SourceClaudeCode, SourceCodex, SourceOpenCode} {
 		if v := strings.TrimSpace(h.Get(name)); v != "" {
@@ -121,7 +132,10 @@ func extractFrom(h http.Header, raw []byte, b *body, api API, maxLen int) (Ident
 	if id.Session != "" {
 		return id, nil
 	}
-	return Identity{Session: promptHash(raw, api), Source: SourcePromptHash}, nil
+	if h := promptHash(b, api); h != "" {
+		return Identity{Session: h, Source: SourcePromptHash}, nil
+	}
+	return Identity{Source: SourceNone}, nil
 }
 
 // Extract validates a request body (raw) and returns its session; see
@@ -131,7 +145,7 @@ func Extract(h http.Header, raw []byte, api API, maxLen int) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
-	return extractFrom(h, raw, &b, api, maxLen)
+	return extractFrom(h, &b, api, maxLen)
 }
 
 // sessionFromUserID reads the session out of Anthropic's metadata.user_id.
@@ -166,34 +180,33 @@ type message struct {
 }
 
 // promptParts returns the system prompt and the first user message of a
-// request body; only called when no explicit session id was found.
-func promptParts(raw []byte, api API) (system, user string) {
-	var v struct {
-		System       json.RawMessage `json:"system"`       // Anthropic
-		Messages     []message       `json:"messages"`     // chat, Anthropic
-		Instructions string          `json:"instructions"` // Responses
-		Input        json.RawMessage `json:"input"`        // Responses
-		Prompt       json.RawMessage `json:"prompt"`       // completions
-	}
-	_ = json.Unmarshal(raw, &v) // already validated; type mismatches leave fields empty
+// request body b; only called when no explicit session id was found. It
+// reads the raw top-level values scanBody kept (exact keys, each once);
+// a value of another type than expected counts as absent.
+func promptParts(b *body, api API) (system, user string) {
+	raw := func(k int) []byte { return b.fallback[k-keySystem] }
+	var messages []message
 	switch api {
 	case APIAnthropic:
-		system = content(v.System).text(true)
+		system = content(raw(keySystem)).text(true)
 	case APIResponses:
-		system = v.Instructions
-		in := bytes.TrimSpace(v.Input)
+		_ = json.Unmarshal(raw(keyInstructions), &system)
+		in := bytes.TrimSpace(raw(keyInput))
 		if len(in) > 0 && in[0] == '"' {
 			return system, content(in).text(false)
 		}
-		_ = json.Unmarshal(in, &v.Messages)
+		_ = json.Unmarshal(in, &messages)
 	}
-	if len(v.Prompt) > 0 {
-		p := content(v.Prompt).text(false)
-		return "", p[:min(len(p), fallbackPromptBytes)]
+	if p := raw(keyPrompt); len(p) > 0 {
+		t := content(p).text(false)
+		return "", t[:min(len(t), fallbackPromptBytes)]
+	}
+	if api != APIResponses {
+		_ = json.Unmarshal(raw(keyMessages), &messages)
 	}
 	var sys strings.Builder
 	sys.WriteString(system)
-	for _, m := range v.Messages {
+	for _, m := range messages {
 		switch m.Role {
 		case "system", "developer":
 			sys.WriteString(content(m.Content).text(true))
@@ -206,9 +219,14 @@ func promptParts(raw []byte, api API) (system, user string) {
 }
 
 // promptHash is the fallback session id: a digest of the system prompt and
-// the first user message, which stay the same on every turn.
-func promptHash(raw []byte, api API) string {
-	system, user := promptParts(raw, api)
+// the first user message, which stay the same on every turn. A body with
+// neither has nothing that tells its conversation from another: "", no
+// session (placed as new each time, not pinned anywhere).
+func promptHash(b *body, api API) string {
+	system, user := promptParts(b, api)
+	if system == "" && user == "" {
+		return ""
+	}
 	h := sha256.New()
 	h.Write([]byte(system))
 	h.Write([]byte{0, 0})

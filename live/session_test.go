@@ -67,13 +67,57 @@ func TestExtract(t *testing.T) {
 			t.Errorf("responses turns differ: %q %q", a.Session, b.Session)
 		}
 	})
+	t.Run("no system prompt and no user message: no session", func(t *testing.T) {
+		for _, tc := range []struct {
+			api  API
+			body string
+		}{
+			{APIOpenAI, `{"model":"m"}`},
+			{APIOpenAI, `{"model":"m","messages":[]}`},
+			{APIOpenAI, `{"model":"m","messages":[{"role":"assistant","content":"an answer"}]}`},
+			{APIOpenAI, `{"model":"m","prompt":""}`},
+			{APIAnthropic, `{"model":"m","max_tokens":1,"messages":[]}`},
+			{APIAnthropic, `{"model":"m","system":[{"type":"text","text":"x-anthropic-billing-header: cch=1"}]}`},
+			{APIResponses, `{"model":"m","input":[{"role":"assistant","content":"an answer"}]}`},
+			{APIResponses, `{"model":"m","input":""}`},
+		} {
+			if id := extract(t, tc.api, nil, tc.body); id != (Identity{Source: SourceNone}) {
+				t.Errorf("%s %s: identity %+q, want none (no session)", tc.api, tc.body, id)
+			}
+		}
+		// Either one alone still makes a session.
+		for _, tc := range []struct {
+			api  API
+			body string
+		}{
+			{APIOpenAI, `{"model":"m","messages":[{"role":"system","content":"sys"}]}`},
+			{APIOpenAI, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
+			{APIAnthropic, `{"model":"m","system":"sys","messages":[]}`},
+			{APIResponses, `{"model":"m","instructions":"sys"}`},
+			{APIOpenAI, `{"model":"m","prompt":"once upon"}`},
+		} {
+			if id := extract(t, tc.api, nil, tc.body); id.Source != SourcePromptHash || id.Session == "" {
+				t.Errorf("%s %s: identity %+q, want a prompt hash", tc.api, tc.body, id)
+			}
+		}
+	})
+	t.Run("fallback reads exact keys, as the backend does", func(t *testing.T) {
+		// "SYSTEM" is not Anthropic's system (encoding/json would fold it);
+		// an escaped key is the key itself.
+		a := extract(t, APIAnthropic, nil, `{"model":"m","SYSTEM":"other","messages":[{"role":"user","content":"hi"}]}`)
+		b := extract(t, APIAnthropic, nil, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+		c := extract(t, APIAnthropic, nil, `{"model":"m","m\u0065ssages":[{"role":"user","content":"hi"}]}`)
+		if a.Session != b.Session || b.Session != c.Session || a.Source != SourcePromptHash {
+			t.Errorf("sessions %q %q %q, want one prompt hash", a.Session, b.Session, c.Session)
+		}
+	})
 	t.Run("too long", func(t *testing.T) {
 		for _, hdr := range []map[string]string{
 			{"session-id": strings.Repeat("a", 300)},
 			{"X-Claude-Code-Session-Id": "s", "x-claude-code-agent-id": strings.Repeat("a", 300)},
 		} {
 			b, _ := decodeBody([]byte(`{"model":"m"}`))
-			_, err := extractFrom(header(hdr), []byte(`{"model":"m"}`), &b, APIOpenAI, 256)
+			_, err := extractFrom(header(hdr), &b, APIOpenAI, 256)
 			if !errors.Is(err, ErrSessionTooLong) {
 				t.Errorf("headers %v: err = %v, want ErrSessionTooLong", len(hdr), err)
 			}
@@ -95,7 +139,7 @@ func extract(t *testing.T, api API, hdr map[string]string, body string) Identity
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := extractFrom(header(hdr), []byte(body), &b, api, 256)
+	id, err := extractFrom(header(hdr), &b, api, 256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +165,10 @@ func FuzzExtract(f *testing.F) {
 	f.Add(`{"model":"m","messages":[{"role":"user","content":[{"type":"image"}]}]}`, "sess", uint8(0))
 	f.Add(`{"model":"m","input":[{"role":"user","content":"x"}]}`, "", uint8(1))
 	f.Add(`{"model":"m","prompt":["a","b"]}`, "", uint8(0))
+	f.Add(`{"model":"m","messages":[{"role":"assistant","content":"x"}]}`, "", uint8(0))
+	f.Add(`{"model":"m","prompt":""}`, "", uint8(0))
+	f.Add(`{"mod\u0065l":"m","m\u0065ssages":[{"role":"user","content":"x"}],"us\u0065r":"u"}`, "", uint8(0))
+	f.Add(`{"model":"m","metadata":{"user\u005fid":"user_a_account_b_session_c"}}`, "", uint8(2))
 	f.Fuzz(func(t *testing.T, body, sessionHeader string, api uint8) {
 		b, err := decodeBody([]byte(body))
 		if err != nil {
@@ -130,15 +178,15 @@ func FuzzExtract(f *testing.F) {
 		if sessionHeader != "" {
 			h.Set("x-session-id", sessionHeader)
 		}
-		id, err := extractFrom(h, []byte(body), &b, API(api%3), 256)
+		id, err := extractFrom(h, &b, API(api%3), 256)
 		if err != nil {
 			if !errors.Is(err, ErrSessionTooLong) {
 				t.Fatalf("unexpected error %v", err)
 			}
 			return
 		}
-		if id.Session == "" || id.Source == "" {
-			t.Fatalf("empty identity %+v", id)
+		if id.Source == "" || (id.Session == "") != (id.Source == SourceNone) || id.Source == SourceNone && id.Parent != "" {
+			t.Fatalf("identity %+v: want a session and its source, or SourceNone alone", id)
 		}
 		if id.Source != SourcePromptHash && len(id.Session) > 256 && id.Parent == "" {
 			t.Fatalf("over-long session accepted: %d bytes", len(id.Session))
