@@ -34,6 +34,7 @@ type routing struct {
 type Server struct {
 	log     *slog.Logger
 	keyer   *Keyer
+	store   sessionStore // session_store; nil: none
 	obs     *observer
 	proxy   *httputil.ReverseProxy
 	base    *http.Transport // to the backends
@@ -115,6 +116,15 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		ErrorLog:      log.New(logWriter{s.log}, "", 0),
 	}
 	s.obs = newObserver(s.state.Load)
+	if cfg.SessionStore != "" {
+		st, err := openRedisStore(cfg.SessionStore, cfg.SessionStorePasswordEnv, cfg.SessionStoreTimeout.D())
+		if err != nil {
+			return nil, err
+		}
+		st.log = s.log
+		s.store = st
+		s.obs.storeUp(st)
+	}
 	rt, err := s.build(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -159,6 +169,7 @@ func (s *Server) build(cfg *Config, old *routing) (*routing, error) {
 			s.obs.dropModel(mc.Name) // rebuilt: its counters start afresh
 		}
 		m.log = s.log
+		m.store = s.store
 		s.obs.initModel(m)
 		rt.models[mc.Name] = m
 		rt.names = append(rt.names, mc.Name)
@@ -178,8 +189,10 @@ func (s *Server) Reload(cfg *Config) error {
 	defer s.mu.Unlock()
 	old := s.state.Load()
 	if old.cfg.Listen != cfg.Listen || old.cfg.Admin != cfg.Admin || old.cfg.Limits.MaxHeaderBytes != cfg.Limits.MaxHeaderBytes ||
-		old.cfg.Timeouts != cfg.Timeouts || old.cfg.Journal != cfg.Journal {
-		s.log.Warn("reload: listen, admin, limits.max_header_bytes, timeouts and journal take effect on restart only")
+		old.cfg.Timeouts != cfg.Timeouts || old.cfg.Journal != cfg.Journal ||
+		old.cfg.SessionStore != cfg.SessionStore || old.cfg.SessionStorePasswordEnv != cfg.SessionStorePasswordEnv ||
+		old.cfg.SessionStoreTimeout != cfg.SessionStoreTimeout || old.cfg.SessionKey != cfg.SessionKey {
+		s.log.Warn("reload: listen, admin, limits.max_header_bytes, timeouts and journal take effect on restart only (and session_store, session_key)")
 	}
 	rt, err := s.build(cfg, old)
 	if err != nil {
@@ -238,6 +251,15 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	for _, name := range rt.names {
 		rt.models[name].start(runCtx)
 	}
+	storeDone := make(chan struct{})
+	if s.store != nil {
+		go func() {
+			defer close(storeDone)
+			s.store.Run(runCtx, s.storeLoads)
+		}()
+	} else {
+		close(storeDone)
+	}
 	s.mu.Unlock()
 
 	cfg := rt.cfg
@@ -295,6 +317,10 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 		s.state.Load().models[name].stop()
 	}
 	s.mu.Unlock()
+	<-storeDone
+	if s.store != nil {
+		_ = s.store.Close()
+	}
 	if s.journal != nil {
 		if e := s.journal.Close(); e != nil && err == nil {
 			err = e

@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strconv"
@@ -109,6 +110,7 @@ type redisStore struct {
 	id      string // this proxy's id in the store
 	timeout time.Duration
 	now     func() time.Time
+	log     *slog.Logger // up/down transitions; nil: none
 
 	mu      sync.Mutex
 	pending map[touchKey]touch
@@ -161,7 +163,7 @@ func openRedisStore(raw, passwordEnv string, timeout time.Duration) (*redisStore
 	opt.ContextTimeoutEnabled = true
 	opt.MaxRetries = -1 // a failed exchange is not retried on the request path: the proxy goes on without it
 	opt.PoolSize = 64
-	opt.MinIdleConns = 2
+	quietRedis.Do(func() { redis.SetLogger(discardRedisLog{}) })
 	id, err := randomID()
 	if err != nil {
 		return nil, err
@@ -176,6 +178,15 @@ func openRedisStore(raw, passwordEnv string, timeout time.Duration) (*redisStore
 		remote:  map[string]remoteLoad{},
 	}, nil
 }
+
+// quietRedis silences go-redis's own logger (process-wide; it prints dial
+// failures on stderr): the store's state is in /api/status,
+// warden_session_store_up and the proxy's log lines.
+var quietRedis sync.Once
+
+type discardRedisLog struct{}
+
+func (discardRedisLog) Printf(context.Context, string, ...any) {}
 
 // parseStoreURL checks a session_store URL and returns the client options
 // and the URL without credentials.
@@ -297,6 +308,19 @@ func (s *redisStore) failed(err error) {
 // Run implements sessionStore.
 func (s *redisStore) Run(ctx context.Context, local func() []replicaLoad) {
 	wait := time.Duration(0)
+	was := "unknown"
+	report := func(state string, err error) {
+		if state == was || s.log == nil {
+			was = state
+			return
+		}
+		was = state
+		if err != nil {
+			s.log.Warn("session store down: serving from this proxy's table, new sessions by rendezvous hash", "store", s.url, "err", err)
+		} else {
+			s.log.Info("session store up", "store", s.url)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -309,9 +333,11 @@ func (s *redisStore) Run(ctx context.Context, local func() []replicaLoad) {
 				continue
 			}
 			s.failed(err)
+			report("down", err)
 			wait = min(max(2*wait, storeInterval), storeBackoffMax)
 			continue
 		}
+		report("up", nil)
 		wait = storeInterval
 	}
 }
