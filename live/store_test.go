@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -223,4 +224,33 @@ func TestStorePendingIsBounded(t *testing.T) {
 	if st := s.State(); st.Pending != maxPendingTouches || st.Dropped != 10 {
 		t.Fatalf("pending %d dropped %d, want %d and 10", st.Pending, st.Dropped, maxPendingTouches)
 	}
+}
+
+// FuzzParseStoreURL: any session_store value is accepted or refused with an
+// error, never a panic, and a password in it never reaches the error or
+// the redacted URL shown in /api/status.
+func FuzzParseStoreURL(f *testing.F) {
+	for _, s := range []string{"redis://127.0.0.1:6379/0", "rediss://:pw@h:1/2", "redis://u:pw@h/x", "redis://:pw@[::1", "http://h", "redis://:pw@h:1/0?dial_timeout=x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		const secret = "Zq9secretZq9"
+		withPw := strings.Replace(raw, "pw", secret, 1)
+		_, red, err := parseStoreURL(withPw, "")
+		u, perr := url.Parse(withPw)
+		pw, hasPw := "", false
+		if perr == nil {
+			pw, hasPw = u.User.Password()
+		}
+		leaks := func(s string) bool { return hasPw && strings.Contains(pw, secret) && strings.Contains(s, secret) }
+		if err != nil {
+			if leaks(err.Error()) {
+				t.Fatalf("error %q shows the password", err)
+			}
+			return
+		}
+		if leaks(red) {
+			t.Fatalf("redacted URL %q shows the password", red)
+		}
+	})
 }
