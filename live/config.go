@@ -42,6 +42,17 @@ type Config struct {
 	// logged or journaled. Empty: a random key per process (hashes then
 	// differ between runs; set a key to correlate journals across restarts).
 	SessionKey string `yaml:"session_key"`
+	// SessionStore shares session homes, conversations held and in-flight
+	// counts between several proxies: redis://HOST:PORT/DB or rediss://
+	// (TLS), with the password in the URL or in the environment variable
+	// SessionStorePasswordEnv names. Empty: this proxy's own table. With a
+	// store session_key is required (the same on every proxy), since ids
+	// are stored HMAC-hashed. SessionStoreTimeout bounds one exchange on
+	// the request path; default 5ms (see DefaultStoreTimeout). A reload
+	// does not change these (restart for that).
+	SessionStore            string   `yaml:"session_store"`
+	SessionStorePasswordEnv string   `yaml:"session_store_password_env"`
+	SessionStoreTimeout     Duration `yaml:"session_store_timeout"`
 
 	Limits         Limits     `yaml:"limits"`
 	Timeouts       Timeouts   `yaml:"timeouts"`
@@ -441,6 +452,23 @@ func (c *Config) validate() error {
 	}
 	if c.TrustedPinHeader != "" && c.Auth != "keys" {
 		return verr("trusted_pin_header", "needs auth: keys (with passthrough every client could pin a replica)")
+	}
+	if c.SessionStore != "" {
+		if c.SessionKey == "" {
+			return verr("session_key", "required with session_store (the same key on every proxy: ids are stored HMAC-hashed)")
+		}
+		if _, _, err := parseStoreURL(c.SessionStore, c.SessionStorePasswordEnv); err != nil {
+			field := "session_store"
+			if strings.HasPrefix(err.Error(), "session_store_password_env") {
+				field = "session_store_password_env"
+			}
+			return verr(field, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), field+": "), "session_store: "))
+		}
+		if c.SessionStoreTimeout < 0 {
+			return verr("session_store_timeout", "want a positive duration, got %s", c.SessionStoreTimeout.D())
+		}
+	} else if c.SessionStorePasswordEnv != "" || c.SessionStoreTimeout != 0 {
+		return verr("session_store", "required with session_store_password_env or session_store_timeout")
 	}
 	if c.Limits.MaxBodyBytes < 1024 {
 		return verr("limits.max_body_bytes", "at least 1KiB, got %d", c.Limits.MaxBodyBytes)

@@ -59,6 +59,7 @@ type replica struct {
 	id     int
 	target *url.URL
 	rank   string   // X-data-parallel-rank value; "" in the URL layout
+	name   string   // target, plus "#rank" in the DP layout: the replica's name in the session store
 	server *scraper // the server whose /metrics describe this replica
 	engine int      // engine label to read; -1: sum the whole server
 
@@ -119,6 +120,8 @@ type model struct {
 
 	cancel context.CancelFunc // stops the scrapers; nil until started
 
+	store sessionStore // shared with other proxies; nil: this proxy's table only
+
 	gpuSeqs int          // vLLM's default max_num_seqs on cfg.GPU; 0: no GPU given
 	warned  atomic.Bool  // the max_num_seqs warning was logged
 	log     *slog.Logger // set by Server.build before the scrapers start; nil: no warnings
@@ -155,7 +158,7 @@ func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Dur
 		s := newScraper(cfg.URL, client, interval, timeout)
 		m.servers = []*scraper{s}
 		for i := range cfg.DataParallelSize {
-			m.replicas = append(m.replicas, &replica{id: i, target: u, rank: strconv.Itoa(i), server: s, engine: i})
+			m.replicas = append(m.replicas, &replica{id: i, target: u, rank: strconv.Itoa(i), name: cfg.URL + "#" + strconv.Itoa(i), server: s, engine: i})
 		}
 	default:
 		for i, raw := range cfg.Replicas {
@@ -165,7 +168,7 @@ func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Dur
 			}
 			s := newScraper(raw, client, interval, timeout)
 			m.servers = append(m.servers, s)
-			m.replicas = append(m.replicas, &replica{id: i, target: u, server: s, engine: -1})
+			m.replicas = append(m.replicas, &replica{id: i, target: u, name: raw, server: s, engine: -1})
 		}
 	}
 	taken := map[*replicaState]bool{} // a backend listed twice is two replicas
@@ -485,6 +488,7 @@ func (m *model) fill(now time.Time, sticky bool) {
 	s.Generation = gen
 	m.table.Advance(now)
 	m.table.Fill(s) // the active conversations, which is what placement balances
+	m.addRemote(s)
 }
 
 // admit applies ejection and warm-up to one pick. A warming replica takes

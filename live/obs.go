@@ -204,3 +204,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 var inf = math.Inf(1)
+
+// storeUp registers warden_session_store_up: 1 while the last exchange
+// with the session store succeeded, 0 while it is down.
+func (o *observer) storeUp(st sessionStore) {
+	o.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "warden_session_store_up",
+		Help: "1 while the session store (session_store) answers, 0 while the proxy serves from its own table without it.",
+	}, func() float64 { return float64(boolInt(st.Up())) }))
+}

@@ -285,7 +285,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 		}
 	}
 	s.awaitFirstProbe(r.Context(), m)
-	p, err := m.pick(&c.req, -1, start)
+	p, err := m.place(r.Context(), &c.req, start)
 	if err != nil {
 		return nil, errUnavailable, "unavailable", "no replica of " + b.Model + " can take the request now: " + err.Error()
 	}

@@ -35,6 +35,7 @@ type routing struct {
 type Server struct {
 	log     *slog.Logger
 	keyer   *Keyer
+	store   sessionStore // session_store; nil: none
 	obs     *observer
 	proxy   *httputil.ReverseProxy
 	base    *http.Transport // to the backends
@@ -123,6 +124,15 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		ErrorLog:      log.New(logWriter{s.log}, "", 0),
 	}
 	s.obs = newObserver(s.state.Load)
+	if cfg.SessionStore != "" {
+		st, err := openRedisStore(cfg.SessionStore, cfg.SessionStorePasswordEnv, cfg.SessionStoreTimeout.D())
+		if err != nil {
+			return nil, err
+		}
+		st.log = s.log
+		s.store = st
+		s.obs.storeUp(st)
+	}
 	rt, _, err := s.build(cfg, nil)
 	if err != nil {
 		return nil, err
@@ -175,6 +185,7 @@ func (s *Server) build(cfg *Config, old *routing) (rt *routing, succeeds map[*mo
 		if prev != nil {
 			succeeds[m] = prev
 		}
+		m.store = s.store
 		rt.models[mc.Name] = m
 		rt.names = append(rt.names, mc.Name)
 	}
@@ -266,6 +277,9 @@ func (s *Server) restartOnly(cfg *Config) []string {
 		}
 	}
 	add(cfg.SessionKey != s.boot.SessionKey, "session_key")
+	add(cfg.SessionStore != s.boot.SessionStore, "session_store")
+	add(cfg.SessionStorePasswordEnv != s.boot.SessionStorePasswordEnv, "session_store_password_env")
+	add(cfg.SessionStoreTimeout != s.boot.SessionStoreTimeout, "session_store_timeout")
 	add(cfg.Journal != s.boot.Journal, "journal")
 	return keys
 }
@@ -310,6 +324,15 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 		rt.models[name].start(runCtx)
 	}
 	s.serving.Store(true)
+	storeDone := make(chan struct{})
+	if s.store != nil {
+		go func() {
+			defer close(storeDone)
+			s.store.Run(runCtx, s.storeLoads)
+		}()
+	} else {
+		close(storeDone)
+	}
 	s.mu.Unlock()
 
 	cfg := rt.cfg
@@ -366,6 +389,10 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 		s.state.Load().models[name].stop()
 	}
 	s.mu.Unlock()
+	<-storeDone
+	if s.store != nil {
+		_ = s.store.Close()
+	}
 	if s.journal != nil {
 		if e := s.journal.Close(); e != nil && err == nil {
 			err = e

@@ -15,6 +15,8 @@ import (
 type StatusReport struct {
 	Time   time.Time `json:"time"`
 	Models []Status  `json:"models"`
+	// SessionStore is the shared session store's state; absent without one.
+	SessionStore *StoreStatus `json:"session_store,omitempty"`
 }
 
 // Status is the routing state of one model.
@@ -83,6 +85,9 @@ func (s *Server) Status() StatusReport {
 	rep := StatusReport{Time: now.UTC(), Models: make([]Status, 0, len(rt.names))}
 	for _, name := range rt.names {
 		rep.Models = append(rep.Models, rt.models[name].status(now))
+	}
+	if s.store != nil {
+		rep.SessionStore = ptr(s.store.State())
 	}
 	return rep
 }

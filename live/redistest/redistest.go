@@ -1,0 +1,184 @@
+package redistest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// InstallHint is the command that installs the server.
+const InstallHint = "sudo apt-get install -y redis-server"
+
+// Server is a running (or stopped) redis-server.
+type Server struct {
+	// Addr is host:port on 127.0.0.1; it stays the same across Stop and
+	// Start.
+	Addr string
+
+	t   testing.TB
+	bin string
+	dir string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// URL is the server's redis:// URL with database db.
+func (s *Server) URL(db int) string { return "redis://" + s.Addr + "/" + strconv.Itoa(db) }
+
+// Start starts redis-server on a free port of 127.0.0.1 and registers its
+// stop with the test's cleanup.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redistest: redis-server not found on PATH with CI=true (the CI image must install it: %s): %v", InstallHint, err)
+		}
+		t.Skipf("redis-server not installed; install with: %s", InstallHint)
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if lastErr = s.launch(); lastErr == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+	}
+	t.Fatalf("redistest: %v", lastErr)
+	return nil
+}
+
+// Restart starts the server again on its port after Stop; the data is
+// gone (persistence is off), as after a real restart without a dump.
+func (s *Server) Restart() {
+	s.t.Helper()
+	var err error
+	for range 20 { // the port may linger briefly in the kernel
+		if err = s.launch(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.t.Fatalf("redistest: restart: %v", err)
+}
+
+func (s *Server) launch() error {
+	_, port, _ := net.SplitHostPort(s.Addr)
+	cmd := exec.Command(s.bin,
+		"--bind", "127.0.0.1", "--port", port,
+		"--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--protected-mode", "no", "--loglevel", "warning",
+	)
+	log := &syncBuffer{}
+	cmd.Stdout = log
+	cmd.Stderr = log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", s.bin, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ping(s.Addr) == nil {
+			s.mu.Lock()
+			s.cmd, s.done = cmd, done
+			s.mu.Unlock()
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("redis-server exited: %s", strings.TrimSpace(log.String()))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-done
+			return errors.New("redis-server did not answer PING within 10s")
+		}
+	}
+}
+
+// ping sends PING and waits for +PONG.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// Stop stops the server (SIGTERM, then SIGKILL after 5 s) and waits for it.
+// Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd, s.done = nil, nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// syncBuffer is the server's output, written by exec's copying goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,207 @@
+package live
+
+import (
+	"context"
+	"time"
+
+	"github.com/lm-warden/warden/placement"
+)
+
+// Several proxies, one placement: how a model uses the session store.
+//
+//   - A conversation this proxy already homes (its table is the local
+//     cache of homes) is placed as without a store; its touch reaches the
+//     store at the next sync, so a hot session costs no round trip.
+//   - A conversation it does not know is placed as new, and the choice is
+//     claimed in the store (one round trip): the first proxy to claim wins,
+//     and a later turn that reaches another proxy (or this one after a
+//     restart) finds its home there.
+//   - With the store down, a conversation it does not know goes to the
+//     rendezvous-hash choice of its id over the healthy replicas, which
+//     every proxy with the same replica list computes alike; its home is
+//     recorded in the store when it returns (unless one was recorded
+//     meanwhile).
+//   - The other proxies' in-flight counts and the conversations held by
+//     all are added to the Snapshot before each pick (at most one sync,
+//     storeInterval, old), so a spill threshold counts every proxy's
+//     requests.
+
+// shared reports whether picks of r go through the store: an affinity
+// model with a store, a request with a session and no pin.
+func (m *model) shared(r *placement.Request) bool {
+	return m.store != nil && r.Session != "" && r.Pinned == placement.NoPin &&
+		m.cfg.EffectiveStrategy() == placement.StrategyAffinity
+}
+
+// place is the first pick of a request (admit's): pick, with the session
+// store consulted where the model has one.
+func (m *model) place(ctx context.Context, r *placement.Request, now time.Time) (picked, error) {
+	if !m.shared(r) {
+		return m.pick(r, -1, now)
+	}
+	st := m.store
+	m.mu.Lock()
+	_, known := m.table.Home(r.Session, now)
+	m.mu.Unlock()
+	var p picked
+	var err error
+	switch {
+	case known:
+		p, err = m.pick(r, -1, now)
+	case !st.Up():
+		p, err = m.pickSettled(r, now, func(s *placement.Snapshot) int { return rendezvousHome(r.Session, s, now) })
+	default:
+		p, err = m.claim(ctx, r, now)
+	}
+	if err != nil {
+		return p, err
+	}
+	home := p.home
+	if home < 0 {
+		home = p.Replica // a new conversation: its home is where it went
+	}
+	st.Touch(m.cfg.Name, r.Session, m.replicas[home].name, now)
+	return p, nil
+}
+
+// claim places a conversation this proxy does not know as new and claims
+// that home in the store; when another proxy (or an earlier life of this
+// one) recorded a home, the request is placed again as a later turn of it.
+func (m *model) claim(ctx context.Context, r *placement.Request, now time.Time) (picked, error) {
+	p, err := m.pick(r, -1, now)
+	if err != nil {
+		return p, err
+	}
+	home, existed, err := m.store.Claim(ctx, m.cfg.Name, r.Session, p.rep.name, m.sessionTTL())
+	if err != nil {
+		// The store failed: settle on the rendezvous choice, which the
+		// other proxies make too while the store is unreachable for them.
+		m.unpick(r, p)
+		return m.pickSettled(r, now, func(s *placement.Snapshot) int { return rendezvousHome(r.Session, s, now) })
+	}
+	idx := m.replicaNamed(home)
+	if idx < 0 || (!existed && idx == p.Replica) {
+		return p, nil // ours; or a replica this proxy's config lacks (configs differ): keep ours
+	}
+	m.unpick(r, p)
+	m.mu.Lock()
+	m.table.Assign(r.Session, idx, now)
+	m.mu.Unlock()
+	return m.pick(r, -1, now) // a later turn of a known conversation now
+}
+
+// pickSettled picks for a conversation this proxy does not know whose home
+// is settled by settle (from the Snapshot, under the model's lock) rather
+// than by the load score; settle returning -1 leaves it to the score.
+func (m *model) pickSettled(r *placement.Request, now time.Time, settle func(*placement.Snapshot) int) (picked, error) {
+	m.mu.Lock()
+	if _, known := m.table.Home(r.Session, now); !known {
+		m.fill(now, false)
+		if h := settle(&m.snap); h >= 0 {
+			m.table.Assign(r.Session, h, now)
+			m.mu.Unlock()
+			p, err := m.pick(r, -1, now)
+			if err == nil {
+				p = m.forgetTurn(p, h) // a new conversation, not a later turn
+			}
+			return p, err
+		}
+	}
+	m.mu.Unlock()
+	return m.pick(r, -1, now)
+}
+
+// forgetTurn takes back the later-turn count pick made for a conversation
+// that was new after all (its home set just before the pick).
+func (m *model) forgetTurn(p picked, home int) picked {
+	if p.home < 0 {
+		return p
+	}
+	m.laterTurns.Add(-1)
+	if p.Replica == home {
+		m.laterHome.Add(-1)
+		p.Reason = placement.ReasonHash // placed by the rendezvous hash, not sticky
+	}
+	p.home = -1
+	return p
+}
+
+// unpick undoes the in-flight count of a pick that is placed again, and
+// forgets the session in the table (it is recorded again by the next
+// pick).
+func (m *model) unpick(r *placement.Request, p picked) {
+	p.rep.inFlight.Add(-1)
+	m.mu.Lock()
+	m.table.Remove(r.Session)
+	m.mu.Unlock()
+}
+
+// rendezvousHome is the healthy replica that rendezvous hashing gives the
+// session (placement.Hash), or -1 when none is healthy.
+func rendezvousHome(session string, s *placement.Snapshot, now time.Time) int {
+	d, err := (&placement.Hash{}).Pick(&placement.Request{Session: session, Pinned: placement.NoPin}, s, now)
+	if err != nil {
+		return -1
+	}
+	return d.Replica
+}
+
+// replicaNamed returns the index of the replica named name, or -1.
+func (m *model) replicaNamed(name string) int {
+	for i, r := range m.replicas {
+		if r.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// sessionTTL is the model's idle TTL of a session.
+func (m *model) sessionTTL() time.Duration {
+	if d := m.cfg.SessionTTL.D(); d > 0 {
+		return d
+	}
+	return placement.DefaultSessionTTL
+}
+
+// activeWindow is the model's active window, as the table applies it.
+func (m *model) activeWindow() time.Duration {
+	d := m.cfg.ActiveWindow.D()
+	if d <= 0 {
+		d = placement.DefaultActiveWindow
+	}
+	return min(d, m.sessionTTL())
+}
+
+// addRemote adds the other proxies' in-flight requests and the
+// conversations held by every proxy to the Snapshot. Called by fill with
+// m.mu held.
+func (m *model) addRemote(s *placement.Snapshot) {
+	if m.store == nil {
+		return
+	}
+	for i, rep := range m.replicas {
+		inFlight, held, ok := m.store.Remote(m.cfg.Name, rep.name)
+		if !ok {
+			continue
+		}
+		pr := &s.Replicas[i]
+		pr.InFlight += inFlight
+		pr.Sessions = max(pr.Sessions, held)
+	}
+}
+
+// storeLoads is what this proxy publishes to the store: every replica's
+// in-flight count.
+func (s *Server) storeLoads() []replicaLoad {
+	rt := s.state.Load()
+	var out []replicaLoad
+	for _, name := range rt.names {
+		m := rt.models[name]
+		ttl, window := m.sessionTTL(), m.activeWindow()
+		for _, rep := range m.replicas {
+			out = append(out, replicaLoad{Model: name, Replica: rep.name, InFlight: int(rep.inFlight.Load()), TTL: ttl, Window: window})
+		}
+	}
+	return out
+}

@@ -1,0 +1,355 @@
+package live
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lm-warden/warden/live/redistest"
+)
+
+// farm is n single-engine fakes and the proxies' model section for them.
+type farm struct {
+	fakes []*fakeVLLM
+	model string
+}
+
+func newFarm(t *testing.T, n int) *farm {
+	f := &farm{}
+	var urls []string
+	for range n {
+		v := newFakeVLLM(t, 1)
+		f.fakes = append(f.fakes, v)
+		urls = append(urls, v.URL())
+	}
+	f.model = urlsModel(urls...)
+	return f
+}
+
+// counts is the requests served by each fake.
+func (f *farm) counts() []int {
+	out := make([]int, len(f.fakes))
+	for i, v := range f.fakes {
+		out[i] = sum(v.served())
+	}
+	return out
+}
+
+// send sends one non-streamed turn of session to h and returns the replica
+// that served it (requests must be sequential).
+func (f *farm) send(t *testing.T, h *harness, session string, turn int) int {
+	t.Helper()
+	before := f.counts()
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, session, turn, false), sessionHdr(session)); r.status != 200 {
+		t.Fatalf("%s turn %d: %d %s", session, turn, r.status, r.body)
+	}
+	after := f.counts()
+	served := -1
+	for i := range after {
+		if after[i] != before[i] {
+			if served >= 0 {
+				t.Fatalf("%s turn %d: served by two replicas (%v -> %v)", session, turn, before, after)
+			}
+			served = i
+		}
+	}
+	if served < 0 {
+		t.Fatalf("%s turn %d: no replica served it", session, turn)
+	}
+	return served
+}
+
+// storeYAML is the shared-store settings of every proxy of a test: the same
+// session_key, and a timeout that a loaded test machine does not exceed
+// when the store is up.
+func storeYAML(r *redistest.Server, extra string) string {
+	return "session_store: " + r.URL(0) + "\nsession_key: shared-test-key\nsession_store_timeout: 500ms\n" + extra
+}
+
+// Two proxies, 16 sessions of 6 turns each sent to either at random: every
+// later turn reaches the session's home, wherever its first turn went.
+func TestSharedStoreTwoProxiesAgree(t *testing.T) {
+	rs := redistest.Start(t)
+	f := newFarm(t, 4)
+	cfg := modelsYAML(storeYAML(rs, ""), f.model)
+	proxies := []*harness{startProxy(t, cfg), startProxy(t, cfg)}
+	for _, h := range proxies {
+		h.scraped()
+		h.waitFor("store up", func(st StatusReport) bool { return st.SessionStore != nil && st.SessionStore.Up })
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	home := map[string]int{}
+	later, atHome := 0, 0
+	for turn := range 6 {
+		for s := range 16 {
+			session := fmt.Sprintf("agent-%02d", s)
+			got := f.send(t, proxies[rng.IntN(2)], session, turn)
+			if turn == 0 {
+				home[session] = got
+				continue
+			}
+			later++
+			if got == home[session] {
+				atHome++
+			}
+		}
+	}
+	if pct := 100 * float64(atHome) / float64(later); pct < 99 {
+		t.Errorf("%d of %d later turns (%.1f %%) on the session's home, want >= 99 %%", atHome, later, pct)
+	}
+	spread := map[int]int{}
+	for _, r := range home {
+		spread[r]++
+	}
+	if len(spread) < 4 {
+		t.Errorf("first turns on %d of 4 replicas (%v): new sessions are not balanced", len(spread), spread)
+	}
+	if !strings.Contains(proxies[0].metrics(), "warden_session_store_up 1") {
+		t.Error("warden_session_store_up is not 1 with the store up")
+	}
+}
+
+// A spill threshold counts the requests in flight through every proxy: a
+// turn reaching a proxy that has nothing in flight on the home spills when
+// the other proxy has the home over its threshold.
+func TestSharedStoreSpillCountsBothProxies(t *testing.T) {
+	rs := redistest.Start(t)
+	f := newFarm(t, 2)
+	for _, v := range f.fakes {
+		v.hold = make(chan struct{})
+	}
+	cfg := modelsYAML(storeYAML(rs, ""), f.model+"    spill_threshold: 2\n")
+	a, b := startProxy(t, cfg), startProxy(t, cfg)
+	a.scraped()
+	b.scraped()
+	// Three streamed turns of s in flight on its home, through a.
+	var wg sync.WaitGroup
+	for turn := range 3 {
+		wg.Go(func() {
+			a.do("POST", "/v1/chat/completions", chatBody(testModel, "s", turn, true), sessionHdr("s"))
+		})
+		a.waitFor("turns in flight", func(StatusReport) bool { return sum(f.counts()) == turn+1 })
+	}
+	home := onlyOne(t, f.counts(), 3)
+	b.waitFor("a's in-flight counts published", func(st StatusReport) bool {
+		return st.SessionStore != nil && st.SessionStore.Proxies == 2 && st.SessionStore.Up
+	})
+	waitRemote(t, b, home, 3)
+	// b has nothing in flight itself; with a's three the home is over 2.
+	wg.Go(func() {
+		b.do("POST", "/v1/chat/completions", chatBody(testModel, "s", 3, true), sessionHdr("s"))
+	})
+	b.waitFor("the fourth turn at a backend", func(StatusReport) bool { return sum(f.counts()) == 4 })
+	if got := f.counts(); got[1-home] != 1 {
+		t.Errorf("per replica %v: the turn through b did not spill from the home %d", got, home)
+	}
+	for _, v := range f.fakes {
+		close(v.hold)
+	}
+	wg.Wait()
+}
+
+// waitRemote waits until proxy h counts want requests of other proxies in
+// flight on replica r.
+func waitRemote(t *testing.T, h *harness, r, want int) {
+	t.Helper()
+	m := h.srv.state.Load().models[testModel]
+	h.waitFor(fmt.Sprintf("%d remote requests on replica %d", want, r), func(StatusReport) bool {
+		n, _, ok := m.store.Remote(testModel, m.replicas[r].name)
+		return ok && n == want
+	})
+}
+
+// One proxy dies: the other keeps every home. It comes back with an empty
+// table and learns the homes from the store.
+func TestSharedStoreProxyRestart(t *testing.T) {
+	rs := redistest.Start(t)
+	f := newFarm(t, 4)
+	cfg := modelsYAML(storeYAML(rs, ""), f.model)
+	a, b := startProxy(t, cfg), startProxy(t, cfg)
+	a.scraped()
+	b.scraped()
+	home := map[string]int{}
+	for s := range 16 {
+		session := fmt.Sprintf("agent-%02d", s)
+		home[session] = f.send(t, a, session, 0)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for session, h := range home {
+		if f.send(t, b, session, 1) != h {
+			moved++
+		}
+	}
+	if moved > 0 {
+		t.Errorf("after a stopped, %d of 16 sessions left their home through b", moved)
+	}
+	a2 := startProxy(t, cfg) // a restarted: nothing in its table
+	a2.scraped()
+	for session, h := range home {
+		if f.send(t, a2, session, 2) != h {
+			moved++
+		}
+	}
+	if moved > 0 {
+		t.Errorf("after a restarted, %d of 16 sessions left their home", moved)
+	}
+}
+
+// The store stops: requests keep succeeding, both proxies show it down and
+// still agree on new sessions' homes (rendezvous), and those homes reach
+// the store when it returns.
+func TestSharedStoreDown(t *testing.T) {
+	rs := redistest.Start(t)
+	f := newFarm(t, 4)
+	cfg := modelsYAML(storeYAML(rs, ""), f.model)
+	a, b := startProxy(t, cfg), startProxy(t, cfg)
+	a.scraped()
+	b.scraped()
+	before := f.send(t, a, "before", 0)
+	rs.Stop()
+	// The first claim after the stop fails within the timeout and the
+	// request is placed by rendezvous; then both proxies know the store is down.
+	f.send(t, a, "probe-a", 0)
+	f.send(t, b, "probe-b", 0)
+	for _, h := range []*harness{a, b} {
+		h.waitFor("store down", func(st StatusReport) bool { return st.SessionStore != nil && !st.SessionStore.Up })
+		if !strings.Contains(h.metrics(), "warden_session_store_up 0") {
+			t.Error("warden_session_store_up is not 0 with the store down")
+		}
+	}
+	if got := f.send(t, a, "before", 1); got != before {
+		t.Errorf("a known session left its home %d for %d with the store down", before, got)
+	}
+	homes := map[string]int{}
+	disagree := 0
+	for s := range 16 {
+		session := fmt.Sprintf("offline-%02d", s)
+		first, second := a, b
+		if s%2 == 1 {
+			first, second = b, a
+		}
+		homes[session] = f.send(t, first, session, 0)
+		if f.send(t, second, session, 1) != homes[session] {
+			disagree++
+		}
+	}
+	if disagree > 0 {
+		t.Errorf("with the store down the proxies disagreed on %d of 16 new sessions' homes", disagree)
+	}
+	rs.Restart()
+	for _, h := range []*harness{a, b} {
+		h.waitFor("store up again", func(st StatusReport) bool {
+			return st.SessionStore != nil && st.SessionStore.Up && st.SessionStore.Pending == 0
+		})
+	}
+	c := startProxy(t, cfg) // a third proxy knows only what the store has
+	c.scraped()
+	moved := 0
+	for session, h := range homes {
+		if f.send(t, c, session, 2) != h {
+			moved++
+		}
+	}
+	if moved > 0 {
+		t.Errorf("after the store returned, %d of 16 sessions placed while it was down left their home", moved)
+	}
+}
+
+func TestSharedStoreConfig(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"session_store: redis://127.0.0.1:6379/0\n", "session_key: required with session_store"},
+		{"session_store: memcached://x:1\nsession_key: k\n", `session_store: scheme "memcached"`},
+		{"session_store_timeout: 5ms\n", "session_store: required with session_store_password_env or session_store_timeout"},
+		{"session_store: redis://127.0.0.1:6379/0\nsession_key: k\nsession_store_password_env: WARDEN_TEST_NOT_SET\n", "session_store_password_env: environment variable WARDEN_TEST_NOT_SET is not set"},
+	} {
+		_, err := ParseConfig("proxy.yaml", []byte("listen: 127.0.0.1:0\n"+modelsYAML(tc.yaml, urlsModel("http://127.0.0.1:1"))))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+// BenchmarkSessionStore measures what the shared store adds to a request on
+// loopback: each iteration sends one request through a proxy without a
+// store and one through a proxy with one (a real redis-server), paced at
+// 1,000 requests/s, and reports the percentiles of both and their
+// difference. "hot": 64 sessions the proxy already homes (no round trip);
+// "new": a new session every request (one claim round trip).
+//
+//	go test -run '^$' -bench SessionStore -benchtime 3000x ./live/
+func BenchmarkSessionStore(b *testing.B) {
+	rs := redistest.Start(b)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" || r.URL.Path == "/health" {
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	}))
+	defer backend.Close()
+	model := urlsModel(backend.URL, backend.URL+"/", backend.URL+"//", backend.URL+"///")
+	plain := startProxy(b, modelsYAML("session_key: k\n", model))
+	shared := startProxy(b, modelsYAML("session_store: "+rs.URL(0)+"\nsession_key: k\n", model))
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, testModel, strings.Repeat("x", 1000))
+	for _, mode := range []string{"hot", "new"} {
+		b.Run(mode, func(b *testing.B) {
+			send := func(h *harness, session string) time.Duration {
+				req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+testKey)
+				req.Header.Set("X-Claude-Code-Session-Id", session)
+				start := time.Now()
+				res, err := h.client.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 {
+					b.Fatalf("status %d", res.StatusCode)
+				}
+				return time.Since(start)
+			}
+			for i := range 64 { // warm the pools and (hot) the tables
+				send(plain, "hot-"+strconv.Itoa(i))
+				send(shared, "hot-"+strconv.Itoa(i))
+			}
+			var without, with []time.Duration
+			tick := time.NewTicker(time.Millisecond)
+			defer tick.Stop()
+			i := 0
+			for b.Loop() {
+				<-tick.C
+				session := "hot-" + strconv.Itoa(i%64)
+				if mode == "new" {
+					session = mode + "-" + b.Name() + "-" + strconv.Itoa(i)
+				}
+				without = append(without, send(plain, session))
+				with = append(with, send(shared, session))
+				i++
+			}
+			pct := func(d []time.Duration, p float64) float64 {
+				s := slices.Clone(d)
+				slices.Sort(s)
+				return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds())
+			}
+			b.ReportMetric(pct(without, 0.5), "local-p50-µs")
+			b.ReportMetric(pct(without, 0.99), "local-p99-µs")
+			b.ReportMetric(pct(with, 0.5), "store-p50-µs")
+			b.ReportMetric(pct(with, 0.99), "store-p99-µs")
+			b.ReportMetric(pct(with, 0.5)-pct(without, 0.5), "added-p50-µs")
+			b.ReportMetric(pct(with, 0.99)-pct(without, 0.99), "added-p99-µs")
+		})
+	}
+}
