@@ -131,14 +131,27 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 	}
 	if home >= 0 {
 		t.touch(i, at)
+		if a.cfg.Spill.Priced() {
+			if d, ok := a.priced(r, s, i, home); ok {
+				a.grow(i, r.PromptTokens)
+				return d, nil
+			}
+		}
+		d := Decision{Replica: home, Reason: ReasonSticky}
 		if reps[home].InFlight > threshold {
 			if o := a.best(s, home); o >= 0 {
 				t.counter(o).SpilledIn++
-				return Decision{Replica: o, Reason: ReasonSpill}, nil
+				d = Decision{Replica: o, Reason: ReasonSpill}
 			}
 		}
-		t.counter(home).Sticky++
-		return Decision{Replica: home, Reason: ReasonSticky}, nil
+		if d.Reason == ReasonSticky {
+			t.counter(home).Sticky++
+		}
+		if a.kvOn() {
+			a.estimate(r, s, i, &d)
+			a.grow(i, r.PromptTokens)
+		}
+		return d, nil
 	}
 
 	// 3. New (or re-homed): the parent's home for a subagent, else the
@@ -149,6 +162,13 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 			target, reason = ph, ReasonParent
 		}
 	}
+	if target < 0 && a.kvNew() {
+		tgt, wait := a.placeNew(r, s)
+		if wait && remember && i == nilIndex && r.Parent == "" {
+			return Decision{Replica: -1, Reason: ReasonNew, Wait: true}, nil
+		}
+		target = tgt
+	}
 	if target < 0 {
 		target = a.best(s, -1)
 	}
@@ -157,23 +177,40 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 	} else {
 		c.New++
 	}
-	a.keep(i, key, -1, target, at, remember)
-	return Decision{Replica: target, Reason: reason}, nil
+	d := Decision{Replica: target, Reason: reason}
+	if a.kvOn() {
+		a.estimate(r, s, nilIndex, &d)
+	}
+	if j := a.keep(i, key, -1, target, at, remember); j != nilIndex {
+		a.grow(j, r.PromptTokens)
+	}
+	return d, nil
+}
+
+// grow raises entry i's footprint to a prompt of tokens: a conversation
+// occupies at least its latest prompt until its answer is observed.
+func (a *Affinity) grow(i int32, tokens int) {
+	if tokens > int(a.table.entries[i].footprint) {
+		a.table.setFootprint(i, tokens)
+	}
 }
 
 // keep records a request placed on replica to for the session whose entry
 // is i (nilIndex if none) and whose usable home is home (-1 if none): the
 // entry is touched, and the session is homed on to unless it has a home.
-func (a *Affinity) keep(i int32, key uint64, home, to int, at int64, remember bool) {
+// It returns the session's entry (nilIndex when it is not remembered).
+func (a *Affinity) keep(i int32, key uint64, home, to int, at int64, remember bool) int32 {
 	switch {
 	case !remember:
+		return nilIndex
 	case i == nilIndex:
-		a.table.insert(key, to, at)
+		return a.table.insert(key, to, at)
 	default:
 		if home < 0 {
 			a.table.setHome(i, to)
 		}
 		a.table.touch(i, at)
+		return i
 	}
 }
 

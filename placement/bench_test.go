@@ -206,3 +206,80 @@ func BenchmarkTableReload(b *testing.B) {
 		b.Fatalf("%d sessions after the reloads, want %d", tab.Len(), benchSessions)
 	}
 }
+
+// BenchmarkAffinityKV times one decision with every KV-aware option on
+// (balance kv, spill priced, admission kv) at 8 and 64 replicas and 1M
+// sessions in the table: a later turn (priced against every other
+// replica), a new conversation (placed by headroom, evicting the LRU
+// session), and a new conversation that must wait (nothing fits).
+func BenchmarkAffinityKV(b *testing.B) {
+	cfg := Config{MaxSessions: benchSessions, Balance: BalanceKV, Admission: AdmissionKV, Spill: SpillPriced()}
+	setup := func(n int, capacity int, now time.Time) (*Affinity, *Snapshot) {
+		ids := benchIDs()
+		a := NewAffinity(cfg)
+		for i := range benchSessions {
+			a.Table().Assign(ids[i], i%n, now)
+			a.Table().Observe(ids[i], 1000+i%5000)
+		}
+		s := farm(n, 32)
+		for i := range s.Replicas {
+			r := &s.Replicas[i]
+			r.InFlight = 1 + i%3
+			r.KVUsage = float64(i%10) / 10
+			r.KVCapacityTokens = capacity
+			r.PrefillTokensPerSec = 4000 + float64(i%4)*100
+			r.PrefillQueueTokens = (i % 5) * 3000
+		}
+		return a, s
+	}
+	for _, n := range []int{8, 64} {
+		b.Run(fmt.Sprintf("replicas=%d/later", n), func(b *testing.B) {
+			now := t0
+			a, s := setup(n, 1<<40, now)
+			ids := benchIDs()[:benchSessions]
+			r := Request{Pinned: NoPin, PromptTokens: 9000, SharedPrefixTokens: 3000}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				r.Session = ids[i%len(ids)]
+				now = now.Add(time.Microsecond)
+				if d, err := a.Pick(&r, s, now); err != nil || d.Wait {
+					b.Fatalf("%v %v, want a placement", d, err)
+				}
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("replicas=%d/new", n), func(b *testing.B) {
+			now := t0
+			a, s := setup(n, 1<<40, now)
+			ids := benchIDs()
+			r := Request{Pinned: NoPin, PromptTokens: 9000, SharedPrefixTokens: 3000}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				r.Session = ids[(benchSessions+i)%len(ids)]
+				now = now.Add(time.Microsecond)
+				if d, err := a.Pick(&r, s, now); err != nil || d.Reason != ReasonNew || d.Wait {
+					b.Fatalf("%v %v, want new", d, err)
+				}
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("replicas=%d/wait", n), func(b *testing.B) {
+			now := t0
+			a, s := setup(n, 1000, now)
+			ids := benchIDs()
+			r := Request{Pinned: NoPin, PromptTokens: 9000, SharedPrefixTokens: 3000}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				r.Session = ids[(benchSessions+i)%len(ids)]
+				now = now.Add(time.Microsecond)
+				if d, err := a.Pick(&r, s, now); err != nil || !d.Wait {
+					b.Fatalf("%v %v, want wait", d, err)
+				}
+				i++
+			}
+		})
+	}
+}

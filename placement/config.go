@@ -41,6 +41,90 @@ type Config struct {
 	// Zero means DefaultActiveWindow (two minutes: a few agent turn gaps, see
 	// there); a window longer than SessionTTL acts as SessionTTL.
 	ActiveWindow time.Duration
+	// Balance is what a new conversation is balanced on: BalanceSessions
+	// (the zero value: the load score, see Affinity) or BalanceKV (the
+	// most KV headroom, see kv.go).
+	Balance Balance
+	// Admission, when AdmissionKV, makes a new conversation whose expected
+	// footprint fits on no replica wait (Decision.Wait); see kv.go.
+	Admission Admission
+}
+
+// Balance selects how new conversations are spread (routing.balance).
+type Balance uint8
+
+const (
+	BalanceSessions Balance = iota // the load score: in-flight, KV fill, conversations held
+	BalanceKV                      // the most KV headroom, in-flight as tie-break
+)
+
+// ParseBalance reads "sessions" (or "") and "kv".
+func ParseBalance(s string) (Balance, error) {
+	switch s {
+	case "", "sessions":
+		return BalanceSessions, nil
+	case "kv":
+		return BalanceKV, nil
+	}
+	return 0, fmt.Errorf("placement: balance %q: want sessions or kv", s)
+}
+
+func (b Balance) String() string {
+	if b == BalanceKV {
+		return "kv"
+	}
+	return "sessions"
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (b Balance) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (b *Balance) UnmarshalText(text []byte) error {
+	v, err := ParseBalance(string(text))
+	if err == nil {
+		*b = v
+	}
+	return err
+}
+
+// Admission selects whether new conversations wait for KV headroom
+// (routing.admission).
+type Admission uint8
+
+const (
+	AdmissionOff Admission = iota // every new conversation is placed at once
+	AdmissionKV                   // wait while its expected footprint fits nowhere
+)
+
+// ParseAdmission reads "off" (or "") and "kv".
+func ParseAdmission(s string) (Admission, error) {
+	switch s {
+	case "", "off":
+		return AdmissionOff, nil
+	case "kv":
+		return AdmissionKV, nil
+	}
+	return 0, fmt.Errorf("placement: admission %q: want off or kv", s)
+}
+
+func (a Admission) String() string {
+	if a == AdmissionKV {
+		return "kv"
+	}
+	return "off"
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (a Admission) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (a *Admission) UnmarshalText(text []byte) error {
+	v, err := ParseAdmission(string(text))
+	if err == nil {
+		*a = v
+	}
+	return err
 }
 
 // Validate reports a configuration that cannot be used, naming the field.
@@ -50,6 +134,12 @@ func (c Config) Validate() error {
 	}
 	if c.ActiveWindow < 0 {
 		return fmt.Errorf("placement: ActiveWindow %v is negative (want 0 for the default %v, or more)", c.ActiveWindow, DefaultActiveWindow)
+	}
+	if c.Balance > BalanceKV {
+		return fmt.Errorf("placement: Balance %d is unknown (want BalanceSessions or BalanceKV)", c.Balance)
+	}
+	if c.Admission > AdmissionKV {
+		return fmt.Errorf("placement: Admission %d is unknown (want AdmissionOff or AdmissionKV)", c.Admission)
 	}
 	if c.MaxSessions < 0 {
 		return fmt.Errorf("placement: MaxSessions %d is negative (want 0 for the default %d, or more)", c.MaxSessions, DefaultMaxSessions)
@@ -76,28 +166,43 @@ func New(strategy string, cfg Config) (Policy, error) {
 
 // SpillThreshold is the in-flight count of a home replica above which a
 // later turn spills elsewhere: either auto, max(1, max_num_seqs/4), or a
-// fixed number. The zero value is auto.
+// fixed number. The zero value is auto. It may instead be priced
+// (SpillPriced): a later turn then leaves home only when its expected time
+// to first token there exceeds the one elsewhere (see kv.go); Resolve
+// then gives auto's number, which still bounds a subagent's placement on
+// its parent's home.
 type SpillThreshold struct {
-	n     int
-	fixed bool
+	n      int
+	fixed  bool
+	priced bool
 }
+
+// SpillPriced returns the priced threshold.
+func SpillPriced() SpillThreshold { return SpillThreshold{priced: true} }
+
+// Priced reports whether spills are decided by price.
+func (t SpillThreshold) Priced() bool { return t.priced }
 
 // SpillAt returns a fixed threshold of n requests in flight (n >= 0).
 func SpillAt(n int) SpillThreshold { return SpillThreshold{n: max(n, 0), fixed: true} }
 
-// ParseSpillThreshold parses "auto" or a non-negative integer.
+// ParseSpillThreshold parses "auto", "priced" or a non-negative integer.
 func ParseSpillThreshold(s string) (SpillThreshold, error) {
-	if s == "auto" {
+	switch s {
+	case "auto":
 		return SpillThreshold{}, nil
+	case "priced":
+		return SpillPriced(), nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 {
-		return SpillThreshold{}, fmt.Errorf("placement: spill threshold %q: want \"auto\" or a non-negative integer", s)
+		return SpillThreshold{}, fmt.Errorf("placement: spill threshold %q: want \"auto\", \"priced\" or a non-negative integer", s)
 	}
 	return SpillAt(n), nil
 }
 
-// Auto reports whether the threshold follows max_num_seqs.
+// Auto reports whether the threshold follows max_num_seqs (also true
+// when priced: its number is auto's).
 func (t SpillThreshold) Auto() bool { return !t.fixed }
 
 // Resolve returns the threshold for replicas with the given max_num_seqs.
@@ -108,8 +213,12 @@ func (t SpillThreshold) Resolve(maxNumSeqs int) int {
 	return max(1, maxNumSeqs/4)
 }
 
-// String returns "auto" or the number, as ParseSpillThreshold reads it.
+// String returns "auto", "priced" or the number, as ParseSpillThreshold
+// reads it.
 func (t SpillThreshold) String() string {
+	if t.priced {
+		return "priced"
+	}
 	if !t.fixed {
 		return "auto"
 	}

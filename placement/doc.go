@@ -18,6 +18,8 @@
 //     threshold ("auto" = max(1, max_num_seqs/4), or a number).
 //   - affinity.go: Affinity, the product (pinned, then sticky or spill,
 //     then new or a subagent on its parent's home), and its load score.
+//   - kv.go: the KV-aware options of Affinity (balance kv, the priced
+//     spill, admission kv) and WaitQueue, the caller's admission FIFO.
 //   - leastloaded.go: LeastLoaded, vLLM's own data-parallel balancer
 //     (4*waiting + running), with notes on where it follows vLLM and where
 //     it differs. Affinity switched off is this policy.
@@ -46,22 +48,35 @@
 //
 //	replicas N [max_num_seqs M]        the farm: N replicas, IDs 0..N-1
 //	policy NAME [key=value...]         hash, least-loaded or affinity; affinity
-//	                                   takes spill=auto|N, ttl=DURATION,
+//	                                   takes spill=auto|priced|N, ttl=DURATION,
 //	                                   active_window=DURATION, max_sessions=N,
-//	                                   disabled=true|false
+//	                                   disabled=true|false, balance=sessions|kv,
+//	                                   admission=off|kv, admission_timeout=DURATION
+//	                                   (the runner's WaitQueue)
 //	state ID|all key=value...          set inflight=, running=, waiting=, kv=
-//	                                   (0..1), healthy= of one or all replicas
+//	                                   (0..1), kv_capacity=, prefill_rate=
+//	                                   (tokens/s), prefill_queue=, healthy= of
+//	                                   one or all replicas
 //	scrape                             a stats update: Snapshot.Generation+1
 //	at DURATION                        move the clock to 0s + DURATION (10s, 5m);
 //	                                   it never runs backwards
 //	pick [session=S] [parent=S] [pinned=ID] -> ID REASON | none
 //	                                   one decision; "none" expects an error
-//	                                   wrapping ErrNoHealthyReplica
+//	                                   wrapping ErrNoHealthyReplica; also
+//	                                   prompt=N, shared=N (tokens); "-> wait":
+//	                                   held for admission, queued FIFO by the
+//	                                   runner as a caller would (MustQueue)
+//	observe session=S tokens=N         Table.Observe: a response's prompt + answer
+//	end session=S                      Table.Remove: the conversation ended
+//	admit -> session=S ID REASON | wait | empty
+//	                                   ask again for the front of the wait queue
+//	expire -> S[,S...] | none          pop those waiting longer than
+//	                                   admission_timeout
 //	home session=S -> ID | none        affinity only: Table.Home
 //	expect sessions=N                  affinity only: Table.Len
 //	expect replica ID name=N...        affinity only: that replica's counters
 //	                                   (sessions, active, new, parent,
-//	                                   sticky, spilled_in, pinned); the ones
+//	                                   sticky, spilled_in, pinned, footprint); the ones
 //	                                   listed are checked
 //
 // For example:

@@ -18,6 +18,26 @@ type Replica struct {
 	KVUsage  float64 // vllm:kv_cache_usage_perc, 0..1 (scraped, may be stale)
 	Sessions int     // active conversations homed here (filled by the session table, see Table.Fill)
 	Healthy  bool
+
+	// What the KV-aware options (Config.Balance, Config.Spill priced,
+	// Config.Admission) know besides; zero means unknown, and an option
+	// that needs a field it does not have falls back to the seed rule.
+
+	// KVCapacityTokens is the replica's KV cache in tokens: num_gpu_blocks
+	// x block_size (the farm in sim; vllm:cache_config_info in live).
+	KVCapacityTokens int
+	// FootprintTokens is the sum, over the active conversations homed
+	// here, of each one's last prompt + answer tokens (Table.Fill writes
+	// it; ReplicaCounters.Footprint).
+	FootprintTokens int
+	// PrefillTokensPerSec is how fast the replica computes an uncached
+	// prompt (the step-time model in sim; calibration or config in live).
+	PrefillTokensPerSec float64
+	// PrefillQueueTokens is the router's own estimate of the prompt tokens
+	// still to prefill ahead of a new arrival: the sum of Decision.Uncached
+	// over the requests it sent here that have not yet produced a first
+	// token (instant, local, like InFlight).
+	PrefillQueueTokens int
 }
 
 // Snapshot is the state of all replicas of one model at one instant.
@@ -45,6 +65,11 @@ type Request struct {
 	// unhealthy; a session homed on one keeps its home (its prefix cache
 	// is still there) and this request spills instead of re-homing.
 	Failed []int
+	// SharedPrefixTokens is how many leading tokens of the prompt the
+	// caller knows to be shared by every conversation (a common system
+	// prompt), 0 when unknown. The priced spill counts them as cached on
+	// any replica that holds a conversation.
+	SharedPrefixTokens int
 }
 
 // failed reports whether replica i is in r.Failed.
@@ -94,6 +119,20 @@ func ParseReason(s string) (Reason, error) {
 type Decision struct {
 	Replica int
 	Reason  Reason
+	// Wait is set (with Config.Admission kv) when a new conversation's
+	// expected footprint fits on no replica: Replica is then -1, nothing
+	// was recorded, and the caller holds the request (FIFO, see WaitQueue)
+	// and asks again when a conversation ends or goes idle.
+	Wait bool
+	// Uncached is the policy's estimate of the prompt tokens the chosen
+	// replica must compute (set by the priced spill and the KV balance;
+	// else 0). The caller adds it to Replica.PrefillQueueTokens until the
+	// request's first token.
+	Uncached int32
+	// HomeTTFT and ElsewhereTTFT are the expected times to first token, in
+	// seconds, that a priced decision compared (home, and the best other
+	// replica); zero when no price was computed.
+	HomeTTFT, ElsewhereTTFT float32
 }
 
 // ErrNoHealthyReplica is returned (wrapped) when no replica can take a request.

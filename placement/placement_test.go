@@ -215,11 +215,11 @@ func TestAffinityRehomesOutOfRange(t *testing.T) {
 	for i := range 3 {
 		big.Replicas[i].InFlight = 5
 	}
-	if d := pick(t, a, Request{Session: "x", Pinned: NoPin}, big, t0); d != (Decision{3, ReasonNew}) {
+	if d := pick(t, a, Request{Session: "x", Pinned: NoPin}, big, t0); d != (Decision{Replica: 3, Reason: ReasonNew}) {
 		t.Fatalf("first turn: %v, want 3 new", d)
 	}
 	small := farm(2, 32)
-	if d := pick(t, a, Request{Session: "x", Pinned: NoPin}, small, t0); d != (Decision{0, ReasonNew}) {
+	if d := pick(t, a, Request{Session: "x", Pinned: NoPin}, small, t0); d != (Decision{Replica: 0, Reason: ReasonNew}) {
 		t.Fatalf("home 3 gone: %v, want 0 new", d)
 	}
 	if h, _ := a.Table().Home("x", t0); h != 0 {

@@ -39,6 +39,10 @@ const (
 	opHome
 	opExpectLen
 	opExpectReplica
+	opObserve
+	opEnd
+	opAdmit
+	opExpire
 )
 
 // assignment is one key=value of a state line, already validated.
@@ -56,6 +60,7 @@ type op struct {
 	n, m     int // replicas N max_num_seqs M; replica of state/expect (-1: all)
 	strategy string
 	cfg      Config
+	timeout  time.Duration // policy admission_timeout: the runner's WaitQueue
 	assigns  []assignment
 	d        time.Duration
 	req      Request
@@ -116,7 +121,7 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 		if !haveReplicas && verb != "replicas" {
 			return nil, errf("%q before \"replicas\": a scenario starts with \"replicas N [max_num_seqs M]\"", verb)
 		}
-		if arrow && verb != "pick" && verb != "home" {
+		if arrow && verb != "pick" && verb != "home" && verb != "admit" && verb != "expire" {
 			return nil, errf("%q takes no \"->\" expectation", verb)
 		}
 		switch verb {
@@ -178,8 +183,14 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 					o.cfg.MaxSessions, err = parseInt(v, 1, maxScenarioSessions)
 				case "disabled":
 					o.cfg.Disabled, err = strconv.ParseBool(v)
+				case "balance":
+					o.cfg.Balance, err = ParseBalance(v)
+				case "admission":
+					o.cfg.Admission, err = ParseAdmission(v)
+				case "admission_timeout":
+					o.timeout, err = parseDuration(v)
 				default:
-					return nil, errf("unknown option %q (want spill, ttl, active_window, max_sessions, disabled)", k)
+					return nil, errf("unknown option %q (want spill, ttl, active_window, max_sessions, disabled, balance, admission, admission_timeout)", k)
 				}
 				if err != nil {
 					return nil, errf("%s: %v", k, err)
@@ -212,10 +223,12 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 					if err == nil && !(a.f >= 0 && a.f <= 1) {
 						err = errors.New("want a fraction 0..1")
 					}
+				case "kv_capacity", "prefill_rate", "prefill_queue":
+					a.n, err = parseInt(v, 0, maxScenarioInt)
 				case "healthy":
 					a.b, err = strconv.ParseBool(v)
 				default:
-					return nil, errf("unknown field %q (want inflight, running, waiting, kv, healthy)", k)
+					return nil, errf("unknown field %q (want inflight, running, waiting, kv, kv_capacity, prefill_rate, prefill_queue, healthy)", k)
 				}
 				if err != nil {
 					return nil, errf("%s: %v", k, err)
@@ -255,6 +268,16 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 					o.req.Session = v
 				case "parent":
 					o.req.Parent = v
+				case "prompt", "shared":
+					n, err := parseInt(v, 0, maxScenarioInt)
+					if err != nil {
+						return nil, errf("%s: %v", k, err)
+					}
+					if k == "prompt" {
+						o.req.PromptTokens = n
+					} else {
+						o.req.SharedPrefixTokens = n
+					}
 				case "pinned":
 					if v == "" {
 						continue
@@ -264,15 +287,15 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 						return nil, errf("pinned: %v", err)
 					}
 				default:
-					return nil, errf("unknown field %q (want session, parent, pinned)", k)
+					return nil, errf("unknown field %q (want session, parent, pinned, prompt, shared)", k)
 				}
 			}
 			switch {
 			case !arrow && allowMissing:
 			case !arrow:
 				return nil, errf("pick without \"-> ID REASON\" or \"-> none\" (run with -update to fill it in)")
-			case len(rhs) == 1 && rhs[0] == "none":
-				o.want = "none"
+			case len(rhs) == 1 && (rhs[0] == "none" || rhs[0] == "wait"):
+				o.want = rhs[0]
 			case len(rhs) == 2:
 				id, err := parseInt(rhs[0], 0, maxScenarioReplicas)
 				if err != nil {
@@ -285,6 +308,61 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 				o.want = formatPick(Decision{Replica: id, Reason: reason}, nil)
 			default:
 				return nil, errf("want \"-> ID REASON\" or \"-> none\" after pick")
+			}
+		case "observe", "end":
+			if strategy != StrategyAffinity {
+				return nil, errf("%q needs policy affinity (the only one with a session table)", verb)
+			}
+			o.kind = opEnd
+			want := 1
+			if verb == "observe" {
+				o.kind, want = opObserve, 2
+			}
+			if len(args) != want || !strings.HasPrefix(args[0], "session=") {
+				return nil, errf("want \"observe session=S tokens=N\" or \"end session=S\"")
+			}
+			o.req.Session = strings.TrimPrefix(args[0], "session=")
+			if verb == "observe" {
+				if !strings.HasPrefix(args[1], "tokens=") {
+					return nil, errf("want \"observe session=S tokens=N\"")
+				}
+				n, err := parseInt(strings.TrimPrefix(args[1], "tokens="), 0, maxScenarioInt)
+				if err != nil {
+					return nil, errf("tokens: %v", err)
+				}
+				o.n = n
+			}
+		case "admit", "expire":
+			if strategy != StrategyAffinity {
+				return nil, errf("%q needs policy affinity (the only one with a session table)", verb)
+			}
+			if len(args) != 0 {
+				return nil, errf("%q takes no arguments", verb)
+			}
+			o.kind = opAdmit
+			if verb == "expire" {
+				o.kind = opExpire
+			}
+			switch {
+			case !arrow && allowMissing:
+			case !arrow:
+				return nil, errf("%s without \"-> ...\" (run with -update to fill it in)", verb)
+			case verb == "admit" && len(rhs) == 1 && (rhs[0] == "wait" || rhs[0] == "empty"):
+				o.want = rhs[0]
+			case verb == "admit" && len(rhs) == 3 && strings.HasPrefix(rhs[0], "session="):
+				id, err := parseInt(rhs[1], 0, maxScenarioReplicas)
+				if err != nil {
+					return nil, errf("expected replica: %v", err)
+				}
+				reason, err := ParseReason(rhs[2])
+				if err != nil {
+					return nil, errf("%v", err)
+				}
+				o.want = rhs[0] + " " + formatPick(Decision{Replica: id, Reason: reason}, nil)
+			case verb == "expire" && len(rhs) == 1:
+				o.want = rhs[0]
+			default:
+				return nil, errf("want \"admit -> session=S ID REASON | wait | empty\" or \"expire -> S[,S...] | none\"")
 			}
 		case "home":
 			if strategy != StrategyAffinity {
@@ -340,7 +418,7 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 				return nil, errf("want \"expect sessions=N\" or \"expect replica ID counter=N...\"")
 			}
 		default:
-			return nil, errf("unknown directive %q (want replicas, policy, state, scrape, at, pick, home, expect)", verb)
+			return nil, errf("unknown directive %q (want replicas, policy, state, scrape, at, pick, home, observe, end, admit, expire, expect)", verb)
 		}
 		sc.ops = append(sc.ops, o)
 	}
@@ -372,7 +450,7 @@ func parseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-var counterNames = []string{"sessions", "active", "new", "parent", "sticky", "spilled_in", "pinned"}
+var counterNames = []string{"sessions", "active", "new", "parent", "sticky", "spilled_in", "pinned", "footprint"}
 
 // counterField returns the named counter of c, or -1 for an unknown name.
 func counterField(c ReplicaCounters, name string) int {
@@ -391,6 +469,8 @@ func counterField(c ReplicaCounters, name string) int {
 		return c.SpilledIn
 	case "pinned":
 		return c.ClientPinned
+	case "footprint":
+		return c.Footprint
 	}
 	return -1
 }
@@ -401,6 +481,8 @@ func formatPick(d Decision, err error) string {
 		return "none"
 	case err != nil:
 		return "error: " + err.Error()
+	case d.Wait:
+		return "wait"
 	}
 	return fmt.Sprintf("%d %s", d.Replica, d.Reason)
 }
@@ -418,11 +500,13 @@ func (o outcome) ok() bool { return o.want == o.got }
 // run executes the scenario and returns one outcome per checked line.
 func (sc *scenario) run() ([]outcome, error) {
 	var (
-		snap   Snapshot
-		policy Policy
-		aff    *Affinity
-		now    = scenarioEpoch
-		out    []outcome
+		snap    Snapshot
+		policy  Policy
+		aff     *Affinity
+		now     = scenarioEpoch
+		out     []outcome
+		queue   WaitQueue[Request] // requests that got Wait, as a caller keeps them
+		timeout time.Duration
 	)
 	withComment := func(s, comment string) string {
 		if comment != "" {
@@ -445,6 +529,7 @@ func (sc *scenario) run() ([]outcome, error) {
 			}
 			policy = p
 			aff, _ = p.(*Affinity)
+			timeout = o.timeout
 		case opState:
 			for i := range snap.Replicas {
 				if o.n >= 0 && i != o.n {
@@ -463,6 +548,12 @@ func (sc *scenario) run() ([]outcome, error) {
 						r.KVUsage = a.f
 					case "healthy":
 						r.Healthy = a.b
+					case "kv_capacity":
+						r.KVCapacityTokens = a.n
+					case "prefill_rate":
+						r.PrefillTokensPerSec = float64(a.n)
+					case "prefill_queue":
+						r.PrefillQueueTokens = a.n
 					}
 				}
 			}
@@ -472,8 +563,44 @@ func (sc *scenario) run() ([]outcome, error) {
 			now = scenarioEpoch.Add(o.d)
 		case opPick:
 			req := o.req
-			d, err := policy.Pick(&req, &snap, now)
+			var (
+				d   Decision
+				err error
+			)
+			if aff != nil && aff.MustQueue(&req, queue.Len(), now) {
+				d = Decision{Replica: -1, Reason: ReasonNew, Wait: true} // behind the others, without asking
+			} else {
+				d, err = policy.Pick(&req, &snap, now)
+			}
+			if err == nil && d.Wait {
+				queue.Push(req, now)
+			}
 			got := formatPick(d, err)
+			out = append(out, outcome{o.line, o.want, got, withComment(o.prefix+" -> "+got, o.comment)})
+		case opObserve:
+			aff.Table().Observe(o.req.Session, o.n)
+		case opEnd:
+			aff.Table().Remove(o.req.Session)
+		case opAdmit:
+			got := "empty"
+			if req, _, ok := queue.Front(); ok {
+				d, err := policy.Pick(&req, &snap, now)
+				got = formatPick(d, err)
+				if err == nil && !d.Wait {
+					queue.Pop()
+					got = "session=" + req.Session + " " + got
+				}
+			}
+			out = append(out, outcome{o.line, o.want, got, withComment(o.prefix+" -> "+got, o.comment)})
+		case opExpire:
+			var names []string
+			for _, req := range queue.Expired(now, timeout, nil) {
+				names = append(names, req.Session)
+			}
+			got := "none"
+			if len(names) > 0 {
+				got = strings.Join(names, ",")
+			}
 			out = append(out, outcome{o.line, o.want, got, withComment(o.prefix+" -> "+got, o.comment)})
 		case opHome:
 			got := "none"

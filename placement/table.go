@@ -52,18 +52,26 @@ type ReplicaCounters struct {
 	Sticky       int // later turns served by their home, this replica
 	SpilledIn    int // requests spilled here from an overloaded home
 	ClientPinned int // requests a trusted client pinned here
+	// Footprint is the sum, over the active conversations homed here, of
+	// each one's footprint: its last prompt + answer tokens (Table.Observe;
+	// the prompt of its latest request until then). Kept incrementally.
+	Footprint int
 }
 
-// entry is one remembered conversation. 32 bytes: the key, the time of its
-// last request, its place in the LRU list, its home and whether it is
-// counted active (in the padding).
+// entry is one remembered conversation. 40 bytes: the key, the time of its
+// last request, its place in the LRU list, its home, its footprint, the
+// replica it left last (a priced move) with the tokens it had there, and
+// whether it is counted active (in the padding).
 type entry struct {
-	key    uint64 // fnv1a64 of the session id
-	seen   int64  // last request, nanoseconds since Table.base
-	prev   int32  // towards the head (more recent); nilIndex at the head
-	next   int32  // towards the tail (less recent); also links the free list
-	home   int32  // replica ID
-	active bool   // counted in its home's Active: between head and Table.act
+	key       uint64 // fnv1a64 of the session id
+	seen      int64  // last request, nanoseconds since Table.base
+	prev      int32  // towards the head (more recent); nilIndex at the head
+	next      int32  // towards the tail (less recent); also links the free list
+	home      int32  // replica ID
+	footprint int32  // last prompt + answer tokens (see ReplicaCounters.Footprint)
+	leftTok   int32  // tokens of the conversation when it last left a home
+	left      int16  // the home it last left (a priced move), -1 none
+	active    bool   // counted in its home's Active: between head and Table.act
 }
 
 // Table remembers the home replica of each conversation: session -> home,
@@ -114,6 +122,10 @@ type Table struct {
 	base    time.Time // the first now seen; seen times are offsets from it
 	hasBase bool
 	counts  []ReplicaCounters // aligned with replica IDs, grown on demand
+	// typical is a moving average of the footprint of conversations when
+	// they leave the active set (go idle or are removed): the expected
+	// footprint of a new one (admission), 0 before the first.
+	typical float64
 }
 
 // NewTable returns an empty table with the DefaultActiveWindow (capped at
@@ -254,6 +266,59 @@ func (t *Table) Counters() []ReplicaCounters {
 func (t *Table) Fill(s *Snapshot) {
 	for i := range s.Replicas {
 		s.Replicas[i].Sessions = t.held(i)
+		s.Replicas[i].FootprintTokens = t.footprint(i)
+	}
+}
+
+// footprint is ReplicaCounters.Footprint of replica r (0 out of range).
+func (t *Table) footprint(r int) int {
+	if r >= 0 && r < len(t.counts) {
+		return t.counts[r].Footprint
+	}
+	return 0
+}
+
+// Observe records the footprint of session's conversation, its last
+// prompt + answer tokens (from the response's usage in live; exact in the
+// simulator), as the conversation's share of its home's KV cache. It does
+// not count as a request. It reports whether the table knows the session.
+func (t *Table) Observe(session string, tokens int) bool {
+	i, ok := t.index[fnv1a64(session)]
+	if !ok {
+		return false
+	}
+	t.setFootprint(i, tokens)
+	return true
+}
+
+// TypicalFootprint is the expected footprint of a new conversation: a
+// moving average (weight 1/8) of the footprints conversations had when
+// they left the active set; 0 before the first did.
+func (t *Table) TypicalFootprint() int { return int(t.typical) }
+
+// setFootprint changes entry i's footprint, keeping its home's count.
+func (t *Table) setFootprint(i int32, tokens int) {
+	e := &t.entries[i]
+	n := int32(min(max(tokens, 0), math.MaxInt32))
+	if e.active {
+		t.counts[e.home].Footprint += int(n) - int(e.footprint)
+	}
+	e.footprint = n
+}
+
+// deactivate takes entry e out of its home's Active and Footprint counts
+// and feeds its footprint to the typical one.
+func (t *Table) deactivate(e *entry) {
+	e.active = false
+	c := &t.counts[e.home]
+	c.Active--
+	c.Footprint -= int(e.footprint)
+	if e.footprint > 0 {
+		if t.typical == 0 {
+			t.typical = float64(e.footprint)
+		} else {
+			t.typical += (float64(e.footprint) - t.typical) / 8
+		}
 	}
 }
 
@@ -307,8 +372,7 @@ func (t *Table) retire(at int64) {
 		if at-e.seen <= t.window {
 			return
 		}
-		e.active = false
-		t.counts[e.home].Active--
+		t.deactivate(e)
 		t.act = e.prev
 	}
 }
@@ -321,6 +385,7 @@ func (t *Table) activate(i int32) {
 	}
 	e.active = true
 	t.counts[e.home].Active++
+	t.counts[e.home].Footprint += int(e.footprint)
 	if t.act == nilIndex {
 		t.act = i
 	}
@@ -361,7 +426,7 @@ func (t *Table) insert(key uint64, home int, at int64) int32 {
 		t.entries = append(t.entries, entry{})
 		i = int32(len(t.entries) - 1)
 	}
-	t.entries[i] = entry{key: key, seen: at, prev: nilIndex, next: nilIndex, home: int32(home)}
+	t.entries[i] = entry{key: key, seen: at, prev: nilIndex, next: nilIndex, home: int32(home), left: -1}
 	t.counter(home).Sessions++
 	t.pushFront(i)
 	t.activate(i)
@@ -377,8 +442,7 @@ func (t *Table) remove(i int32) {
 		if t.act == i {
 			t.act = e.prev
 		}
-		e.active = false
-		t.counts[e.home].Active--
+		t.deactivate(e)
 	}
 	t.unlink(i)
 	delete(t.index, e.key)
@@ -414,7 +478,9 @@ func (t *Table) setHome(i int32, home int) {
 	c.Sessions++
 	if e.active {
 		t.counts[e.home].Active--
+		t.counts[e.home].Footprint -= int(e.footprint)
 		c.Active++
+		c.Footprint += int(e.footprint)
 	}
 	e.home = int32(home)
 }
@@ -464,6 +530,7 @@ func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Dura
 	for i := t.head; i != nilIndex && t.entries[i].active; i = t.entries[i].next {
 		t.entries[i].active = false
 		t.counts[t.entries[i].home].Active--
+		t.counts[t.entries[i].home].Footprint -= int(t.entries[i].footprint)
 	}
 	t.act = nilIndex
 	for t.tail != nilIndex && (t.n > t.max || t.idle(t.tail, at)) {
@@ -473,6 +540,7 @@ func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Dura
 	for i := t.head; i != nilIndex && at-t.entries[i].seen <= t.window; i = t.entries[i].next {
 		t.entries[i].active = true
 		t.counts[t.entries[i].home].Active++
+		t.counts[t.entries[i].home].Footprint += int(t.entries[i].footprint)
 		t.act = i
 	}
 	return dropped
@@ -510,7 +578,11 @@ func (t *Table) Renumber(to []int) (forgotten int) {
 	}
 	t.counts = counts
 	for i := t.head; i != nilIndex; i = t.entries[i].next {
-		t.entries[i].home = int32(dest(t.entries[i].home))
+		e := &t.entries[i]
+		e.home = int32(dest(e.home))
+		if e.left >= 0 {
+			e.left = int16(dest(int32(e.left)))
+		}
 	}
 	return forgotten
 }
