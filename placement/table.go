@@ -122,9 +122,10 @@ type Table struct {
 	base    time.Time // the first now seen; seen times are offsets from it
 	hasBase bool
 	counts  []ReplicaCounters // aligned with replica IDs, grown on demand
-	// typical is a moving average of the footprint of conversations when
-	// they leave the active set (go idle or are removed): the expected
-	// footprint of a new one (admission), 0 before the first.
+	// typical is a moving average of the footprints observed (every
+	// response's prompt + answer): the size a conversation has on average
+	// over its life, the expected footprint of a new one (admission);
+	// 0 before the first.
 	typical float64
 }
 
@@ -288,12 +289,19 @@ func (t *Table) Observe(session string, tokens int) bool {
 		return false
 	}
 	t.setFootprint(i, tokens)
+	if tokens > 0 {
+		if t.typical == 0 {
+			t.typical = float64(tokens)
+		} else {
+			t.typical += (float64(tokens) - t.typical) / 32
+		}
+	}
 	return true
 }
 
-// TypicalFootprint is the expected footprint of a new conversation: a
-// moving average (weight 1/8) of the footprints conversations had when
-// they left the active set; 0 before the first did.
+// TypicalFootprint is the expected footprint of a new conversation, and
+// of an active one over its life: a moving average (weight 1/32) of the
+// footprints observed, one per response; 0 before the first.
 func (t *Table) TypicalFootprint() int { return int(t.typical) }
 
 // setFootprint changes entry i's footprint, keeping its home's count.
@@ -306,20 +314,12 @@ func (t *Table) setFootprint(i int32, tokens int) {
 	e.footprint = n
 }
 
-// deactivate takes entry e out of its home's Active and Footprint counts
-// and feeds its footprint to the typical one.
+// deactivate takes entry e out of its home's Active and Footprint counts.
 func (t *Table) deactivate(e *entry) {
 	e.active = false
 	c := &t.counts[e.home]
 	c.Active--
 	c.Footprint -= int(e.footprint)
-	if e.footprint > 0 {
-		if t.typical == 0 {
-			t.typical = float64(e.footprint)
-		} else {
-			t.typical += (float64(e.footprint) - t.typical) / 8
-		}
-	}
 }
 
 // held is the number of active sessions homed on replica r: the

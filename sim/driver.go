@@ -157,17 +157,27 @@ func (c *closedLoop) done(r *run, s *seq, finished bool) {
 	k := int(s.client)
 	cl := &c.clients[k]
 	if !finished {
-		// Rejected (too long for the KV cache): the session is abandoned.
+		// Rejected (too long for the KV cache, or refused after waiting
+		// for admission): the session is abandoned.
+		if r.kv != nil {
+			r.kv.sessionEnded(r, cl.sess.ID)
+		}
 		c.nextSessionAfter(r, k, rejectBackoff)
 		return
 	}
 	cl.turn++
 	if cl.turn >= len(cl.sess.Turns) {
 		r.rt.sessionsCompleted++
+		if r.kv != nil {
+			r.kv.sessionEnded(r, cl.sess.ID)
+		}
 		c.nextSessionAfter(r, k, r.downlinkUs+c.turnaroundUs)
 		return
 	}
 	if cl.retiring {
+		if r.kv != nil {
+			r.kv.sessionEnded(r, cl.sess.ID)
+		}
 		cl.active, cl.retiring = false, false
 		c.active--
 		return

@@ -19,6 +19,7 @@ const (
 	evKick                     // an idle replica looks at its queues (arg: replica)
 	evArrive                   // a sent request reaches the engine (arg: pending slot)
 	evPublish                  // the DP coordinator publishes the engines' counts
+	evAdmit                    // the router admits waiting conversations (routing.go)
 )
 
 // event is one entry of the event heap. Ties in time are broken by seq, the

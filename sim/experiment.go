@@ -118,8 +118,8 @@ func (e Experiment) withDefaults() (Experiment, error) {
 		e.Strategies = DefaultStrategies
 	}
 	for _, s := range e.Strategies {
-		if !validStrategy(s) {
-			return e, fmt.Errorf("sim: unknown strategy %q (want one of %v)", s, placement.Strategies())
+		if err := ValidStrategy(s); err != nil {
+			return e, fmt.Errorf("sim: %w", err)
 		}
 	}
 	if e.Spill == nil {
@@ -264,8 +264,11 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	if err != nil {
 		return nil, nil, err
 	}
+	if r.kv != nil && e.Trace == nil {
+		r.kv.shared = e.Workload.SystemPromptTokens // the synthetic sessions' common system prompt
+	}
 	if e.Requests != nil {
-		r.log = newRequestLog(strategy)
+		r.log = newRequestLog(r.name)
 	}
 	if strategy == placement.StrategyLeastLoaded && e.Farm.Spec.Replicas > 1 && e.Farm.Spec.Routing.Balancer == BalancerVLLM {
 		v := e.Farm.Spec.VLLM
@@ -383,7 +386,7 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	ev := metrics.NewEvaluator()
 	rows := make([]Row, 0, len(windows))
 	for _, w := range windows {
-		row, err := r.row(ctx, ev, strategy, w)
+		row, err := r.row(ctx, ev, r.name, w)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -155,6 +155,15 @@ type RoutingSpec struct {
 	// seen within it; 0 means placement's default.
 	ActiveWindow Duration `yaml:"active_window"`
 	MaxSessions  int      `yaml:"max_sessions"`
+	// Balance is what affinity balances new conversations on: sessions
+	// (the default, the load score) or kv (the most KV headroom).
+	Balance string `yaml:"balance"`
+	// Admission is off (the default) or kv: a new conversation whose
+	// expected footprint fits on no replica waits at the router, FIFO.
+	Admission string `yaml:"admission"`
+	// AdmissionTimeout refuses a conversation that waited longer (429 or
+	// 529 in the proxy); 0 waits as long as it takes.
+	AdmissionTimeout Duration `yaml:"admission_timeout"`
 }
 
 // Duration is a time.Duration written as "30m", "1s" or "100us" in YAML.
@@ -207,6 +216,8 @@ type Farm struct {
 	Sizing       hardware.KVSizing
 	NumGPUBlocks int
 	Spill        placement.SpillThreshold
+	Balance      placement.Balance
+	Admission    placement.Admission
 	Behaviour    VLLMBehaviour
 }
 
@@ -424,7 +435,24 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	}
 	spill, err := placement.ParseSpillThreshold(r.SpillThreshold)
 	if err != nil {
-		return nil, bad("routing.spill_threshold", "want auto or a non-negative integer, got %q", r.SpillThreshold)
+		return nil, bad("routing.spill_threshold", "want auto, priced or a non-negative integer, got %q", r.SpillThreshold)
+	}
+	if r.Balance == "" {
+		r.Balance = placement.BalanceSessions.String()
+	}
+	balance, err := placement.ParseBalance(r.Balance)
+	if err != nil {
+		return nil, bad("routing.balance", "want sessions or kv, got %q", r.Balance)
+	}
+	if r.Admission == "" {
+		r.Admission = placement.AdmissionOff.String()
+	}
+	admission, err := placement.ParseAdmission(r.Admission)
+	if err != nil {
+		return nil, bad("routing.admission", "want off or kv, got %q", r.Admission)
+	}
+	if r.AdmissionTimeout < 0 {
+		return nil, bad("routing.admission_timeout", "must be >= 0 (0 = wait as long as it takes), got %s", time.Duration(r.AdmissionTimeout))
 	}
 	if r.SessionTTL == 0 {
 		r.SessionTTL = Duration(placement.DefaultSessionTTL)
@@ -512,6 +540,8 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 		Sizing:       sizing,
 		NumGPUBlocks: blocks,
 		Spill:        spill,
+		Balance:      balance,
+		Admission:    admission,
 		Behaviour:    behaviour,
 	}, nil
 }

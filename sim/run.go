@@ -54,6 +54,11 @@ type run struct {
 	// requests of the least-loaded strategy; nil for the others.
 	front *dpFrontend
 
+	// kv feeds affinity's KV-aware options and holds its admission FIFO
+	// (routing.go); nil for every other variant.
+	kv   *kvRouter
+	name string // the variant's display name (routing.go)
+
 	// boundaries: the counters at each scrape that closes a measured step
 	// (and at the first one), for the direct counts of the results.
 	marks []mark
@@ -101,13 +106,11 @@ type driver interface {
 }
 
 func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, error) {
-	cfg := placement.Config{
-		Spill:        spill,
-		SessionTTL:   time.Duration(f.Spec.Routing.SessionTTL),
-		ActiveWindow: time.Duration(f.Spec.Routing.ActiveWindow),
-		MaxSessions:  f.Spec.Routing.MaxSessions,
+	vr, err := newVariant(f, strategy, spill)
+	if err != nil {
+		return nil, err
 	}
-	pol, err := placement.New(strategy, cfg)
+	pol, err := placement.New(vr.strategy, vr.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +122,7 @@ func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, err
 		policy:     pol,
 		scrapeUs:   time.Duration(f.Spec.ScrapeInterval).Microseconds(),
 		lastScrape: -1,
+		name:       vr.name,
 	}
 	if t, ok := pol.(interface{ Table() *placement.Table }); ok {
 		r.table = t.Table()
@@ -139,6 +143,7 @@ func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, err
 	}
 	r.doneFn = r.onDone
 	r.rec = newRecorder(r)
+	r.initKV(vr, 0)
 	return r, nil
 }
 
@@ -181,6 +186,9 @@ func (r *run) loop(ctx context.Context, until int64) error {
 			r.start(rep)
 		case evPublish:
 			r.front.publish(r.now)
+		case evAdmit:
+			r.kv.admitQueued = false
+			r.kv.admit(r)
 		case evKick:
 			r.kickQueued[e.arg] = false
 			r.start(r.reps[e.arg])
@@ -286,6 +294,9 @@ func (r *run) censorTTFBs() int64 {
 	for _, s := range r.pending {
 		censor(s)
 	}
+	if r.kv != nil {
+		r.kv.each(censor) // waiting for admission at the router
+	}
 	for _, rep := range r.reps {
 		for i := range rep.waiting.len() {
 			censor(rep.waiting.at(i))
@@ -339,6 +350,25 @@ func (r *run) submit(s *seq, home *int) bool {
 		r.checkIdle()
 		return false
 	}
+	if r.kv != nil && r.kv.aff.MustQueue(r.request(s), r.kv.waiting.Len(), time.UnixMicro(r.now)) {
+		r.kv.waiting.Push(s, time.UnixMicro(s.sentUs)) // behind the new conversations already waiting
+		return true
+	}
+	d, err := r.pick(s)
+	if err != nil {
+		r.err = fmt.Errorf("placement: %w", err)
+		return false
+	}
+	if d.Wait {
+		r.kv.waiting.Push(s, time.UnixMicro(s.sentUs))
+		return true
+	}
+	r.place(s, d, home)
+	return true
+}
+
+// request fills r.preq for s.
+func (r *run) request(s *seq) *placement.Request {
 	r.preq = placement.Request{
 		Session:      s.req.Session,
 		Parent:       s.req.Parent,
@@ -346,25 +376,37 @@ func (r *run) submit(s *seq, home *int) bool {
 		PromptTokens: s.prompt,
 		Pinned:       placement.NoPin,
 	}
+	if r.kv != nil {
+		r.preq.SharedPrefixTokens = min(r.kv.shared, s.prompt)
+	}
+	return &r.preq
+}
+
+// pick asks the router for s's replica.
+func (r *run) pick(s *seq) (placement.Decision, error) {
+	req := r.request(s)
 	if r.table != nil {
 		r.table.Fill(&r.snap)
 	}
-	var (
-		d   placement.Decision
-		err error
-	)
 	if r.front != nil {
 		if s.apiServer < 0 {
 			s.apiServer = r.front.connect(nil) // a replay: one connection per request
 		}
-		d, err = r.front.pick(s.apiServer, &r.preq, r.now)
-	} else {
-		d, err = r.policy.Pick(&r.preq, &r.snap, time.UnixMicro(r.now))
+		return r.front.pick(s.apiServer, req, r.now)
 	}
-	if err != nil {
-		r.err = fmt.Errorf("placement: %w", err)
-		return false
+	return r.policy.Pick(req, &r.snap, time.UnixMicro(r.now))
+}
+
+// homeOf returns the home slot of s's client in a closed loop, else nil.
+func (r *run) homeOf(s *seq) *int {
+	if c, ok := r.drv.(*closedLoop); ok && s.client >= 0 && int(s.client) < len(c.clients) {
+		return &c.clients[s.client].home
 	}
+	return nil
+}
+
+// place enqueues s on the replica of decision d.
+func (r *run) place(s *seq, d placement.Decision, home *int) {
 	rp := d.Replica
 	s.reason = uint8(d.Reason)
 	r.rt.requests[rp][d.Reason]++
@@ -382,8 +424,10 @@ func (r *run) submit(s *seq, home *int) bool {
 	}
 	rep := r.reps[rp]
 	rep.add(s)
+	if r.kv != nil {
+		r.kv.routed(r, s, d)
+	}
 	r.kick(rep)
-	return true
 }
 
 // logRequest writes the record of s once, when records are kept.
@@ -403,9 +447,15 @@ func (r *run) onDone(s *seq, finished bool) {
 	rp := s.replica
 	r.rt.inFlight[rp]--
 	r.snap.Replicas[rp].InFlight = r.rt.inFlight[rp]
+	if r.kv != nil {
+		r.kv.prefilled(r, s)
+	}
 	if finished {
 		r.rt.finished++
 		r.rec.observeFinished(s, r.now)
+		if r.kv != nil {
+			r.kv.finished(s)
+		}
 	}
 	r.logRequest(s, finished)
 	r.drv.done(r, s, finished)
@@ -416,6 +466,9 @@ func (r *run) onDone(s *seq, finished bool) {
 // onFirstToken records a request's time to first token (client side and
 // engine side: the simulated network takes no time).
 func (r *run) onFirstToken(s *seq) {
+	if r.kv != nil {
+		r.kv.prefilled(r, s)
+	}
 	if s.censored {
 		r.rec.observeFirstToken(s, -1)
 		return
@@ -457,6 +510,14 @@ func (r *run) abortAll() int {
 			r.logRequest(s, false)
 		}
 	}
+	if r.kv != nil {
+		for r.kv.waiting.Len() > 0 { // waiting for admission: cut too
+			s := r.kv.waiting.Pop()
+			n++
+			r.logRequest(s, false)
+			r.seqFree = append(r.seqFree, s)
+		}
+	}
 	if r.log != nil {
 		// Running requests of a busy replica leave when its step ends,
 		// which the run may not reach: record every cut request now.
@@ -494,6 +555,9 @@ func (r *run) scrape() {
 	if r.table != nil {
 		r.table.Advance(time.UnixMicro(r.now)) // the active counts as of now, not of the last pick
 		r.table.Fill(&r.snap)
+	}
+	if r.kv != nil {
+		r.kv.admit(r) // conversations that went idle make room
 	}
 	r.rec.append(r.now / usPerMs)
 	r.lastScrape = r.now

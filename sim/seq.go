@@ -48,6 +48,7 @@ type seq struct {
 	firstTokenUs  int64 // -1 until the first token
 	scheduledUs   int64 // first scheduled, -1 before (vLLM's scheduled_ts)
 	lastTokenUs   int64 // the latest token (inter-token latency)
+	uncached      int32 // the router's prefill estimate (Decision.Uncached) until its first token
 }
 
 // blockHash returns the chained hash of full block k, if known: the

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -91,7 +90,7 @@ With --trace, sim replays a trace file instead: at its recorded arrival times
 	f := cmd.Flags()
 	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML (default: the built-in 4 x RTX A4000 example)")
 	f.StringVar(&opts.Workload, "workload", "", "workload YAML (default: the product's agent sessions)")
-	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: hash, least-loaded, affinity")
+	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: hash, least-loaded, affinity, or a variant of affinity with options kv, priced, admit (affinity+kv+priced+admit)")
 	f.IntSliceVar(&opts.Sessions, "sessions", sim.DefaultSessions, "concurrent sessions of each step")
 	f.DurationVar(&opts.Duration, "duration", sim.DefaultDuration, "simulated time of each step, at least 1s (with --trace: default and 0 = to the end of the trace)")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the synthetic sessions")
@@ -165,14 +164,14 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 	}
 	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed}
 	for _, s := range o.Strategies {
-		if !slices.Contains(placement.Strategies(), s) {
-			return e, fmt.Errorf("--strategies: unknown strategy %q (want hash, least-loaded or affinity)", s)
+		if err := sim.ValidStrategy(s); err != nil {
+			return e, fmt.Errorf("--strategies: %w", err)
 		}
 	}
 	if o.Spill != "" {
 		t, err := placement.ParseSpillThreshold(o.Spill)
 		if err != nil {
-			return e, fmt.Errorf("--spill-threshold: want auto or a non-negative integer, got %q", o.Spill)
+			return e, fmt.Errorf("--spill-threshold: want auto, priced or a non-negative integer, got %q", o.Spill)
 		}
 		e.Spill = &t
 	}
