@@ -128,7 +128,23 @@ type ModelCfg struct {
 	// conversations a replica holds, while a quiet one keeps its home for
 	// session_ttl. Default 2m (a few agent turn gaps), at most session_ttl.
 	ActiveWindow Duration `yaml:"active_window"`
+	// Balance is what affinity places new conversations by: sessions (the
+	// default: the load score) or kv (the most KV headroom, capacity from
+	// vllm:cache_config_info minus the footprints of the conversations held).
+	Balance string `yaml:"balance"`
+	// Admission, kv, makes a new conversation whose expected footprint fits
+	// on no replica wait at the proxy (FIFO; conversations already admitted
+	// never wait) until one ends or goes idle; off (the default) admits all.
+	Admission string `yaml:"admission"`
+	// AdmissionTimeout bounds that wait: beyond it the request is refused
+	// with 429 (OpenAI) or 529 overloaded_error (Anthropic) and
+	// Retry-After. Default 30s.
+	AdmissionTimeout Duration `yaml:"admission_timeout"`
 }
+
+// DefaultAdmissionTimeout is the longest a new conversation waits for
+// admission (admission: kv) before it is refused.
+const DefaultAdmissionTimeout = 30 * time.Second
 
 // Layout says how a model's replicas are reached.
 type Layout int
@@ -342,6 +358,7 @@ func (c *Config) applyDefaults() {
 		}
 		def(&m.SessionTTL, DefaultSessionTTL)
 		def(&m.ActiveWindow, min(DefaultActiveWindow, m.SessionTTL.D()))
+		def(&m.AdmissionTimeout, DefaultAdmissionTimeout)
 		if m.MaxSessions == 0 {
 			m.MaxSessions = DefaultMaxSessions
 		}
@@ -548,6 +565,12 @@ func (c *Config) validate() error {
 		}
 		if m.ActiveWindow > m.SessionTTL {
 			return verr(p+".active_window", "%s is longer than session_ttl %s (a forgotten conversation is not active)", m.ActiveWindow.D(), m.SessionTTL.D())
+		}
+		if _, err := placement.ParseBalance(m.Balance); err != nil {
+			return verr(p+".balance", "want sessions or kv, got %q", m.Balance)
+		}
+		if _, err := placement.ParseAdmission(m.Admission); err != nil {
+			return verr(p+".admission", "want off or kv, got %q", m.Admission)
 		}
 	}
 	return nil

@@ -109,6 +109,7 @@ type model struct {
 	// mu is shared by a model and its successors (see handover): the table
 	// and the ejection state pass from one to the next under it.
 	mu       *sync.Mutex
+	adm      *admissionQueue // admission: kv waiters, guarded by mu, shared like it
 	policy   placement.Policy
 	table    *placement.Table // the affinity policy's table, or an observer table
 	observer bool             // table is ours (records first-turn homes for stats)
@@ -138,9 +139,9 @@ func newModel(cfg ModelCfg, client *http.Client, interval, timeout time.Duration
 // replica state and starts from the last scrape of its server; prev's
 // sessions pass over only at handover, once the reload is certain.
 func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Duration, prev *model) (*model, error) {
-	m := &model{cfg: cfg, interval: interval, mu: new(sync.Mutex)}
+	m := &model{cfg: cfg, interval: interval, mu: new(sync.Mutex), adm: new(admissionQueue)}
 	if prev != nil {
-		m.mu = prev.mu
+		m.mu, m.adm = prev.mu, prev.adm
 	}
 	if cfg.GPU != "" {
 		g, err := hardware.LookupGPU(cfg.GPU)
@@ -321,6 +322,8 @@ func (m *model) newPolicy() error {
 	if !m.cfg.SpillThreshold.Auto {
 		pc.Spill = placement.SpillAt(m.cfg.SpillThreshold.N)
 	}
+	pc.Balance, _ = placement.ParseBalance(m.cfg.Balance) // validated with the config
+	pc.Admission, _ = placement.ParseAdmission(m.cfg.Admission)
 	strategy := m.cfg.EffectiveStrategy()
 	if strategy == placement.StrategyLeastLoaded {
 		// Affinity switched off runs vLLM's balancer through the same type.
@@ -359,7 +362,8 @@ func (m *model) samePolicy(o ModelCfg) bool {
 	a := m.cfg
 	return a.EffectiveStrategy() == o.EffectiveStrategy() && a.SpillThreshold == o.SpillThreshold &&
 		a.SessionTTL == o.SessionTTL && a.MaxSessions == o.MaxSessions && a.ActiveWindow == o.ActiveWindow &&
-		a.MaxNumSeqs == o.MaxNumSeqs && a.GPU == o.GPU
+		a.MaxNumSeqs == o.MaxNumSeqs && a.GPU == o.GPU &&
+		a.Balance == o.Balance && a.Admission == o.Admission
 }
 
 // start launches one scrape loop per server.
@@ -469,6 +473,10 @@ func (m *model) fill(now time.Time, sticky bool) {
 		gen += r.Seq
 		inFlight := int(rep.inFlight.Load())
 		pr := placement.Replica{ID: i, InFlight: inFlight, Healthy: r.Healthy && m.admit(rep, now, sticky)}
+		if st, ok := rep.stats(r); ok && st.NumGPUBlocks > 0 && st.BlockSize > 0 {
+			// vllm:cache_config_info: the cache's size, whatever the freshness.
+			pr.KVCapacityTokens = st.NumGPUBlocks * st.BlockSize
+		}
 		if st, ok := rep.stats(r); ok && r.fresh(now, m.interval) {
 			pr.Running, pr.Waiting, pr.KVUsage = int(st.Running), int(st.Waiting), st.KVUsage
 			kvSum += st.KVUsage
@@ -488,6 +496,7 @@ func (m *model) fill(now time.Time, sticky bool) {
 	s.Generation = gen
 	m.table.Advance(now)
 	m.table.Fill(s) // the active conversations, which is what placement balances
+	m.adm.wake()    // conversations may have left the active window
 	m.addRemote(s)
 }
 
@@ -544,6 +553,9 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 	d, err := m.policy.Pick(r, &m.snap, now)
 	if err != nil {
 		return picked{}, err
+	}
+	if d.Wait {
+		return picked{}, errMustWait
 	}
 	if d.Replica < 0 || d.Replica >= len(m.replicas) {
 		return picked{}, fmt.Errorf("placement picked replica %d of %d", d.Replica, len(m.replicas))

@@ -285,7 +285,16 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 		}
 	}
 	s.awaitFirstProbe(r.Context(), m)
-	p, err := m.place(r.Context(), &c.req, start)
+	var p picked
+	if m.admissionOn() {
+		p, err = m.placeAdmitted(r.Context(), &c.req, start, m.cfg.AdmissionTimeout.D(), time.Now)
+	} else {
+		p, err = m.place(r.Context(), &c.req, start)
+	}
+	if errors.Is(err, errAdmissionTimeout) {
+		w.Header().Set("Retry-After", strconv.Itoa(admissionRetryAfter))
+		return nil, errOverloaded, "admission", "model " + b.Model + ": " + err.Error() + "; retry later"
+	}
 	if err != nil {
 		return nil, errUnavailable, "unavailable", "no replica of " + b.Model + " can take the request now: " + err.Error()
 	}
@@ -350,6 +359,17 @@ func (c *call) finish() {
 	}
 	c.cur.release()
 	s, name := c.srv, c.m.cfg.Name
+	if c.status < 400 {
+		// The conversation's footprint: prompt + answer from the usage,
+		// else the prompt estimated from the body size.
+		fp := c.req.PromptTokens
+		if c.usage.PromptTokens > 0 {
+			fp = c.usage.PromptTokens
+		}
+		c.m.observe(c.req.Session, fp+max(c.usage.OutputTokens, 0))
+	} else {
+		c.m.observe("", 0) // nothing to record, but the request left: wake a waiter
+	}
 	dur := time.Since(c.start)
 	s.obs.requests.WithLabelValues(name, strconv.Itoa(c.cur.rep.id), c.reason).Inc()
 	c.cur.rep.byReason[reasonIndex(c.reason)].Add(1)

@@ -1,0 +1,167 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lm-warden/warden/placement"
+)
+
+// Admission (a model's admission: kv): a new conversation whose expected
+// footprint fits on no replica (placement's Decision.Wait) waits here, in
+// arrival order, until a conversation ends or goes idle; conversations
+// already admitted never wait. The queue is guarded by the model's mu and
+// shared with its successors on a reload (handover), as the table is.
+// Only the front waiter asks placement again: when a request finishes
+// (its footprint is observed) and at every scrape (conversations leave the
+// active window), it is woken; once placed it wakes the next. A waiter
+// whose client goes away or whose admission_timeout passes leaves the
+// queue, the latter refused with 429 / 529 overloaded_error and
+// Retry-After.
+
+// admissionQueue is the FIFO of waiting requests: one channel each,
+// buffered so that a wake-up never blocks.
+type admissionQueue struct {
+	waiters []chan struct{}
+}
+
+// errAdmissionTimeout: a new conversation waited admission_timeout for KV
+// headroom and is refused.
+var errAdmissionTimeout = errors.New("no replica has KV cache room for a new conversation")
+
+// enqueue adds a waiter at the back. Called with m.mu held.
+func (q *admissionQueue) enqueue() chan struct{} {
+	ch := make(chan struct{}, 1)
+	q.waiters = append(q.waiters, ch)
+	return ch
+}
+
+// position is ch's index in the queue, -1 if absent. Called with m.mu held.
+func (q *admissionQueue) position(ch chan struct{}) int {
+	for i, w := range q.waiters {
+		if w == ch {
+			return i
+		}
+	}
+	return -1
+}
+
+// remove takes ch out of the queue and wakes the new front when ch was
+// the front. Called with m.mu held.
+func (q *admissionQueue) remove(ch chan struct{}) {
+	i := q.position(ch)
+	if i < 0 {
+		return
+	}
+	q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
+	if i == 0 {
+		q.wake()
+	}
+}
+
+// wake tells the front waiter to ask placement again. Called with m.mu held.
+func (q *admissionQueue) wake() {
+	if len(q.waiters) > 0 {
+		select {
+		case q.waiters[0] <- struct{}{}:
+		default: // already told
+		}
+	}
+}
+
+// admissionRetryAfter is the Retry-After, in seconds, of a request
+// refused after its admission wait: conversations end in seconds to
+// minutes.
+const admissionRetryAfter = 5
+
+// errMustWait is pick's answer for a request that must wait.
+var errMustWait = errors.New("wait for admission")
+
+// placeAdmitted is place for a model with admission: kv. A request that
+// must wait joins the queue and is placed when it reaches the front and
+// fits; it returns errAdmissionTimeout after timeout, or the context's
+// error when the client goes away.
+func (m *model) placeAdmitted(ctx context.Context, r *placement.Request, start time.Time, timeout time.Duration, clock func() time.Time) (picked, error) {
+	var ch chan struct{}
+	var deadline, tick <-chan time.Time
+	for {
+		p, err := m.placeQueued(ctx, r, clock(), ch)
+		if !errors.Is(err, errMustWait) {
+			if ch != nil {
+				m.leaveQueue(ch)
+			}
+			return p, err
+		}
+		if ch == nil {
+			m.mu.Lock()
+			ch = m.adm.enqueue()
+			m.mu.Unlock()
+			t := time.NewTimer(timeout - clock().Sub(start))
+			defer t.Stop()
+			deadline = t.C
+			// A wake-up can fall between the failed ask and the enqueue, and
+			// conversations leave the active window without a request: ask
+			// again at every scrape interval too.
+			tk := time.NewTicker(max(m.interval, 10*time.Millisecond))
+			defer tk.Stop()
+			tick = tk.C
+		}
+		select {
+		case <-ch:
+		case <-tick:
+		case <-ctx.Done():
+			m.leaveQueue(ch)
+			return picked{}, ctx.Err()
+		case <-deadline:
+			m.leaveQueue(ch)
+			return picked{}, fmt.Errorf("%w within admission_timeout %s", errAdmissionTimeout, timeout)
+		}
+	}
+}
+
+// placeQueued is one attempt of placeAdmitted: waiter ch (nil: not queued
+// yet) may ask placement only at the front of the queue, and a request not
+// queued must join the back of a non-empty queue if it is a new
+// conversation.
+func (m *model) placeQueued(ctx context.Context, r *placement.Request, now time.Time, ch chan struct{}) (picked, error) {
+	m.mu.Lock()
+	l := m.live()
+	a, _ := l.policy.(*placement.Affinity)
+	ahead := len(l.adm.waiters)
+	if ch != nil {
+		ahead = l.adm.position(ch)
+	}
+	must := a != nil && a.MustQueue(r, ahead, now)
+	m.mu.Unlock()
+	if must {
+		return picked{}, errMustWait
+	}
+	return m.place(ctx, r, now)
+}
+
+// leaveQueue takes ch out of the queue (placed, refused or gone).
+func (m *model) leaveQueue(ch chan struct{}) {
+	m.mu.Lock()
+	m.adm.remove(ch)
+	m.mu.Unlock()
+}
+
+// observe records a finished request's footprint, prompt + answer tokens
+// from the response's usage, and wakes the front waiter.
+func (m *model) observe(session string, tokens int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live()
+	if session != "" && tokens > 0 && !l.observer {
+		l.table.Observe(session, tokens)
+	}
+	l.adm.wake()
+}
+
+// admissionOn reports whether new conversations of m may wait.
+func (m *model) admissionOn() bool {
+	a, _ := placement.ParseAdmission(m.cfg.Admission)
+	return a == placement.AdmissionKV && m.cfg.EffectiveStrategy() == placement.StrategyAffinity
+}

@@ -1,0 +1,114 @@
+package live
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waiters returns how many requests of model wait for admission.
+func (h *harness) waiters(model string) int {
+	m := h.srv.state.Load().models[model]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.adm.waiters)
+}
+
+// waitFor polls cond every few milliseconds for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// admissionModel: one replica whose KV cache (60 blocks of 16 tokens, 960
+// tokens, from vllm:cache_config_info) holds one of the test's
+// conversations (~600 tokens) but not two.
+func admissionModel(url, extra string) string {
+	return urlsModel(url) + "    admission: kv\n" + extra
+}
+
+// TestAdmissionWaitsForHeadroom: with admission: kv, a new conversation
+// that fits on no replica waits at the proxy, without reaching the
+// backend, until the conversation holding the cache goes idle
+// (active_window), and is then served; a later turn of an admitted
+// conversation never waits.
+func TestAdmissionWaitsForHeadroom(t *testing.T) {
+	a := newFakeVLLM(t, 1)
+	a.gpuBlocks = 60
+	h := startProxy(t, modelsYAML("", admissionModel(a.URL(), "    active_window: 1500ms\n")))
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "first", 0, false), sessionHdr("first")); r.status != 200 {
+		t.Fatalf("first conversation: status %d %s", r.status, r.body)
+	}
+	second := h.doAsync("/v1/chat/completions", chatBody(testModel, "second", 0, true), sessionHdr("second"))
+	waitFor(t, "the second conversation to wait for admission", func() bool { return h.waiters(testModel) == 1 })
+	// A later turn of the admitted conversation is served meanwhile.
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "first", 1, false), sessionHdr("first")); r.status != 200 {
+		t.Fatalf("later turn while another waits: status %d %s", r.status, r.body)
+	}
+	if n := a.hits.Load(); n != 2 || h.waiters(testModel) != 1 {
+		t.Fatalf("backend hits %d, waiters %d while the second waits: want 2 and 1", n, h.waiters(testModel))
+	}
+	// The first conversation goes idle 1.5 s after its last request: the
+	// second is admitted.
+	r := <-second
+	if r.status != 200 || !strings.Contains(r.body, "[DONE]") {
+		t.Fatalf("second conversation after the first went idle: status %d body %q", r.status, r.body)
+	}
+	if n, w := a.hits.Load(), h.waiters(testModel); n != 3 || w != 0 {
+		t.Errorf("backend hits %d, waiters %d after admission: want 3 and 0", n, w)
+	}
+}
+
+// TestAdmissionTimeout: a new conversation that waits longer than
+// admission_timeout is refused in its client's shape, 429
+// rate_limit_error (OpenAI) or 529 overloaded_error (Anthropic), with
+// Retry-After, and never reaches the backend.
+func TestAdmissionTimeout(t *testing.T) {
+	a := newFakeVLLM(t, 1)
+	a.gpuBlocks = 60
+	h := startProxy(t, modelsYAML("", admissionModel(a.URL(), "    admission_timeout: 200ms\n")))
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "first", 0, false), sessionHdr("first")); r.status != 200 {
+		t.Fatalf("first conversation: status %d %s", r.status, r.body)
+	}
+	r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "second", 0, true), sessionHdr("second"))
+	var v openAIError
+	_ = json.Unmarshal([]byte(r.body), &v)
+	if r.status != 429 || v.Error.Type != "rate_limit_error" || r.header.Get("Retry-After") == "" || !strings.Contains(v.Error.Message, "admission_timeout") {
+		t.Errorf("OpenAI after the admission timeout: status %d Retry-After %q body %s, want 429 rate_limit_error with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	// Trailing blanks after the JSON make the body, so the estimated prompt
+	// (~4 bytes a token), as large as the others.
+	r = h.do("POST", "/v1/messages", anthropicBody(testModel, "third", 0, true)+strings.Repeat(" ", 3000), sessionHdr("third"))
+	if r.status != 529 || anthropicErrorType(r.body) != "overloaded_error" || r.header.Get("Retry-After") == "" {
+		t.Errorf("Anthropic after the admission timeout: status %d Retry-After %q body %s, want 529 overloaded_error with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	if n, w := a.hits.Load(), h.waiters(testModel); n != 1 || w != 0 {
+		t.Errorf("backend hits %d, waiters %d: want only the first conversation and an empty queue", n, w)
+	}
+}
+
+func TestAdmissionConfig(t *testing.T) {
+	base := "listen: 127.0.0.1:0\nclient_api_keys: [k]\nmodels:\n  - name: m\n    replicas: [http://127.0.0.1:1]\n"
+	cfg, err := ParseConfig("c.yaml", []byte(base+"    balance: kv\n    admission: kv\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.Models[0]; m.Balance != "kv" || m.Admission != "kv" || m.AdmissionTimeout.D() != DefaultAdmissionTimeout {
+		t.Errorf("parsed %+v", m)
+	}
+	for _, tt := range []struct{ yaml, want string }{
+		{"    balance: tokens\n", `balance: want sessions or kv, got "tokens"`},
+		{"    admission: on\n", `admission: want off or kv, got "on"`},
+	} {
+		if _, err := ParseConfig("c.yaml", []byte(base+tt.yaml)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want %q", tt.yaml, err, tt.want)
+		}
+	}
+}
