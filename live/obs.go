@@ -23,6 +23,9 @@ const (
 	seriesScrapeAge       = "warden_scrape_age_seconds"
 	seriesReplicaHealthy  = "warden_replica_healthy"
 	seriesSessionCapacity = "warden_session_capacity"
+	seriesJournalErrors   = "warden_journal_write_errors_total"
+	seriesJournalDropped  = "warden_journal_dropped_total"
+	seriesJournalLate     = "warden_journal_late_total"
 )
 
 // observer holds the proxy's Prometheus metrics in a private registry
@@ -40,6 +43,9 @@ type observer struct {
 	laterHome      *prometheus.CounterVec // model
 	outputTokens   *prometheus.CounterVec // model
 	promptTokens   *prometheus.CounterVec // model
+	journalErrors  prometheus.Counter
+	journalDropped prometheus.Counter
+	journalLate    prometheus.Counter
 	ttfb           *prometheus.HistogramVec
 	duration       *prometheus.HistogramVec
 }
@@ -59,6 +65,14 @@ func newObserver(state func() *routing) *observer {
 	o.laterTurns = counter(metrics.WardenLaterTurns, "Requests of a session already known (turn > 0).", "model")
 	o.laterHome = counter(metrics.WardenLaterTurnsHome, "Later turns served by the session's home.", "model")
 	o.outputTokens = counter(metrics.WardenOutputTokens, "Output tokens reported in responses' usage.", "model")
+	jc := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		o.reg.MustRegister(c)
+		return c
+	}
+	o.journalErrors = jc(seriesJournalErrors, "Failed writes of the request journal (each also logged).")
+	o.journalDropped = jc(seriesJournalDropped, "Requests not journaled: lost with a failed write, or finished while the journal could not write.")
+	o.journalLate = jc(seriesJournalLate, "Requests journaled out of arrival order: held back past the journal's memory bound, written when they ended.")
 	o.promptTokens = counter(seriesPromptTokens, "Prompt tokens reported in responses' usage.", "model")
 	// Classic buckets and a native histogram in one: a Prometheus scraping
 	// with native histograms enabled (protobuf) stores the native one, which

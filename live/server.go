@@ -120,7 +120,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Journal.Path != "" {
-		j, err := OpenJournal(cfg.Journal)
+		j, err := openJournal(cfg.Journal, journalOptions{log: s.log, obs: s.obs})
 		if err != nil {
 			return nil, err
 		}
