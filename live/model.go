@@ -40,10 +40,10 @@ const (
 )
 
 // numCounted is the number of reasons a replica counts: placement's
-// reasons plus "retried".
-const numCounted = 8
+// reasons (placement.NumReasons, in their order) plus "retried".
+const numCounted = placement.NumReasons + 1
 
-const reasonRetried = numCounted - 1 // index of "retried" in replica.byReason
+const reasonRetried = placement.NumReasons // index of "retried" in replica.byReason
 
 // reasonName returns the metric label of a counted reason index.
 func reasonName(i int) string {

@@ -208,3 +208,61 @@ func TestUnknownMaxNumSeqsWarns(t *testing.T) {
 		}
 	}
 }
+
+// Every placement reason has its own counter slot, its own
+// warden_requests_total series and a name that round-trips; "retried" is
+// one more. A reason added to placement shows up here without live
+// changing.
+func TestCountedReasonsCoverPlacement(t *testing.T) {
+	reasons := placement.Reasons()
+	if len(reasons) != placement.NumReasons {
+		t.Fatalf("placement.Reasons() has %d reasons, NumReasons %d", len(reasons), placement.NumReasons)
+	}
+	m := testModelState(t, 1)
+	rep := m.replicas[0]
+	if len(rep.byReason) != len(reasons)+1 {
+		t.Fatalf("a replica counts %d reasons, want placement's %d and retried", len(rep.byReason), len(reasons))
+	}
+	seen := map[int]string{}
+	for _, r := range append(reasons[:len(reasons):len(reasons)], placement.Reason(255)) {
+		name := r.String()
+		if r == 255 {
+			name = "retried"
+		}
+		i := reasonIndex(name)
+		if prev, dup := seen[i]; dup {
+			t.Errorf("reasons %q and %q share counter slot %d", prev, name, i)
+		}
+		seen[i] = name
+		if got := reasonName(i); got != name {
+			t.Errorf("reasonName(reasonIndex(%q)) = %q", name, got)
+		}
+	}
+	o := newObserver(func() *routing { return nil })
+	o.initModel(m)
+	fams, err := o.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]bool{}
+	for _, f := range fams {
+		if f.GetName() != "warden_requests_total" {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "reason" {
+					labels[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	for _, r := range reasons {
+		if !labels[r.String()] {
+			t.Errorf("warden_requests_total has no series for reason %q", r)
+		}
+	}
+	if !labels["retried"] || len(labels) != len(reasons)+1 {
+		t.Errorf("warden_requests_total reasons %v, want placement's %d and retried", labels, len(reasons))
+	}
+}

@@ -3,6 +3,7 @@ package live
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +58,7 @@ func newObserver(state func() *routing) *observer {
 		o.reg.MustRegister(c)
 		return c
 	}
-	o.requests = counter(metrics.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen (new, sticky, spill, parent, hash, least-loaded, pinned, retried).", "model", "replica", "reason")
+	o.requests = counter(metrics.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen ("+reasonList()+").", "model", "replica", "reason")
 	o.spills = counter(seriesSpills, "Later turns that left their home because it was over the spill threshold, by home replica.", "model", "replica")
 	o.upstreamErrors = counter(seriesUpstreamErrors, "Upstream failures by kind: connect, reset, status (502/503 before any byte), stream (after the first byte).", "model", "replica", "kind")
 	o.rejected = counter(seriesRejected, "Requests the proxy answered itself with an error, by reason.", "reason")
@@ -100,6 +101,16 @@ func newObserver(state func() *routing) *observer {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return o
+}
+
+// reasonList names the reason label's values: placement's reasons and
+// "retried".
+func reasonList() string {
+	names := make([]string, numCounted)
+	for i := range names {
+		names[i] = reasonName(i)
+	}
+	return strings.Join(names, ", ")
 }
 
 // rejectReasons are the values of warden_rejected_total's reason label.

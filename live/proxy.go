@@ -285,7 +285,7 @@ func reasonIndex(reason string) int {
 		return reasonRetried
 	}
 	r, err := placement.ParseReason(reason)
-	if err != nil || int(r) >= reasonRetried {
+	if err != nil {
 		return reasonRetried
 	}
 	return int(r)

@@ -71,7 +71,21 @@ const (
 	numReasons
 )
 
+// NumReasons is the number of reasons: Reason(0) .. Reason(NumReasons-1)
+// are every reason a policy gives. The simulator and the proxy size their
+// per-reason counters and metric series by it.
+const NumReasons = int(numReasons)
+
 var reasonNames = [numReasons]string{"new", "sticky", "spill", "hash", "least-loaded", "pinned", "parent"}
+
+// Reasons returns every reason, in order.
+func Reasons() []Reason {
+	rs := make([]Reason, numReasons)
+	for i := range rs {
+		rs[i] = Reason(i)
+	}
+	return rs
+}
 
 func (r Reason) String() string {
 	if r < numReasons {

@@ -143,12 +143,7 @@ func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, err
 }
 
 // numReasons is the number of placement reasons the router counts.
-var numReasons = func() int {
-	n := 0
-	for ; placement.Reason(n).String() != fmt.Sprintf("Reason(%d)", n); n++ {
-	}
-	return n
-}()
+const numReasons = placement.NumReasons
 
 // micros converts a duration to virtual time.
 func micros(d time.Duration) int64 { return d.Microseconds() }
