@@ -33,10 +33,11 @@ func TestJournalRecordsTraces(t *testing.T) {
 	h.do("POST", "/v1/messages/count_tokens", anthropicBody(testModel, "x", 0, false), nil) // not journaled
 	h.do("POST", "/v1/messages", anthropicBody(testModel, "other", 0, false), nil)
 	// A request is journaled just after its response went out.
-	h.waitFor("5 requests journaled", func(StatusReport) bool {
+	// count_tokens takes no place in the journal's order.
+	h.waitFor("4 requests journaled", func(StatusReport) bool {
 		h.srv.journal.mu.Lock()
 		defer h.srv.journal.mu.Unlock()
-		return h.srv.journal.flushAt == 5
+		return h.srv.journal.flushAt == 4
 	})
 	for _, series := range []string{seriesJournalErrors + " 0", seriesJournalDropped + " 0", seriesJournalLate + " 0"} {
 		if !strings.Contains(h.metrics(), "\n"+series+"\n") {

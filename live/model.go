@@ -428,6 +428,31 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 	return picked{Decision: d, rep: rep, home: home}, nil
 }
 
+// pickAux places a request that is no conversation turn (count_tokens) on
+// the healthy replica with the fewest requests in flight (ties to the
+// lowest ID; exclude, -1 for none, is skipped) and counts it in flight
+// there. The session table is neither read nor written (no session is
+// created or refreshed) and no policy decision is counted. It is not sent
+// to the session's home on purpose: counting tokens only tokenizes, so a
+// home's prefix cache gains it nothing, and a busy home need not take it.
+func (m *model) pickAux(exclude int, now time.Time) (picked, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fill(now, false)
+	best := -1
+	for i, r := range m.snap.Replicas {
+		if r.Healthy && i != exclude && (best < 0 || r.InFlight < m.snap.Replicas[best].InFlight) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return picked{}, fmt.Errorf("%w of %d", placement.ErrNoHealthyReplica, len(m.replicas))
+	}
+	rep := m.replicas[best]
+	rep.inFlight.Add(1)
+	return picked{Decision: placement.Decision{Replica: best, Reason: placement.ReasonLeastLoaded}, rep: rep, home: -1}, nil
+}
+
 // connectFailed records a refused connection to rep and ejects it unless
 // that would eject more than half of the model's replicas. It reports
 // whether rep was ejected.

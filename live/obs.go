@@ -24,6 +24,7 @@ const (
 	seriesScrapeAge       = "warden_scrape_age_seconds"
 	seriesReplicaHealthy  = "warden_replica_healthy"
 	seriesSessionCapacity = "warden_session_capacity"
+	seriesCountTokens     = "warden_count_tokens_total"
 	seriesJournalErrors   = "warden_journal_write_errors_total"
 	seriesJournalDropped  = "warden_journal_dropped_total"
 	seriesJournalLate     = "warden_journal_late_total"
@@ -44,6 +45,7 @@ type observer struct {
 	laterHome      *prometheus.CounterVec // model
 	outputTokens   *prometheus.CounterVec // model
 	promptTokens   *prometheus.CounterVec // model
+	countTokens    *prometheus.CounterVec // model
 	journalErrors  prometheus.Counter
 	journalDropped prometheus.Counter
 	journalLate    prometheus.Counter
@@ -74,6 +76,7 @@ func newObserver(state func() *routing) *observer {
 	o.journalErrors = jc(seriesJournalErrors, "Failed writes of the request journal (each also logged).")
 	o.journalDropped = jc(seriesJournalDropped, "Requests not journaled: lost with a failed write, or finished while the journal could not write.")
 	o.journalLate = jc(seriesJournalLate, "Requests journaled out of arrival order: held back past the journal's memory bound, written when they ended.")
+	o.countTokens = counter(seriesCountTokens, "Token-count requests (/v1/messages/count_tokens) forwarded: no conversation turn, so in no session, turn, request or TTFB series.", "model")
 	o.promptTokens = counter(seriesPromptTokens, "Prompt tokens reported in responses' usage.", "model")
 	// Classic buckets and a native histogram in one: a Prometheus scraping
 	// with native histograms enabled (protobuf) stores the native one, which
@@ -123,7 +126,7 @@ var upstreamKinds = []string{"connect", "reset", "status", "stream"}
 // their first event (PromQL's increase() misses a counter's first step).
 func (o *observer) initModel(m *model) {
 	name := m.cfg.Name
-	for _, v := range []*prometheus.CounterVec{o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens} {
+	for _, v := range []*prometheus.CounterVec{o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens, o.countTokens} {
 		v.WithLabelValues(name)
 	}
 	o.ttfb.WithLabelValues(name)
@@ -144,7 +147,7 @@ func (o *observer) initModel(m *model) {
 // dropModel deletes a model's series (a reload removed or rebuilt it).
 func (o *observer) dropModel(name string) {
 	l := prometheus.Labels{"model": name}
-	for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections, o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens} {
+	for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections, o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens, o.countTokens} {
 		v.DeletePartialMatch(l)
 	}
 	o.ttfb.DeletePartialMatch(l)

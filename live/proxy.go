@@ -23,12 +23,16 @@ import (
 
 // endpoints maps the paths the proxy serves to their dialect.
 var endpoints = map[string]API{
-	"/v1/chat/completions":      APIOpenAI,
-	"/v1/completions":           APIOpenAI,
-	"/v1/responses":             APIResponses,
-	"/v1/messages":              APIAnthropic,
-	"/v1/messages/count_tokens": APIAnthropic,
+	"/v1/chat/completions": APIOpenAI,
+	"/v1/completions":      APIOpenAI,
+	"/v1/responses":        APIResponses,
+	"/v1/messages":         APIAnthropic,
+	countTokensPath:        APIAnthropic,
 }
+
+// countTokensPath counts a prompt's tokens (Anthropic): it is no
+// conversation turn (see model.pickAux).
+const countTokensPath = "/v1/messages/count_tokens"
 
 // maxUsageBody bounds how much of a non-streamed response is kept to read
 // its usage.
@@ -48,6 +52,7 @@ type call struct {
 	req       placement.Request // Session/Parent are keyed hashes
 	source    string            // where the session id came from
 	turnKnown bool              // the session was known before this request (for the journal)
+	aux       bool              // not a conversation turn (count_tokens): no session, turn or journal record
 	start     time.Time
 
 	cur      *attempt    // the attempt whose response is being served
@@ -211,7 +216,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	}
 	c := &call{
 		srv: s, m: m, api: api, path: r.URL.Path, body: data, stream: b.Stream, start: start,
-		source: id.Source, status: http.StatusOK, usage: unknownUsage(),
+		source: id.Source, status: http.StatusOK, usage: unknownUsage(), aux: r.URL.Path == countTokensPath,
 		req: placement.Request{
 			Session: s.keyer.Sum(id.Session),
 			Parent:  s.keyer.Sum(id.Parent),
@@ -228,7 +233,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 			}
 		}
 	}
-	p, err := m.pick(&c.req, -1, start)
+	p, err := c.place(-1, start)
 	if err != nil {
 		return nil, errUnavailable, "unavailable", "no replica of " + b.Model + " can take the request now: " + err.Error()
 	}
@@ -245,10 +250,20 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	if p.Reason == placement.ReasonSpill && p.home >= 0 {
 		s.obs.spills.WithLabelValues(m.cfg.Name, strconv.Itoa(p.home)).Inc()
 	}
-	if s.journal != nil {
+	if s.journal != nil && !c.aux {
 		c.jt = s.journal.begin()
 	}
 	return c, 0, "", ""
+}
+
+// place picks the replica of c's attempt (exclude: the replica a failed
+// first attempt went to, or -1): a conversation turn through the policy, a
+// count_tokens request apart from it (model.pickAux).
+func (c *call) place(exclude int, now time.Time) (picked, error) {
+	if c.aux {
+		return c.m.pickAux(exclude, now)
+	}
+	return c.m.pick(&c.req, exclude, now)
 }
 
 // finish records a call once its response is over (or failed).
@@ -259,6 +274,11 @@ func (c *call) finish() {
 	c.cur.release()
 	s, name := c.srv, c.m.cfg.Name
 	dur := time.Since(c.start)
+	if c.aux { // no turn: only its own counter
+		s.obs.countTokens.WithLabelValues(name).Inc()
+		s.log.Debug("count_tokens", "model", name, "replica", c.cur.rep.id, "status", c.status, "attempts", c.attempts, "duration", dur)
+		return
+	}
 	s.obs.requests.WithLabelValues(name, strconv.Itoa(c.cur.rep.id), c.reason).Inc()
 	c.cur.rep.byReason[reasonIndex(c.reason)].Add(1)
 	s.obs.duration.WithLabelValues(name).Observe(dur.Seconds())
@@ -269,11 +289,7 @@ func (c *call) finish() {
 		s.obs.promptTokens.WithLabelValues(name).Add(float64(c.usage.PromptTokens))
 	}
 	if s.journal != nil {
-		if c.path == "/v1/messages/count_tokens" {
-			s.journal.skip(c.jt)
-		} else {
-			s.journal.record(c, dur)
-		}
+		s.journal.record(c, dur)
 	}
 	s.log.Debug("request", "model", name, "replica", c.cur.rep.id, "reason", c.reason,
 		"session", shortID(c.req.Session), "source", c.source, "status", c.status,
@@ -344,7 +360,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		res.Body.Close()
 	}
 	prev := c.cur.rep
-	p, perr := c.m.pick(&c.req, prev.id, time.Now())
+	p, perr := c.place(prev.id, time.Now())
 	if perr != nil {
 		c.noRep.Store(true)
 		if err == nil {
@@ -727,7 +743,7 @@ func (b *respBody) Close() error {
 	} else if len(b.usageBuf) > 0 {
 		b.c.usage = bodyUsage(b.c.api, b.usageBuf)
 	}
-	if t := b.c.ttfb.Load(); t > 0 {
+	if t := b.c.ttfb.Load(); t > 0 && !b.c.aux {
 		b.c.srv.obs.ttfb.WithLabelValues(b.c.m.cfg.Name).Observe(time.Duration(t).Seconds())
 	}
 	return err
