@@ -382,6 +382,9 @@ type picked struct {
 	placement.Decision
 	rep  *replica
 	home int // the session's home before the pick; -1: a new session
+	// later: a later turn of a known session; stayed: served by the
+	// session's first replica (placement.Stay, the "stayed %" rule).
+	later, stayed bool
 }
 
 // pick asks the policy for a replica and counts the request in flight
@@ -390,9 +393,9 @@ type picked struct {
 func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	home, known := -1, false
+	home, first, known := -1, -1, false
 	if r.Session != "" {
-		home, known = m.table.Home(r.Session, now)
+		home, first, known = m.table.Lookup(r.Session, now)
 	}
 	// Least-loaded places every turn afresh: nothing is sticky there.
 	m.fill(now, known && m.cfg.EffectiveStrategy() != placement.StrategyLeastLoaded)
@@ -414,18 +417,21 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 			m.table.Assign(r.Session, d.Replica, now)
 		}
 	}
-	if known && exclude < 0 {
+	// A known session's request is a later turn; a retry (exclude >= 0)
+	// was counted by its first attempt.
+	later, stayed := placement.Stay(known && exclude < 0, first, d.Replica)
+	if later {
 		m.laterTurns.Add(1)
-		if d.Replica == home {
-			m.laterHome.Add(1)
-		}
+	}
+	if stayed {
+		m.laterHome.Add(1)
 	}
 	rep := m.replicas[d.Replica]
 	rep.inFlight.Add(1)
 	if !known {
 		home = -1
 	}
-	return picked{Decision: d, rep: rep, home: home}, nil
+	return picked{Decision: d, rep: rep, home: home, later: later, stayed: stayed}, nil
 }
 
 // pickAux places a request that is no conversation turn (count_tokens) on

@@ -66,7 +66,7 @@ func newObserver(state func() *routing) *observer {
 	o.rejected = counter(seriesRejected, "Requests the proxy answered itself with an error, by reason.", "reason")
 	o.ejections = counter(seriesEjections, "Passive ejections of a replica after a refused connection.", "model", "replica")
 	o.laterTurns = counter(metrics.WardenLaterTurns, "Requests of a session already known (turn > 0).", "model")
-	o.laterHome = counter(metrics.WardenLaterTurnsHome, "Later turns served by the session's home.", "model")
+	o.laterHome = counter(metrics.WardenLaterTurnsHome, "Later turns served by the replica of the session's first turn (a re-homed session's are not).", "model")
 	o.outputTokens = counter(metrics.WardenOutputTokens, "Output tokens reported in responses' usage.", "model")
 	jc := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})

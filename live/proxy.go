@@ -241,11 +241,11 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	c.reason = p.Reason.String()
 	c.attempts = 1
 	c.turnKnown = p.home >= 0
-	if p.home >= 0 {
+	if p.later {
 		s.obs.laterTurns.WithLabelValues(m.cfg.Name).Inc()
-		if p.Replica == p.home {
-			s.obs.laterHome.WithLabelValues(m.cfg.Name).Inc()
-		}
+	}
+	if p.stayed {
+		s.obs.laterHome.WithLabelValues(m.cfg.Name).Inc()
 	}
 	if p.Reason == placement.ReasonSpill && p.home >= 0 {
 		s.obs.spills.WithLabelValues(m.cfg.Name, strconv.Itoa(p.home)).Inc()
