@@ -417,8 +417,10 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 			m.table.Assign(r.Session, d.Replica, now)
 		}
 	}
-	// A known session's request is a later turn; a retry (exclude >= 0)
-	// was counted by its first attempt.
+	// A known session's request is a later turn (the proxy sees no turn
+	// numbers: a session that returns after the TTL starts over, for the
+	// count as for placement); a retry (exclude >= 0) was counted by its
+	// first attempt.
 	later, stayed := placement.Stay(known && exclude < 0, first, d.Replica)
 	if later {
 		m.laterTurns.Add(1)
