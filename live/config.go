@@ -189,16 +189,18 @@ type Spill struct {
 }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
+// The rule is placement's (ParseSpillThreshold), shared with the planner
+// and the simulator.
 func (s *Spill) UnmarshalYAML(n *yaml.Node) error {
-	if n.Value == "auto" {
+	t, err := placement.ParseSpillThreshold(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	if t.Auto() {
 		*s = Spill{Auto: true}
-		return nil
+	} else {
+		*s = Spill{N: t.Resolve(0)}
 	}
-	v, err := strconv.Atoi(n.Value)
-	if err != nil || v < 1 {
-		return fmt.Errorf("line %d: want auto or a positive integer, got %q", n.Line, n.Value)
-	}
-	*s = Spill{N: v}
 	return nil
 }
 

@@ -40,10 +40,10 @@ const (
 )
 
 // numCounted is the number of reasons a replica counts: placement's
-// reasons plus "retried".
-const numCounted = 8
+// reasons (placement.NumReasons, in their order) plus "retried".
+const numCounted = placement.NumReasons + 1
 
-const reasonRetried = numCounted - 1 // index of "retried" in replica.byReason
+const reasonRetried = placement.NumReasons // index of "retried" in replica.byReason
 
 // reasonName returns the metric label of a counted reason index.
 func reasonName(i int) string {
@@ -516,6 +516,9 @@ type picked struct {
 	m    *model // the model that picked: m, or its successor after a reload
 	rep  *replica
 	home int // the session's home before the pick; -1: a new session
+	// later: a later turn of a known session; stayed: served by the
+	// session's first replica (placement.Stay, the "stayed %" rule).
+	later, stayed bool
 }
 
 // pick asks the policy for a replica and counts the request in flight
@@ -531,9 +534,9 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 		}
 		m = l
 	}
-	home, known := -1, false
+	home, first, known := -1, -1, false
 	if r.Session != "" {
-		home, known = m.table.Home(r.Session, now)
+		home, first, known = m.table.Lookup(r.Session, now)
 	}
 	// Least-loaded places every turn afresh: nothing is sticky there.
 	m.fill(now, known && m.cfg.EffectiveStrategy() != placement.StrategyLeastLoaded)
@@ -555,18 +558,54 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 			m.table.Assign(r.Session, d.Replica, now)
 		}
 	}
-	if known && exclude < 0 {
+	// A known session's request is a later turn (the proxy sees no turn
+	// numbers: a session that returns after the TTL starts over, for the
+	// count as for placement); a retry (exclude >= 0) was counted by its
+	// first attempt.
+	later, stayed := placement.Stay(known && exclude < 0, first, d.Replica)
+	if later {
 		m.laterTurns.Add(1)
-		if d.Replica == home {
-			m.laterHome.Add(1)
-		}
+	}
+	if stayed {
+		m.laterHome.Add(1)
 	}
 	rep := m.replicas[d.Replica]
 	rep.inFlight.Add(1)
 	if !known {
 		home = -1
 	}
-	return picked{Decision: d, m: m, rep: rep, home: home}, nil
+	return picked{Decision: d, m: m, rep: rep, home: home, later: later, stayed: stayed}, nil
+}
+
+// pickAux places a request that is no conversation turn (count_tokens) on
+// the healthy replica with the fewest requests in flight (ties to the
+// lowest ID; exclude, -1 for none, is skipped) and counts it in flight
+// there. The session table is neither read nor written (no session is
+// created or refreshed) and no policy decision is counted. It is not sent
+// to the session's home on purpose: counting tokens only tokenizes, so a
+// home's prefix cache gains it nothing, and a busy home need not take it.
+func (m *model) pickAux(exclude int, now time.Time) (picked, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.live(); l != m {
+		if exclude >= 0 {
+			exclude = l.index(m.replicas[exclude])
+		}
+		m = l
+	}
+	m.fill(now, false)
+	best := -1
+	for i, r := range m.snap.Replicas {
+		if r.Healthy && i != exclude && (best < 0 || r.InFlight < m.snap.Replicas[best].InFlight) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return picked{}, fmt.Errorf("%w of %d", placement.ErrNoHealthyReplica, len(m.replicas))
+	}
+	rep := m.replicas[best]
+	rep.inFlight.Add(1)
+	return picked{Decision: placement.Decision{Replica: best, Reason: placement.ReasonLeastLoaded}, m: m, rep: rep, home: -1}, nil
 }
 
 // connectFailed records a refused connection to rep and ejects it unless

@@ -3,6 +3,7 @@ package live
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,10 @@ const (
 	seriesScrapeAge       = "warden_scrape_age_seconds"
 	seriesReplicaHealthy  = "warden_replica_healthy"
 	seriesSessionCapacity = "warden_session_capacity"
+	seriesCountTokens     = "warden_count_tokens_total"
+	seriesJournalErrors   = "warden_journal_write_errors_total"
+	seriesJournalDropped  = "warden_journal_dropped_total"
+	seriesJournalLate     = "warden_journal_late_total"
 )
 
 // observer holds the proxy's Prometheus metrics in a private registry
@@ -40,6 +45,10 @@ type observer struct {
 	laterHome      *prometheus.CounterVec // model
 	outputTokens   *prometheus.CounterVec // model
 	promptTokens   *prometheus.CounterVec // model
+	countTokens    *prometheus.CounterVec // model
+	journalErrors  prometheus.Counter
+	journalDropped prometheus.Counter
+	journalLate    prometheus.Counter
 	ttfb           *prometheus.HistogramVec
 	duration       *prometheus.HistogramVec
 }
@@ -51,14 +60,23 @@ func newObserver(state func() *routing) *observer {
 		o.reg.MustRegister(c)
 		return c
 	}
-	o.requests = counter(metrics.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen (new, sticky, spill, parent, hash, least-loaded, pinned, retried).", "model", "replica", "reason")
+	o.requests = counter(metrics.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen ("+reasonList()+").", "model", "replica", "reason")
 	o.spills = counter(seriesSpills, "Later turns that left their home because it was over the spill threshold, by home replica.", "model", "replica")
 	o.upstreamErrors = counter(seriesUpstreamErrors, "Upstream failures by kind: connect, reset, status (502/503 before any byte), stream (after the first byte).", "model", "replica", "kind")
 	o.rejected = counter(seriesRejected, "Requests the proxy answered itself with an error, by reason.", "reason")
 	o.ejections = counter(seriesEjections, "Passive ejections of a replica after a refused connection.", "model", "replica")
 	o.laterTurns = counter(metrics.WardenLaterTurns, "Requests of a session already known (turn > 0).", "model")
-	o.laterHome = counter(metrics.WardenLaterTurnsHome, "Later turns served by the session's home.", "model")
+	o.laterHome = counter(metrics.WardenLaterTurnsHome, "Later turns served by the replica of the session's first turn (a re-homed session's are not).", "model")
 	o.outputTokens = counter(metrics.WardenOutputTokens, "Output tokens reported in responses' usage.", "model")
+	jc := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		o.reg.MustRegister(c)
+		return c
+	}
+	o.journalErrors = jc(seriesJournalErrors, "Failed writes of the request journal (each also logged).")
+	o.journalDropped = jc(seriesJournalDropped, "Requests not journaled: lost with a failed write, or finished while the journal could not write.")
+	o.journalLate = jc(seriesJournalLate, "Requests journaled out of arrival order: held back past the journal's memory bound, written when they ended.")
+	o.countTokens = counter(seriesCountTokens, "Token-count requests (/v1/messages/count_tokens) forwarded: no conversation turn, so in no session, turn, request or TTFB series.", "model")
 	o.promptTokens = counter(seriesPromptTokens, "Prompt tokens reported in responses' usage.", "model")
 	// Classic buckets and a native histogram in one: a Prometheus scraping
 	// with native histograms enabled (protobuf) stores the native one, which
@@ -88,6 +106,16 @@ func newObserver(state func() *routing) *observer {
 	return o
 }
 
+// reasonList names the reason label's values: placement's reasons and
+// "retried".
+func reasonList() string {
+	names := make([]string, numCounted)
+	for i := range names {
+		names[i] = reasonName(i)
+	}
+	return strings.Join(names, ", ")
+}
+
 // rejectReasons are the values of warden_rejected_total's reason label.
 var rejectReasons = []string{"header_too_large", "auth", "path", "method", "too_large", "read", "utf8", "json", "duplicate_key", "content_type", "model", "unknown_model", "session_id", "unavailable"}
 
@@ -98,7 +126,7 @@ var upstreamKinds = []string{"connect", "reset", "status", "stream"}
 // their first event (PromQL's increase() misses a counter's first step).
 func (o *observer) initModel(m *model) {
 	name := m.cfg.Name
-	for _, v := range []*prometheus.CounterVec{o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens} {
+	for _, v := range []*prometheus.CounterVec{o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens, o.countTokens} {
 		v.WithLabelValues(name)
 	}
 	o.ttfb.WithLabelValues(name)
@@ -119,7 +147,7 @@ func (o *observer) initModel(m *model) {
 // dropModel deletes a model's series (a reload removed it).
 func (o *observer) dropModel(name string) {
 	l := prometheus.Labels{"model": name}
-	for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections, o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens} {
+	for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections, o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens, o.countTokens} {
 		v.DeletePartialMatch(l)
 	}
 	o.ttfb.DeletePartialMatch(l)

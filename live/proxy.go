@@ -24,12 +24,16 @@ import (
 
 // endpoints maps the paths the proxy serves to their dialect.
 var endpoints = map[string]API{
-	"/v1/chat/completions":      APIOpenAI,
-	"/v1/completions":           APIOpenAI,
-	"/v1/responses":             APIResponses,
-	"/v1/messages":              APIAnthropic,
-	"/v1/messages/count_tokens": APIAnthropic,
+	"/v1/chat/completions": APIOpenAI,
+	"/v1/completions":      APIOpenAI,
+	"/v1/responses":        APIResponses,
+	"/v1/messages":         APIAnthropic,
+	countTokensPath:        APIAnthropic,
 }
+
+// countTokensPath counts a prompt's tokens (Anthropic): it is no
+// conversation turn (see model.pickAux).
+const countTokensPath = "/v1/messages/count_tokens"
 
 // maxUsageBody bounds how much of a non-streamed response is kept to read
 // its usage.
@@ -49,6 +53,7 @@ type call struct {
 	req       placement.Request // Session/Parent are keyed hashes
 	source    string            // where the session id came from
 	turnKnown bool              // the session was known before this request (for the journal)
+	aux       bool              // not a conversation turn (count_tokens): no session, turn or journal record
 	start     time.Time
 
 	cur      *attempt    // the attempt whose response is being served
@@ -267,7 +272,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	}
 	c := &call{
 		srv: s, m: m, api: api, path: r.URL.Path, body: data, stream: b.Stream, start: start,
-		source: id.Source, status: http.StatusOK, usage: unknownUsage(),
+		source: id.Source, status: http.StatusOK, usage: unknownUsage(), aux: r.URL.Path == countTokensPath,
 		req: placement.Request{
 			Session: s.keyer.Sum(id.Session),
 			Parent:  s.keyer.Sum(id.Parent),
@@ -285,7 +290,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 		}
 	}
 	s.awaitFirstProbe(r.Context(), m)
-	p, err := m.place(r.Context(), &c.req, start)
+	p, err := c.place(r.Context(), -1, start)
 	if err != nil {
 		return nil, errUnavailable, "unavailable", "no replica of " + b.Model + " can take the request now: " + err.Error()
 	}
@@ -294,16 +299,16 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	c.reason = p.Reason.String()
 	c.attempts = 1
 	c.turnKnown = p.home >= 0
-	if p.home >= 0 {
+	if p.later {
 		s.obs.laterTurns.WithLabelValues(m.cfg.Name).Inc()
-		if p.Replica == p.home {
-			s.obs.laterHome.WithLabelValues(m.cfg.Name).Inc()
-		}
+	}
+	if p.stayed {
+		s.obs.laterHome.WithLabelValues(m.cfg.Name).Inc()
 	}
 	if p.Reason == placement.ReasonSpill && p.home >= 0 {
 		s.obs.spills.WithLabelValues(m.cfg.Name, strconv.Itoa(p.home)).Inc()
 	}
-	if s.journal != nil {
+	if s.journal != nil && !c.aux {
 		c.jt = s.journal.begin()
 	}
 	return c, 0, "", ""
@@ -315,8 +320,14 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 // replica is only presumed healthy: a request sent to one that is down
 // would get 502 (or the backend's own 503) where the same request a moment
 // later gets the proxy's 503/529 "no replica available". The wait is
-// bounded by the client and by one scrape round (/metrics and /health,
-// each within its timeout); past that the presumption stands.
+// bounded by the client, by one scrape round (/metrics and /health, each
+// within its timeout) and by maxFirstProbeWait; past that the presumption
+// stands.
+// maxFirstProbeWait caps awaitFirstProbe: a probe that hangs (a backend
+// that accepts and never answers, up to timeouts.health) must not hold the
+// first clients that long; a dial to it is bounded by timeouts.connect.
+const maxFirstProbeWait = 2 * time.Second
+
 func (s *Server) awaitFirstProbe(ctx context.Context, m *model) {
 	if !s.serving.Load() {
 		return // no scrape loops run: nothing to wait for
@@ -329,7 +340,7 @@ func (s *Server) awaitFirstProbe(ctx context.Context, m *model) {
 		default:
 		}
 		if deadline == nil {
-			t := time.NewTimer(2*sc.timeout + time.Second)
+			t := time.NewTimer(min(2*sc.timeout+time.Second, maxFirstProbeWait))
 			defer t.Stop()
 			deadline = t.C
 		}
@@ -343,6 +354,19 @@ func (s *Server) awaitFirstProbe(ctx context.Context, m *model) {
 	}
 }
 
+// place picks the replica of c's attempt (exclude: the replica a failed
+// first attempt went to, or -1): a conversation turn through the policy, a
+// count_tokens request apart from it (model.pickAux).
+func (c *call) place(ctx context.Context, exclude int, now time.Time) (picked, error) {
+	if c.aux {
+		return c.m.pickAux(exclude, now)
+	}
+	if exclude < 0 {
+		return c.m.place(ctx, &c.req, now) // the first attempt: through the session store, if any
+	}
+	return c.m.pick(&c.req, exclude, now)
+}
+
 // finish records a call once its response is over (or failed).
 func (c *call) finish() {
 	if !c.finished.CompareAndSwap(false, true) {
@@ -351,6 +375,11 @@ func (c *call) finish() {
 	c.cur.release()
 	s, name := c.srv, c.m.cfg.Name
 	dur := time.Since(c.start)
+	if c.aux { // no turn: only its own counter
+		s.obs.countTokens.WithLabelValues(name).Inc()
+		s.log.Debug("count_tokens", "model", name, "replica", c.cur.rep.id, "status", c.status, "attempts", c.attempts, "duration", dur)
+		return
+	}
 	s.obs.requests.WithLabelValues(name, strconv.Itoa(c.cur.rep.id), c.reason).Inc()
 	c.cur.rep.byReason[reasonIndex(c.reason)].Add(1)
 	s.obs.duration.WithLabelValues(name).Observe(dur.Seconds())
@@ -361,11 +390,7 @@ func (c *call) finish() {
 		s.obs.promptTokens.WithLabelValues(name).Add(float64(c.usage.PromptTokens))
 	}
 	if s.journal != nil {
-		if c.path == "/v1/messages/count_tokens" {
-			s.journal.skip(c.jt)
-		} else {
-			s.journal.record(c, dur)
-		}
+		s.journal.record(c, dur)
 	}
 	s.log.Debug("request", "model", name, "replica", c.cur.rep.id, "reason", c.reason,
 		"session", shortID(c.req.Session), "source", c.source, "status", c.status,
@@ -377,7 +402,7 @@ func reasonIndex(reason string) int {
 		return reasonRetried
 	}
 	r, err := placement.ParseReason(reason)
-	if err != nil || int(r) >= reasonRetried {
+	if err != nil {
 		return reasonRetried
 	}
 	return int(r)
@@ -436,7 +461,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		res.Body.Close()
 	}
 	prev := c.cur.rep
-	p, perr := c.m.pick(&c.req, prev.id, time.Now())
+	p, perr := c.place(req.Context(), prev.id, time.Now())
 	if perr != nil {
 		c.noRep.Store(true)
 		if err == nil {
@@ -831,7 +856,7 @@ func (b *respBody) Close() error {
 	} else if len(b.usageBuf) > 0 {
 		b.c.usage = bodyUsage(b.c.api, b.usageBuf)
 	}
-	if t := b.c.ttfb.Load(); t > 0 {
+	if t := b.c.ttfb.Load(); t > 0 && !b.c.aux {
 		b.c.srv.obs.ttfb.WithLabelValues(b.c.m.cfg.Name).Observe(time.Duration(t).Seconds())
 	}
 	return err

@@ -100,6 +100,11 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	// timeouts.response_header is applied per attempt (transport.try).
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		d := net.Dialer{Timeout: s.state.Load().cfg.Timeouts.Connect.D(), KeepAlive: 30 * time.Second}
+		// A dial outlives its request in http.Transport (it may fill the
+		// pool): the end of the drain cancels it, so none outlives Serve.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.drained, cancel)()
 		return d.DialContext(ctx, network, addr)
 	}
 	s.base = &http.Transport{
@@ -142,7 +147,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	}
 	s.boot = cfg
 	if cfg.Journal.Path != "" {
-		j, err := OpenJournal(cfg.Journal)
+		j, err := openJournal(cfg.Journal, journalOptions{log: s.log, obs: s.obs})
 		if err != nil {
 			return nil, err
 		}

@@ -43,7 +43,7 @@ const (
 	WardenSessions          = "warden_sessions"                 // gauge {model,replica}: conversations homed
 	WardenActiveSessions    = "warden_active_sessions"          // gauge {model,replica}: homed and seen within the active window
 	WardenLaterTurns        = "warden_later_turns_total"        // counter {model}: requests with turn > 0
-	WardenLaterTurnsHome    = "warden_later_turns_home_total"   // counter {model}: those served by the session's home
+	WardenLaterTurnsHome    = "warden_later_turns_home_total"   // counter {model}: those served by the replica of the session's first turn (placement.Stay)
 	WardenSessionsCompleted = "warden_sessions_completed_total" // counter {model}: closed-loop clients only
 	WardenTTFB              = "warden_ttfb_seconds"             // histogram base name {model}: client-side TTFB
 	WardenOutputTokens      = "warden_output_tokens_total"      // counter {model}

@@ -55,8 +55,8 @@ type ReplicaCounters struct {
 }
 
 // entry is one remembered conversation. 32 bytes: the key, the time of its
-// last request, its place in the LRU list, its home and whether it is
-// counted active (in the padding).
+// last request, its place in the LRU list, its home, and in the padding
+// whether it is counted active and its first home.
 type entry struct {
 	key    uint64 // fnv1a64 of the session id
 	seen   int64  // last request, nanoseconds since Table.base
@@ -64,6 +64,7 @@ type entry struct {
 	next   int32  // towards the tail (less recent); also links the free list
 	home   int32  // replica ID
 	active bool   // counted in its home's Active: between head and Table.act
+	first  int16  // the replica it was first homed on (its first turn's); -1 past MaxInt16
 }
 
 // Table remembers the home replica of each conversation: session -> home,
@@ -172,13 +173,23 @@ func (t *Table) Len() int { return t.n }
 // request: the session's last-seen time is unchanged. It also does a
 // bounded amount of lazy expiry.
 func (t *Table) Home(session string, now time.Time) (int, bool) {
+	home, _, ok := t.Lookup(session, now)
+	return home, ok
+}
+
+// Lookup is Home with the session's first home: the replica it was homed
+// on when the table first saw it (its first turn's, for a policy's table),
+// which re-homing does not change. That is the replica Stay compares a
+// later turn with. first is -1 for a replica ID above 32767.
+func (t *Table) Lookup(session string, now time.Time) (home, first int, ok bool) {
 	at := t.clock(now)
 	t.expire(at)
 	i := t.find(fnv1a64(session), at)
 	if i == nilIndex {
-		return 0, false
+		return 0, 0, false
 	}
-	return int(t.entries[i].home), true
+	e := &t.entries[i]
+	return int(e.home), int(e.first), true
 }
 
 // Assign makes home the home of session and marks the session seen at now,
@@ -361,7 +372,11 @@ func (t *Table) insert(key uint64, home int, at int64) int32 {
 		t.entries = append(t.entries, entry{})
 		i = int32(len(t.entries) - 1)
 	}
-	t.entries[i] = entry{key: key, seen: at, prev: nilIndex, next: nilIndex, home: int32(home)}
+	first := int16(-1)
+	if home <= math.MaxInt16 {
+		first = int16(home)
+	}
+	t.entries[i] = entry{key: key, seen: at, prev: nilIndex, next: nilIndex, home: int32(home), first: first}
 	t.counter(home).Sessions++
 	t.pushFront(i)
 	t.activate(i)

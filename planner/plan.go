@@ -275,7 +275,7 @@ func (p Plan) check(defaults bool) error {
 	}
 	for i, s := range p.SpillThresholds {
 		if _, err := placement.ParseSpillThreshold(s); err != nil {
-			return bad(fmt.Sprintf("spill_thresholds[%d]", i), "want auto or a non-negative integer, got %q", s)
+			return bad(fmt.Sprintf("spill_thresholds[%d]", i), "%v", err)
 		}
 		if slices.Index(p.SpillThresholds, s) != i {
 			return bad(fmt.Sprintf("spill_thresholds[%d]", i), "%q listed twice", s)

@@ -414,8 +414,8 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 		Censored:   w.censored,
 	}
 	d := &row.direct
-	d.laterTurns = t.router.laterTurns - s.router.laterTurns
-	d.home = t.router.laterHome - s.router.laterHome
+	d.laterTurns = t.router.stay.Later - s.router.stay.Later
+	d.home = t.router.stay.Home - s.router.stay.Home
 	d.sessionsCompleted = t.router.sessionsCompleted - s.router.sessionsCompleted
 	if n := t.samples - s.samples; n > 0 {
 		d.busyMean = float64(t.busySum-s.busySum) / float64(n)

@@ -424,7 +424,7 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	}
 	spill, err := placement.ParseSpillThreshold(r.SpillThreshold)
 	if err != nil {
-		return nil, bad("routing.spill_threshold", "want auto or a non-negative integer, got %q", r.SpillThreshold)
+		return nil, bad("routing.spill_threshold", "%v", err)
 	}
 	if r.SessionTTL == 0 {
 		r.SessionTTL = Duration(placement.DefaultSessionTTL)
