@@ -150,23 +150,3 @@ func FuzzParseMetrics(f *testing.F) {
 		_ = proxyFigures(samples, "m")
 	})
 }
-
-func TestExactQuantile(t *testing.T) {
-	for _, c := range []struct {
-		v    []float64
-		q    float64
-		want float64
-	}{
-		{[]float64{3, 1, 2}, 0.5, 2},
-		{[]float64{1, 2}, 0.5, 1.5},
-		{[]float64{1, 2, 3, 4, 5}, 0.95, 4.8},
-		{[]float64{7}, 0.95, 7},
-	} {
-		if got := exactQuantile(c.v, c.q); math.Abs(got-c.want) > 1e-12 {
-			t.Errorf("exactQuantile(%v, %v) = %v, want %v", c.v, c.q, got, c.want)
-		}
-	}
-	if !math.IsNaN(exactQuantile(nil, 0.5)) {
-		t.Error("no values: want NaN")
-	}
-}
