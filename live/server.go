@@ -92,16 +92,17 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	}
 	s.keyer = NewKeyer(key)
 	dialer := &net.Dialer{Timeout: cfg.Timeouts.Connect.D(), KeepAlive: 30 * time.Second}
-	s.base = &http.Transport{
-		DialContext:           dialer.DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: cfg.Timeouts.ResponseHeader.D(),
-		ExpectContinueTimeout: time.Second,
-		// Bodies pass through untouched: no transparent gzip.
-		DisableCompression: true,
-	}
+	// net/http's defaults (TLS handshake timeout and the rest), tuned.
+	s.base = http.DefaultTransport.(*http.Transport).Clone()
+	s.base.DialContext = dialer.DialContext
+	s.base.Proxy = nil               // the replicas are reached directly, whatever HTTP_PROXY says
+	s.base.ForceAttemptHTTP2 = false // HTTP/1.1, a connection per stream, as before
+	s.base.MaxIdleConns = 1024
+	s.base.MaxIdleConnsPerHost = 256
+	s.base.IdleConnTimeout = 90 * time.Second
+	s.base.ResponseHeaderTimeout = cfg.Timeouts.ResponseHeader.D()
+	s.base.ExpectContinueTimeout = time.Second
+	s.base.DisableCompression = true // bodies pass through untouched: no transparent gzip
 	s.scrapeC = &http.Client{Transport: &http.Transport{
 		DialContext:         dialer.DialContext,
 		MaxIdleConnsPerHost: 4,
