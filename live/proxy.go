@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -682,9 +683,33 @@ type streamBody struct {
 
 func newStreamBody(base bodyBase, idle time.Duration) *streamBody {
 	c := base.c
-	return &streamBody{bodyBase: base, idle: idle, rbuf: make([]byte, 32<<10),
+	return &streamBody{bodyBase: base, idle: idle, rbuf: copyBuffers.Get(),
 		watch: newStreamWatch(c.api, func() { c.ttfb.CompareAndSwap(0, int64(max(time.Since(c.start), 1))) })}
 }
+
+// copyBufferSize is the size of the buffers that carry response bodies:
+// the ReverseProxy's copy to the client and a stream's reads.
+const copyBufferSize = 32 << 10
+
+// bufferPool recycles the copy buffers (32 KB a response otherwise); it is
+// the ReverseProxy's BufferPool.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, copyBufferSize)
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == copyBufferSize {
+		buf = buf[:copyBufferSize]
+		b.p.Put(&buf)
+	}
+}
+
+var copyBuffers bufferPool
 
 func (b *streamBody) Read(p []byte) (int, error) {
 	for {
@@ -782,6 +807,10 @@ func (b *streamBody) end(err error) {
 
 func (b *streamBody) Close() error {
 	err := b.close()
+	if b.rbuf != nil {
+		copyBuffers.Put(b.rbuf) // out may be a slice of it: nothing reads after Close
+		b.rbuf, b.out = nil, nil
+	}
 	b.c.usage = b.watch.usage
 	b.observeTTFB()
 	return err

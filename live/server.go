@@ -112,6 +112,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		Rewrite:       s.rewrite,
 		Transport:     &transport{srv: s, base: s.base},
 		FlushInterval: -1, // flush every write: each SSE event goes out as it arrives
+		BufferPool:    &copyBuffers,
 		ErrorHandler:  s.errorHandler,
 		ErrorLog:      log.New(logWriter{s.log}, "", 0),
 	}

@@ -109,6 +109,11 @@ func (w *streamWatch) openAIEvent(data []byte) {
 		w.terminal = true
 		return
 	}
+	// Once output has begun, only an event with usage or an error needs
+	// decoding (v, which escapes to the heap, is made for those only).
+	if w.firstToken && !bytes.Contains(data, []byte(`"usage"`)) && !bytes.Contains(data, []byte(`"error"`)) {
+		return
+	}
 	var v struct {
 		Error   json.RawMessage `json:"error"`
 		Usage   *usageJSON      `json:"usage"`
@@ -121,10 +126,8 @@ func (w *streamWatch) openAIEvent(data []byte) {
 			} `json:"delta"`
 		} `json:"choices"`
 	}
-	if !w.firstToken || bytes.Contains(data, []byte(`"usage"`)) || bytes.Contains(data, []byte(`"error"`)) {
-		if json.Unmarshal(data, &v) != nil {
-			return
-		}
+	if json.Unmarshal(data, &v) != nil {
+		return
 	}
 	if len(v.Error) > 0 && string(v.Error) != "null" {
 		w.upstreamErr = true
