@@ -623,7 +623,7 @@ func (m *model) connectFailed(rep *replica, now time.Time) bool {
 func (m *model) outlier(rep *replica, now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if rep.strikes.Add(1) < ejectConsecutive || now.Before(rep.ejectedUntil) {
+	if saturatingInc(&rep.strikes) < ejectConsecutive || now.Before(rep.ejectedUntil) {
 		return false
 	}
 	if !m.live().eject(rep, now) {
@@ -633,6 +633,26 @@ func (m *model) outlier(rep *replica, now time.Time) bool {
 	return true
 }
 
+// maxFailureCount caps the consecutive-failure counters (strikes,
+// failures): the rules only compare them with small numbers (the
+// ejectConsecutive-th strike, the back-off's doubling is capped after 10),
+// and a counter that wrapped would read negative.
+const maxFailureCount = 1 << 20
+
+// saturatingInc adds one to c, up to maxFailureCount, and returns the new
+// count.
+func saturatingInc(c *atomic.Int32) int32 {
+	for {
+		v := c.Load()
+		if v >= maxFailureCount {
+			return v
+		}
+		if c.CompareAndSwap(v, v+1) {
+			return v + 1
+		}
+	}
+}
+
 // eject ejects rep for its back-off unless that would eject more than half
 // of the model's replicas, or rep is not one of them (a reload removed its
 // backend). Called with m.mu held.
@@ -640,10 +660,7 @@ func (m *model) eject(rep *replica, now time.Time) bool {
 	if m.index(rep) < 0 {
 		return false
 	}
-	failures := rep.failures.Add(1)
-	if failures > 1<<20 {
-		rep.failures.Store(1 << 20) // the back-off is capped long before; never wrap
-	}
+	failures := saturatingInc(&rep.failures)
 	ejected := 0
 	for _, o := range m.replicas {
 		if o.replicaState != rep.replicaState && now.Before(o.ejectedUntil) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -305,5 +306,35 @@ func TestStayedCountsTheFirstReplica(t *testing.T) {
 	}
 	if got, want := m.laterHome.Load(), sim.Home; got != want || got != 1 {
 		t.Errorf("later turns on the first replica %d, simulator %d, want 1 (turn 1 only)", got, want)
+	}
+}
+
+// The consecutive-failure counters saturate: a replica whose ejection the
+// "never more than half" rule refused for a very long run of 5xx is still
+// ejected once the rule allows it (a wrapped counter would read negative
+// and spare it for another 2^31 failures).
+func TestFailureCountersDoNotWrap(t *testing.T) {
+	m := testModelState(t, 2)
+	rep, other := m.replicas[0], m.replicas[1]
+	now := time.Unix(1000, 0)
+	if !m.connectFailed(other, now) {
+		t.Fatal("the other replica was not ejected")
+	}
+	rep.strikes.Store(math.MaxInt32 - 2) // stands for ~2^31 refused strikes
+	rep.failures.Store(math.MaxInt32 - 2)
+	for range 5 {
+		if m.outlier(rep, now) {
+			t.Fatal("ejected while the other replica is out: more than half")
+		}
+		if rep.strikes.Load() < 0 || rep.failures.Load() < 0 {
+			t.Fatalf("a counter wrapped: strikes %d failures %d", rep.strikes.Load(), rep.failures.Load())
+		}
+	}
+	later := now.Add(ejectMax + time.Second) // the other is back
+	if !m.outlier(rep, later) {
+		t.Errorf("not ejected after the other came back (strikes %d)", rep.strikes.Load())
+	}
+	if got := rep.ejectedUntil.Sub(later); got != ejectMax {
+		t.Errorf("back-off %v after a long run of failures, want the cap %v", got, ejectMax)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // Series names of warden's own metrics that the shared vocabulary
@@ -60,14 +60,14 @@ func newObserver(state func() *routing) *observer {
 		o.reg.MustRegister(c)
 		return c
 	}
-	o.requests = counter(metrics.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen ("+reasonList()+").", "model", "replica", "reason")
+	o.requests = counter(names.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen ("+reasonList()+").", "model", "replica", "reason")
 	o.spills = counter(seriesSpills, "Later turns that left their home because it was over the spill threshold, by home replica.", "model", "replica")
 	o.upstreamErrors = counter(seriesUpstreamErrors, "Upstream failures by kind: connect, reset, status (502/503 before any byte), stream (after the first byte).", "model", "replica", "kind")
 	o.rejected = counter(seriesRejected, "Requests the proxy answered itself with an error, by reason.", "reason")
 	o.ejections = counter(seriesEjections, "Passive ejections of a replica after a refused connection.", "model", "replica")
-	o.laterTurns = counter(metrics.WardenLaterTurns, "Requests of a session already known (turn > 0).", "model")
-	o.laterHome = counter(metrics.WardenLaterTurnsHome, "Later turns served by the replica of the session's first turn (a re-homed session's are not).", "model")
-	o.outputTokens = counter(metrics.WardenOutputTokens, "Output tokens reported in responses' usage.", "model")
+	o.laterTurns = counter(names.WardenLaterTurns, "Requests of a session already known (turn > 0).", "model")
+	o.laterHome = counter(names.WardenLaterTurnsHome, "Later turns served by the replica of the session's first turn (a re-homed session's are not).", "model")
+	o.outputTokens = counter(names.WardenOutputTokens, "Output tokens reported in responses' usage.", "model")
 	jc := func(name, help string) prometheus.Counter {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 		o.reg.MustRegister(c)
@@ -83,18 +83,18 @@ func newObserver(state func() *routing) *observer {
 	// the TTFB KPIs read for quantiles within about 0.5%; any other reads
 	// the classic buckets. The simulator writes the same two
 	// (metrics.Histogram.WithNative).
-	native := metrics.WardenTTFBNative()
+	native := names.WardenTTFBNative()
 	o.ttfb = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:                           metrics.WardenTTFB,
+		Name:                           names.WardenTTFB,
 		Help:                           "Time from receiving a request to forwarding its first output token (streams) or first body byte.",
-		Buckets:                        metrics.WardenTTFBBuckets(),
+		Buckets:                        names.WardenTTFBBuckets(),
 		NativeHistogramBucketFactor:    native.BucketFactor,
 		NativeHistogramMaxBucketNumber: uint32(native.MaxBuckets),
 	}, []string{"model"})
 	o.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    seriesDuration,
 		Help:    "Time from receiving a request to the end of its response.",
-		Buckets: metrics.WardenTTFBBuckets(),
+		Buckets: names.WardenTTFBBuckets(),
 	}, []string{"model"})
 	for _, r := range rejectReasons {
 		o.rejected.WithLabelValues(r)
@@ -170,9 +170,9 @@ func (o *observer) dropReplicas(name string, prev, m *model) {
 }
 
 var (
-	descInFlight = prometheus.NewDesc(metrics.WardenInFlight, "Requests sent to the replica whose response has not finished.", []string{"model", "replica"}, nil)
-	descSessions = prometheus.NewDesc(metrics.WardenSessions, "Conversations homed on the replica (the session table).", []string{"model", "replica"}, nil)
-	descActive   = prometheus.NewDesc(metrics.WardenActiveSessions, "Conversations homed on the replica and seen within the active window: what placement balances.", []string{"model", "replica"}, nil)
+	descInFlight = prometheus.NewDesc(names.WardenInFlight, "Requests sent to the replica whose response has not finished.", []string{"model", "replica"}, nil)
+	descSessions = prometheus.NewDesc(names.WardenSessions, "Conversations homed on the replica (the session table).", []string{"model", "replica"}, nil)
+	descActive   = prometheus.NewDesc(names.WardenActiveSessions, "Conversations homed on the replica and seen within the active window: what placement balances.", []string{"model", "replica"}, nil)
 	descAge      = prometheus.NewDesc(seriesScrapeAge, "Seconds since the replica's server was last scraped successfully (+Inf: never).", []string{"model", "replica"}, nil)
 	descHealthy  = prometheus.NewDesc(seriesReplicaHealthy, "1 if the replica may receive requests (health probe passing, not ejected).", []string{"model", "replica"}, nil)
 	descCapacity = prometheus.NewDesc(seriesSessionCapacity, "The session table's cap for the model.", []string{"model"}, nil)

@@ -14,6 +14,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -651,17 +652,21 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 		}
 	}
 	c.status = res.StatusCode
-	rb := newRespBody(c, a, res, clientCtx, cancel)
-	rb.drained, rb.stopDrain = drained, stopDrain
-	if rb.watch != nil && c.stream {
-		rb.dog = dog
+	base := bodyBase{rc: res.Body, c: c, a: a, ctx: clientCtx, cancel: cancel, drained: drained, stopDrain: stopDrain}
+	sse := strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
+	if sse && c.stream {
+		base.dog = dog
 	} else {
 		dog.stop()
 		if res.StatusCode < 500 {
 			c.m.succeeded(a.rep)
 		}
 	}
-	res.Body = rb
+	if sse {
+		res.Body = newStreamBody(base, s.state.Load().cfg.Timeouts.StreamIdle.D())
+	} else {
+		res.Body = &plainBody{bodyBase: base}
+	}
 	return res, nil
 }
 
@@ -712,67 +717,130 @@ func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 	writeError(w, c.api, kind, msg)
 }
 
-// respBody wraps a backend's response body. It releases the attempt's
-// in-flight count when closed; it notes the first output token and the
-// usage; and for event streams it passes on only whole events, so that if
-// the backend fails mid-stream it can end the stream with the API's own
-// error event (and no [DONE] or message_stop) instead of a torn event.
-type respBody struct {
+// bodyBase is what both kinds of response body share: closing one
+// releases the attempt (its in-flight count, its context, its timers) and
+// records the usage and the time to the first byte or token.
+type bodyBase struct {
 	rc     io.ReadCloser
 	c      *call
 	a      *attempt
-	watch  *streamWatch       // nil: not an event stream
 	ctx    context.Context    // the client's
 	cancel context.CancelFunc // the attempt's context
-	dog    *watchdog          // streamed requests: first_token, then stream_idle
-	idle   time.Duration      // timeouts.stream_idle
+	dog    *watchdog          // streamed requests: first_token, then stream_idle; nil otherwise
 
 	drained   *atomic.Bool // the drain deadline cancelled the attempt
 	stopDrain func() bool  // stops watching for the drain deadline
+}
 
-	rbuf  []byte // read buffer (streams)
+func (b *bodyBase) upstreamFailed(kind string) {
+	b.a.rep.upErrors.Add(1)
+	b.c.srv.obs.upstreamErrors.WithLabelValues(b.c.m.cfg.Name, strconv.Itoa(b.a.rep.id), kind).Inc()
+}
+
+// close closes the backend's body and releases the attempt.
+func (b *bodyBase) close() error {
+	err := b.rc.Close()
+	b.dog.stop()
+	b.stopDrain()
+	b.cancel()
+	b.a.release()
+	return err
+}
+
+func (b *bodyBase) observeTTFB() {
+	if t := b.c.ttfb.Load(); t > 0 && !b.c.aux { // count_tokens is in no TTFB series
+		b.c.srv.obs.ttfb.WithLabelValues(b.c.m.cfg.Name).Observe(time.Duration(t).Seconds())
+	}
+}
+
+// plainBody is a response that is not an event stream: it passes through
+// as it comes, and is kept (up to maxUsageBody) for its usage.
+type plainBody struct {
+	bodyBase
+	usageBuf  []byte // the body so far, while whole and at most maxUsageBody
+	usageOver bool   // the body outgrew maxUsageBody: usage unknown
+	first     bool
+}
+
+func (b *plainBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		if !b.first {
+			b.first = true
+			b.c.ttfb.CompareAndSwap(0, int64(max(time.Since(b.c.start), 1)))
+		}
+		// Keep the body only while it is whole: a skipped chunk would
+		// leave a gap that could still parse.
+		if !b.usageOver && len(b.usageBuf)+n <= maxUsageBody {
+			b.usageBuf = append(b.usageBuf, p[:n]...)
+		} else {
+			b.usageOver, b.usageBuf = true, nil
+		}
+	}
+	if err != nil && err != io.EOF && b.ctx.Err() == nil {
+		b.upstreamFailed("stream")
+	}
+	return n, err
+}
+
+func (b *plainBody) Close() error {
+	err := b.close()
+	if len(b.usageBuf) > 0 {
+		b.c.usage = bodyUsage(b.c.api, b.usageBuf)
+	}
+	b.observeTTFB()
+	return err
+}
+
+// streamBody is an event stream. It notes the first output token and the
+// usage, and it passes on only whole events, so that if the backend fails
+// mid-stream it can end the stream with the API's own error event (and no
+// [DONE] or message_stop) instead of a torn event.
+type streamBody struct {
+	bodyBase
+	watch *streamWatch
+	idle  time.Duration // timeouts.stream_idle
+
+	rbuf  []byte // read buffer
 	held  []byte // bytes after the last complete event
+	obuf  []byte // out's own buffer, when out is not a slice of rbuf
 	out   []byte // bytes ready for the client
 	final bool   // no more bytes after out
 	err   error  // returned after out when final
-
-	usageBuf  []byte // non-streamed body kept for its usage, up to maxUsageBody
-	usageOver bool   // the body outgrew maxUsageBody: usage unknown
-	first     bool
-	torn      bool // out ended inside an event (an overlong event passed on in part)
+	torn  bool   // out ended inside an event (an overlong event passed on in part)
 }
 
-func newRespBody(c *call, a *attempt, res *http.Response, clientCtx context.Context, cancel context.CancelFunc) *respBody {
-	b := &respBody{rc: res.Body, c: c, a: a, ctx: clientCtx, cancel: cancel,
-		idle: c.srv.state.Load().cfg.Timeouts.StreamIdle.D()}
-	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
-		b.watch = newStreamWatch(c.api, func() { c.ttfb.CompareAndSwap(0, int64(max(time.Since(c.start), 1))) })
-		b.rbuf = make([]byte, 32<<10)
-	}
-	return b
+func newStreamBody(base bodyBase, idle time.Duration) *streamBody {
+	c := base.c
+	return &streamBody{bodyBase: base, idle: idle, rbuf: copyBuffers.Get(),
+		watch: newStreamWatch(c.api, func() { c.ttfb.CompareAndSwap(0, int64(max(time.Since(c.start), 1))) })}
 }
 
-func (b *respBody) Read(p []byte) (int, error) {
-	if b.watch == nil {
-		n, err := b.rc.Read(p)
-		if n > 0 {
-			if !b.first {
-				b.first = true
-				b.c.ttfb.CompareAndSwap(0, int64(max(time.Since(b.c.start), 1)))
-			}
-			// Keep the body only while it is whole: a skipped chunk would
-			// leave a gap that could still parse.
-			if !b.usageOver && len(b.usageBuf)+n <= maxUsageBody {
-				b.usageBuf = append(b.usageBuf, p[:n]...)
-			} else {
-				b.usageOver, b.usageBuf = true, nil
-			}
-		}
-		if err != nil && err != io.EOF && b.ctx.Err() == nil {
-			b.upstreamFailed("stream")
-		}
-		return n, err
+// copyBufferSize is the size of the buffers that carry response bodies:
+// the ReverseProxy's copy to the client and a stream's reads.
+const copyBufferSize = 32 << 10
+
+// bufferPool recycles the copy buffers (32 KB a response otherwise); it is
+// the ReverseProxy's BufferPool.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
 	}
+	return make([]byte, copyBufferSize)
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == copyBufferSize {
+		buf = buf[:copyBufferSize]
+		b.p.Put(&buf)
+	}
+}
+
+var copyBuffers bufferPool
+
+func (b *streamBody) Read(p []byte) (int, error) {
 	for {
 		if len(b.out) > 0 {
 			n := copy(p, b.out)
@@ -784,98 +852,97 @@ func (b *respBody) Read(p []byte) (int, error) {
 		}
 		n, err := b.rc.Read(b.rbuf)
 		if n > 0 {
-			chunk := b.rbuf[:n]
-			_, _ = b.watch.Write(chunk)
-			if b.watch.firstToken {
-				b.dog.streaming(b.idle)
-			}
-			b.held = append(b.held, chunk...)
-			if cut := lastEventEnd(b.held); cut > 0 {
-				b.out = append(b.out[:0], b.held[:cut]...)
-				b.held = append(b.held[:0], b.held[cut:]...)
-				b.torn = false
-			} else if len(b.held) > maxSSELine {
-				b.out = append(b.out[:0], b.held...)
-				b.held = b.held[:0]
-				b.torn = true
-			}
+			b.take(b.rbuf[:n])
 		}
+		if err != nil {
+			b.end(err)
+		}
+	}
+}
+
+// take watches a chunk from the backend and moves what ends in a whole
+// event to out; the rest waits in held.
+func (b *streamBody) take(chunk []byte) {
+	_, _ = b.watch.Write(chunk)
+	if b.watch.firstToken {
+		b.dog.streaming(b.idle)
+	}
+	cut := b.watch.frame.LastEnd()
+	switch {
+	case cut >= 0 && len(b.held) == 0:
+		b.out = chunk[:cut] // rbuf is not read into again before out is drained
+		b.held = append(b.held, chunk[cut:]...)
+		b.torn = false
+	case cut >= 0:
+		b.obuf = append(append(b.obuf[:0], b.held...), chunk[:cut]...)
+		b.out = b.obuf
+		b.held = append(b.held[:0], chunk[cut:]...)
+		b.torn = false
+	default:
+		b.held = append(b.held, chunk...)
+		if len(b.held) > maxSSELine {
+			b.obuf, b.held = b.held, b.obuf[:0]
+			b.out = b.obuf
+			b.torn = true
+		}
+	}
+}
+
+// end handles the backend's body ending with err: a clean end passes the
+// rest on; anything else ends the stream with the API's error event.
+func (b *streamBody) end(err error) {
+	switch {
+	case b.ctx.Err() != nil:
+		b.final, b.err = true, err // the client is gone
+	case err == io.EOF && (b.watch.terminal || b.watch.upstreamErr):
+		b.out = append(b.out, b.held...) // a clean end
+		b.held = nil
+		b.final, b.err = true, io.EOF
+		if b.watch.terminal {
+			b.c.m.succeeded(b.a.rep)
+		}
+	default:
+		// Died mid-stream, stalled, or ended without its final event.
+		msg := "upstream replica failed mid-stream"
 		switch {
-		case err == nil:
-		case b.ctx.Err() != nil:
-			b.final, b.err = true, err // the client is gone
-		case err == io.EOF && (b.watch.terminal || b.watch.upstreamErr):
-			b.out = append(b.out, b.held...) // a clean end
-			b.held = nil
-			b.final, b.err = true, io.EOF
-			if b.watch.terminal {
-				b.c.m.succeeded(b.a.rep)
-			}
+		case b.drained.Load():
+			msg = "the proxy is shutting down: its drain deadline (timeouts.drain) ended the stream"
+		case b.dog.expired():
+			msg = b.dog.what()
+			b.upstreamFailed("timeout")
+			b.c.srv.transportStrike(b.c, b.a.rep)
+		case err == io.EOF:
+			msg = "upstream replica ended the stream early"
+			b.upstreamFailed("stream")
 		default:
-			// Died mid-stream, stalled, or ended without its final event.
-			msg := "upstream replica failed mid-stream"
-			switch {
-			case b.drained.Load():
-				msg = "the proxy is shutting down: its drain deadline (timeouts.drain) ended the stream"
-			case b.dog.expired():
-				msg = b.dog.what()
-				b.upstreamFailed("timeout")
-				b.c.srv.transportStrike(b.c, b.a.rep)
-			case err == io.EOF:
-				msg = "upstream replica ended the stream early"
-				b.upstreamFailed("stream")
-			default:
-				b.upstreamFailed("stream")
-			}
-			b.c.srv.log.Warn("stream broken", "model", b.c.m.cfg.Name, "replica", b.a.rep.id, "err", err)
-			if b.torn {
-				// The client holds part of an event: end it, or the error
-				// event would be read as more of its last line.
-				b.out = append(b.out, "\n\n"...)
-			}
-			b.out = append(b.out, streamErrorEvent(b.c.api, msg)...)
-			b.held = nil
-			b.final, b.err = true, io.EOF
+			b.upstreamFailed("stream")
 		}
+		b.c.srv.log.Warn("stream broken", "model", b.c.m.cfg.Name, "replica", b.a.rep.id, "err", err)
+		switch {
+		case b.torn:
+			// The client holds part of an event: end it, or the error
+			// event would be read as more of its last line.
+			b.out = append(b.out, "\n\n"...)
+		case b.watch.frame.PendingLF() && len(b.held) == 0:
+			// The client's last event ended in a CR: a LF makes it a
+			// CRLF, for clients that split lines at LF only.
+			b.out = append(b.out, '\n')
+		}
+		b.out = append(b.out, streamErrorEvent(b.c.api, msg)...)
+		b.held = nil
+		b.final, b.err = true, io.EOF
 	}
 }
 
-func (b *respBody) upstreamFailed(kind string) {
-	b.a.rep.upErrors.Add(1)
-	b.c.srv.obs.upstreamErrors.WithLabelValues(b.c.m.cfg.Name, strconv.Itoa(b.a.rep.id), kind).Inc()
-}
-
-func (b *respBody) Close() error {
-	err := b.rc.Close()
-	b.dog.stop()
-	b.stopDrain()
-	b.cancel()
-	b.a.release()
-	if b.watch != nil {
-		b.c.usage = b.watch.usage
-	} else if len(b.usageBuf) > 0 {
-		b.c.usage = bodyUsage(b.c.api, b.usageBuf)
+func (b *streamBody) Close() error {
+	err := b.close()
+	if b.rbuf != nil {
+		copyBuffers.Put(b.rbuf) // out may be a slice of it: nothing reads after Close
+		b.rbuf, b.out = nil, nil
 	}
-	if t := b.c.ttfb.Load(); t > 0 && !b.c.aux {
-		b.c.srv.obs.ttfb.WithLabelValues(b.c.m.cfg.Name).Observe(time.Duration(t).Seconds())
-	}
+	b.c.usage = b.watch.usage
+	b.observeTTFB()
 	return err
-}
-
-// lastEventEnd returns the offset just past the last blank line (the end
-// of an event) in b, or 0.
-func lastEventEnd(b []byte) int {
-	end := 0
-	if i := bytes.LastIndex(b, []byte("\n\n")); i >= 0 {
-		end = i + 2
-	}
-	if i := bytes.LastIndex(b, []byte("\r\n\r\n")); i >= 0 && i+4 > end {
-		end = i + 4
-	}
-	if i := bytes.LastIndex(b, []byte("\r\r")); i >= 0 && i+2 > end {
-		end = i + 2
-	}
-	return end
 }
 
 // serveModels answers GET /v1/models with the configured models, in

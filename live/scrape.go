@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	pmodel "github.com/prometheus/common/model"
 
-	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // EngineStats are the figures of one vLLM engine (one data-parallel rank)
@@ -70,21 +70,21 @@ func ParseVLLMMetrics(r io.Reader) ([]EngineStats, error) {
 			*field(get(e)) += sampleValue(m)
 		}
 	}
-	add(metrics.VLLMNumRequestsRunning, func(s *EngineStats) *float64 { return &s.Running })
-	add(metrics.VLLMNumRequestsWaiting, func(s *EngineStats) *float64 { return &s.Waiting })
-	add(metrics.VLLMKVCacheUsagePerc, func(s *EngineStats) *float64 { return &s.KVUsage })
-	add(metrics.VLLMPrefixCacheQueries, func(s *EngineStats) *float64 { return &s.PrefixQueries })
-	add(metrics.VLLMPrefixCacheHits, func(s *EngineStats) *float64 { return &s.PrefixHits })
-	add(metrics.VLLMPromptTokens, func(s *EngineStats) *float64 { return &s.PromptTokens })
-	add(metrics.VLLMGenerationTokens, func(s *EngineStats) *float64 { return &s.GenerationTokens })
-	names := make([]string, 0, 4)
+	add(names.VLLMNumRequestsRunning, func(s *EngineStats) *float64 { return &s.Running })
+	add(names.VLLMNumRequestsWaiting, func(s *EngineStats) *float64 { return &s.Waiting })
+	add(names.VLLMKVCacheUsagePerc, func(s *EngineStats) *float64 { return &s.KVUsage })
+	add(names.VLLMPrefixCacheQueries, func(s *EngineStats) *float64 { return &s.PrefixQueries })
+	add(names.VLLMPrefixCacheHits, func(s *EngineStats) *float64 { return &s.PrefixHits })
+	add(names.VLLMPromptTokens, func(s *EngineStats) *float64 { return &s.PromptTokens })
+	add(names.VLLMGenerationTokens, func(s *EngineStats) *float64 { return &s.GenerationTokens })
+	info := make([]string, 0, 4)
 	for name := range fams {
 		if strings.HasPrefix(name, "vllm:") && strings.HasSuffix(name, "_config_info") {
-			names = append(names, name)
+			info = append(info, name)
 		}
 	}
-	slices.Sort(names) // map order must not decide which label wins
-	for _, name := range names {
+	slices.Sort(info) // map order must not decide which label wins
+	for _, name := range info {
 		for _, m := range fams[name].GetMetric() {
 			e, ok := engineOf(m)
 			if !ok {
@@ -97,9 +97,9 @@ func ParseVLLMMetrics(r io.Reader) ([]EngineStats, error) {
 					continue
 				}
 				switch lp.GetName() {
-				case metrics.LabelBlockSize:
+				case names.LabelBlockSize:
 					s.BlockSize = int(v)
-				case metrics.LabelNumGPUBlocks:
+				case names.LabelNumGPUBlocks:
 					s.NumGPUBlocks = int(v)
 				case "max_num_seqs":
 					s.MaxNumSeqs = int(v)
@@ -115,7 +115,7 @@ func ParseVLLMMetrics(r io.Reader) ([]EngineStats, error) {
 // a label that is not a small non-negative integer.
 func engineOf(m *dto.Metric) (int, bool) {
 	for _, lp := range m.GetLabel() {
-		if lp.GetName() == metrics.LabelEngine {
+		if lp.GetName() == names.LabelEngine {
 			e, err := strconv.Atoi(lp.GetValue())
 			if err != nil || e < 0 || e > 1<<16 {
 				return 0, false

@@ -107,15 +107,16 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		defer context.AfterFunc(s.drained, cancel)()
 		return d.DialContext(ctx, network, addr)
 	}
-	s.base = &http.Transport{
-		DialContext:           dial,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		// Bodies pass through untouched: no transparent gzip.
-		DisableCompression: true,
-	}
+	// net/http's defaults (TLS handshake timeout and the rest), tuned.
+	s.base = http.DefaultTransport.(*http.Transport).Clone()
+	s.base.DialContext = dial
+	s.base.Proxy = nil               // the replicas are reached directly, whatever HTTP_PROXY says
+	s.base.ForceAttemptHTTP2 = false // HTTP/1.1, a connection per stream, as before
+	s.base.MaxIdleConns = 1024
+	s.base.MaxIdleConnsPerHost = 256
+	s.base.IdleConnTimeout = 90 * time.Second
+	s.base.ExpectContinueTimeout = time.Second
+	s.base.DisableCompression = true // bodies pass through untouched: no transparent gzip
 	s.scrapeC = &http.Client{Transport: &http.Transport{
 		DialContext:         dial,
 		MaxIdleConnsPerHost: 4,
@@ -125,6 +126,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		Rewrite:       s.rewrite,
 		Transport:     &transport{srv: s, base: s.base},
 		FlushInterval: -1, // flush every write: each SSE event goes out as it arrives
+		BufferPool:    &copyBuffers,
 		ErrorHandler:  s.errorHandler,
 		ErrorLog:      log.New(logWriter{s.log}, "", 0),
 	}

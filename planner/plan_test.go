@@ -65,7 +65,7 @@ func TestParsePlanErrors(t *testing.T) {
 		{"unpriced gpu", minimal + "prices: {H100 SXM: 2.5}\n", "plan.yaml:2: farms[0].gpus[0]: RTX A4000 has no price"},
 		{"bad price key", minimal + "prices: {nope: 2.5}\n", "plan.yaml:7: prices.nope: "},
 		{"not a mapping", "- 1\n- 2\n", "plan.yaml:1: cannot unmarshal !!seq"},
-		{"bad yaml", "farms: [\n", "plan.yaml: "},
+		{"bad yaml", "farms: [\n", "plan.yaml:1: did not find expected node content"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

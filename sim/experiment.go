@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lm-warden/warden/internal/num"
 	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/traces"
@@ -422,7 +423,7 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 	}
 	sorted := slices.Clone(w.ttfbs)
 	slices.Sort(sorted)
-	d.ttfbP50, d.ttfbP95 = quantile(sorted, 0.5), quantile(sorted, 0.95)
+	d.ttfbP50, d.ttfbP95 = num.Quantile(sorted, 0.5), num.Quantile(sorted, 0.95)
 	var admitQ, admitH int64
 	for i := range r.reps {
 		a, b := s.engines[i], t.engines[i]

@@ -118,7 +118,7 @@ func TestParseFarmErrors(t *testing.T) {
 		{"bad overhead", base + "step_time:\n  step_overhead: -1ms\n", "farm.yaml:4: step_time.step_overhead: must be >= 0"},
 		{"too many blocks", base + "vllm:\n  num_gpu_blocks: 3000000000\n", "farm.yaml:4: vllm.num_gpu_blocks: must be at most 2147483647"},
 		{"empty", "", "farm.yaml: empty farm spec"},
-		{"not yaml", "model: [\n", "farm.yaml: "},
+		{"not yaml", "model: [\n", "farm.yaml:1: did not find expected node content"},
 		{"too big for the card", "model: meta-llama/Llama-3.1-70B-Instruct\ngpu: RTX A4000\n", "farm.yaml:2: gpu: "},
 		{"bad version", base + "vllm:\n  version: latest\n", `farm.yaml:4: vllm.version: want a release such as "0.26"`},
 		{"bad full isl", base + "vllm:\n  scheduler_reserve_full_isl: maybe\n", `farm.yaml:4: vllm.scheduler_reserve_full_isl: want true or false, got "maybe"`},
