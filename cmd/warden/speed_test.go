@@ -105,7 +105,7 @@ func TestSpeed(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback, GOMAXPROCS of the proxy: its default (%d CPUs)\n",
 		rate, dur, sessions, runtime.NumCPU())
-	fmt.Fprintf(&b, "%-8s %-8s %9s %9s %10s %10s %11s %8s\n", "body", "target", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "CPU µs/req", "requests")
+	fmt.Fprintf(&b, "%-8s %-8s %9s %9s %10s %10s %11s %8s %7s\n", "body", "target", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "CPU µs/req", "requests", "failed")
 	var base row
 	for _, r := range rows {
 		if r.target == "direct" {
@@ -118,7 +118,7 @@ func TestSpeed(t *testing.T) {
 		if r.cpuUS >= 0 {
 			cpu = fmt.Sprintf("%.0f", r.cpuUS)
 		}
-		fmt.Fprintf(&b, "%-8s %-8s %9.2f %9.2f %10s %10s %11s %8d\n", r.size, r.target, r.p50, r.p99, add50, add99, cpu, r.n)
+		fmt.Fprintf(&b, "%-8s %-8s %9.2f %9.2f %10s %10s %11s %8d %7d\n", r.size, r.target, r.p50, r.p99, add50, add99, cpu, r.n, r.errs)
 	}
 	for _, size := range []string{"64 KiB", "256 KiB"} {
 		var h, w float64
@@ -133,6 +133,9 @@ func TestSpeed(t *testing.T) {
 		if h > 0 {
 			fmt.Fprintf(&b, "%s: warden CPU per request = %.2fx HAProxy's\n", size, w/h)
 		}
+	}
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(&b, "load average at the end: %s", la)
 	}
 	t.Log("\n" + b.String())
 	if out := os.Getenv("WARDEN_SPEED_OUT"); out != "" {
