@@ -106,6 +106,8 @@ type model struct {
 
 	cancel context.CancelFunc // stops the scrapers; nil until started
 
+	hist *history // the last hour of token rates (history.go), fed by the scrapers
+
 	gpuSeqs int          // vLLM's default max_num_seqs on cfg.GPU; 0: no GPU given
 	warned  atomic.Bool  // the max_num_seqs warning was logged
 	log     *slog.Logger // set by Server.build before the scrapers start; nil: no warnings
@@ -143,9 +145,18 @@ func newModel(cfg ModelCfg, client *http.Client, interval, timeout time.Duration
 			m.replicas = append(m.replicas, &replica{id: i, target: u, server: s, engine: -1})
 		}
 	}
+	keys := make([]string, len(m.replicas))
+	for i, rep := range m.replicas {
+		keys[i] = rep.target.String()
+		if rep.rank != "" {
+			keys[i] += "#" + rep.rank
+		}
+	}
+	m.hist = newHistory(keys)
 	for _, s := range m.servers {
 		s.onResult = func(r *ScrapeResult) {
 			m.baseline(s, r)
+			m.record(s, r)
 			if m.log != nil {
 				m.warnMaxNumSeqs(m.log)
 			}
@@ -175,6 +186,22 @@ func (m *model) baseline(s *scraper, r *ScrapeResult) {
 		}
 		if b := rep.base.Load(); b == nil || e.PrefixQueries < b.PrefixQueries || e.PrefixHits < b.PrefixHits {
 			rep.base.Store(&e)
+		}
+	}
+}
+
+// record adds a successful scrape of server s to the history of each of
+// its replicas.
+func (m *model) record(s *scraper, r *ScrapeResult) {
+	if r.Err != "" || r.OK.IsZero() || !r.OK.Equal(r.Attempt) {
+		return
+	}
+	for i, rep := range m.replicas {
+		if rep.server != s {
+			continue
+		}
+		if e, ok := rep.stats(r); ok {
+			m.hist.observe(m.hist.rows[i].key, e, r.OK)
 		}
 	}
 }

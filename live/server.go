@@ -157,6 +157,7 @@ func (s *Server) build(cfg *Config, old *routing) (*routing, error) {
 		}
 		if old != nil && old.models[mc.Name] != nil {
 			s.obs.dropModel(mc.Name) // rebuilt: its counters start afresh
+			m.hist.adopt(old.models[mc.Name].hist) // but the last hour of tokens stays
 		}
 		m.log = s.log
 		s.obs.initModel(m)
@@ -206,11 +207,13 @@ func (s *Server) Reload(cfg *Config) error {
 }
 
 // Admin returns the admin handler: /metrics (Prometheus), /api/status
-// (JSON, see Status), /healthz and the handlers of WithAdminHandler.
+// (JSON, see Status), /api/history (JSON, the last hour of token rates,
+// see History), /healthz and the handlers of WithAdminHandler.
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.obs.reg, promhttp.HandlerOpts{Registry: s.obs.reg}))
 	mux.HandleFunc("GET /api/status", s.serveStatus)
+	mux.HandleFunc("GET /api/history", s.serveHistory)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
