@@ -294,7 +294,9 @@ func TestHistoryEndpoint(t *testing.T) {
 
 	// Server a restarts: counters back to zero, then counting again.
 	a.restart()
-	seq := func(st StatusReport) bool { return st.Models[0].Replicas[0].PrefixQueries != nil && *st.Models[0].Replicas[0].PrefixQueries == 0 }
+	seq := func(st StatusReport) bool {
+		return st.Models[0].Replicas[0].PrefixQueries != nil && *st.Models[0].Replicas[0].PrefixQueries == 0
+	}
 	h.waitFor("the restarted server scraped", seq)
 	h.do("POST", "/v1/chat/completions", chatBody(testModel, "s0", 3, false), pinned("s0", 0))
 	after, _, _, _ := a.counters()

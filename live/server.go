@@ -156,7 +156,7 @@ func (s *Server) build(cfg *Config, old *routing) (*routing, error) {
 			return nil, err
 		}
 		if old != nil && old.models[mc.Name] != nil {
-			s.obs.dropModel(mc.Name) // rebuilt: its counters start afresh
+			s.obs.dropModel(mc.Name)               // rebuilt: its counters start afresh
 			m.hist.adopt(old.models[mc.Name].hist) // but the last hour of tokens stays
 		}
 		m.log = s.log
