@@ -236,7 +236,7 @@ type ModelHistory struct {
 	Model string `json:"model"`
 	// StartMs is the start of the first point (unix milliseconds); point i
 	// covers [StartMs + i*interval, StartMs + (i+1)*interval). The last
-	// point is the interval in progress.
+	// point is the interval in progress (null for its first half).
 	StartMs int64 `json:"start_ms"`
 	HistorySeries
 	Replicas []ReplicaHistory `json:"replicas"`
@@ -278,8 +278,11 @@ type HistoryTotals struct {
 }
 
 // seriesFor fills a HistorySeries from rows (one replica, or all of a
-// model's) for the ring's points ending at h.head. Called with h.mu held.
-func (h *history) seriesFor(rows []*histRow) HistorySeries {
+// model's) for the ring's points ending at h.head. The newest point, in
+// progress at now, gets rates only once half of it has passed: a rate over
+// a second or two of scrapes is noise (its tokens count in the totals).
+// Called with h.mu held.
+func (h *history) seriesFor(rows []*histRow, now time.Time) HistorySeries {
 	n := h.points
 	s := HistorySeries{
 		PromptTPS: make([]*float64, n), CachedTPS: make([]*float64, n), ComputedTPS: make([]*float64, n),
@@ -314,6 +317,9 @@ func (h *history) seriesFor(rows []*histRow) HistorySeries {
 			continue
 		}
 		tot.add(sum, 1)
+		if p == n-1 && now.UnixNano()-slot*int64(h.interval) < int64(h.interval)/2 {
+			continue
+		}
 		s.PromptTPS[p] = round1(rate.Prompt)
 		s.CachedTPS[p] = round1(min(rate.Hits, rate.Prompt))
 		s.ComputedTPS[p] = round1(max(0, rate.Prompt-rate.Hits))
@@ -351,7 +357,7 @@ func (h *history) report(m *model, now time.Time) ModelHistory {
 	mh := ModelHistory{
 		Model:         m.cfg.Name,
 		StartMs:       (h.head - int64(h.points) + 1) * int64(h.interval) / int64(time.Millisecond),
-		HistorySeries: h.seriesFor(h.allRows()),
+		HistorySeries: h.seriesFor(h.allRows(), now),
 	}
 	for i, rep := range m.replicas {
 		rh := ReplicaHistory{ID: i, URL: rep.target.Redacted()}
@@ -359,7 +365,7 @@ func (h *history) report(m *model, now time.Time) ModelHistory {
 			rh.Rank = ptr(rep.engine)
 		}
 		if i < len(h.rows) {
-			rh.HistorySeries = h.seriesFor(h.rows[i : i+1])
+			rh.HistorySeries = h.seriesFor(h.rows[i:i+1], now)
 		}
 		mh.Replicas = append(mh.Replicas, rh)
 	}

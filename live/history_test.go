@@ -133,6 +133,23 @@ func TestHistoryBounded(t *testing.T) {
 	if got := *rep.Replicas[1].CachedTPS[historyPoints-2]; got != 50 {
 		t.Errorf("replica 1 cached rate %v tokens/s, want 50", got)
 	}
+	// 2 s into a new point: too early for its rates, but its tokens count.
+	before := rep.Total.PromptTokens
+	now = now.Add(4 * time.Second) // t0 + 3h + 2s
+	for r, k := range keys {
+		v := float64(int(3*time.Hour/step)+1) * 100 * float64(r+1)
+		m.hist.observe(k, counters(v, v/2, v/10), now)
+	}
+	rep = m.hist.report(m, now)
+	if last := rep.PromptTPS[historyPoints-1]; last != nil {
+		t.Errorf("a point 2 s old has a rate (%v tokens/s), want null until half of it passed", *last)
+	}
+	if prev := rep.PromptTPS[historyPoints-2]; prev == nil || *prev != 150 {
+		t.Errorf("the point before: %v tokens/s, want 150", deref(prev))
+	}
+	if rep.Total.PromptTokens <= before-150*historyInterval.Seconds() {
+		t.Errorf("totals %v after %v: the new point's tokens are not counted", rep.Total.PromptTokens, before)
+	}
 	allocs := testing.AllocsPerRun(100, func() {
 		now = now.Add(step)
 		m.hist.observe(keys[0], counters(1e9, 1e8, 1e7), now)
