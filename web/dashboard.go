@@ -187,7 +187,7 @@ var dashboardTemplate = template.Must(template.New("dashboard").Parse(`<!DOCTYPE
 <div class="chart" id="prompt" style="height:340px"></div>
 <div class="chart" id="completion" style="height:220px"></div>
 <h3>Per replica, last hour</h3>
-<div class="scroll"><table class="replicas" id="hist-replicas"><thead><tr><th>replica</th><th>state</th><th>hit %</th><th>prompt tok/s<br>last min</th><th>cached tok/s<br>last min</th><th>completion tok/s<br>last min</th><th>prompt tok/s (green: cached)</th></tr></thead><tbody></tbody></table></div>
+<div class="scroll"><table class="replicas" id="hist-replicas"><thead><tr><th>replica</th><th>state</th><th>hit %<br>hour</th><th>prompt tok/s<br>last min</th><th>cached tok/s<br>last min</th><th>completion tok/s<br>last min</th><th>prompt tok/s (green: cached)</th></tr></thead><tbody></tbody></table></div>
 {{- end}}
 </main>
 <script>
