@@ -68,8 +68,11 @@ type history struct {
 	removed *histRow // replicas that a reload removed; nil: none
 }
 
-func newHistory(keys []string) *history {
-	h := &history{interval: historyInterval, points: historyPoints, byKey: map[string]*histRow{}}
+func newHistory(keys []string) *history { return newHistorySized(keys, historyInterval, historyPoints) }
+
+// newHistorySized makes a ring of points intervals (tests use short ones).
+func newHistorySized(keys []string, interval time.Duration, points int) *history {
+	h := &history{interval: interval, points: points, byKey: map[string]*histRow{}}
 	for _, k := range keys {
 		r := &histRow{key: k, buckets: make([]histBucket, h.points)}
 		h.rows = append(h.rows, r)

@@ -1,11 +1,14 @@
 package live
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -376,4 +379,53 @@ func TestHistoryKeptOnReload(t *testing.T) {
 	pa, _, _, _ := a.counters()
 	pb, _, _, _ := b.counters()
 	waitPrompt(pa + pb)
+}
+
+// TestHistoryReportGolden holds the JSON of a short ring (12 points of
+// 10 s) against testdata/history.golden.json (go test -run
+// TestHistoryReportGolden -update rewrites it): two replicas scraped every
+// 3 s, one that restarts halfway and one whose scrapes fail for 20 s (its
+// increase spread over the gap), and a server that exposes neither
+// prompt_tokens_total nor generation_tokens_total (queries stand in).
+func TestHistoryReportGolden(t *testing.T) {
+	m, keys := histModel(t, 3)
+	m.hist = newHistorySized(keys, 10*time.Second, 12)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for i := range 40 {
+		at := t0.Add(time.Duration(3*i) * time.Second)
+		v := float64(300 * i)
+		if i >= 20 {
+			v = float64(300 * (i - 20)) // replica 0 restarted
+		}
+		m.hist.observe(keys[0], counters(v, v*0.75, v/30), at)
+		if i < 25 || i > 31 { // replica 1's scrapes fail from 75 s to 93 s
+			w := float64(600 * i)
+			m.hist.observe(keys[1], counters(w, w/2, w/60), at)
+		}
+		q := float64(100 * i)
+		m.hist.observe(keys[2], EngineStats{PrefixQueries: q, PrefixHits: q / 4}, at)
+	}
+	rep := m.hist.report(m, t0.Add(118*time.Second))
+	got, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	path := filepath.Join("testdata", "history.golden.json")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("history JSON differs from %s (run with -update after checking):\n%s", path, got)
+	}
+	everyPointNonNegative(t, "model", rep.HistorySeries)
+	for _, r := range rep.Replicas {
+		everyPointNonNegative(t, fmt.Sprint("replica ", r.ID), r.HistorySeries)
+	}
 }
