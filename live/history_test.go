@@ -429,3 +429,53 @@ func TestHistoryReportGolden(t *testing.T) {
 		everyPointNonNegative(t, fmt.Sprint("replica ", r.ID), r.HistorySeries)
 	}
 }
+
+// fullRing is a model of n replicas with an hour of scrapes every second.
+func fullRing(b *testing.B, n int) (*model, []string, time.Time) {
+	m := &model{cfg: ModelCfg{Name: "m"}}
+	var keys []string
+	for i := range n {
+		u, _ := url.Parse(fmt.Sprintf("http://10.0.0.%d:8000", i+1))
+		m.replicas = append(m.replicas, &replica{id: i, target: u, engine: -1})
+		keys = append(keys, u.String())
+	}
+	m.hist = newHistory(keys)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	now := t0
+	for i := range 3600 {
+		now = t0.Add(time.Duration(i) * time.Second)
+		for _, k := range keys {
+			v := float64(i) * 1000
+			m.hist.observe(k, counters(v, v*0.7, v/20), now)
+		}
+	}
+	return m, keys, now
+}
+
+// BenchmarkHistoryObserve is one replica's scrape added to the ring.
+func BenchmarkHistoryObserve(b *testing.B) {
+	m, keys, now := fullRing(b, 16)
+	i := 3600
+	for b.Loop() {
+		now = now.Add(time.Second)
+		i++
+		v := float64(i) * 1000
+		m.hist.observe(keys[i%16], counters(v, v*0.7, v/20), now)
+	}
+}
+
+// BenchmarkHistoryServe is GET /api/history's work for a model of 16
+// replicas with a full hour: the series and their JSON.
+func BenchmarkHistoryServe(b *testing.B) {
+	m, _, now := fullRing(b, 16)
+	var size int
+	for b.Loop() {
+		rep := m.hist.report(m, now)
+		buf, err := json.Marshal(rep)
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = len(buf)
+	}
+	b.ReportMetric(float64(size), "bytes/op-json")
+}
