@@ -240,6 +240,7 @@ type ModelHistory struct {
 	// StartMs is the start of the first point (unix milliseconds); point i
 	// covers [StartMs + i*interval, StartMs + (i+1)*interval). The last
 	// point is the interval in progress (null for its first half).
+	// A point is null where scrapes spanned less than half of it.
 	StartMs int64 `json:"start_ms"`
 	HistorySeries
 	Replicas []ReplicaHistory `json:"replicas"`
@@ -281,12 +282,14 @@ type HistoryTotals struct {
 }
 
 // seriesFor fills a HistorySeries from rows (one replica, or all of a
-// model's) for the ring's points ending at h.head. The newest point, in
-// progress at now, gets rates only once half of it has passed: a rate over
-// a second or two of scrapes is noise (its tokens count in the totals).
-// Called with h.mu held.
-func (h *history) seriesFor(rows []*histRow, now time.Time) HistorySeries {
+// model's) for the ring's points ending at h.head. A replica's rate in a
+// point needs scrapes spanning half of it at least: the point in progress
+// gets rates once half of it has passed, and a point where scrapes failed
+// stays null (not a rate over a second) until a later scrape spans it. The
+// tokens count in the totals either way. Called with h.mu held.
+func (h *history) seriesFor(rows []*histRow) HistorySeries {
 	n := h.points
+	half := h.interval.Seconds() / 2
 	s := HistorySeries{
 		PromptTPS: make([]*float64, n), CachedTPS: make([]*float64, n), ComputedTPS: make([]*float64, n),
 		GenerationTPS: make([]*float64, n), HitPct: make([]*float64, n),
@@ -298,29 +301,27 @@ func (h *history) seriesFor(rows []*histRow, now time.Time) HistorySeries {
 	var tot tokenCounts
 	covered := make([]float64, len(rows))
 	for p := range n {
-		slot := h.head - int64(n-1) + int64(p)
-		i := h.index(slot)
+		i := h.index(h.head - int64(n-1) + int64(p))
 		var rate, sum tokenCounts
-		any := false
+		rated := false
 		for ri, r := range rows {
 			b := r.buckets[i]
 			if b.covered <= 0 {
 				continue
 			}
-			any = true
 			c := b.tokenCounts
 			if !r.prompt {
 				c.Prompt = c.Queries
 			}
-			rate.add(c, 1/b.covered)
-			sum.add(c, 1)
+			tot.add(c, 1)
 			covered[ri] += b.covered
+			if b.covered >= half {
+				rate.add(c, 1/b.covered)
+				sum.add(c, 1)
+				rated = true
+			}
 		}
-		if !any {
-			continue
-		}
-		tot.add(sum, 1)
-		if p == n-1 && now.UnixNano()-slot*int64(h.interval) < int64(h.interval)/2 {
+		if !rated {
 			continue
 		}
 		s.PromptTPS[p] = round1(rate.Prompt)
@@ -360,7 +361,7 @@ func (h *history) report(m *model, now time.Time) ModelHistory {
 	mh := ModelHistory{
 		Model:         m.cfg.Name,
 		StartMs:       (h.head - int64(h.points) + 1) * int64(h.interval) / int64(time.Millisecond),
-		HistorySeries: h.seriesFor(h.allRows(), now),
+		HistorySeries: h.seriesFor(h.allRows()),
 	}
 	for i, rep := range m.replicas {
 		rh := ReplicaHistory{ID: i, URL: rep.target.Redacted()}
@@ -368,7 +369,7 @@ func (h *history) report(m *model, now time.Time) ModelHistory {
 			rh.Rank = ptr(rep.engine)
 		}
 		if i < len(h.rows) {
-			rh.HistorySeries = h.seriesFor(h.rows[i:i+1], now)
+			rh.HistorySeries = h.seriesFor(h.rows[i : i+1])
 		}
 		mh.Replicas = append(mh.Replicas, rh)
 	}

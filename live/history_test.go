@@ -304,10 +304,11 @@ func TestHistoryEndpoint(t *testing.T) {
 	iv := historyInterval.Milliseconds()
 	inProgress := rep.Time.UnixMilli() - (mh.StartMs + int64(historyPoints-1)*iv)
 	last, prev := mh.PromptTPS[historyPoints-1], mh.PromptTPS[historyPoints-2]
-	if inProgress >= iv/2 && (last == nil || *last <= 0) {
+	// (Half of it spanned by scrapes: one scrape interval after half passed.)
+	if inProgress >= iv/2+1000 && (last == nil || *last <= 0) {
 		t.Errorf("the point in progress (%d ms in) has prompt rate %v, want > 0", inProgress, deref(last))
 	}
-	if last == nil && prev == nil && inProgress >= iv/2 {
+	if last == nil && prev == nil && inProgress >= iv/2+1000 {
 		t.Errorf("no prompt rate in the last two points")
 	}
 	if code, _ := get("?model=nope"); code != http.StatusNotFound {
@@ -478,4 +479,37 @@ func BenchmarkHistoryServe(b *testing.B) {
 		size = len(buf)
 	}
 	b.ReportMetric(float64(size), "bytes/op-json")
+}
+
+// TestHistoryScrapeGap checks the points of a replica whose scrapes fail:
+// while they fail its points are null (unknown), not a rate over the
+// moment a last scrape happened to cover; the next good scrape spreads the
+// increase over the gap, so the points get their mean rate.
+func TestHistoryScrapeGap(t *testing.T) {
+	m, keys := histModel(t, 1)
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for i := 0; i <= 20; i++ {
+		m.hist.observe(keys[0], counters(float64(100*i), 0, 0), t0.Add(time.Duration(i)*time.Second))
+	}
+	// One more scrape 50 ms into the next point, which saw no new token
+	// (vLLM counts at the end of a step), then the server is down.
+	m.hist.observe(keys[0], counters(2000, 0, 0), t0.Add(20*time.Second+50*time.Millisecond))
+	pts := func(now time.Time) []any {
+		rep := m.hist.report(m, now)
+		var out []any
+		for _, v := range rep.PromptTPS[historyPoints-4:] {
+			out = append(out, deref(v))
+		}
+		return out
+	}
+	// Points 0-10 s, 10-20 s, 20-30 s, 30-40 s (in progress, 8 s in).
+	if got := fmt.Sprint(pts(t0.Add(38 * time.Second))); got != "[100 100 <nil> <nil>]" {
+		t.Errorf("while scrapes fail: prompt tokens/s %s, want [100 100 <nil> <nil>]", got)
+	}
+	// 1800 tokens over the 18 s of the gap: 100 tokens/s, of which 9.95 s
+	// in the point 20-30 s (99.5 tokens/s over it).
+	m.hist.observe(keys[0], counters(3800, 0, 0), t0.Add(38*time.Second+50*time.Millisecond))
+	if got := fmt.Sprint(pts(t0.Add(39 * time.Second))); got != "[100 100 99.5 100]" {
+		t.Errorf("after the next good scrape: prompt tokens/s %s, want [100 100 99.5 100]", got)
+	}
 }
