@@ -513,3 +513,46 @@ func TestHistoryScrapeGap(t *testing.T) {
 		t.Errorf("after the next good scrape: prompt tokens/s %s, want [100 100 99.5 100]", got)
 	}
 }
+
+// TestHistoryDataParallel checks the data-parallel layout: one server, one
+// row per engine (rank), each with its own engine's counters.
+func TestHistoryDataParallel(t *testing.T) {
+	f := newFakeVLLM(t, 2)
+	h := startProxy(t, modelsYAML("", "  - name: "+testModel+"\n    url: "+f.URL()+"\n    data_parallel_size: 2\n"))
+	h.scraped()
+	for s := range 4 {
+		h.do("POST", "/v1/chat/completions", chatBody(testModel, fmt.Sprint("s", s), 0, false), sessionHdr(fmt.Sprint("s", s)))
+	}
+	f.mu.Lock()
+	want := append([]float64(nil), f.prompts...)
+	f.mu.Unlock()
+	if want[0] == 0 || want[1] == 0 {
+		t.Fatalf("prompt tokens per engine %v: the test wants both engines used", want)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rep, _ := h.srv.History(testModel)
+		mh := rep.Models[0]
+		if len(mh.Replicas) != 2 {
+			t.Fatalf("%d replicas, want 2", len(mh.Replicas))
+		}
+		got := []float64{mh.Replicas[0].Total.PromptTokens, mh.Replicas[1].Total.PromptTokens}
+		if got[0] == want[0] && got[1] == want[1] && mh.Total.PromptTokens == want[0]+want[1] {
+			if r := mh.Replicas[1].Rank; r == nil || *r != 1 {
+				t.Errorf("replica 1 rank %v, want 1", deref2(r))
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prompt tokens per rank %v (model %v), want %v", got, mh.Total.PromptTokens, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func deref2(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
