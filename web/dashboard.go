@@ -157,7 +157,7 @@ table.replicas th{vertical-align:bottom;padding:3px 4px}
 table.replicas td{white-space:nowrap;padding:3px 4px}
 table.replicas td:first-child{max-width:14em;overflow:hidden;text-overflow:ellipsis}
 svg.spark{display:block;width:240px;height:30px}
-table.replicas td:last-child{text-align:left}
+#hist-replicas td:last-child{text-align:left}
 svg.spark .computed{fill:#5470c6;opacity:.55}
 svg.spark .cached{fill:#91cc75}
 .answer{font-size:1.15em;font-weight:600;margin:.4em 0 .2em}
