@@ -234,6 +234,7 @@ func TestHistoryAdopt(t *testing.T) {
 // are there at once, and a restarted server (counters back to zero) makes
 // no negative rate.
 func TestHistoryEndpoint(t *testing.T) {
+	start := time.Now()
 	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
 	h := startProxy(t, modelsYAML("trusted_pin_header: X-Warden-Replica\n", urlsModel(a.URL(), b.URL())))
 	h.scraped() // the first scrapes are the baselines: nothing counted yet
@@ -299,17 +300,11 @@ func TestHistoryEndpoint(t *testing.T) {
 			t.Errorf("replica %d hit %% %v, want %.1f", i, deref(tot.HitPct), 100*want[i][2]/want[i][1])
 		}
 	}
-	// The point in progress has its rate once half of it has passed (the
-	// requests above all fell in the last two points).
-	iv := historyInterval.Milliseconds()
-	inProgress := rep.Time.UnixMilli() - (mh.StartMs + int64(historyPoints-1)*iv)
-	last, prev := mh.PromptTPS[historyPoints-1], mh.PromptTPS[historyPoints-2]
-	// (Half of it spanned by scrapes: one scrape interval after half passed.)
-	if inProgress >= iv/2+1000 && (last == nil || *last <= 0) {
-		t.Errorf("the point in progress (%d ms in) has prompt rate %v, want > 0", inProgress, deref(last))
-	}
-	if last == nil && prev == nil && inProgress >= iv/2+1000 {
-		t.Errorf("no prompt rate in the last two points")
+	// Which points have rates depends on where the wall clock stands in
+	// the 10 s points (a point needs half of it scraped): the unit tests
+	// above hold that; here, the hour is covered since the first scrape.
+	if mh.Total.Seconds <= 0 || mh.Total.Seconds > time.Since(start).Seconds()+1 {
+		t.Errorf("the hour covers %v s, want (0, %v]", mh.Total.Seconds, time.Since(start).Seconds())
 	}
 	if code, _ := get("?model=nope"); code != http.StatusNotFound {
 		t.Errorf("GET /api/history?model=nope: %d, want 404", code)
