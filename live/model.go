@@ -121,6 +121,7 @@ type model struct {
 	cancel context.CancelFunc // stops the scrapers; nil until started
 
 	store sessionStore // shared with other proxies; nil: this proxy's table only
+	hist  *history     // the last hour of token rates (history.go), fed by the scrapers
 
 	gpuSeqs int          // vLLM's default max_num_seqs on cfg.GPU; 0: no GPU given
 	warned  atomic.Bool  // the max_num_seqs warning was logged
@@ -179,6 +180,14 @@ func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Dur
 			taken[o.replicaState] = true
 		}
 	}
+	keys := make([]string, len(m.replicas))
+	for i, rep := range m.replicas {
+		keys[i] = rep.target.String()
+		if rep.rank != "" {
+			keys[i] += "#" + rep.rank
+		}
+	}
+	m.hist = newHistory(keys)
 	for _, s := range m.servers {
 		if o := prev.server(s.base); o != nil {
 			s.last.Store(o.last.Load())
@@ -186,6 +195,7 @@ func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Dur
 		}
 		s.onResult = func(r *ScrapeResult) {
 			m.baseline(s, r)
+			m.record(s, r)
 			if m.log != nil {
 				m.warnMaxNumSeqs(m.log)
 			}
@@ -307,6 +317,22 @@ func (m *model) baseline(s *scraper, r *ScrapeResult) {
 		}
 		if b := rep.base.Load(); b == nil || e.PrefixQueries < b.PrefixQueries || e.PrefixHits < b.PrefixHits {
 			rep.base.Store(&e)
+		}
+	}
+}
+
+// record adds a successful scrape of server s to the history of each of
+// its replicas.
+func (m *model) record(s *scraper, r *ScrapeResult) {
+	if r.Err != "" || r.OK.IsZero() || !r.OK.Equal(r.Attempt) {
+		return
+	}
+	for i, rep := range m.replicas {
+		if rep.server != s {
+			continue
+		}
+		if e, ok := rep.stats(r); ok {
+			m.hist.observe(m.hist.rows[i].key, e, r.OK)
 		}
 	}
 }

@@ -191,6 +191,7 @@ func (s *Server) build(cfg *Config, old *routing) (rt *routing, succeeds map[*mo
 		m.log = s.log
 		if prev != nil {
 			succeeds[m] = prev
+			m.hist.adopt(prev.hist) // the last hour of tokens stays
 		}
 		m.store = s.store
 		rt.models[mc.Name] = m
@@ -297,11 +298,13 @@ func (s *Server) restartOnly(cfg *Config) []string {
 func headerBackstop(cfg *Config) int { return 4 * int(cfg.Limits.MaxHeaderBytes) }
 
 // Admin returns the admin handler: /metrics (Prometheus), /api/status
-// (JSON, see Status), /healthz and the handlers of WithAdminHandler.
+// (JSON, see Status), /api/history (JSON, the last hour of token rates,
+// see History), /healthz and the handlers of WithAdminHandler.
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.obs.reg, promhttp.HandlerOpts{Registry: s.obs.reg}))
 	mux.HandleFunc("GET /api/status", s.serveStatus)
+	mux.HandleFunc("GET /api/history", s.serveHistory)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))
