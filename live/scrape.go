@@ -170,7 +170,19 @@ type scraper struct {
 	// ends without one (awaitFirstProbe); firstDone is the run goroutine's.
 	first     chan struct{}
 	firstDone bool
+	// healthFails counts the failed /health probes in a row (the run
+	// goroutine's).
+	healthFails int
 }
+
+// healthFall is the number of failed /health probes in a row (timeouts,
+// error statuses) that mark a server down, as HAProxy's "fall 3": a
+// replica busy enough to miss one probe's deadline is still serving, and
+// taking every loaded replica out would turn load into 503s. A refused
+// connection (nothing listens) and a failure before any good probe mark it
+// down at once; passive ejection (model.go) acts on the requests' own
+// failures meanwhile.
+const healthFall = 3
 
 type downSignal struct {
 	ctx    context.Context
@@ -244,7 +256,10 @@ func (s *scraper) scrapeOnce(ctx context.Context) {
 	}
 	if err := s.probeHealth(ctx); err != nil {
 		next.HealthErr = err.Error()
+		s.healthFails++
+		next.Healthy = prev.Seq > 0 && prev.Healthy && s.healthFails < healthFall && !isConnectError(err)
 	} else {
+		s.healthFails = 0
 		next.Healthy = true
 	}
 	if ctx.Err() != nil {
