@@ -6,7 +6,7 @@ BIN := bin/warden
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help plan build run test test-deps vet lint fmt bench fuzz loop validate clean
+.PHONY: help plan build run test test-deps vet lint fmt bench speed fuzz loop validate clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -55,6 +55,12 @@ fmt: ## gofmt -w
 
 bench: ## run every benchmark once at a sensible size
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=1x $(PKGS)
+
+SPEED_RATE ?= 1000
+SPEED_DURATION ?= 10s
+speed: build ## the proxy's added latency and CPU per request vs HAProxy: open loop, SPEED_RATE req/s (1000), 64/256 KiB bodies
+	WARDEN_SPEED=1 WARDEN_BIN=$(CURDIR)/$(BIN) WARDEN_SPEED_RATE=$(SPEED_RATE) WARDEN_SPEED_DURATION=$(SPEED_DURATION) \
+	  $(GO) test -count=1 -timeout 20m -run '^TestSpeed$$' -v ./cmd/warden/
 
 FUZZTIME ?= 10s
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)

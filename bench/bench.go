@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lm-warden/warden/internal/num"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
@@ -461,7 +462,7 @@ wait:
 		}
 		ttfbs = append(ttfbs, c.ttfbs...)
 	}
-	st.TTFBExactP50, st.TTFBExactP95 = exactQuantile(ttfbs, 0.5), exactQuantile(ttfbs, 0.95)
+	st.TTFBExactP50, st.TTFBExactP95 = num.QuantileOf(ttfbs, 0.5), num.QuantileOf(ttfbs, 0.95)
 	return r.row(n, &st, start, end, &smp), st, end, nil
 }
 

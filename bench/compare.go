@@ -11,9 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/lm-warden/warden/internal/num"
 	"github.com/lm-warden/warden/sim"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // Column is one figure that both the simulator and bench report.
@@ -229,17 +228,6 @@ func signed(v float64, d int) string {
 	return s
 }
 
-// FormatNum writes v with d decimals and thousands separators, "-" for NaN.
-func FormatNum(v float64, d int) string {
-	if !finite(v) {
-		return "-"
-	}
-	return numbers.Sprintf("%.*f", d, v)
-}
-
-// numbers formats numbers with thousands separators.
-var numbers = message.NewPrinter(language.English)
-
 // WriteText writes the comparison as a table: one line per step and column,
 // prediction, measurement and the error; then the rows without a partner.
 func (c *Comparison) WriteText(w io.Writer) error {
@@ -256,7 +244,7 @@ func (c *Comparison) WriteText(w io.Writer) error {
 		for i, col := range Columns {
 			cell := p.Cells[i]
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t\n", p.Sessions, strategy, col.Title,
-				FormatNum(cell.Predicted, col.Digits), FormatNum(cell.Observed, col.Digits), cell.FormatError(col))
+				num.Format(cell.Predicted, col.Digits), num.Format(cell.Observed, col.Digits), cell.FormatError(col))
 		}
 	}
 	if err := tw.Flush(); err != nil {

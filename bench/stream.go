@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/lm-warden/warden/internal/sse"
 )
 
 // API is the wire protocol bench speaks to the target.
@@ -163,7 +164,7 @@ type outcome struct {
 // the client's own (cancellation, timeout) or the network's.
 var ErrStream = errors.New("bad answer")
 
-// maxEventBytes bounds one SSE line.
+// maxEventBytes bounds one SSE event.
 const maxEventBytes = 4 << 20
 
 // readStream reads a streamed answer of api from r. sent is when the
@@ -173,16 +174,14 @@ func readStream(r io.Reader, api API, sent time.Time, now func() time.Time) (out
 	o := outcome{TTFB: -1, PromptTokens: -1, CachedTokens: -1}
 	usageTokens := -1
 	var text strings.Builder
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxEventBytes)
-	var data bytes.Buffer
-	event := ""
-	dispatch := func() error {
-		defer func() { data.Reset(); event = "" }()
-		if data.Len() == 0 {
+	dispatch := func(e sse.Event) error {
+		if e.Overlong {
+			return fmt.Errorf("%w: an event longer than %d bytes", ErrStream, maxEventBytes)
+		}
+		if len(e.Data) == 0 {
 			return nil
 		}
-		d := data.Bytes()
+		d, event := e.Data, string(e.Type)
 		if api == OpenAI {
 			if string(bytes.TrimSpace(d)) == "[DONE]" {
 				o.Done = true
@@ -276,34 +275,29 @@ func readStream(r io.Reader, api API, sent time.Time, now func() time.Time) (out
 		}
 		return o, err
 	}
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if err := dispatch(); err != nil {
-				return finish(err)
-			}
-			if o.Done {
-				return finish(nil)
-			}
-			continue
+	// The first error or the proper end stops the reading; events after
+	// it in the same chunk are not looked at.
+	var failed error
+	stopped := func() bool { return failed != nil || o.Done }
+	p := sse.Parser{Max: maxEventBytes, OnEvent: func(e sse.Event) {
+		if !stopped() {
+			failed = dispatch(e)
 		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "data":
-			if data.Len() > 0 {
-				data.WriteByte('\n')
-			}
-			data.Write(value)
-		case "event":
-			event = string(value)
+	}}
+	buf := make([]byte, 32<<10)
+	for !stopped() {
+		n, err := r.Read(buf)
+		_, _ = p.Write(buf[:n])
+		if err == io.EOF {
+			p.Flush() // a last event without its blank line
+			break
+		}
+		if err != nil && !stopped() {
+			return finish(err)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return finish(err)
-	}
-	if err := dispatch(); err != nil { // a last event without its blank line
-		return finish(err)
+	if failed != nil {
+		return finish(failed)
 	}
 	if !o.Done {
 		end := "[DONE]"

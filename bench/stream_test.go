@@ -39,6 +39,13 @@ func TestReadStream(t *testing.T) {
 		{"anthropic error", Anthropic, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"busy\"}}\n\n", "", 0, -1, "overloaded_error: busy"},
 		{"anthropic truncated", Anthropic, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n", "", 0, -1, "ended before message_stop"},
 		{"empty", OpenAI, "", "", 0, -1, "ended before"},
+		// Every line ending the SSE standard allows (CR, CRLF, LF, mixed).
+		{"openai CR", OpenAI, strings.ReplaceAll(openaiOK, "\n", "\r"), " the end", 2, 32, ""},
+		{"openai CRLF", OpenAI, strings.ReplaceAll(openaiOK, "\n", "\r\n"), " the end", 2, 32, ""},
+		{"openai LF then CRLF", OpenAI, strings.ReplaceAll(openaiOK, "\n\n", "\n\r\n"), " the end", 2, 32, ""},
+		{"anthropic CR", Anthropic, strings.ReplaceAll(anthropicOK, "\n", "\r"), " the end", 3, -1, ""},
+		{"anthropic CRLF then CR", Anthropic, strings.ReplaceAll(anthropicOK, "\n\n", "\r\n\r"), " the end", 3, -1, ""},
+		{"overlong event", OpenAI, "data: \"" + strings.Repeat("x", maxEventBytes) + "\"\n\ndata: [DONE]\n\n", "", 0, -1, "longer than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sent := time.Unix(100, 0)
@@ -142,24 +149,4 @@ func FuzzParseMetrics(f *testing.F) {
 		_ = engines(samples)
 		_ = proxyFigures(samples, "m")
 	})
-}
-
-func TestExactQuantile(t *testing.T) {
-	for _, c := range []struct {
-		v    []float64
-		q    float64
-		want float64
-	}{
-		{[]float64{3, 1, 2}, 0.5, 2},
-		{[]float64{1, 2}, 0.5, 1.5},
-		{[]float64{1, 2, 3, 4, 5}, 0.95, 4.8},
-		{[]float64{7}, 0.95, 7},
-	} {
-		if got := exactQuantile(c.v, c.q); math.Abs(got-c.want) > 1e-12 {
-			t.Errorf("exactQuantile(%v, %v) = %v, want %v", c.v, c.q, got, c.want)
-		}
-	}
-	if !math.IsNaN(exactQuantile(nil, 0.5)) {
-		t.Error("no values: want NaN")
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+
+	"github.com/lm-warden/warden/internal/num"
 )
 
 // WriteText writes the result as `warden sim` writes its table (the same
@@ -19,9 +21,9 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintln(tw, "sessions\tstrategy\tsessions/h\toutput tok/min\tTTFB p50 s\tTTFB p95 s\treplicas busy\tprefix hit %\tstayed %\tunfinished\t")
 	for _, x := range r.Report.Rows {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", x.Sessions, x.Strategy,
-			FormatNum(float64(x.SessionsPerHour), 0), FormatNum(float64(x.OutputTokensPerMin), 0),
-			FormatNum(float64(x.TTFBP50), 2), FormatNum(float64(x.TTFBP95), 2), FormatNum(float64(x.ReplicasBusy), 1),
-			FormatNum(float64(x.PrefixHitPct), 1), FormatNum(float64(x.StayedPct), 1), x.Unfinished)
+			num.Format(float64(x.SessionsPerHour), 0), num.Format(float64(x.OutputTokensPerMin), 0),
+			num.Format(float64(x.TTFBP50), 2), num.Format(float64(x.TTFBP95), 2), num.Format(float64(x.ReplicasBusy), 1),
+			num.Format(float64(x.PrefixHitPct), 1), num.Format(float64(x.StayedPct), 1), x.Unfinished)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -32,7 +34,7 @@ func (r *Result) WriteText(w io.Writer) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
 	for _, s := range r.Steps {
 		line := fmt.Sprintf("%d\t%d / %d / %d / %d\t%s / %s\t", s.Sessions, s.Sent, s.Finished, s.Cut, s.Failed,
-			FormatNum(s.TTFBExactP50, 3), FormatNum(s.TTFBExactP95, 3))
+			num.Format(s.TTFBExactP50, 3), num.Format(s.TTFBExactP95, 3))
 		if s.FirstError != "" {
 			line += "first failure: " + strconv.Quote(s.FirstError)
 		}

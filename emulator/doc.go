@@ -1,7 +1,7 @@
 // Package emulator serves a farm of emulated vLLM replicas over HTTP in
 // wall time: each replica is the simulator's replica model
 // (sim.EngineReplica: the same scheduler, KV block pool, prefix cache and
-// step time as `warden sim`), speaking vLLM's OpenAI and Anthropic APIs and
+// step time as `warden sim`), speaking vLLM's OpenAI (chat, completions, Responses) and Anthropic APIs and
 // exposing vLLM's /metrics. It lets operators try the proxy, and tests run
 // the whole loop, without GPUs (`warden emulate`).
 //
@@ -23,7 +23,9 @@
 //     traces/text.go, shared with the proxy's journal) and the deterministic
 //     answer, whose decode blocks a following turn hits.
 //   - server.go and shapes.go: the endpoints and vLLM's JSON and SSE shapes;
-//     metrics.go: /metrics.
+//     responses.go: the Responses API's (/v1/responses); metrics.go: /metrics.
+//   - fault.go: Faults (--fault): stall-after-headers, error-503,
+//     die-mid-stream and slow-metrics, drawn per request from the seed.
 //
 // # Fidelity and time
 //

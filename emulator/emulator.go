@@ -54,8 +54,10 @@ type Options struct {
 	// 0 means 1.
 	Speed float64
 	// Seed seeds the answers' text (the same seed and prompt give the same
-	// answer).
+	// answer) and the faults' draws.
 	Seed uint64
+	// Faults are the failures the replicas inject (none by default).
+	Faults Faults
 }
 
 // RankHeader is the header by which a client picks a data-parallel rank.

@@ -563,14 +563,23 @@ func TestBadInput(t *testing.T) {
 		{"anthropic not JSON", "/v1/messages", `[`, 400, `"type":"error"`},
 		{"anthropic bad system", "/v1/messages", `{"system": 5, "messages": [{"role": "user", "content": "x"}]}`, 400, "invalid_request_error"},
 		{"anthropic unknown model", "/v1/messages", `{"model": "claude", "messages": [{"role": "user", "content": "x"}]}`, 404, "not_found_error"},
-		{"unknown path", "/v1/responses", `{}`, 404, "Not Found"},
+		{"unknown path", "/v1/nothing", `{}`, 404, "Not Found"},
+		{"responses no input", "/v1/responses", `{"model": "` + testModel + `"}`, 400, "input: required"},
+		{"responses empty input", "/v1/responses", `{"input": []}`, 400, "input: must not be empty"},
+		{"responses item not an object", "/v1/responses", `{"input": ["hi"]}`, 400, "input: expected a string or a list of item objects"},
+		{"responses bad role", "/v1/responses", `{"input": [{"role": 3, "content": "x"}]}`, 400, "input[0].role"},
+		{"responses bad content", "/v1/responses", `{"input": [{"role": "user", "content": 3}]}`, 400, "input[0].content"},
+		{"responses max_output_tokens 0", "/v1/responses", `{"input": "x", "max_output_tokens": 0}`, 400, "max_output_tokens must be at least 1"},
+		{"responses instructions", "/v1/responses", `{"input": "x", "instructions": 5}`, 400, "instructions: expected a string"},
+		{"responses previous_response_id", "/v1/responses", `{"input": "x", "previous_response_id": "resp_1"}`, 400, "previous_response_id"},
+		{"responses output too long", "/v1/responses", `{"input": "x", "max_output_tokens": 40000}`, 400, "is too large: 40000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, out := post(t, base+tc.path, tc.body)
 			if status != tc.status || !strings.Contains(string(out), tc.contains) {
 				t.Fatalf("%d %s, want %d containing %q", status, out, tc.status, tc.contains)
 			}
-			if tc.path == "/v1/responses" {
+			if tc.path == "/v1/nothing" {
 				return
 			}
 			var v map[string]json.RawMessage

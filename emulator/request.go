@@ -17,6 +17,7 @@ const (
 	APIChat        API = iota // POST /v1/chat/completions
 	APICompletions            // POST /v1/completions
 	APIMessages               // POST /v1/messages (Anthropic)
+	APIResponses              // POST /v1/responses (OpenAI Responses)
 )
 
 func (a API) String() string {
@@ -27,15 +28,28 @@ func (a API) String() string {
 		return "completions"
 	case APIMessages:
 		return "messages"
+	case APIResponses:
+		return "responses"
 	}
 	return fmt.Sprintf("API(%d)", uint8(a))
 }
 
 func (a API) dialect() traces.Dialect {
-	if a == APIMessages {
+	switch a {
+	case APIMessages:
 		return traces.DialectAnthropic
+	case APIResponses:
+		return traces.DialectResponses
 	}
 	return traces.DialectOpenAI
+}
+
+// maxTokensParam is the name of the output-length field of a.
+func (a API) maxTokensParam() string {
+	if a == APIResponses {
+		return "max_output_tokens"
+	}
+	return "max_tokens"
 }
 
 // DefaultMaxTokens is the output length of a request that names none.
@@ -68,7 +82,7 @@ func badRequest(param, format string, args ...any) *APIError {
 	return &APIError{Status: http.StatusBadRequest, Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
-// requestBody is the union of the fields the three dialects use.
+// requestBody is the union of the fields the four dialects use.
 type requestBody struct {
 	Model         *string `json:"model"`
 	Stream        *bool   `json:"stream"`
@@ -80,6 +94,11 @@ type requestBody struct {
 	Messages            json.RawMessage `json:"messages"`
 	Prompt              json.RawMessage `json:"prompt"`
 	System              json.RawMessage `json:"system"`
+	// Responses
+	MaxOutputTokens    *int            `json:"max_output_tokens"`
+	Input              json.RawMessage `json:"input"`
+	Instructions       json.RawMessage `json:"instructions"`
+	PreviousResponseID *string         `json:"previous_response_id"`
 }
 
 // ParseRequest reads and validates an inference request body of api. Bad
@@ -108,15 +127,30 @@ func ParseRequest(api API, body []byte) (*Request, error) {
 		r.IncludeUsage = *b.StreamOptions.IncludeUsage
 	}
 	switch {
+	case api == APIResponses:
+		if b.MaxOutputTokens != nil {
+			r.MaxTokens = *b.MaxOutputTokens
+		}
 	case b.MaxCompletionTokens != nil && api == APIChat:
 		r.MaxTokens = *b.MaxCompletionTokens
 	case b.MaxTokens != nil:
 		r.MaxTokens = *b.MaxTokens
 	}
 	if r.MaxTokens < 1 {
-		return nil, badRequest("max_tokens", "max_tokens must be at least 1, got %d.", r.MaxTokens)
+		p := api.maxTokensParam()
+		return nil, badRequest(p, "%s must be at least 1, got %d.", p, r.MaxTokens)
 	}
 	switch api {
+	case APIResponses:
+		if b.PreviousResponseID != nil && *b.PreviousResponseID != "" {
+			return nil, badRequest("previous_response_id", "previous_response_id: the emulator stores no responses; send the whole conversation in input")
+		}
+		if err := checkInstructions(b.Instructions); err != nil {
+			return nil, err
+		}
+		if err := checkInput(b.Input); err != nil {
+			return nil, err
+		}
 	case APICompletions:
 		if err := checkPrompt(b.Prompt); err != nil {
 			return nil, err
@@ -209,4 +243,51 @@ func checkContent(field string, c json.RawMessage, nullable bool) error {
 		return nil
 	}
 	return badRequest(field, "%s: expected a string or a list of content blocks", field)
+}
+
+// checkInstructions accepts Responses instructions: a string or null.
+func checkInstructions(c json.RawMessage) error {
+	c = bytes.TrimSpace(c)
+	if len(c) == 0 || string(c) == "null" || c[0] == '"' {
+		return nil
+	}
+	return badRequest("instructions", "instructions: expected a string")
+}
+
+// checkInput accepts a Responses input: a string, or a non-empty list of
+// items, each an object; a message item (one with a role) has a string
+// role and a content that is a string or a list of content parts. Other
+// items (function_call_output, reasoning...) are taken as they are.
+func checkInput(in json.RawMessage) error {
+	in = bytes.TrimSpace(in)
+	if len(in) == 0 || string(in) == "null" {
+		return badRequest("input", "input: required (a string or a non-empty list of items)")
+	}
+	if in[0] == '"' {
+		return nil
+	}
+	var items []map[string]json.RawMessage
+	if err := json.Unmarshal(in, &items); err != nil {
+		return badRequest("input", "input: expected a string or a list of item objects")
+	}
+	if len(items) == 0 {
+		return badRequest("input", "input: must not be empty")
+	}
+	for i, item := range items {
+		if item == nil {
+			return badRequest("input", "input[%d]: expected an item object", i)
+		}
+		role, ok := item["role"]
+		if !ok {
+			continue
+		}
+		var s string
+		if json.Unmarshal(role, &s) != nil || s == "" {
+			return badRequest("input", "input[%d].role: expected a non-empty string", i)
+		}
+		if err := checkContent(fmt.Sprintf("input[%d].content", i), item["content"], false); err != nil {
+			return err
+		}
+	}
+	return nil
 }

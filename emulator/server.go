@@ -26,18 +26,20 @@ type server struct {
 	engines []*engine
 	mux     *http.ServeMux
 	nextID  atomic.Uint64
+	faultN  atomic.Uint64 // inference requests that drew their faults
 }
 
 func (e *Emulator) newServer(engines []*engine) http.Handler {
 	s := &server{e: e, engines: engines, mux: http.NewServeMux()}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(e, engines))
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s.mux.Handle("GET /metrics", s.slowMetrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.Handle("POST /v1/chat/completions", s.infer(APIChat))
 	s.mux.Handle("POST /v1/completions", s.infer(APICompletions))
 	s.mux.Handle("POST /v1/messages", s.infer(APIMessages))
+	s.mux.Handle("POST /v1/responses", s.infer(APIResponses))
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"detail": "Not Found"}) // FastAPI's answer
 	})
@@ -73,6 +75,8 @@ type call struct {
 	gen     int
 	capped  bool
 	started bool // streaming: the first token's event went out
+	seq     int  // Responses: the next event's sequence_number
+	die     bool // the die-mid-stream fault: the connection closes halfway
 }
 
 // infer serves one inference endpoint.
@@ -88,11 +92,27 @@ func (s *server) infer(api API) http.Handler {
 			writeError(w, api, badRequest("", "reading the body: %v", err))
 			return
 		}
-		c, aerr := s.start(api, body, r.Header)
+		req, aerr := s.parse(api, body)
 		if aerr != nil {
 			writeError(w, api, aerr)
 			return
 		}
+		f := s.e.opts.Faults.draw(s.e.opts.Seed, s.engines[0].index, s.faultN.Add(1))
+		switch f {
+		case faultError503:
+			writeError(w, api, &APIError{Status: http.StatusServiceUnavailable,
+				Message: "Service Unavailable (injected by warden emulate --fault error-503)"})
+			return
+		case faultStall:
+			s.stall(w, r.Context(), req.Stream)
+			return
+		}
+		c, aerr := s.start(api, req, r.Header)
+		if aerr != nil {
+			writeError(w, api, aerr)
+			return
+		}
+		c.die = f == faultDie
 		if c.req.Stream {
 			s.stream(w, r.Context(), c)
 			return
@@ -101,8 +121,9 @@ func (s *server) infer(api API) http.Handler {
 	})
 }
 
-// start validates a request and submits it to an engine.
-func (s *server) start(api API, body []byte, h http.Header) (*call, *APIError) {
+// parse reads and validates a request body of api against the served
+// model and its context length.
+func (s *server) parse(api API, body []byte) (*Request, *APIError) {
 	req, err := ParseRequest(api, body)
 	if err != nil {
 		var ae *APIError
@@ -118,9 +139,15 @@ func (s *server) start(api API, body []byte, h http.Header) (*call, *APIError) {
 	if p := req.PromptTokens; p >= e.maxModelLen {
 		return nil, badRequest("", "This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input messages.", e.maxModelLen, p)
 	} else if p+req.MaxTokens > e.maxModelLen {
-		return nil, badRequest("max_tokens", "'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
+		return nil, badRequest(api.maxTokensParam(), "'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).",
 			req.MaxTokens, e.maxModelLen, p, req.MaxTokens, e.maxModelLen, p)
 	}
+	return req, nil
+}
+
+// start submits a parsed request to an engine.
+func (s *server) start(api API, req *Request, h http.Header) (*call, *APIError) {
+	e := s.e
 	eng, err := e.pick(s.engines, h, req.PromptTokens)
 	if err != nil {
 		var ae *APIError
@@ -134,7 +161,7 @@ func (s *server) start(api API, body []byte, h http.Header) (*call, *APIError) {
 	if err != nil {
 		return nil, badRequest("", "%v", err)
 	}
-	prefix := map[API]string{APIChat: "chatcmpl-", APICompletions: "cmpl-", APIMessages: "msg_"}[api]
+	prefix := map[API]string{APIChat: "chatcmpl-", APICompletions: "cmpl-", APIMessages: "msg_", APIResponses: "resp_"}[api]
 	id := fmt.Sprintf("%s%d-%d", prefix, eng.index, s.nextID.Add(1))
 	return &call{e: e, api: api, req: req, id: id, answer: answer, eng: eng, st: st}, nil
 }
@@ -170,6 +197,9 @@ func (s *server) complete(w http.ResponseWriter, ctx context.Context, c *call) {
 			c.note(ev)
 			switch ev.Kind {
 			case sim.EventFinished:
+				if c.die {
+					dieHalfway(w, c.response())
+				}
 				writeJSON(w, http.StatusOK, c.response())
 				return
 			case sim.EventAborted:
@@ -195,6 +225,9 @@ func (s *server) stream(w http.ResponseWriter, ctx context.Context, c *call) {
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
+	if c.api == APIResponses {
+		_ = c.writeResponsesStart(w)
+	}
 	_ = rc.Flush()
 	var buf []sim.EngineEvent
 	for {
@@ -213,13 +246,18 @@ func (s *server) stream(w http.ResponseWriter, ctx context.Context, c *call) {
 				_ = rc.Flush()
 				return
 			case sim.EventAborted:
-				_ = writeStreamError(w, c.api, "request aborted")
+				_ = writeStreamError(w, c, "request aborted")
 				_ = rc.Flush()
 				return
 			}
 			if err != nil {
 				c.eng.abort(c.st)
 				return
+			}
+			if c.die && ev.Kind == sim.EventToken && c.gen >= max(1, c.req.MaxTokens/2) {
+				_ = rc.Flush()
+				c.eng.abort(c.st)
+				panic(http.ErrAbortHandler) // net/http closes the connection: no final chunk
 			}
 		}
 		if err := rc.Flush(); err != nil {

@@ -87,6 +87,8 @@ func (c *call) response() any {
 	reason := c.finishReason()
 	text := c.text()
 	switch c.api {
+	case APIResponses:
+		return c.responses(true)
 	case APIMessages:
 		return anthropicMessage{ID: c.id, Type: "message", Role: "assistant", Model: c.model(),
 			Content: []anthropicBlock{{"text", text}}, StopReason: &reason, Usage: c.anthropicUsage()}
@@ -114,6 +116,9 @@ func (c *call) chunk(text string, role string, reason *string) openAIResponse {
 // writeToken writes the events of one generated token (with, for the
 // first, the events that open the answer).
 func (c *call) writeToken(w io.Writer) error {
+	if c.api == APIResponses {
+		return c.writeResponsesToken(w)
+	}
 	if c.api == APIMessages {
 		if !c.started {
 			c.started = true
@@ -152,6 +157,9 @@ func (c *call) writeToken(w io.Writer) error {
 
 // writeEnd writes the events that close a finished answer.
 func (c *call) writeEnd(w io.Writer) error {
+	if c.api == APIResponses {
+		return c.writeResponsesEnd(w)
+	}
 	reason := c.finishReason()
 	if c.api == APIMessages {
 		if err := writeEvent(w, "content_block_stop", struct {
@@ -259,11 +267,16 @@ func writeError(w http.ResponseWriter, api API, e *APIError) {
 }
 
 // writeStreamError ends a stream with an error event: OpenAI `data:
-// {"error":...}` without [DONE], Anthropic `event: error`.
-func writeStreamError(w io.Writer, api API, msg string) error {
+// {"error":...}` without [DONE], Anthropic `event: error`, Responses
+// `event: error` with {"type":"error","code","message","param"}.
+func writeStreamError(w io.Writer, c *call, msg string) error {
+	api := c.api
 	e := &APIError{Status: http.StatusInternalServerError, Message: msg}
-	if api == APIMessages {
+	switch api {
+	case APIMessages:
 		return writeEvent(w, "error", errorBody(api, e))
+	case APIResponses:
+		return c.writeResponsesEvent(w, "error", map[string]any{"code": "InternalServerError", "message": msg, "param": nil})
 	}
 	return writeEvent(w, "", errorBody(api, e))
 }

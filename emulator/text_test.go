@@ -93,13 +93,16 @@ func FuzzParseRequest(f *testing.F) {
 		`{"prompt":["a",1,2],"max_tokens":1}`,
 		`{"prompt":"abc","max_completion_tokens":0}`,
 		`{"messages":"x"}`, `[`, `null`, `{} {}`, `{"max_tokens":-1}`,
+		`{"instructions":"be brief","input":"hi","max_output_tokens":4,"stream":true}`,
+		`{"input":[{"role":"user","content":[{"type":"input_text","text":"q"}]},{"type":"function_call_output","call_id":"c","output":"x"}]}`,
+		`{"input":[],"previous_response_id":"resp_1"}`,
 	} {
-		for api := range 3 {
+		for api := range 4 {
 			f.Add(uint8(api), []byte(s))
 		}
 	}
 	f.Fuzz(func(t *testing.T, api uint8, body []byte) {
-		a := API(api % 3)
+		a := API(api % 4)
 		r, err := ParseRequest(a, body)
 		if err != nil {
 			ae, ok := err.(*APIError)

@@ -1,7 +1,6 @@
 package live
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -16,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/internal/strictyaml"
 	"github.com/lm-warden/warden/placement"
 )
 
@@ -192,7 +192,7 @@ func (t *Toggle) UnmarshalYAML(n *yaml.Node) error {
 	case "off", "false", "no":
 		*t = Toggle{On: false, Set: true}
 	default:
-		return fmt.Errorf("line %d: want on or off, got %q", n.Line, n.Value)
+		return strictyaml.Bad(n, "want on or off, got %q", n.Value)
 	}
 	return nil
 }
@@ -205,16 +205,23 @@ type Spill struct {
 }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
+// The rule is placement's (ParseSpillThreshold), shared with the planner
+// and the simulator.
 func (s *Spill) UnmarshalYAML(n *yaml.Node) error {
-	if n.Value == "auto" {
+	t, err := placement.ParseSpillThreshold(n.Value)
+	if err != nil {
+		return strictyaml.Bad(n, "%v", err)
+	}
+	if t.Priced() {
+		// A priced spill divides by each replica's prefill rate, which the
+		// proxy is not given yet (the simulator has its step model).
+		return strictyaml.Bad(n, "priced is not available in the proxy yet (it needs a prefill rate per replica): want auto or a positive integer")
+	}
+	if t.Auto() {
 		*s = Spill{Auto: true}
-		return nil
+	} else {
+		*s = Spill{N: t.Resolve(0)}
 	}
-	v, err := strconv.Atoi(n.Value)
-	if err != nil || v < 1 {
-		return fmt.Errorf("line %d: want auto or a positive integer, got %q", n.Line, n.Value)
-	}
-	*s = Spill{N: v}
 	return nil
 }
 
@@ -225,7 +232,7 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil || v < 0 {
-		return fmt.Errorf("line %d: want a duration such as 1s or 30m, got %q", n.Line, n.Value)
+		return strictyaml.Bad(n, "want a duration such as 1s or 30m, got %q", n.Value)
 	}
 	*d = Duration(v)
 	return nil
@@ -244,15 +251,15 @@ var sizeRE = regexp.MustCompile(`^([0-9]+)\s*(|B|KB|MB|GB|KiB|MiB|GiB)$`)
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	m := sizeRE.FindStringSubmatch(strings.TrimSpace(n.Value))
 	if m == nil {
-		return fmt.Errorf("line %d: want a size such as 65536, 64KiB or 16MiB, got %q", n.Line, n.Value)
+		return strictyaml.Bad(n, "want a size such as 65536, 64KiB or 16MiB, got %q", n.Value)
 	}
 	v, err := strconv.ParseInt(m[1], 10, 64)
 	if err != nil {
-		return fmt.Errorf("line %d: size %q: %v", n.Line, n.Value, err)
+		return strictyaml.Bad(n, "size %q: %v", n.Value, err)
 	}
 	mult := map[string]int64{"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}[m[2]]
 	if v > math.MaxInt64/mult {
-		return fmt.Errorf("line %d: size %q is too large", n.Line, n.Value)
+		return strictyaml.Bad(n, "size %q is too large", n.Value)
 	}
 	*b = ByteSize(v * mult)
 	return nil
@@ -375,64 +382,25 @@ func LoadConfig(path string) (*Config, error) {
 	return ParseConfig(filepath.Base(path), data)
 }
 
-var yamlLineRE = regexp.MustCompile(`^\s*(?:yaml: )?line (\d+): (.*)$`)
-var unknownFieldRE = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
-
 // ParseConfig parses and validates a configuration; name is used in errors.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, yamlError(name, err, nil)
-	}
 	var cfg Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
-		return nil, yamlError(name, err, &root)
+	doc, err := strictyaml.Decode(name, data, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	if doc.Empty() {
+		return nil, fmt.Errorf("%s: empty configuration (want at least listen and models)", name)
 	}
 	cfg.applyDefaults()
 	if err := cfg.validate(); err != nil {
 		var ve *validationError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("%s:%d: %s: %s", name, lineOf(&root, ve.path), ve.path, ve.msg)
+			return nil, doc.Errorf(ve.path, "%s", ve.msg)
 		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return &cfg, nil
-}
-
-// yamlError rewrites the decoder's errors as "file:line: key: message",
-// the key found from the line in root (nil: syntax errors, no key).
-func yamlError(name string, err error, root *yaml.Node) error {
-	var te *yaml.TypeError
-	var lines []string
-	if errors.As(err, &te) {
-		lines = te.Errors
-	} else {
-		lines = []string{err.Error()}
-	}
-	out := make([]string, 0, len(lines))
-	for _, l := range lines {
-		m := yamlLineRE.FindStringSubmatch(l)
-		if m == nil {
-			out = append(out, fmt.Sprintf("%s: %s", name, strings.TrimPrefix(l, "yaml: ")))
-			continue
-		}
-		msg := m[2]
-		if f := unknownFieldRE.FindStringSubmatch(msg); f != nil {
-			msg = fmt.Sprintf("unknown key %q", f[1])
-		}
-		// Our own UnmarshalYAML errors repeat "line N: ".
-		if mm := yamlLineRE.FindStringSubmatch(msg); mm != nil {
-			msg = mm[2]
-		}
-		line, _ := strconv.Atoi(m[1])
-		if p := pathAt(root, line); p != "" {
-			msg = p + ": " + msg
-		}
-		out = append(out, fmt.Sprintf("%s:%d: %s", name, line, msg))
-	}
-	return errors.New(strings.Join(out, "\n"))
 }
 
 type validationError struct {
@@ -588,91 +556,4 @@ func checkURL(s string) error {
 		return fmt.Errorf("no query or fragment allowed, got %q", s)
 	}
 	return nil
-}
-
-// lineOf returns the line of the node at path ("models[0].replicas") in the
-// document, or the line of its deepest existing ancestor.
-func lineOf(root *yaml.Node, path string) int {
-	n := root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	line := n.Line
-	for _, part := range strings.Split(path, ".") {
-		key, idx := part, -1
-		if i := strings.IndexByte(part, '['); i >= 0 {
-			key = part[:i]
-			idx, _ = strconv.Atoi(strings.TrimSuffix(part[i+1:], "]"))
-		}
-		next := mapValue(n, key)
-		if next == nil {
-			return line
-		}
-		line, n = next.keyLine, next.value
-		if idx >= 0 {
-			if n.Kind != yaml.SequenceNode || idx >= len(n.Content) {
-				return line
-			}
-			n = n.Content[idx]
-			line = n.Line
-		}
-	}
-	return line
-}
-
-type kv struct {
-	keyLine int
-	value   *yaml.Node
-}
-
-func mapValue(n *yaml.Node, key string) *kv {
-	if n == nil || n.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return &kv{keyLine: n.Content[i].Line, value: n.Content[i+1]}
-		}
-	}
-	return nil
-}
-
-// pathAt returns the path ("models[0].spill_threshold") of the deepest
-// key or sequence item that starts on line, or "".
-func pathAt(root *yaml.Node, line int) string {
-	if root == nil {
-		return ""
-	}
-	n := root
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	best := ""
-	var walk func(n *yaml.Node, path string)
-	walk = func(n *yaml.Node, path string) {
-		switch n.Kind {
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				p := k.Value
-				if path != "" {
-					p = path + "." + k.Value
-				}
-				if k.Line == line {
-					best = p
-				}
-				walk(v, p)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := fmt.Sprintf("%s[%d]", path, i)
-				if c.Kind == yaml.ScalarNode && c.Line == line {
-					best = p
-				}
-				walk(c, p)
-			}
-		}
-	}
-	walk(n, "")
-	return best
 }

@@ -2,6 +2,7 @@ package live
 
 import (
 	"flag"
+	"github.com/lm-warden/warden/placement"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,6 +78,19 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("error =\n%s\nwant\n%s", got, want)
 			}
 		})
+	}
+}
+
+// The proxy refuses spill threshold 0 with placement's own message, as the
+// planner and the simulator do.
+func TestConfigSpillThresholdZero(t *testing.T) {
+	base := "listen: :1\nauth: passthrough\nmodels:\n  - name: m\n    replicas: [http://a:1]\n"
+	for _, v := range []string{"0", "-2", "lots"} {
+		_, err := ParseConfig("t.yaml", []byte(base+"    spill_threshold: "+v+"\n"))
+		want := "t.yaml:6: models[0].spill_threshold: " + placement.SpillThresholdError(v)
+		if err == nil || err.Error() != want {
+			t.Errorf("spill_threshold %s: error %v, want %q", v, err, want)
+		}
 	}
 }
 

@@ -10,7 +10,7 @@
 //     Reload (SIGHUP: atomic swap of the routing state; a changed model's
 //     successor inherits its session table and each kept backend's
 //     in-flight count, so affinity and running streams survive), Admin (/metrics,
-//     /api/status, /healthz, and what WithAdminHandler adds: cmd/warden
+//     /api/status, /api/history, /healthz, and what WithAdminHandler adds: cmd/warden
 //     mounts web's dashboard at "/", since live does not import web).
 //   - proxy.go: the request path. ServeHTTP checks the key, reads the body
 //     once (size-capped), validates it and decodes only model, stream,
@@ -39,8 +39,10 @@
 //     else 256; the last two are assumptions, logged once after the first
 //     scrape and listed in /api/status "warnings".
 //   - config.go (strict YAML, errors "file:line: key: ..."), status.go
-//     (the dashboard's data), obs.go (Prometheus metrics), journal.go
-//     (request journal in the trace format).
+//     (the dashboard's data), history.go (the last hour of token rates per
+//     model and replica, from vLLM's counters, for the stats page: GET
+//     /api/history), obs.go (Prometheus metrics), journal.go (request
+//     journal in the trace format).
 //
 // Session ids, in the order tried: X-Claude-Code-Session-Id, session-id
 // (Codex), x-session-id (OpenCode), Anthropic metadata.user_id (JSON form

@@ -32,5 +32,5 @@ func ExampleParseConfig() {
 		"    spill_threshold: often",
 	}, "\n")))
 	fmt.Println(err)
-	// Output: proxy.yaml:7: models[0].spill_threshold: want auto or a positive integer, got "often"
+	// Output: proxy.yaml:7: models[0].spill_threshold: want auto, priced or a positive integer, got "often"
 }

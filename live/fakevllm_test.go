@@ -46,6 +46,8 @@ type fakeVLLM struct {
 	cache    []map[uint64]bool // prefix cache per engine
 	queries  []float64         // prefix_cache_queries_total per engine
 	cached   []float64         // prefix_cache_hits_total per engine
+	prompts  []float64         // prompt_tokens_total per engine
+	gens     []float64         // generation_tokens_total per engine
 	lastHdr  http.Header
 	extra    []int // added to running (to fake load)
 }
@@ -59,6 +61,8 @@ func newFakeVLLM(t testing.TB, engines int) *fakeVLLM {
 		running:  make([]int, engines),
 		queries:  make([]float64, engines),
 		cached:   make([]float64, engines),
+		prompts:  make([]float64, engines),
+		gens:     make([]float64, engines),
 		extra:    make([]int, engines),
 	}
 	for range engines {
@@ -145,6 +149,10 @@ func (f *fakeVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"input_tokens":%d}`, prompt)
 		return
 	}
+	f.mu.Lock()
+	f.prompts[engine] += float64(prompt)
+	f.gens[engine] += float64(f.tokens) // counted up front: the proxy reads them only once the answer ended
+	f.mu.Unlock()
 	var req struct {
 		Stream bool `json:"stream"`
 	}
@@ -263,6 +271,8 @@ func (f *fakeVLLM) metrics() string {
 	series("vllm:prefix_cache_queries_total", "counter", func(e int) float64 { return f.queries[e] })
 	series("vllm:prefix_cache_hits_total", "counter", func(e int) float64 { return f.cached[e] })
 	series("vllm:prefix_cache_hits_created", "gauge", func(int) float64 { return 1.7e9 })
+	series("vllm:prompt_tokens_total", "counter", func(e int) float64 { return f.prompts[e] })
+	series("vllm:generation_tokens_total", "counter", func(e int) float64 { return f.gens[e] })
 	fmt.Fprintf(&b, "# HELP vllm:cache_config_info fake\n# TYPE vllm:cache_config_info gauge\n")
 	for e := range f.engines {
 		extra := ""
@@ -276,6 +286,28 @@ func (f *fakeVLLM) metrics() string {
 		fmt.Fprintf(&b, "vllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"True\",engine=\"%d\",num_gpu_blocks=\"%d\"%s} 1\n", e, blocks, extra)
 	}
 	return b.String()
+}
+
+// counters returns the token counters of every engine summed: prompt,
+// prefix-cache queries, hits and generation tokens.
+func (f *fakeVLLM) counters() (prompt, queries, hits, gen float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for e := range f.engines {
+		prompt, queries, hits, gen = prompt+f.prompts[e], queries+f.queries[e], hits+f.cached[e], gen+f.gens[e]
+	}
+	return
+}
+
+// restart empties the caches and sets every counter back to zero, as a
+// restarted vLLM does.
+func (f *fakeVLLM) restart() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for e := range f.engines {
+		f.cache[e] = map[uint64]bool{}
+		f.queries[e], f.cached[e], f.prompts[e], f.gens[e] = 0, 0, 0, 0
+	}
 }
 
 // refusingURL returns the URL of a port on which nothing listens.

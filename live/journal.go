@@ -2,8 +2,12 @@ package live
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -28,36 +32,123 @@ const journalBlockSize = traces.TextBlockTokens
 
 // Journal writes one trace record per finished request, in arrival order,
 // rotating files by size. It is safe for concurrent use.
+//
+// Time: arrival times are offsets from the journal's origin, the instant it
+// opened, taken with time.Now, whose reading carries the monotonic clock:
+// Time.Sub then uses the monotonic readings, so a wall-clock step (NTP)
+// cannot move them. A file's t_ms counts from its first record's arrival,
+// and never runs backwards whatever the clock does: a record that would
+// arrive before the previous one in its file is written at the previous
+// one's t_ms.
+//
+// Memory: a finished request waits for the requests that arrived before it
+// (one long stream holds back every later record). The records held are
+// bounded by maxPending bytes of their estimated size on disk
+// (journalMaxPending). Past the bound the journal stops waiting for the
+// oldest unfinished requests and writes what is ready; a request given up
+// on is written when it ends, out of arrival order, at the t_ms of the
+// record before it (the format has a single arrival order and no flag), and
+// counted in warden_journal_late_total. It is not dropped: long requests
+// are the ones that load a farm, and a trace without them would
+// under-report the load that warden sim, plan and workload read from it.
+// Its arrival is late by at most the time the bound took to fill; its
+// tokens, hash ids and think time are exact.
+//
+// Errors: the file is flushed at least every journalFlushEvery while
+// records arrive, so a failed write surfaces within about a second. It is
+// logged when it happens and counted in warden_journal_write_errors_total;
+// the records it lost (those written since the last flush) and those that
+// arrive while the journal cannot write are counted in
+// warden_journal_dropped_total. The failed file is closed, and a fresh one
+// is tried after a back-off (journalRetryMin doubling to journalRetryMax);
+// every later record is written again once it opens.
+//
+// Files: a journal left by an earlier run is rotated (path to path.1, and
+// so on), never truncated; each file is a whole trace with one header,
+// read by traces.Open (warden workload --journal, calibrate). A path that
+// is not a regular file (a FIFO, /dev/stdout) is never renamed: the journal
+// appends to it and does not rotate it.
 type Journal struct {
-	cfg JournalCfg
-	key [32]byte
+	cfg        JournalCfg
+	now        func() time.Time // the clock: time.Now, or a test's
+	origin     time.Time        // now() when the journal opened: arrival offset 0
+	log        *slog.Logger
+	obs        *observer // nil: not counted
+	maxPending int64     // bytes of records held back, at most
 
-	mu       sync.Mutex
-	w        *traces.Writer
-	f        *os.File
-	start    time.Time // arrival time 0 of the current file
-	size     int64     // upper-bound estimate of the current file's bytes
-	next     uint64    // next ticket
-	flushAt  uint64    // next ticket to write
-	pending  map[uint64]*traces.Request
-	sessions map[string]*journalSession // by keyed session hash
-	err      error                      // first write error, reported by Close
+	mu           sync.Mutex
+	key          [32]byte
+	w            *traces.Writer // nil: no file open (closed, or after a failed write)
+	f            *os.File
+	regular      bool  // f is a regular file: rotated by size
+	fileStartMs  int64 // arrival of the current file's first record (ms from origin)
+	started      bool  // fileStartMs is set
+	lastMs       int64 // t_ms of the last record written to the current file
+	size         int64 // upper-bound estimate of the current file's bytes
+	unflushed    int   // records written since the last flush
+	flushedAt    time.Duration
+	retryAt      time.Duration // after a failed write: when to open a fresh file
+	retryDelay   time.Duration
+	failing      bool // a write failed and no flush has succeeded since
+	closed       bool
+	next         uint64 // next ticket
+	flushAt      uint64 // next ticket to write; those before it are written or given up on
+	pending      map[uint64]*traces.Request
+	pendingBytes int64
+	sessions     map[string]*journalSession // by keyed session hash
+	err          error                      // the last write error while failing, reported by Close
 }
+
+const (
+	// journalMaxPending bounds the records held back behind an unfinished
+	// request: about 30,000 records of a few blocks, or 400 of 100k tokens.
+	journalMaxPending = 8 << 20
+	// journalHeldNil is what a ticket that records nothing counts while held.
+	journalHeldNil    = 32
+	journalFlushEvery = time.Second
+	journalRetryMin   = time.Second
+	journalRetryMax   = time.Minute
+)
 
 type journalSession struct {
 	turns int
-	last  time.Time // end of the previous turn
+	last  time.Duration // end of the previous turn, from the origin
 }
 
 // journalTicket is a request's place in arrival order.
 type journalTicket struct {
 	n  uint64
-	at time.Time
+	at time.Duration // arrival, from the journal's origin
 }
 
-// OpenJournal opens (creates or truncates) the journal at cfg.Path.
+// journalOptions are the journal's collaborators; zero fields take their
+// defaults (time.Now, slog.Default, no metrics, journalMaxPending).
+type journalOptions struct {
+	now        func() time.Time
+	log        *slog.Logger
+	obs        *observer
+	maxPending int64
+}
+
+// OpenJournal opens the journal at cfg.Path. A non-empty regular file
+// left there is rotated first, as if it had reached max_bytes.
 func OpenJournal(cfg JournalCfg) (*Journal, error) {
-	j := &Journal{cfg: cfg, pending: map[uint64]*traces.Request{}, sessions: map[string]*journalSession{}}
+	return openJournal(cfg, journalOptions{})
+}
+
+func openJournal(cfg JournalCfg, o journalOptions) (*Journal, error) {
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	if o.maxPending <= 0 {
+		o.maxPending = journalMaxPending
+	}
+	j := &Journal{cfg: cfg, now: o.now, log: o.log, obs: o.obs, maxPending: o.maxPending,
+		pending: map[uint64]*traces.Request{}, sessions: map[string]*journalSession{}, retryDelay: journalRetryMin}
+	j.origin = j.now()
 	j.key = sha256.Sum256([]byte("warden-journal:" + cfg.Path + ":" + strconv.FormatInt(time.Now().UnixNano(), 10)))
 	if err := j.open(); err != nil {
 		return nil, err
@@ -72,30 +163,53 @@ func (j *Journal) SetKey(key []byte) {
 	j.mu.Unlock()
 }
 
+// since is the time from the origin to now.
+func (j *Journal) since() time.Duration { return j.now().Sub(j.origin) }
+
+// open opens a fresh file at the path, rotating away a non-empty regular
+// file found there.
 func (j *Journal) open() error {
-	f, err := os.OpenFile(j.cfg.Path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if fi, err := os.Stat(j.cfg.Path); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+		if err := j.shift(); err != nil {
+			return fmt.Errorf("journal: rotating the previous %s: %w", j.cfg.Path, err)
+		}
+	}
+	f, err := os.OpenFile(j.cfg.Path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	j.f = f
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("journal: %w", err)
+	}
+	j.f, j.regular = f, fi.Mode().IsRegular()
 	j.w = traces.NewWriter(f, traces.Header{BlockSize: journalBlockSize, Source: "proxy", CreatedBy: "warden proxy"})
-	j.start = time.Time{}
-	j.size = 256
+	j.started, j.lastMs, j.size, j.unflushed = false, 0, 256, 0
 	return nil
 }
 
-// rotate closes the current file, shifts path.1..path.keep-1 up by one,
-// renames the file to path.1 and opens a new one.
-func (j *Journal) rotate() error {
-	if err := j.w.Close(); err != nil {
-		return err
-	}
+// shift renames path.1..path.keep-1 up by one and the path to path.1.
+func (j *Journal) shift() error {
 	for i := j.cfg.Keep - 1; i >= 1; i-- {
 		_ = os.Rename(j.cfg.Path+"."+strconv.Itoa(i), j.cfg.Path+"."+strconv.Itoa(i+1))
 	}
-	if err := os.Rename(j.cfg.Path, j.cfg.Path+".1"); err != nil {
+	return os.Rename(j.cfg.Path, j.cfg.Path+".1")
+}
+
+// closeFile flushes and closes the current file.
+func (j *Journal) closeFile() error {
+	err := errors.Join(j.w.Close(), j.f.Close())
+	j.w, j.f = nil, nil
+	return err
+}
+
+// rotate closes the current file and opens a new one.
+func (j *Journal) rotate(now time.Duration) error {
+	if err := j.closeFile(); err != nil {
 		return err
 	}
+	j.flushed(now)
 	return j.open()
 }
 
@@ -103,7 +217,7 @@ func (j *Journal) rotate() error {
 func (j *Journal) begin() journalTicket {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	t := journalTicket{n: j.next, at: time.Now()}
+	t := journalTicket{n: j.next, at: j.since()}
 	j.next++
 	return t
 }
@@ -112,8 +226,12 @@ func (j *Journal) begin() journalTicket {
 func (j *Journal) skip(t journalTicket) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if t.n < j.flushAt { // given up on: nothing waits for it
+		return
+	}
 	j.pending[t.n] = nil
-	j.flush()
+	j.pendingBytes += journalHeldNil
+	j.flush(j.since())
 }
 
 // record journals a finished call.
@@ -144,77 +262,196 @@ func (j *Journal) record(c *call, _ time.Duration) {
 	r.HashIDs = blockIDs(key, text, promptTokens)
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	now := time.Now()
+	now := j.since()
 	if s := j.sessions[r.Session]; s != nil {
 		r.Turn = s.turns
-		r.ThinkMs = max(0, c.jt.at.Sub(s.last).Milliseconds())
+		r.ThinkMs = max(0, (c.jt.at - s.last).Milliseconds())
 		s.turns++
 		s.last = now
 	} else {
 		j.sessions[r.Session] = &journalSession{turns: 1, last: now}
 		j.trimSessions(now)
 	}
-	r.ArrivalMs = c.jt.at.UnixMilli() // made relative when written
+	r.ArrivalMs = c.jt.at.Milliseconds() // made relative to the file when written
+	if j.closed {
+		j.dropped(1)
+		return
+	}
+	if c.jt.n < j.flushAt {
+		// Given up on while it ran (the pending bound): written now,
+		// behind later arrivals.
+		if j.obs != nil {
+			j.obs.journalLate.Inc()
+		}
+		j.write(r, now)
+		j.maybeFlush(now)
+		return
+	}
 	j.pending[c.jt.n] = r
-	j.flush()
+	j.pendingBytes += recordBytes(r)
+	j.flush(now)
+}
+
+// recordBytes estimates the bytes of r's line, an upper bound.
+func recordBytes(r *traces.Request) int64 {
+	return int64(256 + 21*len(r.HashIDs) + len(r.Session) + len(r.Parent) + len(r.Model))
 }
 
 // trimSessions forgets sessions idle for an hour once the map is large.
-func (j *Journal) trimSessions(now time.Time) {
+func (j *Journal) trimSessions(now time.Duration) {
 	if len(j.sessions) < 1<<16 || len(j.sessions)&0xfff != 0 {
 		return
 	}
 	for k, s := range j.sessions {
-		if now.Sub(s.last) > time.Hour {
+		if now-s.last > time.Hour {
 			delete(j.sessions, k)
 		}
 	}
 }
 
-// flush writes every record whose predecessors have all finished.
-func (j *Journal) flush() {
-	for {
+// flush writes every record whose predecessors have all finished; over the
+// pending bound it gives up on the oldest unfinished ones.
+func (j *Journal) flush(now time.Duration) {
+	for len(j.pending) > 0 {
 		r, ok := j.pending[j.flushAt]
 		if !ok {
-			return
+			if j.pendingBytes <= j.maxPending {
+				break
+			}
+			j.flushAt++ // stop waiting for this one: it is written when it ends
+			continue
 		}
 		delete(j.pending, j.flushAt)
 		j.flushAt++
-		if r == nil || j.err != nil || j.w == nil { // nil w: closed
+		if r == nil {
+			j.pendingBytes -= journalHeldNil
 			continue
 		}
-		est := int64(256 + 21*len(r.HashIDs) + len(r.Session) + len(r.Parent) + len(r.Model))
-		if j.size+est > int64(j.cfg.MaxBytes) && j.size > 256 {
-			if err := j.rotate(); err != nil {
-				j.err = fmt.Errorf("journal: rotate: %w", err)
-				continue
+		j.pendingBytes -= recordBytes(r)
+		j.write(r, now)
+	}
+	j.maybeFlush(now)
+}
+
+// write appends r to the current file (opening a fresh one after a failure
+// once the back-off has passed, rotating by size).
+func (j *Journal) write(r *traces.Request, now time.Duration) {
+	if j.w == nil {
+		if j.closed || now < j.retryAt {
+			j.dropped(1)
+			return
+		}
+		if err := j.open(); err != nil {
+			j.fail(err, now, 1)
+			return
+		}
+	}
+	est := recordBytes(r)
+	if j.regular && j.size+est > int64(j.cfg.MaxBytes) && j.size > 256 {
+		if err := j.rotate(now); err != nil {
+			j.fail(fmt.Errorf("journal: rotate: %w", err), now, 1)
+			return
+		}
+	}
+	if !j.started {
+		j.fileStartMs, j.started = r.ArrivalMs, true
+	}
+	r.ArrivalMs = max(j.lastMs, r.ArrivalMs-j.fileStartMs)
+	if err := j.w.Write(r); err != nil {
+		if j.w.Err() == nil { // this record only; the file is fine
+			j.log.Error("journal: record not written", "path", j.cfg.Path, "err", err)
+			if j.obs != nil {
+				j.obs.journalErrors.Inc()
 			}
+			j.dropped(1)
+			return
 		}
-		if j.start.IsZero() {
-			j.start = time.UnixMilli(r.ArrivalMs)
-		}
-		r.ArrivalMs = max(0, r.ArrivalMs-j.start.UnixMilli())
-		if err := j.w.Write(r); err != nil {
-			j.err = fmt.Errorf("journal: %w", err)
-			continue
-		}
-		j.size += est
+		j.fail(fmt.Errorf("journal: %w", err), now, j.unflushed+1)
+		return
+	}
+	j.lastMs = r.ArrivalMs
+	j.size += est
+	j.unflushed++
+}
+
+// maybeFlush flushes the file when the last flush is journalFlushEvery old.
+func (j *Journal) maybeFlush(now time.Duration) {
+	if j.w == nil || j.unflushed == 0 || now-j.flushedAt < journalFlushEvery {
+		return
+	}
+	if err := j.w.Flush(); err != nil {
+		j.fail(fmt.Errorf("journal: %w", err), now, j.unflushed)
+		return
+	}
+	j.flushed(now)
+}
+
+// flushed notes a successful flush: what was written is on disk.
+func (j *Journal) flushed(now time.Duration) {
+	j.flushedAt, j.unflushed = now, 0
+	if j.failing {
+		j.failing, j.err, j.retryDelay = false, nil, journalRetryMin
+		j.log.Info("journal writing again", "path", j.cfg.Path)
 	}
 }
 
-// Close flushes and closes the journal file.
+// fail handles a failed write: the file is closed, lost records are
+// counted, and a fresh file is tried after the back-off.
+func (j *Journal) fail(err error, now time.Duration, lost int) {
+	if j.obs != nil {
+		j.obs.journalErrors.Inc()
+	}
+	j.dropped(lost)
+	if j.f != nil {
+		_ = j.f.Close() // the writer's buffer is lost with the error
+	}
+	j.w, j.f = nil, nil
+	j.retryAt = now + j.retryDelay
+	j.log.Error("journal: write failed; requests are not journaled until a fresh file opens",
+		"path", j.cfg.Path, "err", err, "lost", lost, "retry_in", j.retryDelay)
+	j.retryDelay = min(2*j.retryDelay, journalRetryMax)
+	j.failing, j.err, j.unflushed = true, err, 0
+}
+
+func (j *Journal) dropped(n int) {
+	if j.obs != nil && n > 0 {
+		j.obs.journalDropped.Add(float64(n))
+	}
+}
+
+// Close writes the records still held (the requests before them will not
+// be journaled in order: any that ends later is dropped), flushes and
+// closes the file. It reports the error of that last flush, or the write
+// error the journal has not recovered from.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	now := j.since()
+	keys := slices.Sorted(maps.Keys(j.pending))
+	for _, k := range keys {
+		if r := j.pending[k]; r != nil {
+			j.write(r, now)
+		}
+	}
+	clear(j.pending)
+	j.pendingBytes = 0
+	if len(keys) > 0 {
+		j.flushAt = keys[len(keys)-1] + 1
+	}
+	j.flushAt = max(j.flushAt, j.next)
+	j.closed = true
 	if j.w == nil {
 		return j.err
 	}
-	err := j.w.Close()
-	j.w = nil
-	if j.err != nil {
+	if err := j.closeFile(); err != nil {
+		j.fail(fmt.Errorf("journal: %w", err), now, j.unflushed)
 		return j.err
 	}
-	return err
+	j.flushed(now)
+	return nil
 }
 
 // blockIDs returns the chained keyed ids of text's blocks, exactly

@@ -1,11 +1,21 @@
 package live
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/traces"
@@ -23,11 +33,17 @@ func TestJournalRecordsTraces(t *testing.T) {
 	h.do("POST", "/v1/messages/count_tokens", anthropicBody(testModel, "x", 0, false), nil) // not journaled
 	h.do("POST", "/v1/messages", anthropicBody(testModel, "other", 0, false), nil)
 	// A request is journaled just after its response went out.
-	h.waitFor("5 requests journaled", func(StatusReport) bool {
+	// count_tokens takes no place in the journal's order.
+	h.waitFor("4 requests journaled", func(StatusReport) bool {
 		h.srv.journal.mu.Lock()
 		defer h.srv.journal.mu.Unlock()
-		return h.srv.journal.flushAt == 5
+		return h.srv.journal.flushAt == 4
 	})
+	for _, series := range []string{seriesJournalErrors + " 0", seriesJournalDropped + " 0", seriesJournalLate + " 0"} {
+		if !strings.Contains(h.metrics(), "\n"+series+"\n") {
+			t.Errorf("/metrics lacks %q", series)
+		}
+	}
 	if err := h.srv.journal.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -127,4 +143,294 @@ func TestBlockIDs(t *testing.T) {
 
 func placementReq(session string) placement.Request {
 	return placement.Request{Session: session, Model: "m", Pinned: placement.NoPin}
+}
+
+// fakeClock is a hand-written clock for the journal: a wall clock that the
+// test steps (forwards or back, as NTP does). Its readings carry no
+// monotonic reading, so the journal sees every step.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Step(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// testJournal opens a journal at path on clk with a private observer.
+func testJournal(t *testing.T, cfg JournalCfg, clk *fakeClock, log *slog.Logger) (*Journal, *observer) {
+	t.Helper()
+	o := newObserver(func() *routing { return nil })
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = 256 << 20
+	}
+	if cfg.Keep == 0 {
+		cfg.Keep = 5
+	}
+	j, err := openJournal(cfg, journalOptions{now: clk.Now, log: log, obs: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, o
+}
+
+// journalCall is a finished call of session with a prompt of n bytes.
+func journalCall(session string, n int) *call {
+	return &call{m: &model{cfg: ModelCfg{Name: "m"}}, api: APIOpenAI,
+		body:  []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("w", n) + `"}]}`),
+		req:   placementReq(session),
+		usage: Usage{PromptTokens: max(1, n/4), OutputTokens: 5, CachedTokens: -1}, cur: &attempt{rep: &replica{id: 0}}}
+}
+
+// readJournal reads every request of the trace file at path, failing the
+// test when it does not parse.
+func readJournal(t *testing.T, path string) []traces.Request {
+	t.Helper()
+	rd, err := traces.Open(path, traces.ReaderOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	defer rd.Close()
+	var out []traces.Request
+	for {
+		r, err := rd.Next()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("%s does not parse: %v", path, err)
+		}
+		out = append(out, r.Clone())
+	}
+}
+
+// A wall clock stepped back (NTP) must not make the journal reject a record
+// and drop every later one: arrival offsets never run backwards.
+func TestJournalClockStepBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	clk := newFakeClock()
+	j, o := testJournal(t, JournalCfg{Path: path}, clk, nil)
+	for i := range 6 {
+		if i == 3 {
+			clk.Step(-time.Hour) // NTP steps the wall clock back
+		}
+		c := journalCall(fmt.Sprintf("s%d", i), 100)
+		c.jt = j.begin()
+		clk.Step(250 * time.Millisecond)
+		j.record(c, 0)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	reqs := readJournal(t, path)
+	if len(reqs) != 6 {
+		t.Fatalf("%d records in the journal, want all 6", len(reqs))
+	}
+	for i := 1; i < len(reqs); i++ {
+		if reqs[i].ArrivalMs < reqs[i-1].ArrivalMs {
+			t.Errorf("t_ms runs backwards at record %d: %d after %d", i, reqs[i].ArrivalMs, reqs[i-1].ArrivalMs)
+		}
+	}
+	if got := counterValue(o.journalErrors); got != 0 {
+		t.Errorf("%v write errors, want 0", got)
+	}
+}
+
+// The journal's own clock is the monotonic one: its start instant carries
+// a monotonic reading, so that offsets from it ignore wall-clock steps.
+func TestJournalStartIsMonotonic(t *testing.T) {
+	j, err := OpenJournal(JournalCfg{Path: filepath.Join(t.TempDir(), "j.jsonl"), MaxBytes: 1 << 20, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if s := j.origin.String(); !strings.Contains(s, " m=") {
+		t.Errorf("the journal's origin %s has no monotonic reading", s)
+	}
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(ents)
+}
+
+func TestJournalRotationClosesFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	before := openFDs(t)
+	j, _ := testJournal(t, JournalCfg{Path: path, MaxBytes: 4096, Keep: 2}, newFakeClock(), nil)
+	for range 200 { // 9 records a file: over 20 rotations
+		c := journalCall("s", 400)
+		c.jt = j.begin()
+		j.record(c, 0)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := openFDs(t); after > before {
+		t.Errorf("%d file descriptors open after the rotations and Close, %d before: rotation leaks them", after, before)
+	}
+}
+
+// A restart must keep the previous journal (it used to be truncated).
+func TestJournalRestartKeepsPrevious(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	clk := newFakeClock()
+	for _, session := range []string{"first-run", "second-run"} {
+		j, _ := testJournal(t, JournalCfg{Path: path, Keep: 3}, clk, nil)
+		c := journalCall(session, 100)
+		c.jt = j.begin()
+		j.record(c, 0)
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, f := range []string{path + ".1", path} {
+		for _, r := range readJournal(t, f) {
+			got = append(got, r.Session)
+		}
+	}
+	if want := []string{"first-run", "second-run"}; !slices.Equal(got, want) {
+		t.Errorf("sessions in %s.1 then %s: %v, want %v", path, path, got, want)
+	}
+}
+
+// One long stream must not hold every later record in memory: past the
+// bound the journal writes what is ready and the long one comes later.
+func TestJournalPendingBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	clk := newFakeClock()
+	j, o := testJournal(t, JournalCfg{Path: path}, clk, nil)
+	j.maxPending = 64 << 10
+	long := journalCall("long-stream", 100)
+	long.jt = j.begin()
+	const n = 2000
+	for i := range n {
+		c := journalCall(fmt.Sprintf("s%d", i), 400)
+		clk.Step(time.Millisecond)
+		c.jt = j.begin()
+		j.record(c, 0)
+		// Every record is estimated at 256 bytes or more.
+		if held := len(j.pending); int64(held) > j.maxPending/256 {
+			t.Fatalf("after %d records %d are held in memory, over the bound of %d bytes", i+1, held, j.maxPending)
+		}
+	}
+	clk.Step(time.Minute)
+	j.record(long, 0) // the long stream ends
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reqs := readJournal(t, path)
+	if len(reqs) != n+1 {
+		t.Fatalf("%d records, want %d", len(reqs), n+1)
+	}
+	if reqs[len(reqs)-1].Session != "long-stream" {
+		t.Errorf("last record is %q, want the long stream, written once it ended", reqs[len(reqs)-1].Session)
+	}
+	if got := counterValue(o.journalLate); got != 1 {
+		t.Errorf("%s = %v, want 1", seriesJournalLate, got)
+	}
+	if len(j.pending) != 0 {
+		t.Errorf("%d records still pending after Close", len(j.pending))
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A full disk is reported when it happens (log line and counter), not only
+// at Close; once the disk has room again the journal writes again.
+func TestJournalReportsWriteErrors(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "j.jsonl")
+	if err := os.Symlink("/dev/full", path); err != nil { // every write: ENOSPC
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	clk := newFakeClock()
+	j, o := testJournal(t, JournalCfg{Path: path}, clk, slog.New(slog.NewTextHandler(&logs, nil)))
+	add := func(session string) {
+		c := journalCall(session, 100)
+		c.jt = j.begin()
+		j.record(c, 0)
+	}
+	add("a")
+	clk.Step(2 * time.Second) // the journal flushes at least every second
+	add("b")
+	if got := counterValue(o.journalErrors); got < 1 {
+		t.Fatalf("%s = %v after a failed write, want >= 1", seriesJournalErrors, got)
+	}
+	if !strings.Contains(logs.String(), "no space left on device") {
+		t.Errorf("no log line names the error:\n%s", logs.String())
+	}
+	if got := counterValue(o.journalDropped); got < 1 {
+		t.Errorf("%s = %v, want >= 1", seriesJournalDropped, got)
+	}
+	// The disk has room again: the path now leads to a regular file.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "real.jsonl"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "real.jsonl"), path); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(2 * time.Second)
+	add("c")
+	if err := j.Close(); err != nil {
+		t.Logf("Close: %v", err)
+	}
+	reqs := readJournal(t, path)
+	if len(reqs) != 1 || reqs[0].Session != "c" {
+		t.Fatalf("after recovery the journal holds %+v, want the one record written since", reqs)
+	}
+	if !strings.Contains(logs.String(), "journal writing again") {
+		t.Errorf("no log line says the journal recovered:\n%s", logs.String())
+	}
+}
+
+// counterValue reads a counter's value.
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -40,10 +40,10 @@ const (
 )
 
 // numCounted is the number of reasons a replica counts: placement's
-// reasons plus "retried".
-const numCounted = 8
+// reasons (placement.NumReasons, in their order) plus "retried".
+const numCounted = placement.NumReasons + 1
 
-const reasonRetried = numCounted - 1 // index of "retried" in replica.byReason
+const reasonRetried = placement.NumReasons // index of "retried" in replica.byReason
 
 // reasonName returns the metric label of a counted reason index.
 func reasonName(i int) string {
@@ -122,6 +122,7 @@ type model struct {
 	cancel context.CancelFunc // stops the scrapers; nil until started
 
 	store sessionStore // shared with other proxies; nil: this proxy's table only
+	hist  *history     // the last hour of token rates (history.go), fed by the scrapers
 
 	gpuSeqs int          // vLLM's default max_num_seqs on cfg.GPU; 0: no GPU given
 	warned  atomic.Bool  // the max_num_seqs warning was logged
@@ -180,6 +181,14 @@ func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Dur
 			taken[o.replicaState] = true
 		}
 	}
+	keys := make([]string, len(m.replicas))
+	for i, rep := range m.replicas {
+		keys[i] = rep.target.String()
+		if rep.rank != "" {
+			keys[i] += "#" + rep.rank
+		}
+	}
+	m.hist = newHistory(keys)
 	for _, s := range m.servers {
 		if o := prev.server(s.base); o != nil {
 			s.last.Store(o.last.Load())
@@ -187,6 +196,7 @@ func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Dur
 		}
 		s.onResult = func(r *ScrapeResult) {
 			m.baseline(s, r)
+			m.record(s, r)
 			if m.log != nil {
 				m.warnMaxNumSeqs(m.log)
 			}
@@ -308,6 +318,22 @@ func (m *model) baseline(s *scraper, r *ScrapeResult) {
 		}
 		if b := rep.base.Load(); b == nil || e.PrefixQueries < b.PrefixQueries || e.PrefixHits < b.PrefixHits {
 			rep.base.Store(&e)
+		}
+	}
+}
+
+// record adds a successful scrape of server s to the history of each of
+// its replicas.
+func (m *model) record(s *scraper, r *ScrapeResult) {
+	if r.Err != "" || r.OK.IsZero() || !r.OK.Equal(r.Attempt) {
+		return
+	}
+	for i, rep := range m.replicas {
+		if rep.server != s {
+			continue
+		}
+		if e, ok := rep.stats(r); ok {
+			m.hist.observe(m.hist.rows[i].key, e, r.OK)
 		}
 	}
 }
@@ -525,6 +551,9 @@ type picked struct {
 	m    *model // the model that picked: m, or its successor after a reload
 	rep  *replica
 	home int // the session's home before the pick; -1: a new session
+	// later: a later turn of a known session; stayed: served by the
+	// session's first replica (placement.Stay, the "stayed %" rule).
+	later, stayed bool
 }
 
 // pick asks the policy for a replica and counts the request in flight
@@ -540,9 +569,9 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 		}
 		m = l
 	}
-	home, known := -1, false
+	home, first, known := -1, -1, false
 	if r.Session != "" {
-		home, known = m.table.Home(r.Session, now)
+		home, first, known = m.table.Lookup(r.Session, now)
 	}
 	// Least-loaded places every turn afresh: nothing is sticky there.
 	m.fill(now, known && m.cfg.EffectiveStrategy() != placement.StrategyLeastLoaded)
@@ -567,18 +596,54 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 			m.table.Assign(r.Session, d.Replica, now)
 		}
 	}
-	if known && exclude < 0 {
+	// A known session's request is a later turn (the proxy sees no turn
+	// numbers: a session that returns after the TTL starts over, for the
+	// count as for placement); a retry (exclude >= 0) was counted by its
+	// first attempt.
+	later, stayed := placement.Stay(known && exclude < 0, first, d.Replica)
+	if later {
 		m.laterTurns.Add(1)
-		if d.Replica == home {
-			m.laterHome.Add(1)
-		}
+	}
+	if stayed {
+		m.laterHome.Add(1)
 	}
 	rep := m.replicas[d.Replica]
 	rep.inFlight.Add(1)
 	if !known {
 		home = -1
 	}
-	return picked{Decision: d, m: m, rep: rep, home: home}, nil
+	return picked{Decision: d, m: m, rep: rep, home: home, later: later, stayed: stayed}, nil
+}
+
+// pickAux places a request that is no conversation turn (count_tokens) on
+// the healthy replica with the fewest requests in flight (ties to the
+// lowest ID; exclude, -1 for none, is skipped) and counts it in flight
+// there. The session table is neither read nor written (no session is
+// created or refreshed) and no policy decision is counted. It is not sent
+// to the session's home on purpose: counting tokens only tokenizes, so a
+// home's prefix cache gains it nothing, and a busy home need not take it.
+func (m *model) pickAux(exclude int, now time.Time) (picked, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.live(); l != m {
+		if exclude >= 0 {
+			exclude = l.index(m.replicas[exclude])
+		}
+		m = l
+	}
+	m.fill(now, false)
+	best := -1
+	for i, r := range m.snap.Replicas {
+		if r.Healthy && i != exclude && (best < 0 || r.InFlight < m.snap.Replicas[best].InFlight) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return picked{}, fmt.Errorf("%w of %d", placement.ErrNoHealthyReplica, len(m.replicas))
+	}
+	rep := m.replicas[best]
+	rep.inFlight.Add(1)
+	return picked{Decision: placement.Decision{Replica: best, Reason: placement.ReasonLeastLoaded}, m: m, rep: rep, home: -1}, nil
 }
 
 // connectFailed records a refused connection to rep and ejects it unless
@@ -596,7 +661,7 @@ func (m *model) connectFailed(rep *replica, now time.Time) bool {
 func (m *model) outlier(rep *replica, now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if rep.strikes.Add(1) < ejectConsecutive || now.Before(rep.ejectedUntil) {
+	if saturatingInc(&rep.strikes) < ejectConsecutive || now.Before(rep.ejectedUntil) {
 		return false
 	}
 	if !m.live().eject(rep, now) {
@@ -606,6 +671,26 @@ func (m *model) outlier(rep *replica, now time.Time) bool {
 	return true
 }
 
+// maxFailureCount caps the consecutive-failure counters (strikes,
+// failures): the rules only compare them with small numbers (the
+// ejectConsecutive-th strike, the back-off's doubling is capped after 10),
+// and a counter that wrapped would read negative.
+const maxFailureCount = 1 << 20
+
+// saturatingInc adds one to c, up to maxFailureCount, and returns the new
+// count.
+func saturatingInc(c *atomic.Int32) int32 {
+	for {
+		v := c.Load()
+		if v >= maxFailureCount {
+			return v
+		}
+		if c.CompareAndSwap(v, v+1) {
+			return v + 1
+		}
+	}
+}
+
 // eject ejects rep for its back-off unless that would eject more than half
 // of the model's replicas, or rep is not one of them (a reload removed its
 // backend). Called with m.mu held.
@@ -613,10 +698,7 @@ func (m *model) eject(rep *replica, now time.Time) bool {
 	if m.index(rep) < 0 {
 		return false
 	}
-	failures := rep.failures.Add(1)
-	if failures > 1<<20 {
-		rep.failures.Store(1 << 20) // the back-off is capped long before; never wrap
-	}
+	failures := saturatingInc(&rep.failures)
 	ejected := 0
 	for _, o := range m.replicas {
 		if o.replicaState != rep.replicaState && now.Before(o.ejectedUntil) {

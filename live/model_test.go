@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -206,5 +207,134 @@ func TestUnknownMaxNumSeqsWarns(t *testing.T) {
 		if st := m.status(time.Now()); st.MaxNumSeqs != 32 || len(st.Warnings) != 0 {
 			t.Errorf("exposed max_num_seqs: %d warnings %q, want 32 and none", st.MaxNumSeqs, st.Warnings)
 		}
+	}
+}
+
+// Every placement reason has its own counter slot, its own
+// warden_requests_total series and a name that round-trips; "retried" is
+// one more. A reason added to placement shows up here without live
+// changing.
+func TestCountedReasonsCoverPlacement(t *testing.T) {
+	reasons := placement.Reasons()
+	if len(reasons) != placement.NumReasons {
+		t.Fatalf("placement.Reasons() has %d reasons, NumReasons %d", len(reasons), placement.NumReasons)
+	}
+	m := testModelState(t, 1)
+	rep := m.replicas[0]
+	if len(rep.byReason) != len(reasons)+1 {
+		t.Fatalf("a replica counts %d reasons, want placement's %d and retried", len(rep.byReason), len(reasons))
+	}
+	seen := map[int]string{}
+	for _, r := range append(reasons[:len(reasons):len(reasons)], placement.Reason(255)) {
+		name := r.String()
+		if r == 255 {
+			name = "retried"
+		}
+		i := reasonIndex(name)
+		if prev, dup := seen[i]; dup {
+			t.Errorf("reasons %q and %q share counter slot %d", prev, name, i)
+		}
+		seen[i] = name
+		if got := reasonName(i); got != name {
+			t.Errorf("reasonName(reasonIndex(%q)) = %q", name, got)
+		}
+	}
+	o := newObserver(func() *routing { return nil })
+	o.initModel(m)
+	fams, err := o.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]bool{}
+	for _, f := range fams {
+		if f.GetName() != "warden_requests_total" {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "reason" {
+					labels[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	for _, r := range reasons {
+		if !labels[r.String()] {
+			t.Errorf("warden_requests_total has no series for reason %q", r)
+		}
+	}
+	if !labels["retried"] || len(labels) != len(reasons)+1 {
+		t.Errorf("warden_requests_total reasons %v, want placement's %d and retried", labels, len(reasons))
+	}
+}
+
+// TestStayedCountsTheFirstReplica: "stayed %" is the simulator's rule
+// (placement.Stay): of the later turns, those served by the replica of the
+// session's first turn. A session re-homed when that replica was ejected
+// has not stayed while it follows its new home.
+func TestStayedCountsTheFirstReplica(t *testing.T) {
+	m := testModelState(t, 2)
+	start := time.Unix(1000, 0)
+	var sim placement.StayCount // the simulator's count of the same turns
+	first := -1
+	turn := func(n int, at time.Time) int {
+		t.Helper()
+		r := placement.Request{Session: "s", Model: "m", Pinned: placement.NoPin}
+		p, err := m.pick(&r, -1, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.rep.inFlight.Add(-1)
+		if n == 0 {
+			first = p.Replica
+		}
+		sim.Add(n > 0, first, p.Replica)
+		return p.Replica
+	}
+	turn(0, start)
+	turn(1, start.Add(time.Second)) // sticky: stayed
+	m.connectFailed(m.replicas[first], start.Add(2*time.Second))
+	if moved := turn(2, start.Add(2500*time.Millisecond)); moved == first { // re-homed
+		t.Fatalf("turn 2 went to the ejected replica %d", first)
+	}
+	back := start.Add(ejectMax + warmup + time.Minute)
+	if r := turn(3, back); r == first { // follows its new home
+		t.Fatalf("turn 3 went back to replica %d", first)
+	}
+	if got, want := m.laterTurns.Load(), sim.Later; got != want || got != 3 {
+		t.Errorf("later turns %d, simulator %d, want 3", got, want)
+	}
+	if got, want := m.laterHome.Load(), sim.Home; got != want || got != 1 {
+		t.Errorf("later turns on the first replica %d, simulator %d, want 1 (turn 1 only)", got, want)
+	}
+}
+
+// The consecutive-failure counters saturate: a replica whose ejection the
+// "never more than half" rule refused for a very long run of 5xx is still
+// ejected once the rule allows it (a wrapped counter would read negative
+// and spare it for another 2^31 failures).
+func TestFailureCountersDoNotWrap(t *testing.T) {
+	m := testModelState(t, 2)
+	rep, other := m.replicas[0], m.replicas[1]
+	now := time.Unix(1000, 0)
+	if !m.connectFailed(other, now) {
+		t.Fatal("the other replica was not ejected")
+	}
+	rep.strikes.Store(math.MaxInt32 - 2) // stands for ~2^31 refused strikes
+	rep.failures.Store(math.MaxInt32 - 2)
+	for range 5 {
+		if m.outlier(rep, now) {
+			t.Fatal("ejected while the other replica is out: more than half")
+		}
+		if rep.strikes.Load() < 0 || rep.failures.Load() < 0 {
+			t.Fatalf("a counter wrapped: strikes %d failures %d", rep.strikes.Load(), rep.failures.Load())
+		}
+	}
+	later := now.Add(ejectMax + time.Second) // the other is back
+	if !m.outlier(rep, later) {
+		t.Errorf("not ejected after the other came back (strikes %d)", rep.strikes.Load())
+	}
+	if got := rep.ejectedUntil.Sub(later); got != ejectMax {
+		t.Errorf("back-off %v after a long run of failures, want the cap %v", got, ejectMax)
 	}
 }

@@ -3,12 +3,13 @@ package live
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // Series names of warden's own metrics that the shared vocabulary
@@ -23,6 +24,10 @@ const (
 	seriesScrapeAge       = "warden_scrape_age_seconds"
 	seriesReplicaHealthy  = "warden_replica_healthy"
 	seriesSessionCapacity = "warden_session_capacity"
+	seriesCountTokens     = "warden_count_tokens_total"
+	seriesJournalErrors   = "warden_journal_write_errors_total"
+	seriesJournalDropped  = "warden_journal_dropped_total"
+	seriesJournalLate     = "warden_journal_late_total"
 )
 
 // observer holds the proxy's Prometheus metrics in a private registry
@@ -40,6 +45,10 @@ type observer struct {
 	laterHome      *prometheus.CounterVec // model
 	outputTokens   *prometheus.CounterVec // model
 	promptTokens   *prometheus.CounterVec // model
+	countTokens    *prometheus.CounterVec // model
+	journalErrors  prometheus.Counter
+	journalDropped prometheus.Counter
+	journalLate    prometheus.Counter
 	ttfb           *prometheus.HistogramVec
 	duration       *prometheus.HistogramVec
 }
@@ -51,32 +60,41 @@ func newObserver(state func() *routing) *observer {
 		o.reg.MustRegister(c)
 		return c
 	}
-	o.requests = counter(metrics.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen (new, sticky, spill, parent, hash, least-loaded, pinned, retried).", "model", "replica", "reason")
+	o.requests = counter(names.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen ("+reasonList()+").", "model", "replica", "reason")
 	o.spills = counter(seriesSpills, "Later turns that left their home because it was over the spill threshold, by home replica.", "model", "replica")
 	o.upstreamErrors = counter(seriesUpstreamErrors, "Upstream failures by kind: connect, reset, status (502/503 before any byte), stream (after the first byte).", "model", "replica", "kind")
 	o.rejected = counter(seriesRejected, "Requests the proxy answered itself with an error, by reason.", "reason")
 	o.ejections = counter(seriesEjections, "Passive ejections of a replica after a refused connection.", "model", "replica")
-	o.laterTurns = counter(metrics.WardenLaterTurns, "Requests of a session already known (turn > 0).", "model")
-	o.laterHome = counter(metrics.WardenLaterTurnsHome, "Later turns served by the session's home.", "model")
-	o.outputTokens = counter(metrics.WardenOutputTokens, "Output tokens reported in responses' usage.", "model")
+	o.laterTurns = counter(names.WardenLaterTurns, "Requests of a session already known (turn > 0).", "model")
+	o.laterHome = counter(names.WardenLaterTurnsHome, "Later turns served by the replica of the session's first turn (a re-homed session's are not).", "model")
+	o.outputTokens = counter(names.WardenOutputTokens, "Output tokens reported in responses' usage.", "model")
+	jc := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		o.reg.MustRegister(c)
+		return c
+	}
+	o.journalErrors = jc(seriesJournalErrors, "Failed writes of the request journal (each also logged).")
+	o.journalDropped = jc(seriesJournalDropped, "Requests not journaled: lost with a failed write, or finished while the journal could not write.")
+	o.journalLate = jc(seriesJournalLate, "Requests journaled out of arrival order: held back past the journal's memory bound, written when they ended.")
+	o.countTokens = counter(seriesCountTokens, "Token-count requests (/v1/messages/count_tokens) forwarded: no conversation turn, so in no session, turn, request or TTFB series.", "model")
 	o.promptTokens = counter(seriesPromptTokens, "Prompt tokens reported in responses' usage.", "model")
 	// Classic buckets and a native histogram in one: a Prometheus scraping
 	// with native histograms enabled (protobuf) stores the native one, which
 	// the TTFB KPIs read for quantiles within about 0.5%; any other reads
 	// the classic buckets. The simulator writes the same two
 	// (metrics.Histogram.WithNative).
-	native := metrics.WardenTTFBNative()
+	native := names.WardenTTFBNative()
 	o.ttfb = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:                           metrics.WardenTTFB,
+		Name:                           names.WardenTTFB,
 		Help:                           "Time from receiving a request to forwarding its first output token (streams) or first body byte.",
-		Buckets:                        metrics.WardenTTFBBuckets(),
+		Buckets:                        names.WardenTTFBBuckets(),
 		NativeHistogramBucketFactor:    native.BucketFactor,
 		NativeHistogramMaxBucketNumber: uint32(native.MaxBuckets),
 	}, []string{"model"})
 	o.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    seriesDuration,
 		Help:    "Time from receiving a request to the end of its response.",
-		Buckets: metrics.WardenTTFBBuckets(),
+		Buckets: names.WardenTTFBBuckets(),
 	}, []string{"model"})
 	for _, r := range rejectReasons {
 		o.rejected.WithLabelValues(r)
@@ -86,6 +104,16 @@ func newObserver(state func() *routing) *observer {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return o
+}
+
+// reasonList names the reason label's values: placement's reasons and
+// "retried".
+func reasonList() string {
+	names := make([]string, numCounted)
+	for i := range names {
+		names[i] = reasonName(i)
+	}
+	return strings.Join(names, ", ")
 }
 
 // rejectReasons are the values of warden_rejected_total's reason label.
@@ -98,7 +126,7 @@ var upstreamKinds = []string{"connect", "reset", "status", "stream"}
 // their first event (PromQL's increase() misses a counter's first step).
 func (o *observer) initModel(m *model) {
 	name := m.cfg.Name
-	for _, v := range []*prometheus.CounterVec{o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens} {
+	for _, v := range []*prometheus.CounterVec{o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens, o.countTokens} {
 		v.WithLabelValues(name)
 	}
 	o.ttfb.WithLabelValues(name)
@@ -119,7 +147,7 @@ func (o *observer) initModel(m *model) {
 // dropModel deletes a model's series (a reload removed it).
 func (o *observer) dropModel(name string) {
 	l := prometheus.Labels{"model": name}
-	for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections, o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens} {
+	for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections, o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens, o.countTokens} {
 		v.DeletePartialMatch(l)
 	}
 	o.ttfb.DeletePartialMatch(l)
@@ -142,9 +170,9 @@ func (o *observer) dropReplicas(name string, prev, m *model) {
 }
 
 var (
-	descInFlight = prometheus.NewDesc(metrics.WardenInFlight, "Requests sent to the replica whose response has not finished.", []string{"model", "replica"}, nil)
-	descSessions = prometheus.NewDesc(metrics.WardenSessions, "Conversations homed on the replica (the session table).", []string{"model", "replica"}, nil)
-	descActive   = prometheus.NewDesc(metrics.WardenActiveSessions, "Conversations homed on the replica and seen within the active window: what placement balances.", []string{"model", "replica"}, nil)
+	descInFlight = prometheus.NewDesc(names.WardenInFlight, "Requests sent to the replica whose response has not finished.", []string{"model", "replica"}, nil)
+	descSessions = prometheus.NewDesc(names.WardenSessions, "Conversations homed on the replica (the session table).", []string{"model", "replica"}, nil)
+	descActive   = prometheus.NewDesc(names.WardenActiveSessions, "Conversations homed on the replica and seen within the active window: what placement balances.", []string{"model", "replica"}, nil)
 	descAge      = prometheus.NewDesc(seriesScrapeAge, "Seconds since the replica's server was last scraped successfully (+Inf: never).", []string{"model", "replica"}, nil)
 	descHealthy  = prometheus.NewDesc(seriesReplicaHealthy, "1 if the replica may receive requests (health probe passing, not ejected).", []string{"model", "replica"}, nil)
 	descCapacity = prometheus.NewDesc(seriesSessionCapacity, "The session table's cap for the model.", []string{"model"}, nil)

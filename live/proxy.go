@@ -14,6 +14,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -24,12 +25,16 @@ import (
 
 // endpoints maps the paths the proxy serves to their dialect.
 var endpoints = map[string]API{
-	"/v1/chat/completions":      APIOpenAI,
-	"/v1/completions":           APIOpenAI,
-	"/v1/responses":             APIResponses,
-	"/v1/messages":              APIAnthropic,
-	"/v1/messages/count_tokens": APIAnthropic,
+	"/v1/chat/completions": APIOpenAI,
+	"/v1/completions":      APIOpenAI,
+	"/v1/responses":        APIResponses,
+	"/v1/messages":         APIAnthropic,
+	countTokensPath:        APIAnthropic,
 }
+
+// countTokensPath counts a prompt's tokens (Anthropic): it is no
+// conversation turn (see model.pickAux).
+const countTokensPath = "/v1/messages/count_tokens"
 
 // maxUsageBody bounds how much of a non-streamed response is kept to read
 // its usage.
@@ -49,6 +54,7 @@ type call struct {
 	req       placement.Request // Session/Parent are keyed hashes
 	source    string            // where the session id came from
 	turnKnown bool              // the session was known before this request (for the journal)
+	aux       bool              // not a conversation turn (count_tokens): no session, turn or journal record
 	start     time.Time
 
 	cur      *attempt    // the attempt whose response is being served
@@ -267,7 +273,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	}
 	c := &call{
 		srv: s, m: m, api: api, path: r.URL.Path, body: data, stream: b.Stream, start: start,
-		source: id.Source, status: http.StatusOK, usage: unknownUsage(),
+		source: id.Source, status: http.StatusOK, usage: unknownUsage(), aux: r.URL.Path == countTokensPath,
 		req: placement.Request{
 			Session: s.keyer.Sum(id.Session),
 			Parent:  s.keyer.Sum(id.Parent),
@@ -286,10 +292,10 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	}
 	s.awaitFirstProbe(r.Context(), m)
 	var p picked
-	if m.admissionOn() {
+	if !c.aux && m.admissionOn() {
 		p, err = m.placeAdmitted(r.Context(), &c.req, start, m.cfg.AdmissionTimeout.D(), time.Now)
 	} else {
-		p, err = m.place(r.Context(), &c.req, start)
+		p, err = c.place(r.Context(), -1, start)
 	}
 	if errors.Is(err, errAdmissionTimeout) {
 		w.Header().Set("Retry-After", strconv.Itoa(admissionRetryAfter))
@@ -303,16 +309,16 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	c.reason = p.Reason.String()
 	c.attempts = 1
 	c.turnKnown = p.home >= 0
-	if p.home >= 0 {
+	if p.later {
 		s.obs.laterTurns.WithLabelValues(m.cfg.Name).Inc()
-		if p.Replica == p.home {
-			s.obs.laterHome.WithLabelValues(m.cfg.Name).Inc()
-		}
+	}
+	if p.stayed {
+		s.obs.laterHome.WithLabelValues(m.cfg.Name).Inc()
 	}
 	if p.Reason == placement.ReasonSpill && p.home >= 0 {
 		s.obs.spills.WithLabelValues(m.cfg.Name, strconv.Itoa(p.home)).Inc()
 	}
-	if s.journal != nil {
+	if s.journal != nil && !c.aux {
 		c.jt = s.journal.begin()
 	}
 	return c, 0, "", ""
@@ -324,8 +330,14 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 // replica is only presumed healthy: a request sent to one that is down
 // would get 502 (or the backend's own 503) where the same request a moment
 // later gets the proxy's 503/529 "no replica available". The wait is
-// bounded by the client and by one scrape round (/metrics and /health,
-// each within its timeout); past that the presumption stands.
+// bounded by the client, by one scrape round (/metrics and /health, each
+// within its timeout) and by maxFirstProbeWait; past that the presumption
+// stands.
+// maxFirstProbeWait caps awaitFirstProbe: a probe that hangs (a backend
+// that accepts and never answers, up to timeouts.health) must not hold the
+// first clients that long; a dial to it is bounded by timeouts.connect.
+const maxFirstProbeWait = 2 * time.Second
+
 func (s *Server) awaitFirstProbe(ctx context.Context, m *model) {
 	if !s.serving.Load() {
 		return // no scrape loops run: nothing to wait for
@@ -338,7 +350,7 @@ func (s *Server) awaitFirstProbe(ctx context.Context, m *model) {
 		default:
 		}
 		if deadline == nil {
-			t := time.NewTimer(2*sc.timeout + time.Second)
+			t := time.NewTimer(min(2*sc.timeout+time.Second, maxFirstProbeWait))
 			defer t.Stop()
 			deadline = t.C
 		}
@@ -352,6 +364,19 @@ func (s *Server) awaitFirstProbe(ctx context.Context, m *model) {
 	}
 }
 
+// place picks the replica of c's attempt (exclude: the replica a failed
+// first attempt went to, or -1): a conversation turn through the policy, a
+// count_tokens request apart from it (model.pickAux).
+func (c *call) place(ctx context.Context, exclude int, now time.Time) (picked, error) {
+	if c.aux {
+		return c.m.pickAux(exclude, now)
+	}
+	if exclude < 0 {
+		return c.m.place(ctx, &c.req, now) // the first attempt: through the session store, if any
+	}
+	return c.m.pick(&c.req, exclude, now)
+}
+
 // finish records a call once its response is over (or failed).
 func (c *call) finish() {
 	if !c.finished.CompareAndSwap(false, true) {
@@ -359,7 +384,7 @@ func (c *call) finish() {
 	}
 	c.cur.release()
 	s, name := c.srv, c.m.cfg.Name
-	if c.status < 400 {
+	if c.status < 400 && !c.aux {
 		// The conversation's footprint: prompt + answer from the usage,
 		// else the prompt estimated from the body size.
 		fp := c.req.PromptTokens
@@ -371,6 +396,11 @@ func (c *call) finish() {
 		c.m.observe("", 0) // nothing to record, but the request left: wake a waiter
 	}
 	dur := time.Since(c.start)
+	if c.aux { // no turn: only its own counter
+		s.obs.countTokens.WithLabelValues(name).Inc()
+		s.log.Debug("count_tokens", "model", name, "replica", c.cur.rep.id, "status", c.status, "attempts", c.attempts, "duration", dur)
+		return
+	}
 	s.obs.requests.WithLabelValues(name, strconv.Itoa(c.cur.rep.id), c.reason).Inc()
 	c.cur.rep.byReason[reasonIndex(c.reason)].Add(1)
 	s.obs.duration.WithLabelValues(name).Observe(dur.Seconds())
@@ -381,11 +411,7 @@ func (c *call) finish() {
 		s.obs.promptTokens.WithLabelValues(name).Add(float64(c.usage.PromptTokens))
 	}
 	if s.journal != nil {
-		if c.path == "/v1/messages/count_tokens" {
-			s.journal.skip(c.jt)
-		} else {
-			s.journal.record(c, dur)
-		}
+		s.journal.record(c, dur)
 	}
 	s.log.Debug("request", "model", name, "replica", c.cur.rep.id, "reason", c.reason,
 		"session", shortID(c.req.Session), "source", c.source, "status", c.status,
@@ -397,7 +423,7 @@ func reasonIndex(reason string) int {
 		return reasonRetried
 	}
 	r, err := placement.ParseReason(reason)
-	if err != nil || int(r) >= reasonRetried {
+	if err != nil {
 		return reasonRetried
 	}
 	return int(r)
@@ -456,7 +482,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		res.Body.Close()
 	}
 	prev := c.cur.rep
-	p, perr := c.m.pick(&c.req, prev.id, time.Now())
+	p, perr := c.place(req.Context(), prev.id, time.Now())
 	if perr != nil {
 		c.noRep.Store(true)
 		if err == nil {
@@ -646,17 +672,21 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 		}
 	}
 	c.status = res.StatusCode
-	rb := newRespBody(c, a, res, clientCtx, cancel)
-	rb.drained, rb.stopDrain = drained, stopDrain
-	if rb.watch != nil && c.stream {
-		rb.dog = dog
+	base := bodyBase{rc: res.Body, c: c, a: a, ctx: clientCtx, cancel: cancel, drained: drained, stopDrain: stopDrain}
+	sse := strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
+	if sse && c.stream {
+		base.dog = dog
 	} else {
 		dog.stop()
 		if res.StatusCode < 500 {
 			c.m.succeeded(a.rep)
 		}
 	}
-	res.Body = rb
+	if sse {
+		res.Body = newStreamBody(base, s.state.Load().cfg.Timeouts.StreamIdle.D())
+	} else {
+		res.Body = &plainBody{bodyBase: base}
+	}
 	return res, nil
 }
 
@@ -707,67 +737,130 @@ func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 	writeError(w, c.api, kind, msg)
 }
 
-// respBody wraps a backend's response body. It releases the attempt's
-// in-flight count when closed; it notes the first output token and the
-// usage; and for event streams it passes on only whole events, so that if
-// the backend fails mid-stream it can end the stream with the API's own
-// error event (and no [DONE] or message_stop) instead of a torn event.
-type respBody struct {
+// bodyBase is what both kinds of response body share: closing one
+// releases the attempt (its in-flight count, its context, its timers) and
+// records the usage and the time to the first byte or token.
+type bodyBase struct {
 	rc     io.ReadCloser
 	c      *call
 	a      *attempt
-	watch  *streamWatch       // nil: not an event stream
 	ctx    context.Context    // the client's
 	cancel context.CancelFunc // the attempt's context
-	dog    *watchdog          // streamed requests: first_token, then stream_idle
-	idle   time.Duration      // timeouts.stream_idle
+	dog    *watchdog          // streamed requests: first_token, then stream_idle; nil otherwise
 
 	drained   *atomic.Bool // the drain deadline cancelled the attempt
 	stopDrain func() bool  // stops watching for the drain deadline
+}
 
-	rbuf  []byte // read buffer (streams)
+func (b *bodyBase) upstreamFailed(kind string) {
+	b.a.rep.upErrors.Add(1)
+	b.c.srv.obs.upstreamErrors.WithLabelValues(b.c.m.cfg.Name, strconv.Itoa(b.a.rep.id), kind).Inc()
+}
+
+// close closes the backend's body and releases the attempt.
+func (b *bodyBase) close() error {
+	err := b.rc.Close()
+	b.dog.stop()
+	b.stopDrain()
+	b.cancel()
+	b.a.release()
+	return err
+}
+
+func (b *bodyBase) observeTTFB() {
+	if t := b.c.ttfb.Load(); t > 0 && !b.c.aux { // count_tokens is in no TTFB series
+		b.c.srv.obs.ttfb.WithLabelValues(b.c.m.cfg.Name).Observe(time.Duration(t).Seconds())
+	}
+}
+
+// plainBody is a response that is not an event stream: it passes through
+// as it comes, and is kept (up to maxUsageBody) for its usage.
+type plainBody struct {
+	bodyBase
+	usageBuf  []byte // the body so far, while whole and at most maxUsageBody
+	usageOver bool   // the body outgrew maxUsageBody: usage unknown
+	first     bool
+}
+
+func (b *plainBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if n > 0 {
+		if !b.first {
+			b.first = true
+			b.c.ttfb.CompareAndSwap(0, int64(max(time.Since(b.c.start), 1)))
+		}
+		// Keep the body only while it is whole: a skipped chunk would
+		// leave a gap that could still parse.
+		if !b.usageOver && len(b.usageBuf)+n <= maxUsageBody {
+			b.usageBuf = append(b.usageBuf, p[:n]...)
+		} else {
+			b.usageOver, b.usageBuf = true, nil
+		}
+	}
+	if err != nil && err != io.EOF && b.ctx.Err() == nil {
+		b.upstreamFailed("stream")
+	}
+	return n, err
+}
+
+func (b *plainBody) Close() error {
+	err := b.close()
+	if len(b.usageBuf) > 0 {
+		b.c.usage = bodyUsage(b.c.api, b.usageBuf)
+	}
+	b.observeTTFB()
+	return err
+}
+
+// streamBody is an event stream. It notes the first output token and the
+// usage, and it passes on only whole events, so that if the backend fails
+// mid-stream it can end the stream with the API's own error event (and no
+// [DONE] or message_stop) instead of a torn event.
+type streamBody struct {
+	bodyBase
+	watch *streamWatch
+	idle  time.Duration // timeouts.stream_idle
+
+	rbuf  []byte // read buffer
 	held  []byte // bytes after the last complete event
+	obuf  []byte // out's own buffer, when out is not a slice of rbuf
 	out   []byte // bytes ready for the client
 	final bool   // no more bytes after out
 	err   error  // returned after out when final
-
-	usageBuf  []byte // non-streamed body kept for its usage, up to maxUsageBody
-	usageOver bool   // the body outgrew maxUsageBody: usage unknown
-	first     bool
-	torn      bool // out ended inside an event (an overlong event passed on in part)
+	torn  bool   // out ended inside an event (an overlong event passed on in part)
 }
 
-func newRespBody(c *call, a *attempt, res *http.Response, clientCtx context.Context, cancel context.CancelFunc) *respBody {
-	b := &respBody{rc: res.Body, c: c, a: a, ctx: clientCtx, cancel: cancel,
-		idle: c.srv.state.Load().cfg.Timeouts.StreamIdle.D()}
-	if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
-		b.watch = newStreamWatch(c.api, func() { c.ttfb.CompareAndSwap(0, int64(max(time.Since(c.start), 1))) })
-		b.rbuf = make([]byte, 32<<10)
-	}
-	return b
+func newStreamBody(base bodyBase, idle time.Duration) *streamBody {
+	c := base.c
+	return &streamBody{bodyBase: base, idle: idle, rbuf: copyBuffers.Get(),
+		watch: newStreamWatch(c.api, func() { c.ttfb.CompareAndSwap(0, int64(max(time.Since(c.start), 1))) })}
 }
 
-func (b *respBody) Read(p []byte) (int, error) {
-	if b.watch == nil {
-		n, err := b.rc.Read(p)
-		if n > 0 {
-			if !b.first {
-				b.first = true
-				b.c.ttfb.CompareAndSwap(0, int64(max(time.Since(b.c.start), 1)))
-			}
-			// Keep the body only while it is whole: a skipped chunk would
-			// leave a gap that could still parse.
-			if !b.usageOver && len(b.usageBuf)+n <= maxUsageBody {
-				b.usageBuf = append(b.usageBuf, p[:n]...)
-			} else {
-				b.usageOver, b.usageBuf = true, nil
-			}
-		}
-		if err != nil && err != io.EOF && b.ctx.Err() == nil {
-			b.upstreamFailed("stream")
-		}
-		return n, err
+// copyBufferSize is the size of the buffers that carry response bodies:
+// the ReverseProxy's copy to the client and a stream's reads.
+const copyBufferSize = 32 << 10
+
+// bufferPool recycles the copy buffers (32 KB a response otherwise); it is
+// the ReverseProxy's BufferPool.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
 	}
+	return make([]byte, copyBufferSize)
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) == copyBufferSize {
+		buf = buf[:copyBufferSize]
+		b.p.Put(&buf)
+	}
+}
+
+var copyBuffers bufferPool
+
+func (b *streamBody) Read(p []byte) (int, error) {
 	for {
 		if len(b.out) > 0 {
 			n := copy(p, b.out)
@@ -779,98 +872,97 @@ func (b *respBody) Read(p []byte) (int, error) {
 		}
 		n, err := b.rc.Read(b.rbuf)
 		if n > 0 {
-			chunk := b.rbuf[:n]
-			_, _ = b.watch.Write(chunk)
-			if b.watch.firstToken {
-				b.dog.streaming(b.idle)
-			}
-			b.held = append(b.held, chunk...)
-			if cut := lastEventEnd(b.held); cut > 0 {
-				b.out = append(b.out[:0], b.held[:cut]...)
-				b.held = append(b.held[:0], b.held[cut:]...)
-				b.torn = false
-			} else if len(b.held) > maxSSELine {
-				b.out = append(b.out[:0], b.held...)
-				b.held = b.held[:0]
-				b.torn = true
-			}
+			b.take(b.rbuf[:n])
 		}
+		if err != nil {
+			b.end(err)
+		}
+	}
+}
+
+// take watches a chunk from the backend and moves what ends in a whole
+// event to out; the rest waits in held.
+func (b *streamBody) take(chunk []byte) {
+	_, _ = b.watch.Write(chunk)
+	if b.watch.firstToken {
+		b.dog.streaming(b.idle)
+	}
+	cut := b.watch.frame.LastEnd()
+	switch {
+	case cut >= 0 && len(b.held) == 0:
+		b.out = chunk[:cut] // rbuf is not read into again before out is drained
+		b.held = append(b.held, chunk[cut:]...)
+		b.torn = false
+	case cut >= 0:
+		b.obuf = append(append(b.obuf[:0], b.held...), chunk[:cut]...)
+		b.out = b.obuf
+		b.held = append(b.held[:0], chunk[cut:]...)
+		b.torn = false
+	default:
+		b.held = append(b.held, chunk...)
+		if len(b.held) > maxSSELine {
+			b.obuf, b.held = b.held, b.obuf[:0]
+			b.out = b.obuf
+			b.torn = true
+		}
+	}
+}
+
+// end handles the backend's body ending with err: a clean end passes the
+// rest on; anything else ends the stream with the API's error event.
+func (b *streamBody) end(err error) {
+	switch {
+	case b.ctx.Err() != nil:
+		b.final, b.err = true, err // the client is gone
+	case err == io.EOF && (b.watch.terminal || b.watch.upstreamErr):
+		b.out = append(b.out, b.held...) // a clean end
+		b.held = nil
+		b.final, b.err = true, io.EOF
+		if b.watch.terminal {
+			b.c.m.succeeded(b.a.rep)
+		}
+	default:
+		// Died mid-stream, stalled, or ended without its final event.
+		msg := "upstream replica failed mid-stream"
 		switch {
-		case err == nil:
-		case b.ctx.Err() != nil:
-			b.final, b.err = true, err // the client is gone
-		case err == io.EOF && (b.watch.terminal || b.watch.upstreamErr):
-			b.out = append(b.out, b.held...) // a clean end
-			b.held = nil
-			b.final, b.err = true, io.EOF
-			if b.watch.terminal {
-				b.c.m.succeeded(b.a.rep)
-			}
+		case b.drained.Load():
+			msg = "the proxy is shutting down: its drain deadline (timeouts.drain) ended the stream"
+		case b.dog.expired():
+			msg = b.dog.what()
+			b.upstreamFailed("timeout")
+			b.c.srv.transportStrike(b.c, b.a.rep)
+		case err == io.EOF:
+			msg = "upstream replica ended the stream early"
+			b.upstreamFailed("stream")
 		default:
-			// Died mid-stream, stalled, or ended without its final event.
-			msg := "upstream replica failed mid-stream"
-			switch {
-			case b.drained.Load():
-				msg = "the proxy is shutting down: its drain deadline (timeouts.drain) ended the stream"
-			case b.dog.expired():
-				msg = b.dog.what()
-				b.upstreamFailed("timeout")
-				b.c.srv.transportStrike(b.c, b.a.rep)
-			case err == io.EOF:
-				msg = "upstream replica ended the stream early"
-				b.upstreamFailed("stream")
-			default:
-				b.upstreamFailed("stream")
-			}
-			b.c.srv.log.Warn("stream broken", "model", b.c.m.cfg.Name, "replica", b.a.rep.id, "err", err)
-			if b.torn {
-				// The client holds part of an event: end it, or the error
-				// event would be read as more of its last line.
-				b.out = append(b.out, "\n\n"...)
-			}
-			b.out = append(b.out, streamErrorEvent(b.c.api, msg)...)
-			b.held = nil
-			b.final, b.err = true, io.EOF
+			b.upstreamFailed("stream")
 		}
+		b.c.srv.log.Warn("stream broken", "model", b.c.m.cfg.Name, "replica", b.a.rep.id, "err", err)
+		switch {
+		case b.torn:
+			// The client holds part of an event: end it, or the error
+			// event would be read as more of its last line.
+			b.out = append(b.out, "\n\n"...)
+		case b.watch.frame.PendingLF() && len(b.held) == 0:
+			// The client's last event ended in a CR: a LF makes it a
+			// CRLF, for clients that split lines at LF only.
+			b.out = append(b.out, '\n')
+		}
+		b.out = append(b.out, streamErrorEvent(b.c.api, msg)...)
+		b.held = nil
+		b.final, b.err = true, io.EOF
 	}
 }
 
-func (b *respBody) upstreamFailed(kind string) {
-	b.a.rep.upErrors.Add(1)
-	b.c.srv.obs.upstreamErrors.WithLabelValues(b.c.m.cfg.Name, strconv.Itoa(b.a.rep.id), kind).Inc()
-}
-
-func (b *respBody) Close() error {
-	err := b.rc.Close()
-	b.dog.stop()
-	b.stopDrain()
-	b.cancel()
-	b.a.release()
-	if b.watch != nil {
-		b.c.usage = b.watch.usage
-	} else if len(b.usageBuf) > 0 {
-		b.c.usage = bodyUsage(b.c.api, b.usageBuf)
+func (b *streamBody) Close() error {
+	err := b.close()
+	if b.rbuf != nil {
+		copyBuffers.Put(b.rbuf) // out may be a slice of it: nothing reads after Close
+		b.rbuf, b.out = nil, nil
 	}
-	if t := b.c.ttfb.Load(); t > 0 {
-		b.c.srv.obs.ttfb.WithLabelValues(b.c.m.cfg.Name).Observe(time.Duration(t).Seconds())
-	}
+	b.c.usage = b.watch.usage
+	b.observeTTFB()
 	return err
-}
-
-// lastEventEnd returns the offset just past the last blank line (the end
-// of an event) in b, or 0.
-func lastEventEnd(b []byte) int {
-	end := 0
-	if i := bytes.LastIndex(b, []byte("\n\n")); i >= 0 {
-		end = i + 2
-	}
-	if i := bytes.LastIndex(b, []byte("\r\n\r\n")); i >= 0 && i+4 > end {
-		end = i + 4
-	}
-	if i := bytes.LastIndex(b, []byte("\r\r")); i >= 0 && i+2 > end {
-		end = i + 2
-	}
-	return end
 }
 
 // serveModels answers GET /v1/models with the configured models, in

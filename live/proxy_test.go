@@ -537,3 +537,57 @@ func TestRetryKeepsTheSessionHome(t *testing.T) {
 		t.Errorf("home served %d of turns 0 and 2, want both: the retry must not move the session's home", got)
 	}
 }
+
+// /v1/messages/count_tokens is no conversation turn: it neither creates
+// nor refreshes a session, and counts in no turn, stayed or request series
+// (it has its own counter).
+func TestCountTokensIsNotATurn(t *testing.T) {
+	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())))
+	h.scraped()
+	countTokens := func() {
+		t.Helper()
+		r := h.do("POST", "/v1/messages/count_tokens", anthropicBody(testModel, "s1", 1, false), sessionHdr("s1"))
+		if r.status != 200 || !strings.Contains(r.body, "input_tokens") {
+			t.Fatalf("count_tokens: %d %s", r.status, r.body)
+		}
+	}
+	turn := func(n int) {
+		t.Helper()
+		if r := h.do("POST", "/v1/messages", anthropicBody(testModel, "s1", n, false), sessionHdr("s1")); r.status != 200 {
+			t.Fatalf("turn %d: %d %s", n, r.status, r.body)
+		}
+	}
+	requests := func(st StatusReport) (n int64) {
+		for _, r := range st.Models[0].Replicas {
+			n += r.Requests
+		}
+		return n
+	}
+	countTokens()
+	h.waitMetrics(seriesCountTokens + `{model="` + testModel + `"} 1`)
+	if st := h.status().Models[0]; st.Sessions != 0 || st.LaterTurns != 0 || requests(h.status()) != 0 {
+		t.Fatalf("after count_tokens alone: %d sessions, %d later turns, %d requests; want none", st.Sessions, st.LaterTurns, requests(h.status()))
+	}
+	turn(0)
+	countTokens()
+	turn(1)
+	countTokens()
+	h.waitMetrics(seriesCountTokens + `{model="` + testModel + `"} 3`)
+	st := h.waitFor("two turns counted", func(st StatusReport) bool { return requests(st) == 2 })
+	m := st.Models[0]
+	if m.Sessions != 1 || m.LaterTurns != 1 || m.LaterTurnsHome != 1 {
+		t.Errorf("%d sessions, %d later turns (%d home); want 1 session and turn 1 alone, at home", m.Sessions, m.LaterTurns, m.LaterTurnsHome)
+	}
+	var sticky, fresh int64
+	for _, r := range m.Replicas {
+		sticky += r.Sticky
+		fresh += r.New
+	}
+	if sticky != 1 || fresh != 1 {
+		t.Errorf("%d new and %d sticky requests, want 1 and 1 (count_tokens is neither)", fresh, sticky)
+	}
+	if met := h.metrics(); strings.Contains(met, `reason="least-loaded",replica="0"} 1`) || strings.Contains(met, `reason="least-loaded",replica="1"} 1`) {
+		t.Error("count_tokens was counted in warden_requests_total")
+	}
+}

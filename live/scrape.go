@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	pmodel "github.com/prometheus/common/model"
 
-	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // EngineStats are the figures of one vLLM engine (one data-parallel rank)
@@ -70,21 +70,21 @@ func ParseVLLMMetrics(r io.Reader) ([]EngineStats, error) {
 			*field(get(e)) += sampleValue(m)
 		}
 	}
-	add(metrics.VLLMNumRequestsRunning, func(s *EngineStats) *float64 { return &s.Running })
-	add(metrics.VLLMNumRequestsWaiting, func(s *EngineStats) *float64 { return &s.Waiting })
-	add(metrics.VLLMKVCacheUsagePerc, func(s *EngineStats) *float64 { return &s.KVUsage })
-	add(metrics.VLLMPrefixCacheQueries, func(s *EngineStats) *float64 { return &s.PrefixQueries })
-	add(metrics.VLLMPrefixCacheHits, func(s *EngineStats) *float64 { return &s.PrefixHits })
-	add(metrics.VLLMPromptTokens, func(s *EngineStats) *float64 { return &s.PromptTokens })
-	add(metrics.VLLMGenerationTokens, func(s *EngineStats) *float64 { return &s.GenerationTokens })
-	names := make([]string, 0, 4)
+	add(names.VLLMNumRequestsRunning, func(s *EngineStats) *float64 { return &s.Running })
+	add(names.VLLMNumRequestsWaiting, func(s *EngineStats) *float64 { return &s.Waiting })
+	add(names.VLLMKVCacheUsagePerc, func(s *EngineStats) *float64 { return &s.KVUsage })
+	add(names.VLLMPrefixCacheQueries, func(s *EngineStats) *float64 { return &s.PrefixQueries })
+	add(names.VLLMPrefixCacheHits, func(s *EngineStats) *float64 { return &s.PrefixHits })
+	add(names.VLLMPromptTokens, func(s *EngineStats) *float64 { return &s.PromptTokens })
+	add(names.VLLMGenerationTokens, func(s *EngineStats) *float64 { return &s.GenerationTokens })
+	info := make([]string, 0, 4)
 	for name := range fams {
 		if strings.HasPrefix(name, "vllm:") && strings.HasSuffix(name, "_config_info") {
-			names = append(names, name)
+			info = append(info, name)
 		}
 	}
-	slices.Sort(names) // map order must not decide which label wins
-	for _, name := range names {
+	slices.Sort(info) // map order must not decide which label wins
+	for _, name := range info {
 		for _, m := range fams[name].GetMetric() {
 			e, ok := engineOf(m)
 			if !ok {
@@ -97,9 +97,9 @@ func ParseVLLMMetrics(r io.Reader) ([]EngineStats, error) {
 					continue
 				}
 				switch lp.GetName() {
-				case metrics.LabelBlockSize:
+				case names.LabelBlockSize:
 					s.BlockSize = int(v)
-				case metrics.LabelNumGPUBlocks:
+				case names.LabelNumGPUBlocks:
 					s.NumGPUBlocks = int(v)
 				case "max_num_seqs":
 					s.MaxNumSeqs = int(v)
@@ -115,7 +115,7 @@ func ParseVLLMMetrics(r io.Reader) ([]EngineStats, error) {
 // a label that is not a small non-negative integer.
 func engineOf(m *dto.Metric) (int, bool) {
 	for _, lp := range m.GetLabel() {
-		if lp.GetName() == metrics.LabelEngine {
+		if lp.GetName() == names.LabelEngine {
 			e, err := strconv.Atoi(lp.GetValue())
 			if err != nil || e < 0 || e > 1<<16 {
 				return 0, false
@@ -170,7 +170,19 @@ type scraper struct {
 	// ends without one (awaitFirstProbe); firstDone is the run goroutine's.
 	first     chan struct{}
 	firstDone bool
+	// healthFails counts the failed /health probes in a row (the run
+	// goroutine's).
+	healthFails int
 }
+
+// healthFall is the number of failed /health probes in a row (timeouts,
+// error statuses) that mark a server down, as HAProxy's "fall 3": a
+// replica busy enough to miss one probe's deadline is still serving, and
+// taking every loaded replica out would turn load into 503s. A refused
+// connection (nothing listens) and a failure before any good probe mark it
+// down at once; passive ejection (model.go) acts on the requests' own
+// failures meanwhile.
+const healthFall = 3
 
 type downSignal struct {
 	ctx    context.Context
@@ -244,7 +256,10 @@ func (s *scraper) scrapeOnce(ctx context.Context) {
 	}
 	if err := s.probeHealth(ctx); err != nil {
 		next.HealthErr = err.Error()
+		s.healthFails++
+		next.Healthy = prev.Seq > 0 && prev.Healthy && s.healthFails < healthFall && !isConnectError(err)
 	} else {
+		s.healthFails = 0
 		next.Healthy = true
 	}
 	if ctx.Err() != nil {

@@ -100,17 +100,23 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	// timeouts.response_header is applied per attempt (transport.try).
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		d := net.Dialer{Timeout: s.state.Load().cfg.Timeouts.Connect.D(), KeepAlive: 30 * time.Second}
+		// A dial outlives its request in http.Transport (it may fill the
+		// pool): the end of the drain cancels it, so none outlives Serve.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.drained, cancel)()
 		return d.DialContext(ctx, network, addr)
 	}
-	s.base = &http.Transport{
-		DialContext:           dial,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		// Bodies pass through untouched: no transparent gzip.
-		DisableCompression: true,
-	}
+	// net/http's defaults (TLS handshake timeout and the rest), tuned.
+	s.base = http.DefaultTransport.(*http.Transport).Clone()
+	s.base.DialContext = dial
+	s.base.Proxy = nil               // the replicas are reached directly, whatever HTTP_PROXY says
+	s.base.ForceAttemptHTTP2 = false // HTTP/1.1, a connection per stream, as before
+	s.base.MaxIdleConns = 1024
+	s.base.MaxIdleConnsPerHost = 256
+	s.base.IdleConnTimeout = 90 * time.Second
+	s.base.ExpectContinueTimeout = time.Second
+	s.base.DisableCompression = true // bodies pass through untouched: no transparent gzip
 	s.scrapeC = &http.Client{Transport: &http.Transport{
 		DialContext:         dial,
 		MaxIdleConnsPerHost: 4,
@@ -120,6 +126,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		Rewrite:       s.rewrite,
 		Transport:     &transport{srv: s, base: s.base},
 		FlushInterval: -1, // flush every write: each SSE event goes out as it arrives
+		BufferPool:    &copyBuffers,
 		ErrorHandler:  s.errorHandler,
 		ErrorLog:      log.New(logWriter{s.log}, "", 0),
 	}
@@ -142,7 +149,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	}
 	s.boot = cfg
 	if cfg.Journal.Path != "" {
-		j, err := OpenJournal(cfg.Journal)
+		j, err := openJournal(cfg.Journal, journalOptions{log: s.log, obs: s.obs})
 		if err != nil {
 			return nil, err
 		}
@@ -184,6 +191,7 @@ func (s *Server) build(cfg *Config, old *routing) (rt *routing, succeeds map[*mo
 		m.log = s.log
 		if prev != nil {
 			succeeds[m] = prev
+			m.hist.adopt(prev.hist) // the last hour of tokens stays
 		}
 		m.store = s.store
 		rt.models[mc.Name] = m
@@ -290,11 +298,13 @@ func (s *Server) restartOnly(cfg *Config) []string {
 func headerBackstop(cfg *Config) int { return 4 * int(cfg.Limits.MaxHeaderBytes) }
 
 // Admin returns the admin handler: /metrics (Prometheus), /api/status
-// (JSON, see Status), /healthz and the handlers of WithAdminHandler.
+// (JSON, see Status), /api/history (JSON, the last hour of token rates,
+// see History), /healthz and the handlers of WithAdminHandler.
 func (s *Server) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.obs.reg, promhttp.HandlerOpts{Registry: s.obs.reg}))
 	mux.HandleFunc("GET /api/status", s.serveStatus)
+	mux.HandleFunc("GET /api/history", s.serveHistory)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		_, _ = w.Write([]byte("ok\n"))

@@ -60,7 +60,7 @@ func (m *model) place(ctx context.Context, r *placement.Request, now time.Time) 
 	if home < 0 {
 		home = p.Replica // a new conversation: its home is where it went
 	}
-	st.Touch(m.cfg.Name, r.Session, m.replicas[home].name, now)
+	st.Touch(m.cfg.Name, r.Session, p.m.replicas[home].name, now)
 	return p, nil
 }
 
@@ -79,6 +79,7 @@ func (m *model) claim(ctx context.Context, r *placement.Request, now time.Time) 
 		m.unpick(r, p)
 		return m.pickSettled(r, now, func(s *placement.Snapshot) int { return rendezvousHome(r.Session, s, now) })
 	}
+	m = p.m // a reload may have replaced m meanwhile
 	idx := m.replicaNamed(home)
 	if idx < 0 || (!existed && idx == p.Replica) {
 		return p, nil // ours; or a replica this proxy's config lacks (configs differ): keep ours
@@ -114,15 +115,17 @@ func (m *model) pickSettled(r *placement.Request, now time.Time, settle func(*pl
 // forgetTurn takes back the later-turn count pick made for a conversation
 // that was new after all (its home set just before the pick).
 func (m *model) forgetTurn(p picked, home int) picked {
-	if p.home < 0 {
-		return p
-	}
-	m.laterTurns.Add(-1)
 	if p.Replica == home {
-		m.laterHome.Add(-1)
 		p.Reason = placement.ReasonHash // placed by the rendezvous hash, not sticky
 	}
-	p.home = -1
+	if !p.later {
+		return p
+	}
+	p.m.laterTurns.Add(-1)
+	if p.stayed {
+		p.m.laterHome.Add(-1)
+	}
+	p.home, p.later, p.stayed = -1, false, false
 	return p
 }
 

@@ -3,108 +3,13 @@ package live
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/lm-warden/warden/internal/sse"
 )
 
-// maxSSELine bounds the bytes of one SSE event the reader keeps; longer
+// maxSSELine bounds the bytes of one SSE event the proxy keeps; longer
 // events are still delimited correctly but their data is not inspected.
-const maxSSELine = 1 << 20
-
-// sseReader splits a Server-Sent Events byte stream, fed in arbitrary
-// chunks, into events (per the WHATWG rules the proxy needs: "event:" and
-// "data:" fields, lines ending in \n, \r\n or \r, an event dispatched at a
-// blank line). It never modifies the stream; it only watches it.
-type sseReader struct {
-	line     []byte // the current, incomplete line
-	event    []byte // the current event's type
-	data     []byte // the current event's data lines joined by \n
-	hasData  bool
-	overlong bool // the current event outgrew maxSSELine: not inspected
-	lastCR   bool // the previous chunk ended in \r (a following \n is part of it)
-	// mid is true while the stream is inside an event or a line. (An
-	// injected error event depends on what the proxy has passed on, not on
-	// what it has read: respBody tracks that itself, see respBody.torn.)
-	mid bool
-	// onEvent is called for each complete event.
-	onEvent func(event, data []byte)
-}
-
-// Write feeds p to the reader. It never fails.
-func (s *sseReader) Write(p []byte) (int, error) {
-	n := len(p)
-	if s.lastCR && len(p) > 0 && p[0] == '\n' {
-		p = p[1:]
-	}
-	s.lastCR = false
-	for len(p) > 0 {
-		i := bytes.IndexAny(p, "\r\n")
-		if i < 0 {
-			s.appendLine(p)
-			s.mid = true
-			break
-		}
-		s.appendLine(p[:i])
-		if p[i] == '\r' {
-			if i+1 < len(p) && p[i+1] == '\n' {
-				i++
-			} else if i+1 == len(p) {
-				s.lastCR = true
-			}
-		}
-		p = p[i+1:]
-		s.endLine()
-	}
-	return n, nil
-}
-
-func (s *sseReader) appendLine(b []byte) {
-	if len(s.line)+len(b) > maxSSELine {
-		s.overlong = true
-		return
-	}
-	s.line = append(s.line, b...)
-}
-
-func (s *sseReader) endLine() {
-	line := s.line
-	s.line = s.line[:0]
-	if len(line) == 0 {
-		s.dispatch()
-		return
-	}
-	s.mid = true
-	if line[0] == ':' { // comment
-		return
-	}
-	field, value := line, []byte(nil)
-	if i := bytes.IndexByte(line, ':'); i >= 0 {
-		field, value = line[:i], line[i+1:]
-		if len(value) > 0 && value[0] == ' ' {
-			value = value[1:]
-		}
-	}
-	switch string(field) {
-	case "event":
-		s.event = append(s.event[:0], value...)
-	case "data":
-		if len(s.data)+len(value) > maxSSELine {
-			s.overlong = true
-			return
-		}
-		if s.hasData {
-			s.data = append(s.data, '\n')
-		}
-		s.data = append(s.data, value...)
-		s.hasData = true
-	}
-}
-
-func (s *sseReader) dispatch() {
-	if (s.hasData || len(s.event) > 0) && !s.overlong && s.onEvent != nil {
-		s.onEvent(s.event, s.data)
-	}
-	s.event, s.data = s.event[:0], s.data[:0]
-	s.hasData, s.overlong, s.mid = false, false, false
-}
+const maxSSELine = sse.DefaultMax
 
 // Usage is the token accounting of one response, -1 where unknown.
 type Usage struct {
@@ -156,21 +61,22 @@ func (u *usageJSON) merge(dst *Usage) {
 // message_stop, response.completed) or carried an error event of its own.
 type streamWatch struct {
 	api         API
-	sse         sseReader
-	firstToken  bool // an event carrying output has been seen
-	terminal    bool // the stream ended as its API says it should
-	upstreamErr bool // the backend sent an error event itself
+	frame       sse.Parser // frames the stream; respBody cuts it at frame.LastEnd
+	firstToken  bool       // an event carrying output has been seen
+	terminal    bool       // the stream ended as its API says it should
+	upstreamErr bool       // the backend sent an error event itself
 	usage       Usage
 	onFirst     func() // called once, at the first output token
 }
 
 func newStreamWatch(api API, onFirst func()) *streamWatch {
 	w := &streamWatch{api: api, usage: unknownUsage(), onFirst: onFirst}
-	w.sse.onEvent = w.event
+	w.frame.Max = maxSSELine
+	w.frame.OnEvent = w.event
 	return w
 }
 
-func (w *streamWatch) Write(p []byte) (int, error) { return w.sse.Write(p) }
+func (w *streamWatch) Write(p []byte) (int, error) { return w.frame.Write(p) }
 
 func (w *streamWatch) first() {
 	if !w.firstToken {
@@ -181,8 +87,13 @@ func (w *streamWatch) first() {
 	}
 }
 
-// event handles one SSE event of the dialect.
-func (w *streamWatch) event(event, data []byte) {
+// event handles one SSE event of the dialect (an overlong one is not
+// inspected).
+func (w *streamWatch) event(e sse.Event) {
+	if e.Overlong {
+		return
+	}
+	event, data := e.Type, e.Data
 	switch w.api {
 	case APIAnthropic:
 		w.anthropicEvent(event, data)
@@ -198,6 +109,11 @@ func (w *streamWatch) openAIEvent(data []byte) {
 		w.terminal = true
 		return
 	}
+	// Once output has begun, only an event with usage or an error needs
+	// decoding (v, which escapes to the heap, is made for those only).
+	if w.firstToken && !bytes.Contains(data, []byte(`"usage"`)) && !bytes.Contains(data, []byte(`"error"`)) {
+		return
+	}
 	var v struct {
 		Error   json.RawMessage `json:"error"`
 		Usage   *usageJSON      `json:"usage"`
@@ -210,10 +126,8 @@ func (w *streamWatch) openAIEvent(data []byte) {
 			} `json:"delta"`
 		} `json:"choices"`
 	}
-	if !w.firstToken || bytes.Contains(data, []byte(`"usage"`)) || bytes.Contains(data, []byte(`"error"`)) {
-		if json.Unmarshal(data, &v) != nil {
-			return
-		}
+	if json.Unmarshal(data, &v) != nil {
+		return
 	}
 	if len(v.Error) > 0 && string(v.Error) != "null" {
 		w.upstreamErr = true

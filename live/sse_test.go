@@ -1,27 +1,8 @@
 package live
 
 import (
-	"strings"
 	"testing"
 )
-
-func TestSSEReaderSplitsEvents(t *testing.T) {
-	stream := "event: a\ndata: 1\ndata: 2\n\n: comment\n\r\ndata:x\r\n\r\nevent: b\rdata: y\r\r"
-	want := []string{"a|1\n2", "|x", "b|y"}
-	// Every way of cutting the stream into two chunks gives the same events.
-	for cut := 0; cut <= len(stream); cut++ {
-		var got []string
-		r := sseReader{onEvent: func(e, d []byte) { got = append(got, string(e)+"|"+string(d)) }}
-		r.Write([]byte(stream[:cut]))
-		r.Write([]byte(stream[cut:]))
-		if strings.Join(got, ",") != strings.Join(want, ",") {
-			t.Fatalf("cut %d: events %q, want %q", cut, got, want)
-		}
-		if r.mid {
-			t.Fatalf("cut %d: reader thinks it is mid-event at a boundary", cut)
-		}
-	}
-}
 
 func TestStreamWatch(t *testing.T) {
 	for _, tc := range []struct {
@@ -66,35 +47,24 @@ func TestStreamWatch(t *testing.T) {
 	}
 }
 
-func TestLastEventEnd(t *testing.T) {
-	for in, want := range map[string]int{"": 0, "data: a\n": 0, "data: a\n\n": 9, "data: a\n\ndata: b": 9, "a\r\n\r\nb": 5, "a\r\rb\n\nc": 6} {
-		if got := lastEventEnd([]byte(in)); got != want {
-			t.Errorf("lastEventEnd(%q) = %d, want %d", in, got, want)
-		}
-	}
-}
-
-func FuzzSSEReader(f *testing.F) {
+func FuzzStreamWatch(f *testing.F) {
 	f.Add("event: a\ndata: 1\n\ndata: [DONE]\n\n", uint8(3))
 	f.Add("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"usage\":{\"prompt_tokens\":1}}\r\n\r\n", uint8(1))
 	f.Add("event: message_start\ndata: {\"message\":{\"usage\":{\"input_tokens\":1}}}\n\n", uint8(40))
 	f.Fuzz(func(t *testing.T, stream string, cut uint8) {
-		// The events must not depend on how the stream is chunked.
-		collect := func(chunk int) []string {
-			var got []string
-			r := sseReader{onEvent: func(e, d []byte) { got = append(got, string(e)+"\x00"+string(d)) }}
-			for i := 0; i < len(stream); i += chunk {
-				r.Write([]byte(stream[i:min(i+chunk, len(stream))]))
-			}
-			return got
-		}
-		whole, parts := collect(len(stream)+1), collect(int(cut)%16+1)
-		if strings.Join(whole, "\x01") != strings.Join(parts, "\x01") {
-			t.Fatalf("chunking changed the events: %q vs %q", whole, parts)
-		}
+		// What the watch sees must not depend on how the stream is chunked.
 		for _, api := range []API{APIOpenAI, APIAnthropic, APIResponses} {
-			w := newStreamWatch(api, nil)
-			w.Write([]byte(stream))
+			watch := func(chunk int) *streamWatch {
+				w := newStreamWatch(api, nil)
+				for i := 0; i < len(stream); i += chunk {
+					w.Write([]byte(stream[i:min(i+chunk, len(stream))]))
+				}
+				return w
+			}
+			a, b := watch(len(stream)+1), watch(int(cut)%16+1)
+			if a.firstToken != b.firstToken || a.terminal != b.terminal || a.upstreamErr != b.upstreamErr || a.usage != b.usage {
+				t.Fatalf("%s: chunking changed what the watch saw: %+v vs %+v", api, a, b)
+			}
 		}
 	})
 }

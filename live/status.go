@@ -38,7 +38,7 @@ type Status struct {
 	ActiveWindowSec float64         `json:"active_window_s"` // the active window
 	SessionCap      int             `json:"session_cap"`
 	LaterTurns      int64           `json:"later_turns"`      // requests of known sessions since start
-	LaterTurnsHome  int64           `json:"later_turns_home"` // of those, served by the session's home
+	LaterTurnsHome  int64           `json:"later_turns_home"` // of those, served by the session's first replica (placement.Stay)
 	StickyPct       *float64        `json:"sticky_pct"`       // 100*home/later; null before any later turn
 	Replicas        []ReplicaStatus `json:"replicas"`
 }
@@ -127,7 +127,7 @@ func (m *model) status(now time.Time) Status {
 		st.SpillThreshold = max(1, maxSeqs/4)
 	}
 	if st.LaterTurns > 0 {
-		st.StickyPct = ptr(100 * float64(st.LaterTurnsHome) / float64(st.LaterTurns))
+		st.StickyPct = ptr(placement.StayCount{Later: st.LaterTurns, Home: st.LaterTurnsHome}.Pct())
 	}
 	m.mu.Lock()
 	m.table.Advance(now) // retire conversations that went quiet since the last request

@@ -1,161 +1,77 @@
 package metrics
 
-import "github.com/prometheus/prometheus/model/labels"
+import "github.com/lm-warden/warden/metrics/names"
 
-// Series names exposed by vLLM (V1 engine, names as they appear on /metrics).
-// Every vLLM series carries the labels [LabelModelName] and [LabelEngine]
-// (the data-parallel rank as a decimal string), except
-// [VLLMCacheConfigInfo], which has no model_name.
+// The series and label names and the bucket bounds are defined in package
+// [names] (a leaf, without Prometheus, for live mode); these are the same
+// names for the packages that already use metrics.
 const (
-	VLLMNumRequestsRunning = "vllm:num_requests_running"        // gauge
-	VLLMNumRequestsWaiting = "vllm:num_requests_waiting"        // gauge
-	VLLMKVCacheUsagePerc   = "vllm:kv_cache_usage_perc"         // gauge, a fraction 0..1 despite the name
-	VLLMPrefixCacheQueries = "vllm:prefix_cache_queries_total"  // counter, tokens looked up
-	VLLMPrefixCacheHits    = "vllm:prefix_cache_hits_total"     // counter, tokens served from cache
-	VLLMPromptTokens       = "vllm:prompt_tokens_total"         // counter
-	VLLMGenerationTokens   = "vllm:generation_tokens_total"     // counter
-	VLLMNumPreemptions     = "vllm:num_preemptions_total"       // counter
-	VLLMRequestSuccess     = "vllm:request_success_total"       // counter, extra label LabelFinishedReason
-	VLLMTimeToFirstToken   = "vllm:time_to_first_token_seconds" // histogram base name (see NewHistogram)
-	VLLMCacheConfigInfo    = "vllm:cache_config_info"           // gauge = 1, labels engine + Label{BlockSize,NumGPUBlocks,...}
-
-	// Per-request and per-step histograms (base names), as vLLM V1 observes
-	// them: inter-token latency per generated token after the first; the
-	// others once per finished request (queue: arrival to first scheduled;
-	// prefill: first scheduled to first token; decode: first to last token;
-	// e2e: arrival to last token); iteration tokens once per engine step
-	// (prompt and generated tokens scheduled in it).
-	VLLMInterTokenLatency       = "vllm:inter_token_latency_seconds"
-	VLLMRequestQueueTime        = "vllm:request_queue_time_seconds"
-	VLLMRequestPrefillTime      = "vllm:request_prefill_time_seconds"
-	VLLMRequestDecodeTime       = "vllm:request_decode_time_seconds"
-	VLLME2ERequestLatency       = "vllm:e2e_request_latency_seconds"
-	VLLMRequestPromptTokens     = "vllm:request_prompt_tokens"
-	VLLMRequestGenerationTokens = "vllm:request_generation_tokens"
-	VLLMIterationTokens         = "vllm:iteration_tokens_total"
+	VLLMNumRequestsRunning      = names.VLLMNumRequestsRunning
+	VLLMNumRequestsWaiting      = names.VLLMNumRequestsWaiting
+	VLLMKVCacheUsagePerc        = names.VLLMKVCacheUsagePerc
+	VLLMPrefixCacheQueries      = names.VLLMPrefixCacheQueries
+	VLLMPrefixCacheHits         = names.VLLMPrefixCacheHits
+	VLLMPromptTokens            = names.VLLMPromptTokens
+	VLLMGenerationTokens        = names.VLLMGenerationTokens
+	VLLMNumPreemptions          = names.VLLMNumPreemptions
+	VLLMRequestSuccess          = names.VLLMRequestSuccess
+	VLLMTimeToFirstToken        = names.VLLMTimeToFirstToken
+	VLLMCacheConfigInfo         = names.VLLMCacheConfigInfo
+	VLLMInterTokenLatency       = names.VLLMInterTokenLatency
+	VLLMRequestQueueTime        = names.VLLMRequestQueueTime
+	VLLMRequestPrefillTime      = names.VLLMRequestPrefillTime
+	VLLMRequestDecodeTime       = names.VLLMRequestDecodeTime
+	VLLME2ERequestLatency       = names.VLLME2ERequestLatency
+	VLLMRequestPromptTokens     = names.VLLMRequestPromptTokens
+	VLLMRequestGenerationTokens = names.VLLMRequestGenerationTokens
+	VLLMIterationTokens         = names.VLLMIterationTokens
+	WardenRequests              = names.WardenRequests
+	WardenInFlight              = names.WardenInFlight
+	WardenSessions              = names.WardenSessions
+	WardenActiveSessions        = names.WardenActiveSessions
+	WardenLaterTurns            = names.WardenLaterTurns
+	WardenLaterTurnsHome        = names.WardenLaterTurnsHome
+	WardenSessionsCompleted     = names.WardenSessionsCompleted
+	WardenTTFB                  = names.WardenTTFB
+	WardenOutputTokens          = names.WardenOutputTokens
+	LabelName                   = names.LabelName
+	LabelModelName              = names.LabelModelName
+	LabelEngine                 = names.LabelEngine
+	LabelFinishedReason         = names.LabelFinishedReason
+	LabelBlockSize              = names.LabelBlockSize
+	LabelNumGPUBlocks           = names.LabelNumGPUBlocks
+	LabelGPUMemoryUtilization   = names.LabelGPUMemoryUtilization
+	LabelEnablePrefixCaching    = names.LabelEnablePrefixCaching
+	LabelModel                  = names.LabelModel
+	LabelReplica                = names.LabelReplica
+	LabelReason                 = names.LabelReason
+	LabelLE                     = names.LabelLE
+	FinishedStop                = names.FinishedStop
+	FinishedLength              = names.FinishedLength
+	BucketSuffix                = names.BucketSuffix
+	SumSuffix                   = names.SumSuffix
+	CountSuffix                 = names.CountSuffix
 )
 
-// Series names of warden's own metrics. Labels: [LabelModel] and, where the
-// series is per replica, [LabelReplica]. Never a session id.
-const (
-	WardenRequests          = "warden_requests_total"           // counter {model,replica,reason}
-	WardenInFlight          = "warden_in_flight"                // gauge {model,replica}
-	WardenSessions          = "warden_sessions"                 // gauge {model,replica}: conversations homed
-	WardenActiveSessions    = "warden_active_sessions"          // gauge {model,replica}: homed and seen within the active window
-	WardenLaterTurns        = "warden_later_turns_total"        // counter {model}: requests with turn > 0
-	WardenLaterTurnsHome    = "warden_later_turns_home_total"   // counter {model}: those served by the session's home
-	WardenSessionsCompleted = "warden_sessions_completed_total" // counter {model}: closed-loop clients only
-	WardenTTFB              = "warden_ttfb_seconds"             // histogram base name {model}: client-side TTFB
-	WardenOutputTokens      = "warden_output_tokens_total"      // counter {model}
-)
+// VLLMTTFTBuckets is [names.VLLMTTFTBuckets].
+func VLLMTTFTBuckets() []float64 { return names.VLLMTTFTBuckets() }
 
-// Label names.
-const (
-	LabelName                 = labels.MetricName // "__name__"
-	LabelModelName            = "model_name"      // vLLM's model label
-	LabelEngine               = "engine"          // vLLM's data-parallel rank
-	LabelFinishedReason       = "finished_reason" // "stop" | "length"
-	LabelBlockSize            = "block_size"
-	LabelNumGPUBlocks         = "num_gpu_blocks"
-	LabelGPUMemoryUtilization = "gpu_memory_utilization"
-	LabelEnablePrefixCaching  = "enable_prefix_caching"
-	LabelModel                = "model"   // warden's model label
-	LabelReplica              = "replica" // warden's replica index, decimal
-	LabelReason               = "reason"  // a placement reason, or "retried"
-	LabelLE                   = labels.BucketLabel
-)
+// WardenTTFBBuckets is [names.WardenTTFBBuckets].
+func WardenTTFBBuckets() []float64 { return names.WardenTTFBBuckets() }
 
-// Values of [LabelFinishedReason].
-const (
-	FinishedStop   = "stop"
-	FinishedLength = "length"
-)
+// WardenTTFBNative is [names.WardenTTFBNative].
+func WardenTTFBNative() NativeOpts { return names.WardenTTFBNative() }
 
-// Suffixes of the series that make up a classic histogram.
-const (
-	BucketSuffix = "_bucket"
-	SumSuffix    = "_sum"
-	CountSuffix  = "_count"
-)
+// VLLMITLBuckets is [names.VLLMITLBuckets].
+func VLLMITLBuckets() []float64 { return names.VLLMITLBuckets() }
 
-// VLLMTTFTBuckets returns the upper bounds (seconds, +Inf excluded) of
-// vLLM's vllm:time_to_first_token_seconds histogram, as defined in
-// vllm/v1/metrics/loggers.py (PrometheusStatLogger). The slice is a fresh
-// copy each call.
-func VLLMTTFTBuckets() []float64 {
-	return []float64{
-		0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
-		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0,
-		640.0, 2560.0,
-	}
-}
+// VLLMRequestLatencyBuckets is [names.VLLMRequestLatencyBuckets].
+func VLLMRequestLatencyBuckets() []float64 { return names.VLLMRequestLatencyBuckets() }
 
-// WardenTTFBBuckets returns the upper bounds (seconds, +Inf excluded) of
-// warden_ttfb_seconds' classic buckets: 21 exponential buckets, 5 ms
-// doubling up to 5242.88 s, so that no quantile under an hour lands in the
-// +Inf bucket. They are coarse (a quantile interpolated inside a doubling
-// bucket can be off by tens of percent); the KPIs read the native
-// histogram ([WardenTTFBNative]) when the server has it, these buckets
-// only on a Prometheus without native histograms. The slice is a fresh
-// copy each call.
-func WardenTTFBBuckets() []float64 {
-	b := make([]float64, 21)
-	v := 0.005
-	for i := range b {
-		b[i] = v
-		v *= 2
-	}
-	return b
-}
-
-// WardenTTFBNative returns the native histogram parameters of
-// warden_ttfb_seconds, for live mode's client_golang HistogramOpts and the
-// simulator's [Histogram.WithNative] alike: bucket factor 1.01, which is
-// schema 7 (128 buckets per doubling, each bound 2^(1/128) = 1.0054 times
-// the previous), so a quantile is within about 0.5% of the sample it
-// lands on; at most 2048 populated buckets (16 doublings at schema 7;
-// beyond, the resolution halves: schema 6, 1.1%).
-func WardenTTFBNative() NativeOpts {
-	return NativeOpts{BucketFactor: 1.01, MaxBuckets: 2048}
-}
-
-// VLLMITLBuckets returns the upper bounds (seconds) of
-// vllm:inter_token_latency_seconds (vllm/v1/metrics/loggers.py).
-func VLLMITLBuckets() []float64 {
-	return []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
-		0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
-}
-
-// VLLMRequestLatencyBuckets returns the upper bounds (seconds) of vLLM's
-// per-request latency histograms (e2e, queue, prefill, decode).
-func VLLMRequestLatencyBuckets() []float64 {
-	return []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
-		30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
-}
-
-// VLLMTokenBuckets returns vLLM's 1-2-5 buckets up to maxLen (at least
-// 1,000,000 when maxLen is smaller), for vllm:request_prompt_tokens and
-// vllm:request_generation_tokens.
+// VLLMTokenBuckets is [names.VLLMTokenBuckets].
 func VLLMTokenBuckets(maxLen int) []float64 {
-	maxLen = max(maxLen, 1_000_000)
-	var out []float64
-	// The bounds are compared by division so that a huge maxLen cannot
-	// overflow m*e or e*10.
-	for e := 1; ; e *= 10 {
-		for _, m := range []int{1, 2, 5} {
-			if e > maxLen/m {
-				return out
-			}
-			out = append(out, float64(m*e))
-		}
-		if e > maxLen/10 {
-			return out
-		}
-	}
+	return names.VLLMTokenBuckets(maxLen)
 }
 
-// VLLMIterationTokenBuckets returns the upper bounds of
-// vllm:iteration_tokens_total (tokens per engine step).
-func VLLMIterationTokenBuckets() []float64 {
-	return []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
-}
+// VLLMIterationTokenBuckets is [names.VLLMIterationTokenBuckets].
+func VLLMIterationTokenBuckets() []float64 { return names.VLLMIterationTokenBuckets() }

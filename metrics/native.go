@@ -8,41 +8,13 @@ import (
 
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/lm-warden/warden/metrics/names"
 )
 
-// NativeOpts are the parameters of a Prometheus native histogram, named as
-// client_golang's HistogramOpts names them, so that the simulator's
-// histogram and live mode's /metrics histogram are configured from one
-// value (see [WardenTTFBNative]).
-type NativeOpts struct {
-	// BucketFactor is NativeHistogramBucketFactor: the largest ratio
-	// allowed between the bounds of a bucket. The schema is the coarsest
-	// whose ratio 2^(2^-schema) is at most this ([NativeOpts.Schema]).
-	BucketFactor float64
-	// MaxBuckets is NativeHistogramMaxBucketNumber: when more buckets are
-	// populated, the resolution halves (schema - 1, two buckets merged into
-	// one), as client_golang does without NativeHistogramMinResetDuration
-	// and NativeHistogramMaxZeroThreshold. 0 means no limit.
-	MaxBuckets int
-}
-
-// Schema returns the native histogram schema that client_golang picks for
-// o.BucketFactor (its pickSchema): -floor(log2(log2(factor))), clamped to
-// [-4, 8]. It panics for a factor <= 1, as client_golang does.
-func (o NativeOpts) Schema() int32 {
-	if !(o.BucketFactor > 1) {
-		panic(fmt.Sprintf("metrics: native histogram bucket factor %v, want > 1", o.BucketFactor))
-	}
-	f := math.Floor(math.Log2(math.Log2(o.BucketFactor)))
-	switch {
-	case f <= -8:
-		return 8
-	case f >= 4:
-		return -4
-	default:
-		return -int32(f)
-	}
-}
+// NativeOpts are the parameters of a Prometheus native histogram (see
+// [names.NativeOpts], where they are defined with the series names).
+type NativeOpts = names.NativeOpts
 
 // nativeZeroThreshold is client_golang's DefNativeHistogramZeroThreshold
 // (2^-128): observations of at most this magnitude count in the zero bucket.

@@ -190,7 +190,7 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 // grow raises entry i's footprint to a prompt of tokens: a conversation
 // occupies at least its latest prompt until its answer is observed.
 func (a *Affinity) grow(i int32, tokens int) {
-	if tokens > int(a.table.entries[i].footprint) {
+	if tokens > a.table.fp(i) {
 		a.table.setFootprint(i, tokens)
 	}
 }

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -183,10 +184,27 @@ func SpillPriced() SpillThreshold { return SpillThreshold{priced: true} }
 // Priced reports whether spills are decided by price.
 func (t SpillThreshold) Priced() bool { return t.priced }
 
-// SpillAt returns a fixed threshold of n requests in flight (n >= 0).
-func SpillAt(n int) SpillThreshold { return SpillThreshold{n: max(n, 0), fixed: true} }
+// SpillAt returns a fixed threshold of n requests in flight; n below 1 is
+// 1, the smallest threshold (ParseSpillThreshold refuses it instead).
+func SpillAt(n int) SpillThreshold { return SpillThreshold{n: max(n, 1), fixed: true} }
 
-// ParseSpillThreshold parses "auto", "priced" or a non-negative integer.
+// SpillThresholdError is the message of ParseSpillThreshold's error for s:
+// the planner, the simulator and the proxy print it after the field's name.
+func SpillThresholdError(s string) string {
+	msg := fmt.Sprintf("want auto, priced or a positive integer, got %q", s)
+	if n, err := strconv.Atoi(s); err == nil && n == 0 {
+		msg += " (a later turn spills when its home has more requests in flight than the threshold: 0 would spill every turn whose home is busy at all)"
+	}
+	return msg
+}
+
+// ParseSpillThreshold parses "auto", "priced" or a positive integer. It is
+// the one rule for every spill threshold (the planner's spill_thresholds,
+// the simulator's routing.spill_threshold and --spill-threshold, the
+// proxy's spill_threshold): 0 is refused, as auto never resolves below 1. A
+// home never spills while it has at most the threshold in flight, so
+// "never spill" is a threshold above any in-flight count the farm reaches.
+// The error's text is SpillThresholdError(s).
 func ParseSpillThreshold(s string) (SpillThreshold, error) {
 	switch s {
 	case "auto":
@@ -195,8 +213,8 @@ func ParseSpillThreshold(s string) (SpillThreshold, error) {
 		return SpillPriced(), nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return SpillThreshold{}, fmt.Errorf("placement: spill threshold %q: want \"auto\", \"priced\" or a non-negative integer", s)
+	if err != nil || n < 1 {
+		return SpillThreshold{}, errors.New(SpillThresholdError(s))
 	}
 	return SpillAt(n), nil
 }

@@ -131,16 +131,17 @@ func (a *Affinity) placeNew(r *Request, s *Snapshot) (target int, wait bool) {
 	return best, false
 }
 
-// cached is how many tokens of the prompt of the conversation in entry e
-// replica o is expected to hold (see above).
-func (a *Affinity) cached(r *Request, s *Snapshot, e *entry, o int) int {
+// cached is how many tokens of the prompt of the conversation in entry i
+// (nilIndex: none) replica o is expected to hold (see above).
+func (a *Affinity) cached(r *Request, s *Snapshot, i int32, o int) int {
+	t := a.table
 	c := 0
 	switch {
-	case e == nil:
-	case int(e.home) == o:
-		c = int(e.footprint)
-	case int(e.left) == o:
-		c = int(e.leftTok)
+	case i == nilIndex:
+	case int(t.entries[i].home) == o:
+		c = t.fp(i)
+	case int(i) < len(t.kv) && int(t.kv[i].left) == o:
+		c = int(t.kv[i].leftTok)
 	}
 	shared := max(r.SharedPrefixTokens, 0)
 	if shared > c && a.table.HomedOn(o) > 0 {
@@ -172,13 +173,13 @@ func (a *Affinity) priced(r *Request, s *Snapshot, i int32, h int) (d Decision, 
 		return Decision{}, false
 	}
 	t := a.table
-	e := &t.entries[i]
+	k := t.kvOf(i)
 	prompt := r.PromptTokens
-	uh := max(prompt-a.cached(r, s, e, h), 1)
+	uh := max(prompt-a.cached(r, s, i, h), 1)
 	th := ttft(&reps[h], uh)
 	shared := max(r.SharedPrefixTokens, 0)
 	typical := int(t.typical)
-	left, leftTok := int(e.left), int(e.leftTok)
+	left, leftTok := int(k.left), int(k.leftTok)
 	counts := t.counts
 	best, bestT, bestU := -1, math.Inf(1), 0
 	for o := range reps {
@@ -223,9 +224,9 @@ func (a *Affinity) priced(r *Request, s *Snapshot, i int32, h int) (d Decision, 
 		return d, true
 	}
 	if h <= math.MaxInt16 {
-		e.left, e.leftTok = int16(h), e.footprint
+		k.left, k.leftTok = int16(h), k.footprint
 	} else {
-		e.left = -1
+		k.left = -1
 	}
 	t.setHome(i, best)
 	t.counter(best).SpilledIn++
@@ -235,11 +236,7 @@ func (a *Affinity) priced(r *Request, s *Snapshot, i int32, h int) (d Decision, 
 
 // estimate sets d.Uncached for a decision the KV options did not price.
 func (a *Affinity) estimate(r *Request, s *Snapshot, i int32, d *Decision) {
-	var e *entry
-	if i != nilIndex {
-		e = &a.table.entries[i]
-	}
-	d.Uncached = int32(min(max(r.PromptTokens-a.cached(r, s, e, d.Replica), 1), math.MaxInt32))
+	d.Uncached = int32(min(max(r.PromptTokens-a.cached(r, s, i, d.Replica), 1), math.MaxInt32))
 }
 
 // kvOn reports whether any KV-aware option is on.

@@ -42,7 +42,7 @@ func TestTableFootprintMatchesEntries(t *testing.T) {
 		active := make([]int, replicas)
 		for i := tab.head; i != nilIndex; i = tab.entries[i].next {
 			if e := tab.entries[i]; e.active {
-				want[e.home] += int(e.footprint)
+				want[e.home] += tab.fp(i)
 				active[e.home]++
 			}
 		}

@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -96,7 +97,21 @@ const (
 	numReasons
 )
 
+// NumReasons is the number of reasons: Reason(0) .. Reason(NumReasons-1)
+// are every reason a policy gives. The simulator and the proxy size their
+// per-reason counters and metric series by it.
+const NumReasons = int(numReasons)
+
 var reasonNames = [numReasons]string{"new", "sticky", "spill", "hash", "least-loaded", "pinned", "parent"}
+
+// Reasons returns every reason, in order.
+func Reasons() []Reason {
+	rs := make([]Reason, numReasons)
+	for i := range rs {
+		rs[i] = Reason(i)
+	}
+	return rs
+}
 
 func (r Reason) String() string {
 	if r < numReasons {
@@ -113,6 +128,43 @@ func ParseReason(s string) (Reason, error) {
 		}
 	}
 	return 0, fmt.Errorf("unknown reason %q (want one of %s)", s, strings.Join(reasonNames[:], ", "))
+}
+
+// Stay classifies one request for the "stayed on replica" KPI: the one
+// rule of the simulator and the proxy. A later turn (turn > 0) of a
+// session is counted, and it stayed when it was served by the replica that
+// served the session's first turn (turn 0), whatever happened in between:
+// a turn that spilled did not stay, nor did the turns of a session re-homed
+// (its first replica failed) that follow its new home. A first turn is not
+// counted.
+func Stay(later bool, first, served int) (counted, stayed bool) {
+	return later, later && served == first
+}
+
+// StayCount counts requests by Stay: Later of them counted, Home stayed.
+// The KPI is 100*Home/Later (metrics/kpi.promql stayed_pct, from the
+// warden_later_turns_total and warden_later_turns_home_total counters).
+type StayCount struct {
+	Later, Home int64
+}
+
+// Add counts one request (Stay's arguments).
+func (c *StayCount) Add(later bool, first, served int) {
+	counted, stayed := Stay(later, first, served)
+	if counted {
+		c.Later++
+	}
+	if stayed {
+		c.Home++
+	}
+}
+
+// Pct is 100*Home/Later, NaN before any later turn.
+func (c StayCount) Pct() float64 {
+	if c.Later == 0 {
+		return math.NaN()
+	}
+	return 100 * float64(c.Home) / float64(c.Later)
 }
 
 // Decision is a policy's answer.

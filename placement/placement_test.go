@@ -81,7 +81,7 @@ func TestSpillThreshold(t *testing.T) {
 		{"auto", 3, 1, false}, // max(1, 3/4)
 		{"auto", 0, 1, false},
 		{"12", 32, 12, false},
-		{"0", 32, 0, false},
+		{"0", 32, 0, true}, // invalid: see TestSpillThresholdZero
 		{"-1", 32, 0, true},
 		{"", 32, 0, true},
 		{"eight", 32, 0, true},
@@ -110,6 +110,24 @@ func TestSpillThreshold(t *testing.T) {
 	var zero SpillThreshold
 	if !zero.Auto() || zero.String() != "auto" {
 		t.Errorf("zero SpillThreshold is %q, want auto", zero)
+	}
+}
+
+// A spill threshold of 0 is refused, with one message that the planner,
+// the simulator and the proxy all print after their field's name.
+func TestSpillThresholdZero(t *testing.T) {
+	_, err := ParseSpillThreshold("0")
+	if err == nil {
+		t.Fatal("spill threshold 0 accepted")
+	}
+	if got, want := err.Error(), SpillThresholdError("0"); got != want {
+		t.Errorf("error %q, want %q", got, want)
+	}
+	if !strings.Contains(err.Error(), "positive integer") {
+		t.Errorf("error %q does not say what is wanted", err)
+	}
+	if SpillAt(0).Resolve(32) != 1 || SpillAt(-4).Resolve(32) != 1 {
+		t.Error("SpillAt below 1 must be 1: the threshold is at least one request in flight")
 	}
 }
 

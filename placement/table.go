@@ -58,20 +58,17 @@ type ReplicaCounters struct {
 	Footprint int
 }
 
-// entry is one remembered conversation. 40 bytes: the key, the time of its
-// last request, its place in the LRU list, its home, its footprint, the
-// replica it left last (a priced move) with the tokens it had there, and
-// whether it is counted active (in the padding).
+// entry is one remembered conversation. 32 bytes: the key, the time of its
+// last request, its place in the LRU list, its home, and in the padding
+// whether it is counted active and its first home.
 type entry struct {
-	key       uint64 // fnv1a64 of the session id
-	seen      int64  // last request, nanoseconds since Table.base
-	prev      int32  // towards the head (more recent); nilIndex at the head
-	next      int32  // towards the tail (less recent); also links the free list
-	home      int32  // replica ID
-	footprint int32  // last prompt + answer tokens (see ReplicaCounters.Footprint)
-	leftTok   int32  // tokens of the conversation when it last left a home
-	left      int16  // the home it last left (a priced move), -1 none
-	active    bool   // counted in its home's Active: between head and Table.act
+	key    uint64 // fnv1a64 of the session id
+	seen   int64  // last request, nanoseconds since Table.base
+	prev   int32  // towards the head (more recent); nilIndex at the head
+	next   int32  // towards the tail (less recent); also links the free list
+	home   int32  // replica ID
+	active bool   // counted in its home's Active: between head and Table.act
+	first  int16  // the replica it was first homed on (its first turn's); -1 past MaxInt16
 }
 
 // Table remembers the home replica of each conversation: session -> home,
@@ -122,6 +119,11 @@ type Table struct {
 	base    time.Time // the first now seen; seen times are offsets from it
 	hasBase bool
 	counts  []ReplicaCounters // aligned with replica IDs, grown on demand
+	// kv holds the entries' KV figures, aligned with entries, from the
+	// first footprint recorded on (nil for a table that never sees one: the
+	// seed's policies keep 32 bytes a conversation); an entry beyond its
+	// length has none yet.
+	kv []kvEntry
 	// typical is a moving average of the footprints observed (every
 	// response's prompt + answer): the size a conversation has on average
 	// over its life, the expected footprint of a new one (admission);
@@ -185,13 +187,23 @@ func (t *Table) Len() int { return t.n }
 // request: the session's last-seen time is unchanged. It also does a
 // bounded amount of lazy expiry.
 func (t *Table) Home(session string, now time.Time) (int, bool) {
+	home, _, ok := t.Lookup(session, now)
+	return home, ok
+}
+
+// Lookup is Home with the session's first home: the replica it was homed
+// on when the table first saw it (its first turn's, for a policy's table),
+// which re-homing does not change. That is the replica Stay compares a
+// later turn with. first is -1 for a replica ID above 32767.
+func (t *Table) Lookup(session string, now time.Time) (home, first int, ok bool) {
 	at := t.clock(now)
 	t.expire(at)
 	i := t.find(fnv1a64(session), at)
 	if i == nilIndex {
-		return 0, false
+		return 0, 0, false
 	}
-	return int(t.entries[i].home), true
+	e := &t.entries[i]
+	return int(e.home), int(e.first), true
 }
 
 // Assign makes home the home of session and marks the session seen at now,
@@ -308,18 +320,43 @@ func (t *Table) TypicalFootprint() int { return int(t.typical) }
 func (t *Table) setFootprint(i int32, tokens int) {
 	e := &t.entries[i]
 	n := int32(min(max(tokens, 0), math.MaxInt32))
+	k := t.kvOf(i)
 	if e.active {
-		t.counts[e.home].Footprint += int(n) - int(e.footprint)
+		t.counts[e.home].Footprint += int(n) - int(k.footprint)
 	}
-	e.footprint = n
+	k.footprint = n
 }
 
-// deactivate takes entry e out of its home's Active and Footprint counts.
-func (t *Table) deactivate(e *entry) {
+// kvEntry is one conversation's KV figures (Table.kv).
+type kvEntry struct {
+	footprint int32 // last prompt + answer tokens (see ReplicaCounters.Footprint)
+	leftTok   int32 // tokens of the conversation when it last left a home
+	left      int16 // the home it last left (a priced move), -1 none
+}
+
+// fp is entry i's footprint (0 when none was recorded).
+func (t *Table) fp(i int32) int {
+	if int(i) < len(t.kv) {
+		return int(t.kv[i].footprint)
+	}
+	return 0
+}
+
+// kvOf returns entry i's KV figures, growing Table.kv to the entries.
+func (t *Table) kvOf(i int32) *kvEntry {
+	for len(t.kv) < len(t.entries) {
+		t.kv = append(t.kv, kvEntry{left: -1})
+	}
+	return &t.kv[i]
+}
+
+// deactivate takes entry i out of its home's Active and Footprint counts.
+func (t *Table) deactivate(i int32) {
+	e := &t.entries[i]
 	e.active = false
 	c := &t.counts[e.home]
 	c.Active--
-	c.Footprint -= int(e.footprint)
+	c.Footprint -= t.fp(i)
 }
 
 // held is the number of active sessions homed on replica r: the
@@ -372,7 +409,7 @@ func (t *Table) retire(at int64) {
 		if at-e.seen <= t.window {
 			return
 		}
-		t.deactivate(e)
+		t.deactivate(t.act)
 		t.act = e.prev
 	}
 }
@@ -385,7 +422,7 @@ func (t *Table) activate(i int32) {
 	}
 	e.active = true
 	t.counts[e.home].Active++
-	t.counts[e.home].Footprint += int(e.footprint)
+	t.counts[e.home].Footprint += t.fp(i)
 	if t.act == nilIndex {
 		t.act = i
 	}
@@ -426,7 +463,14 @@ func (t *Table) insert(key uint64, home int, at int64) int32 {
 		t.entries = append(t.entries, entry{})
 		i = int32(len(t.entries) - 1)
 	}
-	t.entries[i] = entry{key: key, seen: at, prev: nilIndex, next: nilIndex, home: int32(home), left: -1}
+	first := int16(-1)
+	if home <= math.MaxInt16 {
+		first = int16(home)
+	}
+	t.entries[i] = entry{key: key, seen: at, prev: nilIndex, next: nilIndex, home: int32(home), first: first}
+	if int(i) < len(t.kv) {
+		t.kv[i] = kvEntry{left: -1}
+	}
 	t.counter(home).Sessions++
 	t.pushFront(i)
 	t.activate(i)
@@ -442,7 +486,7 @@ func (t *Table) remove(i int32) {
 		if t.act == i {
 			t.act = e.prev
 		}
-		t.deactivate(e)
+		t.deactivate(i)
 	}
 	t.unlink(i)
 	delete(t.index, e.key)
@@ -478,9 +522,9 @@ func (t *Table) setHome(i int32, home int) {
 	c.Sessions++
 	if e.active {
 		t.counts[e.home].Active--
-		t.counts[e.home].Footprint -= int(e.footprint)
+		t.counts[e.home].Footprint -= t.fp(i)
 		c.Active++
-		c.Footprint += int(e.footprint)
+		c.Footprint += t.fp(i)
 	}
 	e.home = int32(home)
 }
@@ -530,7 +574,7 @@ func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Dura
 	for i := t.head; i != nilIndex && t.entries[i].active; i = t.entries[i].next {
 		t.entries[i].active = false
 		t.counts[t.entries[i].home].Active--
-		t.counts[t.entries[i].home].Footprint -= int(t.entries[i].footprint)
+		t.counts[t.entries[i].home].Footprint -= t.fp(i)
 	}
 	t.act = nilIndex
 	for t.tail != nilIndex && (t.n > t.max || t.idle(t.tail, at)) {
@@ -540,7 +584,7 @@ func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Dura
 	for i := t.head; i != nilIndex && at-t.entries[i].seen <= t.window; i = t.entries[i].next {
 		t.entries[i].active = true
 		t.counts[t.entries[i].home].Active++
-		t.counts[t.entries[i].home].Footprint += int(t.entries[i].footprint)
+		t.counts[t.entries[i].home].Footprint += t.fp(i)
 		t.act = i
 	}
 	return dropped
@@ -578,10 +622,11 @@ func (t *Table) Renumber(to []int) (forgotten int) {
 	}
 	t.counts = counts
 	for i := t.head; i != nilIndex; i = t.entries[i].next {
-		e := &t.entries[i]
-		e.home = int32(dest(e.home))
-		if e.left >= 0 {
-			e.left = int16(dest(int32(e.left)))
+		t.entries[i].home = int32(dest(t.entries[i].home))
+	}
+	for i := range t.kv {
+		if k := &t.kv[i]; k.left >= 0 {
+			k.left = int16(dest(int32(k.left)))
 		}
 	}
 	return forgotten

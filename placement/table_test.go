@@ -1,12 +1,14 @@
 package placement
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // modelTable is an obviously correct session table: eager expiry, LRU
@@ -438,5 +440,55 @@ func TestHomedOn(t *testing.T) {
 	}
 	if tab.HomedOn(-1) != 0 || tab.HomedOn(99) != 0 {
 		t.Error("HomedOn out of range: want 0")
+	}
+}
+
+// Lookup keeps a session's first home when it is re-homed, in the
+// entry's padding (32 bytes).
+func TestTableLookupFirst(t *testing.T) {
+	if got := unsafe.Sizeof(entry{}); got != 32 {
+		t.Errorf("entry is %d bytes, want 32", got)
+	}
+	tab := NewTable(time.Hour, 10)
+	now := time.Unix(1000, 0)
+	tab.Assign("s", 2, now)
+	tab.Assign("s", 5, now.Add(time.Second)) // re-homed
+	home, first, ok := tab.Lookup("s", now.Add(2*time.Second))
+	if !ok || home != 5 || first != 2 {
+		t.Errorf("Lookup = %d, %d, %v; want home 5, first 2", home, first, ok)
+	}
+	tab.Assign("big", 40000, now)
+	if _, first, _ := tab.Lookup("big", now); first != -1 {
+		t.Errorf("first of replica 40000 = %d, want -1", first)
+	}
+	if _, _, ok := tab.Lookup("nobody", now); ok {
+		t.Error("Lookup of an unknown session reports it known")
+	}
+}
+
+func TestStay(t *testing.T) {
+	tests := []struct {
+		later         bool
+		first, served int
+		counted, stay bool
+	}{
+		{false, 0, 0, false, false}, // a first turn is not counted
+		{true, 0, 0, true, true},
+		{true, 0, 1, true, false}, // spilled, or re-homed
+		{true, -1, 0, true, false},
+	}
+	var c StayCount
+	for _, tt := range tests {
+		counted, stay := Stay(tt.later, tt.first, tt.served)
+		if counted != tt.counted || stay != tt.stay {
+			t.Errorf("Stay(%v, %d, %d) = %v, %v; want %v, %v", tt.later, tt.first, tt.served, counted, stay, tt.counted, tt.stay)
+		}
+		c.Add(tt.later, tt.first, tt.served)
+	}
+	if c.Later != 3 || c.Home != 1 || math.Abs(c.Pct()-100.0/3) > 1e-9 {
+		t.Errorf("StayCount %+v, Pct %v; want 3 later, 1 home, 33.3%%", c, c.Pct())
+	}
+	if !math.IsNaN((StayCount{}).Pct()) {
+		t.Error("Pct before any later turn must be NaN")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/internal/strictyaml"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
@@ -138,27 +139,25 @@ func LoadPlan(path string) (Plan, error) {
 // errors; files (traces, model configs) are not opened here.
 func ParsePlan(data []byte, name string) (Plan, error) {
 	p := Plan{Workload: WorkloadSpec{Workload: traces.DefaultWorkload()}}
-	lines, err := sim.DecodeYAML(data, name, &p, "empty plan (want at least farms and targets)")
+	doc, err := strictyaml.Decode(name, data, &p)
 	if err != nil {
 		return Plan{}, err
 	}
+	if doc.Empty() {
+		return Plan{}, fmt.Errorf("%s: empty plan (want at least farms and targets)", name)
+	}
 	// A trace replaces the synthetic workload: no synthetic key may be set.
 	if p.Workload.Trace != "" {
-		var synthetic []string
-		for key := range lines {
+		for _, key := range doc.Paths() { // in file order: the first one is named
 			if k, ok := strings.CutPrefix(key, "workload."); ok && k != "trace" {
-				synthetic = append(synthetic, key)
+				return Plan{}, doc.Errorf(key, "a trace workload takes no synthetic keys")
 			}
-		}
-		if len(synthetic) > 0 {
-			key := slices.MinFunc(synthetic, func(a, b string) int { return cmp.Compare(lines[a], lines[b]) })
-			return Plan{}, fmt.Errorf("%s:%d: %s: a trace workload takes no synthetic keys", name, lines[key], key)
 		}
 	}
 	if err := p.check(false); err != nil {
 		var fe *FieldError
 		if errors.As(err, &fe) {
-			if l, ok := lineOf(lines, fe.Key); ok {
+			if l, ok := doc.Nearest(fe.Key); ok {
 				return Plan{}, fmt.Errorf("%s:%d: %w", name, l, err)
 			}
 		}
@@ -178,22 +177,6 @@ func (e *FieldError) Error() string { return e.Key + ": " + e.Reason }
 
 func bad(key, format string, args ...any) error {
 	return &FieldError{Key: key, Reason: fmt.Sprintf(format, args...)}
-}
-
-// lineOf returns the line of key, or of its closest ancestor in the file
-// (a default value has no line of its own).
-func lineOf(lines map[string]int, key string) (int, bool) {
-	for k := key; k != ""; {
-		if l, ok := lines[k]; ok {
-			return l, true
-		}
-		i := strings.LastIndexAny(k, ".[")
-		if i < 0 {
-			break
-		}
-		k = k[:i]
-	}
-	return 0, false
 }
 
 // withDefaults returns the plan with its zero fields filled and its
@@ -275,7 +258,7 @@ func (p Plan) check(defaults bool) error {
 	}
 	for i, s := range p.SpillThresholds {
 		if _, err := placement.ParseSpillThreshold(s); err != nil {
-			return bad(fmt.Sprintf("spill_thresholds[%d]", i), "want auto or a non-negative integer, got %q", s)
+			return bad(fmt.Sprintf("spill_thresholds[%d]", i), "%v", err)
 		}
 		if slices.Index(p.SpillThresholds, s) != i {
 			return bad(fmt.Sprintf("spill_thresholds[%d]", i), "%q listed twice", s)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/lm-warden/warden/placement"
 )
 
 func TestParseDefaultPlan(t *testing.T) {
@@ -55,7 +56,8 @@ func TestParsePlanErrors(t *testing.T) {
 			"plan.yaml:8: farms[1].vllm.max_num_seqs: must be >= 1, got -1"},
 		{"bad strategy", minimal + "strategies: [affinity, random]\n", `plan.yaml:7: strategies[1]: unknown strategy "random"`},
 		{"twice strategy", minimal + "strategies: [affinity, affinity]\n", `plan.yaml:7: strategies[1]: "affinity" listed twice`},
-		{"bad spill", minimal + "spill_thresholds: [auto, -3]\n", `plan.yaml:7: spill_thresholds[1]: want auto or a non-negative integer, got "-3"`},
+		{"bad spill", minimal + "spill_thresholds: [auto, -3]\n", `plan.yaml:7: spill_thresholds[1]: ` + placement.SpillThresholdError("-3")},
+		{"zero spill", minimal + "spill_thresholds: [0]\n", `plan.yaml:7: spill_thresholds[0]: ` + placement.SpillThresholdError("0")},
 		{"bad sessions", minimal + "sessions: [4, 0]\n", "plan.yaml:7: sessions[0]: want 1 to 100000 concurrent sessions, got 0"},
 		{"hit over 100", minimal + "  prefix_hit_pct_min: 120\n", "plan.yaml:7: targets.prefix_hit_pct_min: want a number from 0 (no target) to 100, got 120"},
 		{"bad workload", minimal + "workload:\n  turns: 0\n", "plan.yaml:8: workload.turns: must be >= 1, got 0"},
@@ -63,7 +65,7 @@ func TestParsePlanErrors(t *testing.T) {
 		{"unpriced gpu", minimal + "prices: {H100 SXM: 2.5}\n", "plan.yaml:2: farms[0].gpus[0]: RTX A4000 has no price"},
 		{"bad price key", minimal + "prices: {nope: 2.5}\n", "plan.yaml:7: prices.nope: "},
 		{"not a mapping", "- 1\n- 2\n", "plan.yaml:1: cannot unmarshal !!seq"},
-		{"bad yaml", "farms: [\n", "plan.yaml: "},
+		{"bad yaml", "farms: [\n", "plan.yaml:1: did not find expected node content"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

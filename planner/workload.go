@@ -6,10 +6,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lm-warden/warden/internal/num"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // describeWorkload computes the typical context of a session and says in a
@@ -120,10 +119,7 @@ func traceContext(t *sim.Trace) (int, int) {
 }
 
 // group writes an integer with thousands separators.
-func group(v int64) string { return numbers.Sprintf("%d", v) }
-
-// numbers formats numbers with thousands separators.
-var numbers = message.NewPrinter(language.English)
+func group(v int64) string { return num.Int(v) }
 
 func joinInts(v []int) string {
 	s := make([]string, len(v))

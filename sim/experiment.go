@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lm-warden/warden/internal/num"
 	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/traces"
@@ -417,15 +418,15 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 		Censored:   w.censored,
 	}
 	d := &row.direct
-	d.laterTurns = t.router.laterTurns - s.router.laterTurns
-	d.home = t.router.laterHome - s.router.laterHome
+	d.laterTurns = t.router.stay.Later - s.router.stay.Later
+	d.home = t.router.stay.Home - s.router.stay.Home
 	d.sessionsCompleted = t.router.sessionsCompleted - s.router.sessionsCompleted
 	if n := t.samples - s.samples; n > 0 {
 		d.busyMean = float64(t.busySum-s.busySum) / float64(n)
 	}
 	sorted := slices.Clone(w.ttfbs)
 	slices.Sort(sorted)
-	d.ttfbP50, d.ttfbP95 = quantile(sorted, 0.5), quantile(sorted, 0.95)
+	d.ttfbP50, d.ttfbP95 = num.Quantile(sorted, 0.5), num.Quantile(sorted, 0.95)
 	var admitQ, admitH int64
 	for i := range r.reps {
 		a, b := s.engines[i], t.engines[i]

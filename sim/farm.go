@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/internal/strictyaml"
 	"github.com/lm-warden/warden/placement"
 )
 
@@ -172,11 +173,11 @@ type Duration time.Duration
 // UnmarshalYAML reads a Go duration string.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return fmt.Errorf("line %d: want a duration such as 1s or 30m", n.Line)
+		return strictyaml.Bad(n, "want a duration such as 1s or 30m")
 	}
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration (want e.g. 1s, 30m, 100us)", n.Line, n.Value)
+		return strictyaml.Bad(n, "%q is not a duration (want e.g. 1s, 30m, 100us)", n.Value)
 	}
 	*d = Duration(v)
 	return nil
@@ -246,7 +247,7 @@ func ParseFarm(data []byte, name string) (*Farm, error) {
 // ParseFarmWith is ParseFarm with edit, when not nil, applied to the spec
 // before it is resolved (command-line overrides such as --replicas).
 func ParseFarmWith(data []byte, name string, edit func(*FarmSpec)) (*Farm, error) {
-	spec, lines, err := parseFarmSpec(data, name)
+	spec, doc, err := parseFarmSpec(data, name)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +258,7 @@ func ParseFarmWith(data []byte, name string, edit func(*FarmSpec)) (*Farm, error
 	if err != nil {
 		var fe *fieldError
 		if errors.As(err, &fe) {
-			if l, ok := lines[fe.key]; ok {
+			if l, ok := doc.Line(fe.key); ok {
 				return nil, fmt.Errorf("%s:%d: %w", name, l, err)
 			}
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -267,10 +268,13 @@ func ParseFarmWith(data []byte, name string, edit func(*FarmSpec)) (*Farm, error
 	return f, nil
 }
 
-func parseFarmSpec(data []byte, name string) (FarmSpec, map[string]int, error) {
+func parseFarmSpec(data []byte, name string) (FarmSpec, *strictyaml.Doc, error) {
 	var spec FarmSpec
-	lines, err := DecodeYAML(data, name, &spec, "empty farm spec (want at least model and gpu)")
-	return spec, lines, err
+	doc, err := strictyaml.Decode(name, data, &spec)
+	if err == nil && doc.Empty() {
+		err = fmt.Errorf("%s: empty farm spec (want at least model and gpu)", name)
+	}
+	return spec, doc, err
 }
 
 // fieldError is a bad value; key is its dotted YAML path.
@@ -435,7 +439,7 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	}
 	spill, err := placement.ParseSpillThreshold(r.SpillThreshold)
 	if err != nil {
-		return nil, bad("routing.spill_threshold", "want auto, priced or a non-negative integer, got %q", r.SpillThreshold)
+		return nil, bad("routing.spill_threshold", "%v", err)
 	}
 	if r.Balance == "" {
 		r.Balance = placement.BalanceSessions.String()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/examples"
+	"github.com/lm-warden/warden/placement"
 )
 
 func mustDefaultFarm(t testing.TB) *Farm {
@@ -108,7 +109,8 @@ func TestParseFarmErrors(t *testing.T) {
 		{"wrong type", base + "replicas: four\n", "farm.yaml:3: replicas: cannot unmarshal"},
 		{"bad duration", base + "scrape_interval: soon\n", `farm.yaml:3: scrape_interval: "soon" is not a duration`},
 		{"bad strategy", base + "routing:\n  strategy: random\n", "farm.yaml:4: routing.strategy: must be one of hash, least-loaded, affinity"},
-		{"bad spill", base + "routing:\n  spill_threshold: lots\n", "farm.yaml:4: routing.spill_threshold: want auto, priced or a non-negative integer"},
+		{"bad spill", base + "routing:\n  spill_threshold: lots\n", "farm.yaml:4: routing.spill_threshold: " + placement.SpillThresholdError("lots")},
+		{"zero spill", base + "routing:\n  spill_threshold: 0\n", "farm.yaml:4: routing.spill_threshold: " + placement.SpillThresholdError("0")},
 		{"bad dtype", base + "weights_dtype: fp4\n", "farm.yaml:3: weights_dtype: must be bf16, fp8 or int4"},
 		{"unknown gpu", "model: Qwen/Qwen3-4B-Instruct-2507\ngpu: RTX A4001\n", "farm.yaml:2: gpu: unknown GPU"},
 		{"no model", "gpu: RTX A4000\n", "farm.yaml: model: required"},
@@ -116,7 +118,7 @@ func TestParseFarmErrors(t *testing.T) {
 		{"bad overhead", base + "step_time:\n  step_overhead: -1ms\n", "farm.yaml:4: step_time.step_overhead: must be >= 0"},
 		{"too many blocks", base + "vllm:\n  num_gpu_blocks: 3000000000\n", "farm.yaml:4: vllm.num_gpu_blocks: must be at most 2147483647"},
 		{"empty", "", "farm.yaml: empty farm spec"},
-		{"not yaml", "model: [\n", "farm.yaml: "},
+		{"not yaml", "model: [\n", "farm.yaml:1: did not find expected node content"},
 		{"too big for the card", "model: meta-llama/Llama-3.1-70B-Instruct\ngpu: RTX A4000\n", "farm.yaml:2: gpu: "},
 		{"bad version", base + "vllm:\n  version: latest\n", `farm.yaml:4: vllm.version: want a release such as "0.26"`},
 		{"bad full isl", base + "vllm:\n  scheduler_reserve_full_isl: maybe\n", `farm.yaml:4: vllm.scheduler_reserve_full_isl: want true or false, got "maybe"`},

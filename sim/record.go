@@ -188,8 +188,8 @@ func (rec *recorder) append(tMs int64) {
 			busy++
 		}
 	}
-	rec.later.Append(tMs, float64(r.rt.laterTurns))
-	rec.home.Append(tMs, float64(r.rt.laterHome))
+	rec.later.Append(tMs, float64(r.rt.stay.Later))
+	rec.home.Append(tMs, float64(r.rt.stay.Home))
 	rec.done.Append(tMs, float64(r.rt.sessionsCompleted))
 	rec.output.Append(tMs, float64(r.outputTokens()))
 	rec.ttfb.Append(tMs)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lm-warden/warden/internal/num"
 	"github.com/lm-warden/warden/traces"
 )
 
@@ -69,7 +70,7 @@ func TestRequestRecordsMatchTheTable(t *testing.T) {
 		name := fmt.Sprintf("%s/%d", row.Strategy, row.Sessions)
 		v := slices.Clone(ttfbs[k])
 		slices.Sort(v)
-		p50, p95 := quantile(v, 0.5), quantile(v, 0.95)
+		p50, p95 := num.Quantile(v, 0.5), num.Quantile(v, 0.95)
 		// Records carry milliseconds (3 decimals).
 		if math.Abs(p50-row.direct.ttfbP50) > 1e-3 || math.Abs(p95-row.direct.ttfbP95) > 1e-3 {
 			t.Errorf("%s: records p50/p95 %v/%v, direct counts %v/%v", name, p50, p95, row.direct.ttfbP50, row.direct.ttfbP95)

@@ -9,8 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
+	"github.com/lm-warden/warden/internal/num"
 )
 
 // Report is the result of an experiment: one row per step and strategy.
@@ -124,18 +123,6 @@ func pct(a, b int64) float64 {
 	return 100 * float64(a) / float64(b)
 }
 
-// quantile is the q-quantile of sorted values (linear interpolation), NaN
-// for none.
-func quantile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	pos := q * float64(len(sorted)-1)
-	lo := int(math.Floor(pos))
-	hi := min(lo+1, len(sorted)-1)
-	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
-}
-
 // WriteText writes the report as a table like the product's published one:
 // one line per step; with two strategies every cell reads "off -> on".
 func (rep *Report) WriteText(w io.Writer) error {
@@ -218,12 +205,4 @@ func (rep *Report) WriteText(w io.Writer) error {
 }
 
 // fmtNum formats v with d decimals and thousands separators; "-" for NaN.
-func fmtNum(v float64, d int) string {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return "-"
-	}
-	return numbers.Sprintf("%.*f", d, v)
-}
-
-// numbers formats numbers with thousands separators.
-var numbers = message.NewPrinter(language.English)
+func fmtNum(v float64, d int) string { return num.Format(v, d) }

@@ -36,7 +36,7 @@ func TestParseFarmRouting(t *testing.T) {
 		{"bad balance", "routing:\n  balance: tokens\n", `farm.yaml:4: routing.balance: want sessions or kv, got "tokens"`},
 		{"bad admission", "routing:\n  admission: yes\n", `farm.yaml:4: routing.admission: want off or kv, got "yes"`},
 		{"bad timeout", "routing:\n  admission_timeout: -5s\n", "farm.yaml:4: routing.admission_timeout: must be >= 0"},
-		{"bad spill", "routing:\n  spill_threshold: cheap\n", "farm.yaml:4: routing.spill_threshold: want auto, priced or a non-negative integer"},
+		{"bad spill", "routing:\n  spill_threshold: cheap\n", "farm.yaml:4: routing.spill_threshold: " + placement.SpillThresholdError("cheap")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseFarm([]byte(base+tt.yaml), "farm.yaml")

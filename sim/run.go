@@ -69,8 +69,7 @@ type run struct {
 type routerStats struct {
 	requests          [][]int64 // [replica][reason]
 	inFlight          []int
-	laterTurns        int64
-	laterHome         int64
+	stay              placement.StayCount // later turns, and those on the first turn's replica
 	sessionsCompleted int64
 	ttfbs             []float64 // every TTFB of the current step, seconds (direct quantiles)
 	censored          int64     // TTFBs counted censored at a step's end
@@ -148,12 +147,7 @@ func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, err
 }
 
 // numReasons is the number of placement reasons the router counts.
-var numReasons = func() int {
-	n := 0
-	for ; placement.Reason(n).String() != fmt.Sprintf("Reason(%d)", n); n++ {
-	}
-	return n
-}()
+const numReasons = placement.NumReasons
 
 // micros converts a duration to virtual time.
 func micros(d time.Duration) int64 { return d.Microseconds() }
@@ -415,12 +409,8 @@ func (r *run) place(s *seq, d placement.Decision, home *int) {
 	if home != nil {
 		if s.turn == 0 {
 			*home = rp
-		} else {
-			r.rt.laterTurns++
-			if *home == rp {
-				r.rt.laterHome++
-			}
 		}
+		r.rt.stay.Add(s.turn > 0, *home, rp)
 	}
 	rep := r.reps[rp]
 	rep.add(s)

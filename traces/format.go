@@ -458,6 +458,23 @@ func (w *Writer) Write(r *Request) error {
 	return nil
 }
 
+// Flush writes the header if nothing was written and flushes what is
+// buffered to the underlying writer.
+func (w *Writer) Flush() error {
+	if err := w.start(); err != nil {
+		return err
+	}
+	if err := w.bw.Flush(); err != nil {
+		w.err = err
+		return err
+	}
+	return nil
+}
+
+// Err returns the write error that stopped the Writer, if any: every later
+// Write fails with it. A request refused by the format's rules is not one.
+func (w *Writer) Err() error { return w.err }
+
 // Close writes the header if nothing was written, flushes, and closes what
 // Create opened.
 func (w *Writer) Close() error {

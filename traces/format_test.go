@@ -233,3 +233,24 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// failWriter fails every write (a full disk).
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+func TestWriterErrAndFlush(t *testing.T) {
+	w := NewWriter(failWriter{}, Header{BlockSize: 16})
+	if err := w.Write(&Request{Session: "s", PromptTokens: 0}); err == nil || w.Err() != nil {
+		t.Fatalf("a request the rules refuse: Write = %v, Err = %v; want an error and no sticky one", err, w.Err())
+	}
+	if err := w.Write(&Request{Session: "s", PromptTokens: 1, HashIDs: []uint64{1}}); err != nil {
+		t.Fatalf("buffered Write = %v", err)
+	}
+	if err := w.Flush(); err == nil || w.Err() == nil {
+		t.Fatalf("Flush to a failing writer = %v, Err = %v; want both set", err, w.Err())
+	}
+	if err := w.Write(&Request{Session: "s", PromptTokens: 1, HashIDs: []uint64{1}}); err == nil {
+		t.Error("Write after a failed flush succeeded")
+	}
+}

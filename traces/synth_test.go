@@ -238,7 +238,7 @@ func TestLoadWorkload(t *testing.T) {
 		{name: "negative turnaround", yaml: "client_turnaround: -5ms\n", err: "w.yaml:1: client_turnaround: must be in [0s, 1h]"},
 		{name: "spread out of range", yaml: "first_message_spread: 1.5\n", err: "w.yaml:1: first_message_spread: must be in [0, 1)"},
 		{name: "not a mapping", yaml: "- 1\n", err: "w.yaml:1:"},
-		{name: "syntax", yaml: "turns: [\n", err: "w.yaml: "},
+		{name: "syntax", yaml: "turns: [\n", err: "w.yaml:1: did not find expected node content"},
 	}
 	dir := t.TempDir()
 	for _, tc := range tests {

@@ -1,18 +1,13 @@
 package traces
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
-	"regexp"
-	"strconv"
-	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/lm-warden/warden/internal/strictyaml"
 )
 
 // Workload is the shape of synthetic agent sessions (notes/domain.md): a
@@ -213,20 +208,14 @@ func LoadWorkload(path string) (Workload, error) {
 // ParseWorkload is LoadWorkload on bytes; name is used in errors.
 func ParseWorkload(data []byte, name string) (Workload, error) {
 	w := DefaultWorkload()
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return Workload{}, fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	lines := keyLines(&root)
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&w); err != nil && !errors.Is(err, io.EOF) {
-		return Workload{}, yamlError(name, err, lines)
+	doc, err := strictyaml.Decode(name, data, &w)
+	if err != nil {
+		return Workload{}, err
 	}
 	if err := w.Validate(); err != nil {
 		var fe *FieldError
 		if errors.As(err, &fe) {
-			if l, ok := lineOf(lines, fe.Key); ok {
+			if l, ok := doc.Line(fe.Key); ok {
 				return Workload{}, fmt.Errorf("%s:%d: %w", name, l, err)
 			}
 			return Workload{}, fmt.Errorf("%s: %w (default value)", name, err)
@@ -234,63 +223,4 @@ func ParseWorkload(data []byte, name string) (Workload, error) {
 		return Workload{}, fmt.Errorf("%s: %w", name, err)
 	}
 	return w, nil
-}
-
-// keyLines maps each top-level key of a YAML mapping to its line.
-func keyLines(root *yaml.Node) map[int]string {
-	lines := map[int]string{}
-	n := root
-	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
-		n = n.Content[0]
-	}
-	if n.Kind != yaml.MappingNode {
-		return lines
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		lines[n.Content[i].Line] = n.Content[i].Value
-	}
-	return lines
-}
-
-func lineOf(lines map[int]string, key string) (int, bool) {
-	best := 0
-	for l, k := range lines {
-		if k == key && (best == 0 || l < best) {
-			best = l
-		}
-	}
-	return best, best > 0
-}
-
-var (
-	reYAMLLine    = regexp.MustCompile(`^line (\d+): (.*)$`)
-	reYAMLUnknown = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
-)
-
-// yamlError rewrites yaml.v3's errors as "file:line: key: reason".
-func yamlError(name string, err error, lines map[int]string) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return fmt.Errorf("%s: %s", name, strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	msgs := make([]string, 0, len(te.Errors))
-	for _, e := range te.Errors {
-		m := reYAMLLine.FindStringSubmatch(e)
-		if m == nil {
-			msgs = append(msgs, name+": "+e)
-			continue
-		}
-		line, _ := strconv.Atoi(m[1])
-		reason := m[2]
-		key := lines[line]
-		if u := reYAMLUnknown.FindStringSubmatch(reason); u != nil {
-			key, reason = u[1], "unknown key"
-		}
-		if key == "" {
-			msgs = append(msgs, fmt.Sprintf("%s:%d: %s", name, line, reason))
-			continue
-		}
-		msgs = append(msgs, fmt.Sprintf("%s:%d: %s: %s", name, line, key, reason))
-	}
-	return errors.New(strings.Join(msgs, "; "))
 }

@@ -18,6 +18,9 @@ type DashboardOptions struct {
 	Prefix string
 	// StatusURL is what the pages fetch, relative to the page's origin; "" means "/api/status".
 	StatusURL string
+	// HistoryURL is the last hour of token rates the stats page draws (live.HistoryReport),
+	// relative to the page's origin; "" means "/api/history".
+	HistoryURL string
 	// Refresh is the polling period; 0 means one second.
 	Refresh time.Duration
 }
@@ -26,12 +29,13 @@ type DashboardOptions struct {
 //
 //	{prefix}                        the data-parallel routing page, one panel per model
 //	{prefix}?model=NAME             the routing page of one model
-//	{prefix}stats?model=NAME        prompt tokens per second, cached vs computed, and hit rate
+//	{prefix}stats?model=NAME        the last hour: prompt tokens per second, cached vs computed,
+//	                                completion tokens per second, the hit rate, per replica too
 //	{prefix}static/echarts.min.js   echarts from the binary (also LICENSE, NOTICE)
 //
 // The pages are static; their script fetches StatusURL every Refresh and draws what it finds.
-// The stats page keeps the last hour of samples in the page (a ring of one sample per refresh),
-// so its history starts when the page is opened.
+// The stats page draws the hour the proxy keeps (HistoryURL, read every 5 s at most), so it
+// shows the last hour the moment it opens, whenever that is.
 //
 // # The status JSON the pages read
 //
@@ -51,8 +55,15 @@ type DashboardOptions struct {
 // Any other number in a REPLICA (a counter since start: requests, new, retried, ...) is shown
 // in an extra column named after its key, in key order. A replica whose scrape_state is not
 // "ok" is flagged in its row and in the model's panel (routing then uses local counts). The
-// stats page sums prefix_queries (prompt tokens) and prefix_hits (of those, served from cache)
-// over a model's replicas and differentiates them between polls.
+// stats page reads the replicas' state from here and their hour from the history.
+//
+// # The history JSON the stats page reads
+//
+// live.HistoryReport (GET /api/history?model=NAME): interval_s, points and per model start_ms
+// (point i covers start_ms + i*interval_s), the series prompt_tps, cached_tps, computed_tps,
+// generation_tps and hit_pct (null where nothing was scraped), total (seconds, prompt_tokens,
+// cached_tokens, computed_tokens, generation_tokens, hit_pct), and the same per replica (id,
+// url) in replicas.
 func DashboardHandler(o DashboardOptions) http.Handler {
 	if o.Prefix == "" {
 		o.Prefix = "/"
@@ -63,13 +74,19 @@ func DashboardHandler(o DashboardOptions) http.Handler {
 	if o.StatusURL == "" {
 		o.StatusURL = "/api/status"
 	}
+	if o.HistoryURL == "" {
+		o.HistoryURL = "/api/history"
+	}
 	if o.Refresh <= 0 {
 		o.Refresh = time.Second
 	}
-	cfg, _ := json.Marshal(map[string]any{ // cannot fail: strings and a number
-		"statusURL": o.StatusURL,
-		"prefix":    o.Prefix,
-		"refreshMs": o.Refresh.Milliseconds(),
+	cfg, _ := json.Marshal(map[string]any{ // cannot fail: strings and numbers
+		"statusURL":  o.StatusURL,
+		"historyURL": o.HistoryURL,
+		"prefix":     o.Prefix,
+		"refreshMs":  o.Refresh.Milliseconds(),
+		// The history's points are 10 s long: reading it every 5 s is enough.
+		"historyMs": max(o.Refresh, 5*time.Second).Milliseconds(),
 	})
 	render := func(kind, title string) []byte {
 		var buf bytes.Buffer
@@ -78,6 +95,7 @@ func DashboardHandler(o DashboardOptions) http.Handler {
 			Kind:   kind,
 			Prefix: o.Prefix,
 			Head:   servedHead(o.Prefix),
+			CSS:    template.CSS(dashboardCSS),
 			Config: template.JS(cfg),
 			Script: template.JS(dashboardJS),
 		})
@@ -87,7 +105,7 @@ func DashboardHandler(o DashboardOptions) http.Handler {
 		return buf.Bytes()
 	}
 	routing := render("routing", "LM Warden: routing")
-	stats := render("stats", "LM Warden: prompt tokens and hit rate")
+	stats := render("stats", "LM Warden: tokens and prefix-cache hits")
 	static := http.StripPrefix(strings.TrimSuffix(o.Prefix, "/"), StaticHandler())
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -125,8 +143,26 @@ func DashboardHandler(o DashboardOptions) http.Handler {
 type dashboardView struct {
 	Title, Kind, Prefix string
 	Head                template.HTML
+	CSS                 template.CSS
 	Config, Script      template.JS
 }
+
+// dashboardCSS is what the dashboard adds to pageCSS: a wider column (its tables are wide),
+// tables that scroll inside their own box rather than widen the page, and the sparklines.
+const dashboardCSS = `
+body.dashboard{max-width:1360px}
+.scroll{max-width:100%;overflow-x:auto}
+table.replicas{font-size:.85em;margin-top:0}
+table.replicas th{vertical-align:bottom;padding:3px 4px}
+table.replicas td{white-space:nowrap;padding:3px 4px}
+table.replicas td:first-child{max-width:14em;overflow:hidden;text-overflow:ellipsis}
+svg.spark{display:block;width:240px;height:30px}
+#hist-replicas td:last-child{text-align:left}
+svg.spark .computed{fill:#5470c6;opacity:.55}
+svg.spark .cached{fill:#91cc75}
+.answer{font-size:1.15em;font-weight:600;margin:.4em 0 .2em}
+.legend-note{font-size:.85em;color:#52606d;margin:.2em 0}
+`
 
 var dashboardTemplate = template.Must(template.New("dashboard").Parse(`<!DOCTYPE html>
 <html lang="en">
@@ -135,18 +171,25 @@ var dashboardTemplate = template.Must(template.New("dashboard").Parse(`<!DOCTYPE
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{.Title}}</title>
 {{.Head}}
+<style>{{.CSS}}</style>
 </head>
-<body>
+<body class="dashboard">
 <header>
 <h1>{{.Title}}</h1>
 <nav><a href="{{.Prefix}}">routing</a><a href="{{.Prefix}}stats">stats</a><span id="models"></span></nav>
 <p class="muted" id="updated">waiting for the first status</p>
 </header>
-<main id="main"></main>
+<main id="main">
 {{- if eq .Kind "stats"}}
-<div class="chart" id="prompt" style="height:360px"></div>
-<div class="chart" id="hitrate" style="height:300px"></div>
+<h2 id="stats-model"></h2>
+<p class="answer" id="hour-hit">reading the last hour from the proxy</p>
+<p class="legend-note">Prompt tokens per second as vLLM counted them on every replica (prompt_tokens_total): cached = served from the prefix cache (prefix_cache_hits_total), computed = the rest. Points of 10 s, kept by the proxy.</p>
+<div class="chart" id="prompt" style="height:340px"></div>
+<div class="chart" id="completion" style="height:220px"></div>
+<h3>Per replica, last hour</h3>
+<div class="scroll"><table class="replicas" id="hist-replicas"><thead><tr><th>replica</th><th>state</th><th>hit %<br>hour</th><th>prompt tok/s<br>last min</th><th>cached tok/s<br>last min</th><th>completion tok/s<br>last min</th><th>prompt tok/s (green: cached)</th></tr></thead><tbody></tbody></table></div>
 {{- end}}
+</main>
 <script>
 var wardenConfig = {{.Config}};
 var wardenPage = {{.Kind}};
@@ -167,8 +210,6 @@ var KNOWN = [
 ];
 var HIDDEN = {id: 1, url: 1, rank: 1, state: 1, scrape_state: 1, scrape_age_s: 1, kv_usage: 1,
   prefix_hits: 1, prefix_queries: 1};
-var RING = 3600;
-var samples = {};   // model -> [{t, prompt, cached}], at most RING samples
 
 function el(tag, text, cls) {
   var e = document.createElement(tag);
@@ -255,13 +296,8 @@ function panel(m) {
     var id = r.id === undefined ? i : r.id;
     tr.id = "replica-" + m.model + "-" + id;
     var name = String(id) + (typeof r.rank === "number" ? " (rank " + r.rank + ")" : "") + (r.url ? " " + r.url : "");
-    tr.appendChild(el("td", name));
-    var state = r.state || "";
-    var badScrape = r.scrape_state && r.scrape_state !== "ok";
-    if (badScrape) state += (state ? ", " : "") + "scrape " + r.scrape_state;
-    var st = el("td", state, badScrape || (r.state && r.state !== "healthy") ? "bad" : "");
-    if (r.scrape_error || r.health_error) st.title = [r.scrape_error, r.health_error].filter(Boolean).join("; ");
-    tr.appendChild(st);
+    var nm = el("td", name); nm.title = name; tr.appendChild(nm);
+    tr.appendChild(stateCell(r));
     KNOWN.forEach(function (k) {
       var td = el("td", num(k[2] ? k[2](r) : r[k[0]]));
       td.dataset.field = k[0];
@@ -275,89 +311,233 @@ function panel(m) {
     tb.appendChild(tr);
   });
   rt.appendChild(tb);
-  sec.appendChild(rt);
+  var box = el("div", null, "scroll"); box.appendChild(rt);
+  sec.appendChild(box);
   return sec;
 }
-function sum(reps, k) {
-  var s = 0, seen = false;
-  reps.forEach(function (r) { if (typeof r[k] === "number") { s += r[k]; seen = true; } });
-  return seen ? s : null;
+// stateCell is a replica's state, flagged when it is not healthy or its scrape is not ok.
+function stateCell(r) {
+  var state = r.state || "";
+  var badScrape = r.scrape_state && r.scrape_state !== "ok";
+  if (badScrape) state += (state ? ", " : "") + "scrape " + r.scrape_state;
+  var st = el("td", state, badScrape || (r.state && r.state !== "healthy") ? "bad" : "");
+  if (r.scrape_error || r.health_error) st.title = [r.scrape_error, r.health_error].filter(Boolean).join("; ");
+  return st;
 }
-function record(ms, now) {
-  ms.forEach(function (m) {
-    var reps = Array.isArray(m.replicas) ? m.replicas : [];
-    var p = sum(reps, "prefix_queries"), c = sum(reps, "prefix_hits");
-    if (p === null || c === null) return;
-    var h = samples[m.model] || (samples[m.model] = []);
-    h.push({t: now, prompt: p, cached: c});
-    if (h.length > RING) h.shift();
+// The stats page: the hour the proxy keeps (live.HistoryReport), drawn as soon as it arrives.
+var lastStatus = null, lastHistory = null, lastHistoryAt = 0, charts = {};
+var GREEN = "#91cc75", BLUE = "#5470c6", TEAL = "#3ba272";
+function fmtRate(v) {
+  if (typeof v !== "number" || !isFinite(v)) return "";
+  if (v >= 1e6) return (v / 1e6).toFixed(2) + " M";
+  if (v >= 1e4) return (v / 1e3).toFixed(1) + " k";
+  return v >= 100 ? v.toFixed(0) : v.toFixed(1);
+}
+function fmtTokens(v) {
+  if (typeof v !== "number" || !isFinite(v)) return "";
+  if (v >= 1e9) return (v / 1e9).toFixed(2) + " G";
+  if (v >= 1e6) return (v / 1e6).toFixed(2) + " M";
+  if (v >= 1e3) return (v / 1e3).toFixed(1) + " k";
+  return v.toFixed(0);
+}
+// spanWords names how long a total covers: "Last hour", or less while the proxy is young.
+function spanWords(sec, hour) {
+  if (sec >= hour - 20) return "Last hour";
+  var d = sec < 120 ? Math.round(sec) + " s" : Math.round(sec / 60) + " min";
+  return "Last " + d + " (as long as the proxy has counted)";
+}
+function hourSentence(h, hour) {
+  var t = h.total || {};
+  if (!(t.seconds > 0)) return "No counts yet: the hour starts with the proxy's second scrape of vLLM's /metrics.";
+  var head = spanWords(t.seconds, hour) + ": ";
+  if (typeof t.hit_pct !== "number" || !(t.prompt_tokens > 0)) return head + "no prompt tokens.";
+  var s = head + num(t.hit_pct, 1) + " % of prompt tokens came from the prefix cache (" +
+    fmtTokens(t.cached_tokens) + " cached, " + fmtTokens(t.computed_tokens) + " computed";
+  if (typeof t.generation_tokens === "number") s += "; " + fmtTokens(t.generation_tokens) + " completion tokens";
+  return s + ").";
+}
+function points(h, iv, arr) {
+  var out = [];
+  for (var i = 0; i < (arr || []).length; i++) out.push([h.start_ms + i * iv, arr[i]]);
+  return out;
+}
+function counted(arr) { return (arr || []).filter(function (v) { return typeof v === "number"; }).length; }
+// lastMinute is the mean rate of the last minute's points that were scraped.
+function lastMinute(arr, iv) {
+  var n = Math.max(1, Math.round(60000 / iv)), s = 0, k = 0;
+  for (var i = Math.max(0, arr.length - n); i < arr.length; i++) if (typeof arr[i] === "number") { s += arr[i]; k++; }
+  return k ? s / k : null;
+}
+// xRange shows from the first scraped point (at least five minutes) to the end of the ring.
+function xRange(h, iv, n) {
+  var end = h.start_ms + n * iv, first = end;
+  for (var i = 0; i < n; i++) if (typeof h.prompt_tps[i] === "number") { first = h.start_ms + i * iv; break; }
+  return {min: Math.min(first, end - 5 * 60000), max: end};
+}
+function areaSeries(name, color, data, stack) {
+  var few = counted(data.map(function (p) { return p[1]; })) < 3;
+  return {name: name, type: "line", stack: stack, data: data, color: color, symbol: "circle", symbolSize: 4,
+    showSymbol: few, lineStyle: {width: 1}, areaStyle: {opacity: 0.75}, emphasis: {disabled: true}};
+}
+function timeAxis(r) {
+  return {type: "time", min: r.min, max: r.max, axisLabel: {hideOverlap: true}, splitLine: {show: false}};
+}
+function axisRate(v) {
+  if (v >= 1e6) return +(v / 1e6).toFixed(1) + " M";
+  if (v >= 1e3) return +(v / 1e3).toFixed(1) + " k";
+  return String(+v.toFixed(1));
+}
+function rateAxis(name) {
+  return {type: "value", name: name, nameGap: 12, axisLabel: {formatter: axisRate}, min: 0};
+}
+// promptTip lists, for the point under the pointer, cached, computed, their sum and the hit %.
+function promptTip(h, iv) {
+  return function (ps) {
+    if (!ps.length) return "";
+    var i = ps[0].dataIndex, c = h.cached_tps[i], p = h.computed_tps[i], hit = h.hit_pct[i];
+    var d = new Date(h.start_ms + i * iv);
+    var out = [d.toLocaleTimeString() + ", " + (iv / 1000) + " s"];
+    if (typeof c !== "number") return out.concat(["not scraped"]).join("<br>");
+    out.push("cached " + fmtRate(c) + " tokens/s", "computed " + fmtRate(p) + " tokens/s",
+      "prompt " + fmtRate(h.prompt_tps[i]) + " tokens/s", "hit " + (typeof hit === "number" ? num(hit, 1) + " %" : "-"));
+    return out.join("<br>");
+  };
+}
+function chart(id) {
+  if (!charts[id]) charts[id] = echarts.init(document.getElementById(id), null, {renderer: "canvas"});
+  return charts[id];
+}
+// sparkline draws a replica's prompt tokens/s (computed on top, cached below) on a shared scale.
+function sparkline(h, top, from) {
+  var NS = "http://www.w3.org/2000/svg", W = 360, H = 30, n = (h.prompt_tps || []).length - from;
+  var svg = document.createElementNS(NS, "svg");
+  svg.setAttribute("class", "spark");
+  svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+  svg.setAttribute("preserveAspectRatio", "none");
+  function area(arr, cls) {
+    var d = "", run = [];
+    function flush() {
+      if (!run.length) return;
+      d += "M" + run[0][0] + " " + H;
+      run.forEach(function (p) { d += "L" + p[0] + " " + p[1]; });
+      d += "L" + run[run.length - 1][0] + " " + H + "Z";
+      run = [];
+    }
+    for (var i = 0; i < n; i++) {
+      var v = arr[from + i], x = (i + 0.5) * W / n;
+      if (typeof v !== "number") { flush(); continue; }
+      run.push([x.toFixed(1), (H - H * Math.min(1, v / top)).toFixed(1)]);
+    }
+    flush();
+    var p = document.createElementNS(NS, "path");
+    p.setAttribute("class", cls);
+    p.setAttribute("d", d || "M0 " + H);
+    svg.appendChild(p);
+  }
+  area(h.prompt_tps || [], "computed");
+  area(h.cached_tps || [], "cached");
+  return svg;
+}
+function drawStats() {
+  var rep = lastHistory;
+  if (!rep) return;
+  var want = wanted();
+  var h = (rep.models || []).filter(function (m) { return !want || m.model === want; })[0];
+  var title = document.getElementById("stats-model");
+  if (!h) { title.textContent = want ? "no model named " + want : "no model"; return; }
+  var iv = 1000 * rep.interval_s, n = (h.prompt_tps || []).length, hour = rep.interval_s * rep.points;
+  title.textContent = h.model;
+  document.getElementById("hour-hit").textContent = hourSentence(h, hour);
+  var r = xRange(h, iv, n);
+  var grid = {top: 56, left: 16, right: 24, bottom: 24, containLabel: true};
+  var tooltip = {trigger: "axis", valueFormatter: function (v) { return typeof v === "number" ? fmtRate(v) + " tokens/s" : "not scraped"; }};
+  chart("prompt").setOption({
+    animation: false, title: {text: "Prompt tokens per second", textStyle: {fontSize: 14}},
+    legend: {top: 2, right: 24}, tooltip: {trigger: "axis", formatter: promptTip(h, iv)}, grid: grid,
+    xAxis: timeAxis(r), yAxis: rateAxis("tokens/s"),
+    series: [areaSeries("cached (prefix cache)", GREEN, points(h, iv, h.cached_tps), "prompt"),
+             areaSeries("computed", BLUE, points(h, iv, h.computed_tps), "prompt")]
+  });
+  document.getElementById("prompt").setAttribute("data-points", counted(h.prompt_tps));
+  var gen = points(h, iv, h.generation_tps);
+  chart("completion").setOption({
+    animation: false, title: {text: "Completion tokens per second", textStyle: {fontSize: 14},
+      subtext: counted(h.generation_tps) ? "" : "the servers expose no vllm:generation_tokens_total"},
+    tooltip: tooltip, grid: {top: 48, left: 16, right: 24, bottom: 24, containLabel: true},
+    xAxis: timeAxis(r), yAxis: rateAxis("tokens/s"),
+    series: [areaSeries("completion", TEAL, gen)]
+  });
+  document.getElementById("completion").setAttribute("data-points", counted(h.generation_tps));
+  drawReplicas(h, iv);
+}
+// firstIndex is the ring index the charts start at (see xRange).
+function firstIndex(h, iv) {
+  var n = (h.prompt_tps || []).length;
+  return Math.max(0, Math.min(n - 1, Math.floor((xRange(h, iv, n).min - h.start_ms) / iv)));
+}
+function drawReplicas(h, iv) {
+  var reps = h.replicas || [], states = {};
+  if (lastStatus) {
+    models(lastStatus).forEach(function (m) {
+      if (m.model === h.model) (m.replicas || []).forEach(function (r, i) { states[r.id === undefined ? i : r.id] = r; });
+    });
+  }
+  var top = 0;
+  reps.forEach(function (r) { (r.prompt_tps || []).forEach(function (v) { if (typeof v === "number" && v > top) top = v; }); });
+  top = top || 1;
+  var from = firstIndex(h, iv);
+  var tb = document.querySelector("#hist-replicas tbody");
+  tb.textContent = "";
+  reps.forEach(function (r) {
+    var tr = el("tr"); tr.id = "hist-replica-" + r.id;
+    var name = String(r.id) + (typeof r.rank === "number" ? " (rank " + r.rank + ")" : "") + (r.url ? " " + r.url : "");
+    var nm = el("td", name); nm.title = name; tr.appendChild(nm);
+    tr.appendChild(states[r.id] ? stateCell(states[r.id]) : el("td", ""));
+    var t = r.total || {};
+    [["hit", num(t.hit_pct, 1)], ["prompt", fmtRate(lastMinute(r.prompt_tps || [], iv))],
+     ["cached", fmtRate(lastMinute(r.cached_tps || [], iv))],
+     ["completion", fmtRate(lastMinute(r.generation_tps || [], iv))]].forEach(function (c) {
+      var td = el("td", c[1]); td.dataset.field = c[0]; tr.appendChild(td);
+    });
+    var sp = el("td"); sp.appendChild(sparkline(r, top, from)); tr.appendChild(sp);
+    tb.appendChild(tr);
   });
 }
-var charts = {};
-function drawStats(m) {
-  var h = samples[m.model] || [];
-  var cached = [], computed = [], hit = [];
-  for (var i = 1; i < h.length; i++) {
-    var dt = (h[i].t - h[i - 1].t) / 1000;
-    var dp = h[i].prompt - h[i - 1].prompt, dc = h[i].cached - h[i - 1].cached;
-    if (dt <= 0 || dp < 0 || dc < 0) continue;   // counter reset: skip the step
-    var x = new Date(h[i].t);
-    cached.push([x, dc / dt]);
-    computed.push([x, Math.max(0, dp - dc) / dt]);
-    hit.push([x, dp > 0 ? 100 * dc / dp : null]);
-  }
-  var hour = "";
-  if (h.length > 1) {
-    var a = h[0], b = h[h.length - 1];
-    if (b.prompt > a.prompt) hour = num(100 * (b.cached - a.cached) / (b.prompt - a.prompt), 1) + " %";
-  }
-  var main = document.getElementById("main");
-  main.textContent = "";
-  main.appendChild(el("h2", m.model));
-  var span = h.length ? (h[h.length - 1].t - h[0].t) / 1000 : 0;
-  var p = el("p", "Prefix-cache hit rate over the last " + (span < 120 ? Math.round(span) + " s" : Math.round(span / 60) + " min") +
-    " (at most one hour, since this page opened): ");
-  var s = el("strong", hour || "no prompt tokens yet"); s.id = "hour-hit";
-  p.appendChild(s);
-  main.appendChild(p);
-  if (!charts.prompt) {
-    charts.prompt = echarts.init(document.getElementById("prompt"), null, {renderer: "canvas"});
-    charts.hit = echarts.init(document.getElementById("hitrate"), null, {renderer: "canvas"});
-  }
-  charts.prompt.setOption({
-    animation: false, title: {text: "Prompt tokens per second"}, legend: {top: 28},
-    tooltip: {trigger: "axis"}, grid: {top: 70, left: 60, right: 30, bottom: 40, containLabel: true},
-    xAxis: {type: "time"}, yAxis: {type: "value", name: "tokens/s"},
-    series: [
-      {name: "computed", type: "line", stack: "total", areaStyle: {opacity: 0.6}, showSymbol: false, data: computed},
-      {name: "cached", type: "line", stack: "total", areaStyle: {opacity: 0.6}, showSymbol: false, data: cached}
-    ]
-  });
-  charts.hit.setOption({
-    animation: false, title: {text: "Prefix-cache hit rate"}, tooltip: {trigger: "axis"},
-    grid: {top: 50, left: 60, right: 30, bottom: 40, containLabel: true},
-    xAxis: {type: "time"}, yAxis: {type: "value", name: "%", min: 0, max: 100},
-    series: [{name: "hit %", type: "line", showSymbol: false, data: hit}]
-  });
+function pollHistory() {
+  var want = wanted();
+  var url = wardenConfig.historyURL + (want ? "?model=" + encodeURIComponent(want) : "");
+  lastHistoryAt = Date.now();
+  fetch(url, {cache: "no-store"})
+    .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
+    .then(function (rep) { lastHistory = rep; drawStats(); })
+    .catch(function (e) {
+      document.getElementById("hour-hit").textContent = "history unavailable: " + e.message;
+    });
 }
+window.addEventListener("resize", function () { Object.keys(charts).forEach(function (k) { charts[k].resize(); }); });
 function show(status) {
   var ms = models(status);
   modelLinks(ms);
+  lastStatus = status;
   var now = Date.now();
-  record(ms, now);
   var want = wanted();
   var shown = ms.filter(function (m) { return !want || m.model === want; });
   document.getElementById("updated").textContent = "updated " + new Date(now).toLocaleTimeString() +
     (want && !shown.length ? "; no model named " + want : "");
   if (wardenPage === "stats") {
-    if (shown.length) drawStats(shown[0]);
+    if (lastHistory) drawReplicas(currentHistory(), 1000 * lastHistory.interval_s);
     return;
   }
   var main = document.getElementById("main");
   main.textContent = "";
   shown.forEach(function (m) { main.appendChild(panel(m)); });
 }
+function currentHistory() {
+  var want = wanted();
+  return (lastHistory.models || []).filter(function (m) { return !want || m.model === want; })[0] || {replicas: []};
+}
 function poll() {
+  if (wardenPage === "stats" && Date.now() - lastHistoryAt >= wardenConfig.historyMs) pollHistory();
   fetch(wardenConfig.statusURL, {cache: "no-store"})
     .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
     .then(show)

@@ -11,7 +11,8 @@
 // assets/echarts with its LICENSE and NOTICE) in a <script> element, so it opens offline and can
 // be mailed. The dashboard (dashboard.go) is served by the proxy's admin listener; its pages load
 // echarts from the binary and poll the proxy's /api/status (live.StatusReport, read as generic
-// JSON; DashboardHandler documents the fields) once a second.
+// JSON; DashboardHandler documents the fields) once a second; the stats page draws the last hour
+// that the proxy keeps (/api/history, live.HistoryReport) as soon as it opens.
 //
 // go-echarts is used for what it is good at, typed chart options; the page around the charts is
 // this package's own html/template (page.go), because a report interleaves prose, tables and

@@ -8,10 +8,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lm-warden/warden/internal/num"
 	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/sim"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // SimReportOptions say what a simulator report is about; every field is optional.
@@ -257,12 +256,4 @@ func ptr[T any](v T) *T { return &v }
 func fmtInt(v int64) string { return fmtNum(float64(v), 0) }
 
 // fmtNum formats v with d decimals and thousands separators; "-" for NaN or infinity.
-func fmtNum(v float64, d int) string {
-	if !finite(v) {
-		return "-"
-	}
-	return numbers.Sprintf("%.*f", d, v)
-}
-
-// numbers formats numbers with thousands separators.
-var numbers = message.NewPrinter(language.English)
+func fmtNum(v float64, d int) string { return num.Format(v, d) }

@@ -22,6 +22,7 @@ type emulateOptions struct {
 	Layout string
 	Speed  float64
 	Seed   uint64
+	Fault  string
 
 	// ready, when set, is called once every listener is open (tests).
 	ready func(urls []string)
@@ -34,8 +35,8 @@ func newEmulateCmd() *cobra.Command {
 		Short: "Serve an emulated vLLM farm (the simulator's replica model) over HTTP, without GPUs",
 		Long: `Serve a farm's replicas in wall time with the simulator's replica model: the
 same scheduler, KV block pool, prefix cache and step time as warden sim. Each
-replica speaks vLLM's OpenAI (/v1/chat/completions, /v1/completions) and
-Anthropic (/v1/messages) APIs, streamed or not, and exposes /metrics (vLLM's
+replica speaks vLLM's OpenAI (/v1/chat/completions, /v1/completions, the
+Responses API /v1/responses) and Anthropic (/v1/messages) APIs, streamed or not, and exposes /metrics (vLLM's
 series, engine label per replica), /health and /v1/models.
 
 Layouts: urls serves replica k on the listen port + k (one URL per replica, as
@@ -47,10 +48,21 @@ Prompts become blocks by the canonical-text rule (4 bytes of text per token,
 max_tokens tokens (default 256) of deterministic text, which a following turn
 that carries it hits too. usage.prompt_tokens_details.cached_tokens is returned.
 --speed 10 runs the model ten times faster than the wall clock; /metrics
-histograms record model time.`,
+histograms record model time.
+
+--fault injects what production does to a proxy, per inference request and
+deterministically from --seed (the n-th request of a replica draws the same
+faults every run): stall-after-headers=P sends the headers, then nothing
+(/health stays OK); error-503=P answers 503 in vLLM's error shape;
+die-mid-stream=P closes the connection halfway through the answer;
+slow-metrics=D delays every /metrics answer by D. P is a probability in
+[0, 1]. To make one replica of several faulty, run a second warden emulate
+with --fault on other ports.`,
 		Example: `  warden emulate                                   # the built-in 4 x RTX A4000 farm on ports 8000-8003
   warden emulate --farm examples/a4000-qwen3-4b.yaml --layout dp --speed 10
-  curl -s localhost:8000/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}'`,
+  curl -s localhost:8000/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
+  curl -sN localhost:8000/v1/responses -d '{"input":"hi","max_output_tokens":8,"stream":true}'
+  warden emulate --fault stall-after-headers=0.1,error-503=0.05,slow-metrics=3s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runEmulate(cmd.Context(), opts, cmd.OutOrStdout())
@@ -61,7 +73,8 @@ histograms record model time.`,
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:8000", "address of the first replica (urls: replica k on port+k; dp: the one server)")
 	f.StringVar(&opts.Layout, "layout", "urls", "urls (one port per replica) or dp (one server, X-data-parallel-rank)")
 	f.Float64Var(&opts.Speed, "speed", 1, "time factor: the model runs this many times faster than the wall clock")
-	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the answers' text")
+	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the answers' text and of the faults' draws")
+	f.StringVar(&opts.Fault, "fault", "", "faults to inject: stall-after-headers=P,error-503=P,die-mid-stream=P (probabilities), slow-metrics=D (a duration)")
 	return cmd
 }
 
@@ -82,7 +95,11 @@ func runEmulate(ctx context.Context, opts *emulateOptions, out io.Writer) error 
 	if err != nil {
 		return err
 	}
-	e, err := emulator.New(farm, emulator.Options{Layout: layout, Speed: opts.Speed, Seed: opts.Seed})
+	faults, err := emulator.ParseFaults(opts.Fault)
+	if err != nil {
+		return fmt.Errorf("--fault: %w", err)
+	}
+	e, err := emulator.New(farm, emulator.Options{Layout: layout, Speed: opts.Speed, Seed: opts.Seed, Faults: faults})
 	if err != nil {
 		return err
 	}
@@ -102,6 +119,9 @@ func runEmulate(ctx context.Context, opts *emulateOptions, out io.Writer) error 
 			break
 		}
 		fmt.Fprintf(out, "  replica %d  %s\n", i, u)
+	}
+	if f := faults.String(); f != "" {
+		fmt.Fprintf(out, "  faults: %s (seed %d)\n", f, opts.Seed)
 	}
 	if opts.ready != nil {
 		opts.ready(urls)

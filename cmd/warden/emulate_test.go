@@ -74,6 +74,8 @@ func TestEmulateBadFlags(t *testing.T) {
 		{[]string{"--listen", "nowhere"}, "--listen"},
 		{[]string{"--farm", "does-not-exist.yaml"}, "does-not-exist.yaml"},
 		{[]string{"--speed", "-2"}, "speed"},
+		{[]string{"--fault", "error-503=0.1,stall=1"}, `--fault: item 2 "stall=1": unknown fault`},
+		{[]string{"--fault", "die-mid-stream=2"}, `--fault: item 1 "die-mid-stream=2": die-mid-stream wants a probability in [0, 1]`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			root := newRootCmd()

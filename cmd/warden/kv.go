@@ -10,9 +10,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/internal/num"
 	"github.com/spf13/cobra"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // kvOptions are the flags of `warden kv`.
@@ -349,7 +348,4 @@ func printKV(out io.Writer, r *kvReport) error {
 }
 
 // thousands formats n with commas: 41408 -> "41,408".
-func thousands(n int) string { return numbers.Sprintf("%d", n) }
-
-// numbers formats numbers with thousands separators.
-var numbers = message.NewPrinter(language.English)
+func thousands(n int) string { return num.Int(int64(n)) }

@@ -35,8 +35,10 @@ is kept on the replica that holds its prefix cache; a turn spills elsewhere only
 while its home is over the spill threshold.
 
 The admin address serves the dashboard (/: the routing panel of every model,
-/stats: prompt tokens per second, cached and computed, and the hit rate; echarts
-is served from the binary), /metrics (Prometheus), /api/status (JSON) and /healthz.
+/stats: the last hour, kept by the proxy: prompt tokens per second, cached and
+computed, completion tokens per second and the hit rate, per replica too; echarts
+is served from the binary), /metrics (Prometheus), /api/status and /api/history
+(JSON) and /healthz.
 SIGHUP reloads the configuration without dropping connections or sessions:
 every session whose home replica is still configured keeps it, a replica
 added takes new sessions only, and running streams keep their in-flight
@@ -63,11 +65,12 @@ See live/testdata/proxy.yaml for every configuration key.`,
 }
 
 // dashboard mounts web's dashboard at the root of the admin listener: / and
-// /stats, with echarts under /static/. The dashboard polls /api/status; the
+// /stats, with echarts under /static/. The dashboard polls /api/status (and
+// the stats page /api/history); the
 // admin mux's own routes (/metrics, /api/status, /healthz) are more specific
 // and keep precedence.
 func dashboard() live.Option {
-	return live.WithAdminHandler("/", web.DashboardHandler(web.DashboardOptions{Prefix: "/", StatusURL: "/api/status"}))
+	return live.WithAdminHandler("/", web.DashboardHandler(web.DashboardOptions{Prefix: "/", StatusURL: "/api/status", HistoryURL: "/api/history"}))
 }
 
 func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) error {

@@ -231,8 +231,11 @@ func TestProxyDashboardShowsLiveNumbers(t *testing.T) {
 	}
 	// The stats page draws its two charts with the echarts of the binary,
 	// and the admin routes of live keep precedence over the dashboard's "/".
+	// It reads the hour from the admin listener's /api/history.
 	if res := browser.Check(t, adminURL+"/stats"); res.Canvases != 2 || len(res.Console) > 0 || len(res.Blocked) > 0 {
 		t.Errorf("stats page: %d canvases (want 2), console %q, blocked %q", res.Canvases, res.Console, res.Blocked)
+	} else if strings.Contains(res.Text, "reading the last hour") || strings.Contains(res.Text, "history unavailable") {
+		t.Errorf("stats page did not get the history: %q", res.Text)
 	}
 	for path, want := range map[string]string{"/metrics": "warden_in_flight", "/healthz": "ok", "/static/echarts.min.js": "echarts"} {
 		res, err := client.Get(adminURL + path)

@@ -171,7 +171,7 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 	if o.Spill != "" {
 		t, err := placement.ParseSpillThreshold(o.Spill)
 		if err != nil {
-			return e, fmt.Errorf("--spill-threshold: want auto, priced or a non-negative integer, got %q", o.Spill)
+			return e, fmt.Errorf("--spill-threshold: %w", err)
 		}
 		e.Spill = &t
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/traces"
 )
 
@@ -92,6 +93,7 @@ func TestSimErrors(t *testing.T) {
 	}{
 		{[]string{"sim", "--strategies", "random"}, `unknown strategy "random"`, ""},
 		{[]string{"sim", "--spill-threshold", "lots"}, "--spill-threshold", ""},
+		{[]string{"sim", "--spill-threshold", "0"}, "--spill-threshold: " + placement.SpillThresholdError("0"), ""},
 		{[]string{"sim", "--speed", "2"}, "need --trace", ""},
 		{[]string{"sim", "--replicas", "-1"}, "--replicas -1", ""},
 		// A flag given as 0 is not "no override": the farm's value is what

@@ -1,0 +1,411 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSpeed is the open-loop benchmark of issue 13, item 12: what the
+// proxy adds to a request's latency, and the CPU it burns per request,
+// beside HAProxy 2.6 (Debian's /usr/sbin/haproxy, `balance
+// hdr(X-Claude-Code-Session-Id)`) on the same backends.
+//
+// Setup: 4 fake vLLM backends on loopback (in this process: read the body,
+// answer a small chat.completion JSON at once); an open-loop generator at
+// WARDEN_SPEED_RATE requests/s (default 1,000) for WARDEN_SPEED_DURATION
+// (default 10s) after a 2 s warm-up, each request sent at its scheduled
+// time whatever the others do and its latency measured from that time
+// (so queueing anywhere, the generator's included, is not hidden:
+// coordinated omission); bodies of 64 KiB and 256 KiB, non-streamed chat
+// requests of 64 sessions, each with its X-Claude-Code-Session-Id. Three
+// targets in turn for each size: the backends directly (the baseline; a
+// session goes to backend session mod 4), HAProxy, and the warden binary
+// (`warden proxy`, built from this tree or WARDEN_BIN). Added p50/p99 are
+// the target's minus the baseline's; CPU per request is the utime+stime
+// of the proxy's process (/proc/PID/stat) over the measured window divided
+// by its requests.
+//
+// It measures, it does not judge (the numbers depend on the machine and on
+// what else runs there), so it runs only with WARDEN_SPEED=1: `make speed`.
+// It fails if a request fails. Without HAProxy its rows say so and the
+// rest runs.
+func TestSpeed(t *testing.T) {
+	if os.Getenv("WARDEN_SPEED") != "1" {
+		t.Skip("the proxy overhead benchmark runs with WARDEN_SPEED=1 (make speed)")
+	}
+	rate := envFloat(t, "WARDEN_SPEED_RATE", 1000)
+	dur := envDuration(t, "WARDEN_SPEED_DURATION", 10*time.Second)
+	const warm, sessions = 2 * time.Second, 64
+
+	var backends []string
+	for range 4 {
+		backends = append(backends, startSpeedBackend(t))
+	}
+	bin := os.Getenv("WARDEN_BIN")
+	if bin == "" {
+		bin = filepath.Join(t.TempDir(), "warden")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+	}
+	warden := startWardenProxy(t, bin, backends)
+	const haproxyPath = "/usr/sbin/haproxy"
+	var haproxy *speedTarget
+	if _, err := os.Stat(haproxyPath); err != nil {
+		t.Logf("HAProxy absent (%s: %v): its rows are skipped; apt-get install haproxy for the reference", haproxyPath, err)
+	} else {
+		haproxy = startHAProxy(t, haproxyPath, backends)
+	}
+
+	type row struct {
+		size, target    string
+		p50, p99, cpuUS float64 // ms, ms, µs per request (-1: none)
+		n, errs         int
+	}
+	var rows []row
+	for _, size := range []int{64 << 10, 256 << 10} {
+		bodies := speedBodies(sessions, size)
+		targets := []*speedTarget{{name: "direct", url: func(s int) string { return backends[s%len(backends)] }}}
+		if haproxy != nil {
+			targets = append(targets, haproxy)
+		}
+		targets = append(targets, warden)
+		for _, tg := range targets {
+			openLoop(t, tg, bodies, rate, warm) // warm-up, discarded
+			c0 := tg.cpu(t)
+			res := openLoop(t, tg, bodies, rate, dur)
+			c1 := tg.cpu(t)
+			cpu := -1.0
+			if tg.pid > 0 {
+				cpu = float64(c1-c0) / float64(res.n) * 1e6
+			}
+			r := row{size: fmt.Sprintf("%d KiB", size>>10), target: tg.name, n: res.n, errs: res.errs,
+				p50: quantileMS(res.lat, 0.5), p99: quantileMS(res.lat, 0.99), cpuUS: cpu}
+			rows = append(rows, r)
+			if res.errs > 0 {
+				t.Errorf("%s %s: %d of %d requests failed, first: %v", r.size, r.target, res.errs, res.n, res.firstErr)
+			}
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback, GOMAXPROCS of the proxy: its default (%d CPUs)\n",
+		rate, dur, sessions, runtime.NumCPU())
+	fmt.Fprintf(&b, "%-8s %-8s %9s %9s %10s %10s %11s %8s %7s\n", "body", "target", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "CPU µs/req", "requests", "failed")
+	var base row
+	for _, r := range rows {
+		if r.target == "direct" {
+			base = r
+		}
+		add50, add99, cpu := "-", "-", "-"
+		if r.target != "direct" {
+			add50, add99 = fmt.Sprintf("%+.2f", r.p50-base.p50), fmt.Sprintf("%+.2f", r.p99-base.p99)
+		}
+		if r.cpuUS >= 0 {
+			cpu = fmt.Sprintf("%.0f", r.cpuUS)
+		}
+		fmt.Fprintf(&b, "%-8s %-8s %9.2f %9.2f %10s %10s %11s %8d %7d\n", r.size, r.target, r.p50, r.p99, add50, add99, cpu, r.n, r.errs)
+	}
+	for _, size := range []string{"64 KiB", "256 KiB"} {
+		var h, w float64
+		for _, r := range rows {
+			if r.size == size && r.target == "haproxy" {
+				h = r.cpuUS
+			}
+			if r.size == size && r.target == "warden" {
+				w = r.cpuUS
+			}
+		}
+		if h > 0 {
+			fmt.Fprintf(&b, "%s: warden CPU per request = %.2fx HAProxy's\n", size, w/h)
+		}
+	}
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(&b, "load average at the end: %s", la)
+	}
+	t.Log("\n" + b.String())
+	if out := os.Getenv("WARDEN_SPEED_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// speedTarget is where the generator sends: a URL per session, and the
+// process whose CPU is counted (pid 0: none).
+type speedTarget struct {
+	name string
+	url  func(session int) string
+	pid  int
+}
+
+// cpu returns the process's user+system CPU so far, in seconds (0 when
+// there is no process).
+func (s *speedTarget) cpu(t *testing.T) float64 {
+	if s.pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+	if err != nil {
+		t.Fatalf("%s: %v", s.name, err)
+	}
+	// Fields after the command name "(...)": state is field 3, utime 14, stime 15.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("%s: /proc/%d/stat: %q", s.name, s.pid, b)
+	}
+	return float64(ut+st) / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on Linux
+// whatever the kernel's HZ.
+const clockTicks = 100
+
+func envFloat(t *testing.T, name string, def float64) float64 {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 {
+		t.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return f
+}
+
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q: want a positive duration such as 10s", name, v)
+	}
+	return d
+}
+
+// speedBody is one session's request: a non-streamed chat request of
+// size bytes (a long system prompt, the session's own message).
+type speedBody struct {
+	session string
+	body    []byte
+}
+
+func speedBodies(n, size int) []speedBody {
+	out := make([]speedBody, n)
+	for i := range out {
+		id := fmt.Sprintf("5e0c3a1b-%04x-4f7e-9d2a-%012x", i, i*7919)
+		head := `{"model":"bench","max_tokens":1,"stream":false,"messages":[{"role":"user","content":"session ` + id + " "
+		tail := `"}]}`
+		pad := size - len(head) - len(tail)
+		out[i] = speedBody{session: id, body: []byte(head + strings.Repeat("lorem ipsum ", pad/12+1)[:pad] + tail)}
+	}
+	return out
+}
+
+// loadResult is one open-loop run.
+type loadResult struct {
+	lat      []time.Duration // from the scheduled send time to the end of the body
+	n, errs  int
+	firstErr error
+}
+
+// openLoop sends rate requests per second for dur, request i at start +
+// i/rate (whenever the others end), session i mod len(bodies).
+func openLoop(t *testing.T, tg *speedTarget, bodies []speedBody, rate float64, dur time.Duration) loadResult {
+	t.Helper()
+	tr := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	n := int(rate * dur.Seconds())
+	res := loadResult{lat: make([]time.Duration, n), n: n}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) / rate)
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d)
+		}
+		s := i % len(bodies)
+		wg.Go(func() {
+			req, err := http.NewRequest(http.MethodPost, tg.url(s)+"/v1/chat/completions", bytes.NewReader(bodies[s].body))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Claude-Code-Session-Id", bodies[s].session)
+			resp, err := client.Do(req)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			res.lat[i] = time.Since(at)
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			if res.errs == 0 {
+				res.firstErr = err
+			}
+			res.errs++
+		}
+	}
+	return res
+}
+
+func quantileMS(lat []time.Duration, q float64) float64 {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return float64(s[min(int(q*float64(len(s))), len(s)-1)]) / 1e6
+}
+
+// startSpeedBackend serves a fake vLLM that answers every inference
+// request at once (the body read whole, a small chat.completion) and the
+// /health and /metrics pages the proxy probes; it returns its URL.
+func startSpeedBackend(t *testing.T) string {
+	t.Helper()
+	const answer = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"length"}],"usage":{"prompt_tokens":16384,"completion_tokens":1,"total_tokens":16385}}`
+	const metrics = "vllm:num_requests_running{engine=\"0\",model_name=\"bench\"} 0\n" +
+		"vllm:num_requests_waiting{engine=\"0\",model_name=\"bench\"} 0\n" +
+		"vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"bench\"} 0\n"
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = io.WriteString(w, metrics)
+	})
+	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+		_, _ = io.WriteString(w, answer)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ln); close(done) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return "http://" + ln.Addr().String()
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startProcess runs a server process until the test ends (SIGTERM, then
+// the wait) and waits until url answers 200 to a chat request.
+func startProcess(t *testing.T, name string, url string, argv ...string) *speedTarget {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	exited := make(chan struct{}) // closed when the process is gone; then waitErr is set
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	body := speedBodies(1, 1024)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body.body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Claude-Code-Session-Id", body.session)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("%s exited: %v\n%s", name, waitErr, stderr.String())
+		case <-ctx.Done():
+			t.Fatalf("%s does not answer at %s: %v\n%s", name, url, err, stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	http.DefaultClient.CloseIdleConnections()
+	return &speedTarget{name: name, url: func(int) string { return url }, pid: cmd.Process.Pid}
+}
+
+func startWardenProxy(t *testing.T, bin string, backends []string) *speedTarget {
+	t.Helper()
+	listen, admin := freeAddr(t), freeAddr(t)
+	cfg := fmt.Sprintf("listen: %s\nadmin: %s\nauth: passthrough\ntimeouts: {drain: 2s}\nmodels:\n  - name: bench\n    max_num_seqs: 256\n    replicas: [%s]\n",
+		listen, admin, strings.Join(backends, ", "))
+	path := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startProcess(t, "warden", "http://"+listen, bin, "proxy", "--config", path, "--log-level", "warn")
+}
+
+func startHAProxy(t *testing.T, bin string, backends []string) *speedTarget {
+	t.Helper()
+	listen := freeAddr(t)
+	var servers strings.Builder
+	for i, b := range backends {
+		fmt.Fprintf(&servers, "  server b%d %s\n", i, strings.TrimPrefix(b, "http://"))
+	}
+	cfg := "global\n  maxconn 4096\n\ndefaults\n  mode http\n  timeout connect 2s\n  timeout client 60s\n  timeout server 60s\n" +
+		"  option http-keep-alive\n  http-reuse safe\n\nfrontend fe\n  bind " + listen + "\n  default_backend be\n\n" +
+		"backend be\n  balance hdr(X-Claude-Code-Session-Id)\n" + servers.String()
+	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startProcess(t, "haproxy", "http://"+listen, bin, "-f", path, "-db")
+}
