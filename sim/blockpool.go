@@ -38,14 +38,12 @@ type blockPool struct {
 	numFree  int
 	cached   map[uint64]int32 // hash -> first block that holds it
 
-	// everCached is every hash ever cached on this replica; it tells an
-	// evicted miss from one that never was here (miss classification).
-	// nil: not tracked (a long-running EngineReplica), misses then read as
-	// cold.
-	everCached map[uint64]struct{}
-	// onCache, when set, is told of every hash cached (the farm's record of
-	// what was ever computed anywhere).
-	onCache func(hash uint64)
+	// ever records every hash ever cached on any replica of the run, and on
+	// which (everID is this pool's replica); it tells an evicted miss from
+	// one computed only elsewhere or never (miss classification). nil: not
+	// tracked (a long-running EngineReplica), misses then read as cold.
+	ever   *everSet
+	everID int
 	// evictions counts cached blocks dropped by allocation.
 	evictions int64
 }
@@ -54,11 +52,10 @@ type blockPool struct {
 // block. numBlocks must be at least 2.
 func newBlockPool(numBlocks int) *blockPool {
 	p := &blockPool{
-		blocks:     make([]kvBlock, numBlocks),
-		freeHead:   noBlock,
-		freeTail:   noBlock,
-		cached:     make(map[uint64]int32),
-		everCached: make(map[uint64]struct{}),
+		blocks:   make([]kvBlock, numBlocks),
+		freeHead: noBlock,
+		freeTail: noBlock,
+		cached:   make(map[uint64]int32),
 	}
 	for i := range p.blocks {
 		p.blocks[i] = kvBlock{prev: noBlock, next: noBlock, dupNext: noBlock}
@@ -131,14 +128,8 @@ func (p *blockPool) cacheBlock(b int32, hash uint64) {
 	} else {
 		p.cached[hash] = b
 	}
-	if p.everCached == nil {
-		return // not tracked (EngineReplica)
-	}
-	if _, seen := p.everCached[hash]; !seen {
-		p.everCached[hash] = struct{}{}
-		if p.onCache != nil {
-			p.onCache(hash)
-		}
+	if p.ever != nil {
+		p.ever.add(hash, p.everID)
 	}
 }
 
@@ -212,4 +203,42 @@ func (p *blockPool) freeOrder(dst []int32) []int32 {
 		dst = append(dst, b)
 	}
 	return dst
+}
+
+// everSet is the record of a run's replicas of every block hash they ever
+// cached: one map lookup answers both questions of the miss classification
+// (cached on this replica before? computed on any?), where a set per
+// replica and one for the farm took two, and cost two more insertions per
+// block cached.
+type everSet struct {
+	row   map[uint64]int32 // hash -> its row of bits
+	words int              // words per row: one bit per replica
+	bits  []uint64
+}
+
+func newEverSet(replicas int) *everSet {
+	return &everSet{row: make(map[uint64]int32), words: (max(replicas, 1) + 63) / 64}
+}
+
+// add records that replica rep cached hash.
+func (e *everSet) add(hash uint64, rep int) {
+	i, ok := e.row[hash]
+	if !ok {
+		i = int32(len(e.bits) / e.words)
+		e.row[hash] = i
+		for range e.words {
+			e.bits = append(e.bits, 0)
+		}
+	}
+	e.bits[int(i)*e.words+rep/64] |= 1 << (rep % 64)
+}
+
+// seen reports whether replica rep ever cached hash, and whether any
+// replica did.
+func (e *everSet) seen(hash uint64, rep int) (here, anywhere bool) {
+	i, ok := e.row[hash]
+	if !ok {
+		return false, false
+	}
+	return e.bits[int(i)*e.words+rep/64]&(1<<(rep%64)) != 0, true
 }

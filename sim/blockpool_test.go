@@ -34,7 +34,7 @@ func newPoolHarness(t *testing.T, title string, blockSize, numGPUBlocks, maxSeqs
 	cfg := &engineConfig{blockSize: blockSize, maxNumSeqs: maxSeqs, maxNumBatchedTokens: maxBatched, numGPUBlocks: numGPUBlocks}
 	h := &poolHarness{
 		t:     t,
-		r:     newReplica(0, cfg, map[uint64]struct{}{}),
+		r:     newReplica(0, cfg, newEverSet(1)),
 		names: map[uint64]string{},
 		seqs:  map[string]*seq{},
 	}

@@ -112,10 +112,6 @@ type replica struct {
 	running []*seq
 	stats   engineStats
 
-	// everComputed is the farm's set of block hashes computed on any replica
-	// (shared by all replicas of a run).
-	everComputed map[uint64]struct{}
-
 	busy         bool    // a step is in flight
 	abortPending bool    // running requests were aborted during the step in flight
 	batch        []*seq  // the requests scheduled in the step in flight
@@ -128,14 +124,15 @@ type replica struct {
 	freeBuf    [][]int32 // recycled block tables
 }
 
-func newReplica(id int, cfg *engineConfig, everComputed map[uint64]struct{}) *replica {
+// newReplica returns replica id, recording the hashes it caches in ever
+// (shared by the replicas of a run; nil: not recorded, misses read cold).
+func newReplica(id int, cfg *engineConfig, ever *everSet) *replica {
 	r := &replica{
-		id:           id,
-		cfg:          cfg,
-		pool:         newBlockPool(cfg.numGPUBlocks),
-		everComputed: everComputed,
+		id:   id,
+		cfg:  cfg,
+		pool: newBlockPool(cfg.numGPUBlocks),
 	}
-	r.pool.onCache = func(h uint64) { everComputed[h] = struct{}{} }
+	r.pool.ever, r.pool.everID = ever, id
 	return r
 }
 
@@ -437,28 +434,20 @@ func (r *replica) classifyMisses(s *seq, hitBlocks int) MissTokens {
 	m.Partial = int64(s.numTokens - maxBlocks*bs)
 	for k := hitBlocks; k < maxBlocks; k++ {
 		h, ok := s.blockHash(k, bs)
-		switch {
-		case !ok:
+		if !ok || r.pool.ever == nil {
 			m.Cold += int64(bs)
-		case r.inEverCached(h):
+			continue
+		}
+		switch here, anywhere := r.pool.ever.seen(h, r.id); {
+		case here:
 			m.Evicted += int64(bs)
-		case r.inEverComputed(h):
+		case anywhere:
 			m.Elsewhere += int64(bs)
 		default:
 			m.Cold += int64(bs)
 		}
 	}
 	return m
-}
-
-func (r *replica) inEverCached(h uint64) bool {
-	_, ok := r.pool.everCached[h]
-	return ok
-}
-
-func (r *replica) inEverComputed(h uint64) bool {
-	_, ok := r.everComputed[h]
-	return ok
 }
 
 // preempt frees a running request's blocks and sends it back to the head of

@@ -124,14 +124,14 @@ func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, err
 		r.table = t.Table()
 	}
 	n := f.Spec.Replicas
-	everComputed := make(map[uint64]struct{})
+	ever := newEverSet(n)
 	r.reps = make([]*replica, n)
 	r.snap = placement.Snapshot{Replicas: make([]placement.Replica, n), MaxNumSeqs: v.MaxNumSeqs}
 	r.rt.requests = make([][]int64, n)
 	r.rt.inFlight = make([]int, n)
 	r.kickQueued = make([]bool, n)
 	for i := range n {
-		r.reps[i] = newReplica(i, &r.cfg, everComputed)
+		r.reps[i] = newReplica(i, &r.cfg, ever)
 		r.reps[i].firstToken = r.onFirstToken
 		r.reps[i].nextToken = r.onNextToken
 		r.snap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
