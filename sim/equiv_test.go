@@ -162,3 +162,28 @@ func TestDumpEquivWorkloads(t *testing.T) {
 		}
 	}
 }
+
+// TestFastPathEquivalence runs every equivalence workload with the fast
+// paths of pure decode work and step by step (stepByStep), and compares
+// everything they output: the report, the request records and every
+// sample of every series.
+func TestFastPathEquivalence(t *testing.T) {
+	for _, c := range equivCases() {
+		t.Run(c.name, func(t *testing.T) {
+			e := c.e(t)
+			fast := runEquiv(t, e)
+			stepByStep = true
+			slow := runEquiv(t, e)
+			stepByStep = false
+			if fast != slow {
+				a, b := strings.Split(fast, "\n"), strings.Split(slow, "\n")
+				for i := range min(len(a), len(b)) {
+					if a[i] != b[i] {
+						t.Fatalf("line %d differs:\nfast:         %.300s\nstep by step: %.300s", i+1, a[i], b[i])
+					}
+				}
+				t.Fatalf("outputs differ in length: %d and %d lines", len(a), len(b))
+			}
+		})
+	}
+}

@@ -119,8 +119,12 @@ type replica struct {
 	hitBuf       []int32
 	// firstToken, when set, is told of every request's first token;
 	// nextToken of every later one, before s.lastTokenUs moves to now.
+	// Without nextToken, nextTokens is told of the later tokens in runs of
+	// consecutive tokens of the batch whose latency is the same (n tokens,
+	// itlUs after their previous one): all of a batch's decodes, mostly.
 	firstToken func(*seq)
 	nextToken  func(s *seq, now int64)
+	nextTokens func(rep int, itlUs int64, n int)
 	freeBuf    [][]int32 // recycled block tables
 }
 
@@ -174,6 +178,19 @@ func (r *replica) schedule() int {
 		s := r.running[i]
 		n := min(s.numTokens-s.computed, budget)
 		if n <= 0 {
+			i++
+			continue
+		}
+		if n == 1 && s.computed < len(s.blocks)*bs && !stepByStep {
+			// A decode whose token fits the blocks it holds: allocate_slots
+			// takes no block and cannot fail (allocateSlots with no hits
+			// and no new block), only caching a block the token completes.
+			if full := (s.computed + 1) / bs; full > s.cachedBlocks {
+				r.cacheKnown(s, full)
+			}
+			r.batch = append(r.batch, s)
+			r.chunks = append(r.chunks, chunk{start: s.computed, n: 1})
+			budget--
 			i++
 			continue
 		}
@@ -388,7 +405,13 @@ func (r *replica) commitSlots(s *seq, n int, hits []int32, newBlocks int) {
 
 	// Cache every full block of known tokens (vLLM caches at schedule time:
 	// num_tokens_to_cache = min(computed + new, num_tokens)).
-	full := min(computed+n, s.numTokens) / bs
+	r.cacheKnown(s, min(computed+n, s.numTokens)/bs)
+}
+
+// cacheKnown caches s's blocks from its first uncached one up to full, or
+// to the first whose hash is unknown.
+func (r *replica) cacheKnown(s *seq, full int) {
+	bs := r.cfg.blockSize
 	for k := s.cachedBlocks; k < full; k++ {
 		h, ok := s.blockHash(k, bs)
 		if !ok {
@@ -398,6 +421,12 @@ func (r *replica) commitSlots(s *seq, n int, hits []int32, newBlocks int) {
 		s.cachedBlocks = k + 1
 	}
 }
+
+// stepByStep turns off the fast paths of pure decode work (the decode
+// shortcut of schedule, the batched inter-token observations of
+// finishStep), which must give exactly the output of the step-by-step
+// model (TestFastPathEquivalence).
+var stepByStep = false
 
 // recordAdmission counts a lookup of hitBlocks blocks for s and, on its
 // first admission, adds the classification of its missed prompt tokens.
@@ -499,6 +528,14 @@ func (r *replica) finishStep(now int64, done func(s *seq, finished bool)) {
 	r.busy = false
 	r.stats.steps++
 	anyGone := false
+	// A run of runN later tokens whose previous token came at runLast.
+	runN, runLast := 0, int64(0)
+	flush := func() {
+		if runN > 0 {
+			r.nextTokens(r.id, now-runLast, runN)
+			runN = 0
+		}
+	}
 	for _, s := range r.batch {
 		if s.aborted {
 			anyGone = true
@@ -518,12 +555,18 @@ func (r *replica) finishStep(now int64, done func(s *seq, finished bool)) {
 			}
 		} else if r.nextToken != nil {
 			r.nextToken(s, now)
+		} else if r.nextTokens != nil {
+			if runN > 0 && (s.lastTokenUs != runLast || stepByStep) {
+				flush()
+			}
+			runN, runLast = runN+1, s.lastTokenUs
 		}
 		s.lastTokenUs = now
 		if s.generated >= s.output {
 			anyGone = true
 		}
 	}
+	flush()
 	if !anyGone && !r.abortPending {
 		return
 	}
