@@ -113,14 +113,14 @@ func (p *blockPool) cacheBlock(b int32, hash uint64) {
 		return
 	}
 	blk.hash, blk.hashed, blk.dupNext = hash, true, noBlock
-	if first := p.cached.get(hash); first != noBlock {
-		last := first
+	if i := p.cached.find(hash); p.cached.slots[i].block != 0 {
+		last := p.cached.slots[i].block - 1
 		for p.blocks[last].dupNext != noBlock {
 			last = p.blocks[last].dupNext
 		}
 		p.blocks[last].dupNext = b
 	} else {
-		p.cached.put(hash, b)
+		p.cached.putAt(i, hash, b)
 	}
 	if p.ever != nil {
 		p.ever.add(hash, p.everID)
@@ -133,12 +133,12 @@ func (p *blockPool) evict(b int32) {
 	if !blk.hashed {
 		return
 	}
-	first := p.cached.get(blk.hash)
-	if first == b {
+	i := p.cached.find(blk.hash)
+	if first := p.cached.slots[i].block - 1; first == b {
 		if blk.dupNext == noBlock {
-			p.cached.del(blk.hash)
+			p.cached.delAt(i)
 		} else {
-			p.cached.put(blk.hash, blk.dupNext)
+			p.cached.slots[i].block = blk.dupNext + 1
 		}
 	} else {
 		prev := first
@@ -240,22 +240,28 @@ func (x *blockIndex) find(hash uint64) int {
 func (x *blockIndex) get(hash uint64) int32 { return x.slots[x.find(hash)].block - 1 }
 
 // put sets hash's block.
-func (x *blockIndex) put(hash uint64, b int32) {
-	sl := &x.slots[x.find(hash)]
+func (x *blockIndex) put(hash uint64, b int32) { x.putAt(x.find(hash), hash, b) }
+
+// putAt sets hash's block in slot i, find's answer for hash.
+func (x *blockIndex) putAt(i int, hash uint64, b int32) {
+	sl := &x.slots[i]
 	if sl.block == 0 {
 		x.n++
 	}
 	sl.hash, sl.block = hash, b+1
 }
 
-// del removes hash, moving back the entries of its probe run that would
-// no longer be found.
+// del removes hash.
 func (x *blockIndex) del(hash uint64) {
-	mask := len(x.slots) - 1
-	i := x.find(hash)
-	if x.slots[i].block == 0 {
-		return
+	if i := x.find(hash); x.slots[i].block != 0 {
+		x.delAt(i)
 	}
+}
+
+// delAt empties the occupied slot i, moving back the entries of its probe
+// run that would no longer be found.
+func (x *blockIndex) delAt(i int) {
+	mask := len(x.slots) - 1
 	x.n--
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
 		sl := x.slots[j]
