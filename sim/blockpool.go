@@ -46,6 +46,10 @@ type blockPool struct {
 	everID int
 	// evictions counts cached blocks dropped by allocation.
 	evictions int64
+	// refFlips counts the times a block went from free to held by touch
+	// or from held to free (allocation takes free blocks too, evicting
+	// the cached ones: evictions counts those).
+	refFlips int64
 }
 
 // newBlockPool returns a pool of numBlocks blocks, block 0 being the null
@@ -156,8 +160,11 @@ func (p *blockPool) evict(b int32) {
 func (p *blockPool) touch(bs []int32) {
 	for _, b := range bs {
 		blk := &p.blocks[b]
-		if blk.ref == 0 && blk.inFree {
-			p.unlink(b)
+		if blk.ref == 0 {
+			p.refFlips++
+			if blk.inFree {
+				p.unlink(b)
+			}
 		}
 		blk.ref++
 	}
@@ -186,6 +193,7 @@ func (p *blockPool) free(bs []int32) {
 		blk := &p.blocks[b]
 		blk.ref--
 		if blk.ref == 0 {
+			p.refFlips++
 			p.pushTail(b)
 		}
 	}

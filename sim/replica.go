@@ -233,15 +233,16 @@ func (r *replica) schedule() int {
 			if len(r.running) > 0 {
 				watermark = r.cfg.watermarkBlocks
 			}
-			if r.cfg.reserveFullISL && !r.fullSequenceFits(s, hits, watermark) {
+			ev := r.evictableFor(s, hits)
+			if r.cfg.reserveFullISL && !r.fullSequenceFits(s, hits, ev, watermark) {
 				r.recordFailedLookup(s, len(hits))
-				r.noteBlocked(s, hits)
+				r.noteBlocked(s, hits, ev)
 				break
 			}
-			newBlocks, ok := r.slotsNeededWithin(s, n, hits, watermark)
+			newBlocks, ok := r.slotsNeededEv(s, n, hits, ev, watermark)
 			if !ok {
 				r.recordFailedLookup(s, len(hits))
-				r.noteBlocked(s, hits)
+				r.noteBlocked(s, hits, ev)
 				break
 			}
 			s.memoReplica = -1 // admitted: the blocks are its own now
@@ -313,12 +314,25 @@ func (r *replica) longestHit(s *seq) []int32 {
 var noLookupMemo = false
 
 // noteBlocked remembers the hits of a request the waiting loop could not
-// admit (see longestHit).
-func (r *replica) noteBlocked(s *seq, hits []int32) {
+// admit (see longestHit), and ev, how many of them were evictable.
+func (r *replica) noteBlocked(s *seq, hits []int32, ev int) {
 	if s.memoReplica != r.id {
 		s.memo = append(s.memo[:0], hits...)
 	}
 	s.memoReplica, s.memoEvictions = r.id, r.pool.evictions
+	s.memoEvictable, s.memoEvN, s.memoFlips = ev, len(hits), r.pool.refFlips
+}
+
+// evictableFor is evictable(hits) for the request at the head of the
+// waiting queue. A request blocked there counts its hits at every step;
+// while its memo holds (longestHit) and no block of the pool went between
+// held and free since (blockPool.refFlips), the count of the hits it
+// counted before is unchanged, and only the hits found since are counted.
+func (r *replica) evictableFor(s *seq, hits []int32) int {
+	if noLookupMemo || stepByStep || s.memoReplica != r.id || s.memoFlips != r.pool.refFlips || s.memoEvN > len(hits) {
+		return r.evictable(hits)
+	}
+	return s.memoEvictable + r.evictable(hits[s.memoEvN:])
 }
 
 // allocateSlots gives s room for n more tokens after its computed ones and
@@ -343,10 +357,15 @@ func (r *replica) slotsNeeded(s *seq, n int, hits []int32) (newBlocks int, ok bo
 // slotsNeededWithin is slotsNeeded leaving reserve blocks free (the
 // watermark).
 func (r *replica) slotsNeededWithin(s *seq, n int, hits []int32, reserve int) (newBlocks int, ok bool) {
+	return r.slotsNeededEv(s, n, hits, r.evictable(hits), reserve)
+}
+
+// slotsNeededEv is slotsNeededWithin with ev = evictable(hits).
+func (r *replica) slotsNeededEv(s *seq, n int, hits []int32, ev, reserve int) (newBlocks int, ok bool) {
 	bs := r.cfg.blockSize
 	need := (s.computed + len(hits)*bs + n + bs - 1) / bs
 	newBlocks = max(need-len(hits)-len(s.blocks), 0)
-	return newBlocks, newBlocks+r.evictable(hits)+reserve <= r.pool.numFree
+	return newBlocks, newBlocks+ev+reserve <= r.pool.numFree
 }
 
 // evictable counts the hit blocks that sit in the free queue: touching them
@@ -365,11 +384,11 @@ func (r *replica) evictable(hits []int32) int {
 // full_sequence_must_fit (vllm/v1/core/kv_cache_manager.py): the blocks
 // for the request's whole current sequence, min(num_tokens, max_model_len),
 // beyond its hits and the blocks it holds, plus its evictable hits and
-// the watermark, must be free.
-func (r *replica) fullSequenceFits(s *seq, hits []int32, watermark int) bool {
+// the watermark, must be free. ev is evictable(hits).
+func (r *replica) fullSequenceFits(s *seq, hits []int32, ev, watermark int) bool {
 	bs := r.cfg.blockSize
 	need := (s.numTokens + bs - 1) / bs
-	toAllocate := max(need-len(hits)-len(s.blocks), 0) + r.evictable(hits)
+	toAllocate := max(need-len(hits)-len(s.blocks), 0) + ev
 	return toAllocate+watermark <= r.pool.numFree
 }
 

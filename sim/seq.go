@@ -45,9 +45,13 @@ type seq struct {
 	memo          []int32
 	memoReplica   int
 	memoEvictions int64
-	firstTokenUs  int64 // -1 until the first token
-	scheduledUs   int64 // first scheduled, -1 before (vLLM's scheduled_ts)
-	lastTokenUs   int64 // the latest token (inter-token latency)
+	// memoEvictable of the first memoEvN blocks of memo were evictable
+	// when the pool's refFlips was memoFlips (replica.evictableFor).
+	memoEvictable, memoEvN int
+	memoFlips              int64
+	firstTokenUs           int64 // -1 until the first token
+	scheduledUs            int64 // first scheduled, -1 before (vLLM's scheduled_ts)
+	lastTokenUs            int64 // the latest token (inter-token latency)
 }
 
 // blockHash returns the chained hash of full block k, if known: the
