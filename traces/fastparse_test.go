@@ -2,8 +2,10 @@ package traces
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"testing"
 )
 
@@ -43,6 +45,9 @@ var fastParseCases = []struct {
 	{`{"hash_ids":[99999999999999999999]}`, false},  //
 	{`{"hash_ids":[100000000000000000000]}`, false}, //
 	{`{"hash_ids":[9999999999999999999,10000000000000000000]}`, true},
+	{`{"hash_ids":[12345678,123456789012345678,1234567890123456,12345678901234567890,7]}`, true},
+	{`{"hash_ids":[1234567812345678x]}`, false},
+	{`{"hash_ids":[0123456789012345]}`, false},
 	{`{"hash_ids":[-1]}`, false},            //
 	{`{"turn":9223372036854775808}`, false}, //
 	{`{"t_ms":1}x`, false},                  // trailing data
@@ -118,6 +123,22 @@ func BenchmarkReadTrace(b *testing.B) {
 		}
 		if n != 2000 {
 			b.Fatalf("%d requests", n)
+		}
+	}
+}
+
+// TestParseEight checks the eight-digit arithmetic against strconv.
+func TestParseEight(t *testing.T) {
+	for _, s := range []string{"00000000", "12345678", "99999999", "10000000", "00000001", "90817263"} {
+		x := binary.LittleEndian.Uint64([]byte(s))
+		want, _ := strconv.ParseUint(s, 10, 64)
+		if !eightDigits(x) || parseEight(x) != want {
+			t.Errorf("%s: eightDigits %v, parseEight %d", s, eightDigits(x), parseEight(x))
+		}
+	}
+	for _, s := range []string{"1234567/", "1234567:", "a2345678", " 2345678", "1234\x005678", "\xff2345678"[:8]} {
+		if eightDigits(binary.LittleEndian.Uint64([]byte(s))) {
+			t.Errorf("%q: taken for eight digits", s)
 		}
 	}
 }
