@@ -59,13 +59,13 @@ type seq struct {
 // OutputHashIDs for blocks completed by generated tokens; blocks beyond
 // those have no hash and stay uncached, as does any partial block.
 func (s *seq) blockHash(k, blockSize int) (uint64, bool) {
-	full := s.prompt / blockSize
-	if k < full {
+	if (k+1)*blockSize <= s.prompt { // k < prompt/blockSize, without a division
 		if k < len(s.req.HashIDs) {
 			return s.req.HashIDs[k], true
 		}
 		return 0, false
 	}
+	full := s.prompt / blockSize
 	if full > len(s.req.HashIDs) {
 		return 0, false // the chain broke inside the prompt
 	}
