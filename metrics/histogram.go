@@ -105,6 +105,25 @@ func (h *Histogram) Observe(v float64) {
 	}
 }
 
+// ObserveN records n observations of v: the same counts and the same _sum,
+// to the last bit, as n calls of Observe(v).
+func (h *Histogram) ObserveN(v float64, n uint64) {
+	if n == 0 {
+		return
+	}
+	i := sort.SearchFloat64s(h.bounds, v)
+	h.counts[i] += n
+	for range n {
+		h.sum += v // n additions, not v*n: the sum rounds as Observe's does
+	}
+	h.count += n
+	if h.native != nil {
+		for range n {
+			h.native.Observe(v)
+		}
+	}
+}
+
 // Count reports the number of observations so far.
 func (h *Histogram) Count() uint64 { return h.count }
 

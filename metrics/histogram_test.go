@@ -106,3 +106,28 @@ func TestTokenBuckets(t *testing.T) {
 	}
 	NewHistogram(NewStore(), "c", labels.EmptyLabels(), got)
 }
+
+// TestHistogramObserveN checks that n observations at once leave exactly
+// the state of n single ones, the float _sum included (0.1 added ten
+// times is not 0.1 x 10), native buckets too.
+func TestHistogramObserveN(t *testing.T) {
+	bounds := []float64{0.05, 0.5, 1}
+	one := NewHistogram(NewStore(), "a_seconds", labels.EmptyLabels(), bounds).WithNative(NewStore(), WardenTTFBNative())
+	many := NewHistogram(NewStore(), "a_seconds", labels.EmptyLabels(), bounds).WithNative(NewStore(), WardenTTFBNative())
+	for _, c := range []struct {
+		v float64
+		n uint64
+	}{{0.1, 10}, {0.006, 0}, {0.7, 3}, {0.1, 1}, {2, 7}, {0.003, 1000}} {
+		for range c.n {
+			one.Observe(c.v)
+		}
+		many.ObserveN(c.v, c.n)
+	}
+	if one.Sum() != many.Sum() || one.Count() != many.Count() || !cmp.Equal(one.counts, many.counts) {
+		t.Fatalf("ObserveN: sum %v count %d buckets %v; Observe: sum %v count %d buckets %v",
+			many.Sum(), many.Count(), many.counts, one.Sum(), one.Count(), one.counts)
+	}
+	if a, b := one.Native(), many.Native(); a.Count() != b.Count() || a.Sum() != b.Sum() {
+		t.Fatalf("native: ObserveN count %d sum %v, Observe %d %v", b.Count(), b.Sum(), a.Count(), a.Sum())
+	}
+}

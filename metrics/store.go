@@ -98,6 +98,22 @@ func (s *Store) Len() int {
 	return len(s.all)
 }
 
+// Grow makes room for n more samples in every series of the store, so that
+// a writer that knows how many scrape instants it will write appends
+// without copying the samples as the slices grow.
+func (s *Store) Grow(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sr := range s.all {
+		sr.ts = slices.Grow(sr.ts, n)
+		if sr.nh != nil {
+			sr.nh.pts = slices.Grow(sr.nh.pts, n)
+		} else {
+			sr.vs = slices.Grow(sr.vs, n)
+		}
+	}
+}
+
 // Labels returns the series' label set.
 func (sr *Series) Labels() labels.Labels { return sr.lset }
 

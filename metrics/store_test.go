@@ -338,3 +338,28 @@ func TestSeriesWithoutNamePanics(t *testing.T) {
 	}()
 	NewStore().Series(labels.FromStrings("job", "a"))
 }
+
+// TestStoreGrow checks that Grow keeps every sample and leaves room for n
+// more in float and native histogram series alike.
+func TestStoreGrow(t *testing.T) {
+	s := NewStore()
+	f := s.Series(labels.FromStrings(LabelName, "a"))
+	h := NewNativeHistogram(s, "h", labels.EmptyLabels(), WardenTTFBNative())
+	f.Append(1, 5)
+	h.Observe(0.5)
+	h.Append(1)
+	s.Grow(100)
+	if f.Len() != 1 || cap(f.ts)-len(f.ts) < 100 || cap(f.vs)-len(f.vs) < 100 {
+		t.Fatalf("float series: %d samples, room for %d/%d", f.Len(), cap(f.ts)-len(f.ts), cap(f.vs)-len(f.vs))
+	}
+	nh := s.Series(labels.FromStrings(LabelName, "h"))
+	if nh.Len() != 1 || cap(nh.nh.pts)-len(nh.nh.pts) < 100 {
+		t.Fatalf("native series: %d samples, room for %d", nh.Len(), cap(nh.nh.pts)-len(nh.nh.pts))
+	}
+	if tm, v, ok := f.Last(); !ok || tm != 1 || v != 5 {
+		t.Fatalf("float sample after Grow: %d %v %v", tm, v, ok)
+	}
+	if tm, v, ok := nh.Last(); !ok || tm != 1 || v != 1 {
+		t.Fatalf("native sample after Grow: %d %v %v", tm, v, ok)
+	}
+}

@@ -71,7 +71,7 @@ func BenchmarkRTX5090Hour(b *testing.B) {
 // processing with 32 running requests in decode: it must not allocate.
 func BenchmarkSchedulerStep(b *testing.B) {
 	cfg := &engineConfig{blockSize: 16, maxNumSeqs: 32, maxNumBatchedTokens: 2048, numGPUBlocks: 20000}
-	r := newReplica(0, cfg, map[uint64]struct{}{})
+	r := newReplica(0, cfg, newEverSet(1))
 	g := traces.NewGenerator(traces.DefaultWorkload(), 16, 1)
 	for i := range 32 {
 		s, _ := g.NextSession()

@@ -34,7 +34,7 @@ func newPoolHarness(t *testing.T, title string, blockSize, numGPUBlocks, maxSeqs
 	cfg := &engineConfig{blockSize: blockSize, maxNumSeqs: maxSeqs, maxNumBatchedTokens: maxBatched, numGPUBlocks: numGPUBlocks}
 	h := &poolHarness{
 		t:     t,
-		r:     newReplica(0, cfg, map[uint64]struct{}{}),
+		r:     newReplica(0, cfg, newEverSet(1)),
 		names: map[uint64]string{},
 		seqs:  map[string]*seq{},
 	}
@@ -180,7 +180,7 @@ func checkPool(r *replica) error {
 		}
 		if blk.hashed {
 			found := false
-			for c := p.cached[blk.hash]; c != noBlock; c = p.blocks[c].dupNext {
+			for c := p.lookup(blk.hash); c != noBlock; c = p.blocks[c].dupNext {
 				if c == int32(b) {
 					found = true
 				}
@@ -189,6 +189,15 @@ func checkPool(r *replica) error {
 				return fmt.Errorf("block %d is hashed but not reachable from the cache index", b)
 			}
 		}
+	}
+	hashes := map[uint64]bool{}
+	for b := 1; b < len(p.blocks); b++ {
+		if p.blocks[b].hashed {
+			hashes[p.blocks[b].hash] = true
+		}
+	}
+	if len(hashes) != p.cached.n {
+		return fmt.Errorf("the cache index holds %d hashes, the blocks %d", p.cached.n, len(hashes))
 	}
 	return nil
 }

@@ -80,6 +80,21 @@
 //     and every event reaches the client half a round trip after the
 //     engine emits it; client-side TTFB includes both.
 //
+// # Speed
+//
+// A planner runs thousands of simulations, so the hot path is kept lean
+// without changing a single output byte (issue 16): the prefix-cache index
+// and the farm's record of every hash ever cached are open-addressing
+// tables (blockpool.go), a decode that fits its blocks skips
+// allocate_slots' bookkeeping, a batch's inter-token latencies reach the
+// histogram in runs, a request blocked at the head of the queue reuses its
+// lookup and its count of evictable hits while they hold, and every series
+// reserves its samples up front. stepByStep turns the fast paths off;
+// TestFastPathEquivalence compares both on a set of workloads (farms,
+// replay and closed loop, overload, preemption, prefix sharing, steps),
+// report, request records and every sample of every series. The
+// benchmarks of issue 16's workload are in speed_bench_test.go.
+//
 // # Determinism
 //
 // One goroutine per strategy, no map iteration into decisions or output,

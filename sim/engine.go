@@ -107,8 +107,6 @@ var ErrNeverFits = errors.New("request can never fit in the KV cache")
 func NewEngineReplica(f *Farm, index int) *EngineReplica {
 	e := &EngineReplica{cfg: newEngineConfig(f), live: map[int]*seq{}}
 	e.rep = newReplica(index, &e.cfg, nil)
-	e.rep.pool.everCached = nil
-	e.rep.pool.onCache = nil
 	e.rep.firstToken = e.onFirstToken
 	e.rep.nextToken = e.onNextToken
 	e.doneFn = e.onDone

@@ -80,8 +80,8 @@ func TestEngineReplicaMatchesRun(t *testing.T) {
 	}
 	first := r.reps[0].firstToken
 	r.reps[0].firstToken = func(s *seq) { first(s); logToken(s) }
-	next := r.reps[0].nextToken
-	r.reps[0].nextToken = func(s *seq, now int64) { next(s, now); logToken(s) }
+	// A per-token hook replaces the run's batched one (nextTokens).
+	r.reps[0].nextToken = func(s *seq, now int64) { r.onNextTokens(0, now-s.lastTokenUs, 1); logToken(s) }
 	r.drv = &logDriver{openLoop: openLoop{reqs: reqs, speed: 1, homes: map[string]int{}}, log: &want}
 	r.drv.(*logDriver).begin(r)
 	if err := r.loop(context.Background(), math.MaxInt64); err != nil {

@@ -301,6 +301,7 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		return nil
 	}
 
+	r.rec.store.Grow(expectedScrapes(e, r.scrapeUs))
 	r.scrape()
 	r.ev.push(r.scrapeUs, evScrape, 0)
 	start := r.takeMark()
@@ -367,7 +368,8 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		o := &openLoop{reqs: e.Trace.Requests, speed: e.Speed, homes: map[string]int{}}
 		r.drv = o
 		r.stopWhenIdle = true
-		r.stepSessions = countSessions(e.Trace.Requests)
+		sessions := countSessions(e.Trace.Requests)
+		r.stepSessions = sessions
 		o.begin(r)
 		until := int64(math.MaxInt64)
 		if dur > 0 {
@@ -378,7 +380,7 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		if err := advance(until); err != nil {
 			return nil, nil, err
 		}
-		closeWindow(countSessions(e.Trace.Requests), func() int {
+		closeWindow(sessions, func() int {
 			o.next = len(o.reqs) // nothing more is sent
 			return r.abortAll()
 		})
@@ -395,6 +397,28 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	}
 	return rows, r, nil
 }
+
+// expectedScrapes is about how many scrape instants a run of e writes (a
+// replay's is a guess: its last arrival), at most maxReservedScrapes:
+// room the recorder reserves in every series up front.
+func expectedScrapes(e Experiment, scrapeUs int64) int {
+	us := micros(e.Duration) * int64(len(e.Sessions))
+	if e.Trace != nil {
+		us = micros(e.Duration)
+		if us == 0 && len(e.Trace.Requests) > 0 && !e.ClosedLoop {
+			us = int64(float64(e.Trace.Requests[len(e.Trace.Requests)-1].ArrivalMs) * usPerMs / e.Speed)
+		}
+	}
+	n := us / max(scrapeUs, 1)
+	if e.Trace != nil && e.Duration == 0 {
+		n += n/4 + 16 // the requests still in flight at the last arrival drain after it
+	}
+	return int(min(n+2, maxReservedScrapes))
+}
+
+// maxReservedScrapes bounds the samples reserved per series (longer runs
+// grow their series as they go).
+const maxReservedScrapes = 1 << 12
 
 func countSessions(reqs []*traces.Request) int {
 	seen := map[string]struct{}{}

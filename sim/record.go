@@ -131,10 +131,10 @@ func (rec *recorder) observeFirstToken(s *seq, ttfbS float64) {
 // first token when its step's window closed.
 func (rec *recorder) observeCensoredTTFB(waitS float64) { rec.ttfb.Observe(waitS) }
 
-// observeNextToken records the inter-token latency of a token after the
-// first, sampled at now.
-func (rec *recorder) observeNextToken(s *seq, now int64) {
-	rec.eng[s.replica].obs.nextToken(s, now)
+// observeNextTokens records the inter-token latency of n tokens after the
+// first, of requests of replica rep whose previous token came itlUs before.
+func (rec *recorder) observeNextTokens(rep int, itlUs int64, n int) {
+	rec.eng[rep].obs.nextTokens(itlUs, n)
 }
 
 // observeStep records the step rep just scheduled at now.
@@ -302,6 +302,19 @@ func (h *EngineHistograms) firstToken(s *seq) {
 // s.lastTokenUs moves to now.
 func (h *EngineHistograms) nextToken(s *seq, now int64) {
 	h.itl.Observe(usToSec(now - s.lastTokenUs))
+}
+
+// nextTokens observes n tokens after the first whose inter-token latency
+// is itlUs: exactly as n calls of nextToken would.
+func (h *EngineHistograms) nextTokens(itlUs int64, n int) {
+	v := usToSec(itlUs)
+	if hn, ok := h.itl.(interface{ ObserveN(float64, uint64) }); ok {
+		hn.ObserveN(v, uint64(n))
+		return
+	}
+	for range n {
+		h.itl.Observe(v)
+	}
 }
 
 // finished observes a request that finished at now.

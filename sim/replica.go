@@ -112,10 +112,6 @@ type replica struct {
 	running []*seq
 	stats   engineStats
 
-	// everComputed is the farm's set of block hashes computed on any replica
-	// (shared by all replicas of a run).
-	everComputed map[uint64]struct{}
-
 	busy         bool    // a step is in flight
 	abortPending bool    // running requests were aborted during the step in flight
 	batch        []*seq  // the requests scheduled in the step in flight
@@ -123,19 +119,24 @@ type replica struct {
 	hitBuf       []int32
 	// firstToken, when set, is told of every request's first token;
 	// nextToken of every later one, before s.lastTokenUs moves to now.
+	// Without nextToken, nextTokens is told of the later tokens in runs of
+	// consecutive tokens of the batch whose latency is the same (n tokens,
+	// itlUs after their previous one): all of a batch's decodes, mostly.
 	firstToken func(*seq)
 	nextToken  func(s *seq, now int64)
+	nextTokens func(rep int, itlUs int64, n int)
 	freeBuf    [][]int32 // recycled block tables
 }
 
-func newReplica(id int, cfg *engineConfig, everComputed map[uint64]struct{}) *replica {
+// newReplica returns replica id, recording the hashes it caches in ever
+// (shared by the replicas of a run; nil: not recorded, misses read cold).
+func newReplica(id int, cfg *engineConfig, ever *everSet) *replica {
 	r := &replica{
-		id:           id,
-		cfg:          cfg,
-		pool:         newBlockPool(cfg.numGPUBlocks),
-		everComputed: everComputed,
+		id:   id,
+		cfg:  cfg,
+		pool: newBlockPool(cfg.numGPUBlocks),
 	}
-	r.pool.onCache = func(h uint64) { everComputed[h] = struct{}{} }
+	r.pool.ever, r.pool.everID = ever, id
 	return r
 }
 
@@ -180,6 +181,19 @@ func (r *replica) schedule() int {
 			i++
 			continue
 		}
+		if n == 1 && s.computed < len(s.blocks)*bs && !stepByStep {
+			// A decode whose token fits the blocks it holds: allocate_slots
+			// takes no block and cannot fail (allocateSlots with no hits
+			// and no new block), only caching a block the token completes.
+			if full := (s.computed + 1) / bs; full > s.cachedBlocks {
+				r.cacheKnown(s, full)
+			}
+			r.batch = append(r.batch, s)
+			r.chunks = append(r.chunks, chunk{start: s.computed, n: 1})
+			budget--
+			i++
+			continue
+		}
 		scheduled := false
 		for {
 			if r.allocateSlots(s, n, nil) {
@@ -219,15 +233,16 @@ func (r *replica) schedule() int {
 			if len(r.running) > 0 {
 				watermark = r.cfg.watermarkBlocks
 			}
-			if r.cfg.reserveFullISL && !r.fullSequenceFits(s, hits, watermark) {
+			ev := r.evictableFor(s, hits)
+			if r.cfg.reserveFullISL && !r.fullSequenceFits(s, hits, ev, watermark) {
 				r.recordFailedLookup(s, len(hits))
-				r.noteBlocked(s, hits)
+				r.noteBlocked(s, hits, ev)
 				break
 			}
-			newBlocks, ok := r.slotsNeededWithin(s, n, hits, watermark)
+			newBlocks, ok := r.slotsNeededEv(s, n, hits, ev, watermark)
 			if !ok {
 				r.recordFailedLookup(s, len(hits))
-				r.noteBlocked(s, hits)
+				r.noteBlocked(s, hits, ev)
 				break
 			}
 			s.memoReplica = -1 // admitted: the blocks are its own now
@@ -299,12 +314,25 @@ func (r *replica) longestHit(s *seq) []int32 {
 var noLookupMemo = false
 
 // noteBlocked remembers the hits of a request the waiting loop could not
-// admit (see longestHit).
-func (r *replica) noteBlocked(s *seq, hits []int32) {
+// admit (see longestHit), and ev, how many of them were evictable.
+func (r *replica) noteBlocked(s *seq, hits []int32, ev int) {
 	if s.memoReplica != r.id {
 		s.memo = append(s.memo[:0], hits...)
 	}
 	s.memoReplica, s.memoEvictions = r.id, r.pool.evictions
+	s.memoEvictable, s.memoEvN, s.memoFlips = ev, len(hits), r.pool.refFlips
+}
+
+// evictableFor is evictable(hits) for the request at the head of the
+// waiting queue. A request blocked there counts its hits at every step;
+// while its memo holds (longestHit) and no block of the pool went between
+// held and free since (blockPool.refFlips), the count of the hits it
+// counted before is unchanged, and only the hits found since are counted.
+func (r *replica) evictableFor(s *seq, hits []int32) int {
+	if noLookupMemo || stepByStep || s.memoReplica != r.id || s.memoFlips != r.pool.refFlips || s.memoEvN > len(hits) {
+		return r.evictable(hits)
+	}
+	return s.memoEvictable + r.evictable(hits[s.memoEvN:])
 }
 
 // allocateSlots gives s room for n more tokens after its computed ones and
@@ -329,10 +357,15 @@ func (r *replica) slotsNeeded(s *seq, n int, hits []int32) (newBlocks int, ok bo
 // slotsNeededWithin is slotsNeeded leaving reserve blocks free (the
 // watermark).
 func (r *replica) slotsNeededWithin(s *seq, n int, hits []int32, reserve int) (newBlocks int, ok bool) {
+	return r.slotsNeededEv(s, n, hits, r.evictable(hits), reserve)
+}
+
+// slotsNeededEv is slotsNeededWithin with ev = evictable(hits).
+func (r *replica) slotsNeededEv(s *seq, n int, hits []int32, ev, reserve int) (newBlocks int, ok bool) {
 	bs := r.cfg.blockSize
 	need := (s.computed + len(hits)*bs + n + bs - 1) / bs
 	newBlocks = max(need-len(hits)-len(s.blocks), 0)
-	return newBlocks, newBlocks+r.evictable(hits)+reserve <= r.pool.numFree
+	return newBlocks, newBlocks+ev+reserve <= r.pool.numFree
 }
 
 // evictable counts the hit blocks that sit in the free queue: touching them
@@ -351,11 +384,11 @@ func (r *replica) evictable(hits []int32) int {
 // full_sequence_must_fit (vllm/v1/core/kv_cache_manager.py): the blocks
 // for the request's whole current sequence, min(num_tokens, max_model_len),
 // beyond its hits and the blocks it holds, plus its evictable hits and
-// the watermark, must be free.
-func (r *replica) fullSequenceFits(s *seq, hits []int32, watermark int) bool {
+// the watermark, must be free. ev is evictable(hits).
+func (r *replica) fullSequenceFits(s *seq, hits []int32, ev, watermark int) bool {
 	bs := r.cfg.blockSize
 	need := (s.numTokens + bs - 1) / bs
-	toAllocate := max(need-len(hits)-len(s.blocks), 0) + r.evictable(hits)
+	toAllocate := max(need-len(hits)-len(s.blocks), 0) + ev
 	return toAllocate+watermark <= r.pool.numFree
 }
 
@@ -391,7 +424,13 @@ func (r *replica) commitSlots(s *seq, n int, hits []int32, newBlocks int) {
 
 	// Cache every full block of known tokens (vLLM caches at schedule time:
 	// num_tokens_to_cache = min(computed + new, num_tokens)).
-	full := min(computed+n, s.numTokens) / bs
+	r.cacheKnown(s, min(computed+n, s.numTokens)/bs)
+}
+
+// cacheKnown caches s's blocks from its first uncached one up to full, or
+// to the first whose hash is unknown.
+func (r *replica) cacheKnown(s *seq, full int) {
+	bs := r.cfg.blockSize
 	for k := s.cachedBlocks; k < full; k++ {
 		h, ok := s.blockHash(k, bs)
 		if !ok {
@@ -401,6 +440,12 @@ func (r *replica) commitSlots(s *seq, n int, hits []int32, newBlocks int) {
 		s.cachedBlocks = k + 1
 	}
 }
+
+// stepByStep turns off the fast paths of pure decode work (the decode
+// shortcut of schedule, the batched inter-token observations of
+// finishStep), which must give exactly the output of the step-by-step
+// model (TestFastPathEquivalence).
+var stepByStep = false
 
 // recordAdmission counts a lookup of hitBlocks blocks for s and, on its
 // first admission, adds the classification of its missed prompt tokens.
@@ -437,28 +482,20 @@ func (r *replica) classifyMisses(s *seq, hitBlocks int) MissTokens {
 	m.Partial = int64(s.numTokens - maxBlocks*bs)
 	for k := hitBlocks; k < maxBlocks; k++ {
 		h, ok := s.blockHash(k, bs)
-		switch {
-		case !ok:
+		if !ok || r.pool.ever == nil {
 			m.Cold += int64(bs)
-		case r.inEverCached(h):
+			continue
+		}
+		switch here, anywhere := r.pool.ever.seen(h, r.id); {
+		case here:
 			m.Evicted += int64(bs)
-		case r.inEverComputed(h):
+		case anywhere:
 			m.Elsewhere += int64(bs)
 		default:
 			m.Cold += int64(bs)
 		}
 	}
 	return m
-}
-
-func (r *replica) inEverCached(h uint64) bool {
-	_, ok := r.pool.everCached[h]
-	return ok
-}
-
-func (r *replica) inEverComputed(h uint64) bool {
-	_, ok := r.everComputed[h]
-	return ok
 }
 
 // preempt frees a running request's blocks and sends it back to the head of
@@ -510,6 +547,14 @@ func (r *replica) finishStep(now int64, done func(s *seq, finished bool)) {
 	r.busy = false
 	r.stats.steps++
 	anyGone := false
+	// A run of runN later tokens whose previous token came at runLast.
+	runN, runLast := 0, int64(0)
+	flush := func() {
+		if runN > 0 {
+			r.nextTokens(r.id, now-runLast, runN)
+			runN = 0
+		}
+	}
 	for _, s := range r.batch {
 		if s.aborted {
 			anyGone = true
@@ -529,12 +574,18 @@ func (r *replica) finishStep(now int64, done func(s *seq, finished bool)) {
 			}
 		} else if r.nextToken != nil {
 			r.nextToken(s, now)
+		} else if r.nextTokens != nil {
+			if runN > 0 && (s.lastTokenUs != runLast || stepByStep) {
+				flush()
+			}
+			runN, runLast = runN+1, s.lastTokenUs
 		}
 		s.lastTokenUs = now
 		if s.generated >= s.output {
 			anyGone = true
 		}
 	}
+	flush()
 	if !anyGone && !r.abortPending {
 		return
 	}

@@ -127,16 +127,16 @@ func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, err
 		r.table = t.Table()
 	}
 	n := f.Spec.Replicas
-	everComputed := make(map[uint64]struct{})
+	ever := newEverSet(n)
 	r.reps = make([]*replica, n)
 	r.snap = placement.Snapshot{Replicas: make([]placement.Replica, n), MaxNumSeqs: v.MaxNumSeqs}
 	r.rt.requests = make([][]int64, n)
 	r.rt.inFlight = make([]int, n)
 	r.kickQueued = make([]bool, n)
 	for i := range n {
-		r.reps[i] = newReplica(i, &r.cfg, everComputed)
+		r.reps[i] = newReplica(i, &r.cfg, ever)
 		r.reps[i].firstToken = r.onFirstToken
-		r.reps[i].nextToken = r.onNextToken
+		r.reps[i].nextTokens = r.onNextTokens
 		r.snap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
 		r.rt.requests[i] = make([]int64, numReasons)
 	}
@@ -470,9 +470,10 @@ func (r *run) onFirstToken(s *seq) {
 	r.rt.ttfbs = append(r.rt.ttfbs, ttfb)
 }
 
-// onNextToken records the inter-token latency of a token after the first.
-func (r *run) onNextToken(s *seq, now int64) {
-	r.rec.observeNextToken(s, now)
+// onNextTokens records the inter-token latency of n tokens after the
+// first, of replica rep.
+func (r *run) onNextTokens(rep int, itlUs int64, n int) {
+	r.rec.observeNextTokens(rep, itlUs, n)
 }
 
 // checkIdle stops the run at the next scrape instant once the driver has

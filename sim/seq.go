@@ -45,10 +45,14 @@ type seq struct {
 	memo          []int32
 	memoReplica   int
 	memoEvictions int64
-	firstTokenUs  int64 // -1 until the first token
-	scheduledUs   int64 // first scheduled, -1 before (vLLM's scheduled_ts)
-	lastTokenUs   int64 // the latest token (inter-token latency)
-	uncached      int32 // the router's prefill estimate (Decision.Uncached) until its first token
+	// memoEvictable of the first memoEvN blocks of memo were evictable
+	// when the pool's refFlips was memoFlips (replica.evictableFor).
+	memoEvictable, memoEvN int
+	memoFlips              int64
+	firstTokenUs           int64 // -1 until the first token
+	scheduledUs            int64 // first scheduled, -1 before (vLLM's scheduled_ts)
+	lastTokenUs            int64 // the latest token (inter-token latency)
+	uncached               int32 // the router's prefill estimate (Decision.Uncached) until its first token
 }
 
 // blockHash returns the chained hash of full block k, if known: the
@@ -56,13 +60,13 @@ type seq struct {
 // OutputHashIDs for blocks completed by generated tokens; blocks beyond
 // those have no hash and stay uncached, as does any partial block.
 func (s *seq) blockHash(k, blockSize int) (uint64, bool) {
-	full := s.prompt / blockSize
-	if k < full {
+	if (k+1)*blockSize <= s.prompt { // k < prompt/blockSize, without a division
 		if k < len(s.req.HashIDs) {
 			return s.req.HashIDs[k], true
 		}
 		return 0, false
 	}
+	full := s.prompt / blockSize
 	if full > len(s.req.HashIDs) {
 		return 0, false // the chain broke inside the prompt
 	}

@@ -241,12 +241,11 @@ func (r *Reader) Next() (*Request, error) {
 }
 
 func (r *Reader) parse(line []byte) (field, reason string) {
-	r.req = Request{
-		CachedTokens:  -1,
-		Replica:       -1,
-		HashIDs:       r.req.HashIDs[:0],
-		OutputHashIDs: r.req.OutputHashIDs[:0],
+	r.resetReq()
+	if parseFast(line, &r.req) {
+		return checkRequest(&r.req, r.hdr.BlockSize, r.prevMs)
 	}
+	r.resetReq()
 	r.lr.Reset(line)
 	dec := json.NewDecoder(&r.lr)
 	dec.DisallowUnknownFields()
@@ -257,6 +256,16 @@ func (r *Reader) parse(line []byte) (field, reason string) {
 		return "", "unexpected data after the JSON object (one request per line)"
 	}
 	return checkRequest(&r.req, r.hdr.BlockSize, r.prevMs)
+}
+
+// resetReq empties r.req for the next line, keeping its slices' memory.
+func (r *Reader) resetReq() {
+	r.req = Request{
+		CachedTokens:  -1,
+		Replica:       -1,
+		HashIDs:       r.req.HashIDs[:0],
+		OutputHashIDs: r.req.OutputHashIDs[:0],
+	}
 }
 
 // lineReader reads lines of at most MaxLineBytes, counting them, with one
