@@ -201,3 +201,23 @@ func TestAdmissionTimeout(t *testing.T) {
 		t.Errorf("refused first turns %d (TTFB just over 5 s), unfinished %d: the timeout did not refuse", refused, row.Unfinished)
 	}
 }
+
+// TestVariantsSameSeedSameJSON: the KV-aware variants are as deterministic
+// as the seed's strategies (the admission FIFO, the prefill queue).
+func TestVariantsSameSeedSameJSON(t *testing.T) {
+	f := mustDefaultFarm(t)
+	e := Experiment{Farm: f, Strategies: []string{"affinity+kv+priced+admit", "affinity+priced"}, Sessions: []int{8, 24}, Duration: time.Minute, Seed: 7}
+	var out [2][]byte
+	for i := range out {
+		rep, err := Run(context.Background(), e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out[i], err = json.Marshal(rep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(out[0], out[1]) {
+		t.Errorf("two runs with seed 7 differ:\n%s\n%s", out[0], out[1])
+	}
+}
