@@ -46,19 +46,7 @@ func BenchmarkProxyPath(b *testing.B) {
 			h := startProxy(b, modelsYAML("limits: {max_body_bytes: 1MiB}\n", urlsModel(backend.URL)))
 			body := fmt.Sprintf(`{"model":%q,"stream":%v,"messages":[{"role":"user","content":%q}]}`, testModel, tc.stream, strings.Repeat("x", tc.size-80))
 			send := func(session int) {
-				req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+testKey)
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Claude-Code-Session-Id", "bench-"+strconv.Itoa(session%64))
-				res, err := h.client.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if res.StatusCode != 200 {
-					b.Fatalf("status %d", res.StatusCode)
-				}
+				postTimed(b, h.client, h.url, body, "X-Claude-Code-Session-Id", "bench-"+strconv.Itoa(session%64))
 			}
 			send(0)
 			b.ReportAllocs()

@@ -24,32 +24,12 @@ import (
 func BenchmarkAddedLatency(b *testing.B) {
 	for _, size := range []int{64 << 10, 256 << 10} {
 		b.Run(strconv.Itoa(size>>10)+"KB", func(b *testing.B) {
-			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Path == "/metrics" || r.URL.Path == "/health" {
-					return
-				}
-				_, _ = io.Copy(io.Discard, r.Body)
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
-			}))
+			backend := benchBackend()
 			defer backend.Close()
 			h := startProxy(b, modelsYAML("limits: {max_body_bytes: 1MiB}\n", urlsModel(backend.URL)))
 			body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, testModel, strings.Repeat("x", size-60))
 			send := func(url string, session int) time.Duration {
-				req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+testKey)
-				req.Header.Set("session-id", "bench-"+strconv.Itoa(session%64))
-				start := time.Now()
-				res, err := h.client.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if res.StatusCode != 200 {
-					b.Fatalf("status %d", res.StatusCode)
-				}
-				return time.Since(start)
+				return postTimed(b, h.client, url, body, "session-id", "bench-"+strconv.Itoa(session%64))
 			}
 			send(backend.URL, 0) // warm both connection pools
 			send(h.url, 0)
@@ -64,11 +44,7 @@ func BenchmarkAddedLatency(b *testing.B) {
 				proxied = append(proxied, send(h.url, i))
 				i++
 			}
-			pct := func(d []time.Duration, p float64) float64 {
-				s := slices.Clone(d)
-				slices.Sort(s)
-				return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds())
-			}
+			pct := pctMicros
 			b.ReportMetric(pct(direct, 0.5), "direct-p50-µs")
 			b.ReportMetric(pct(direct, 0.99), "direct-p99-µs")
 			b.ReportMetric(pct(proxied, 0.5), "proxy-p50-µs")
@@ -139,4 +115,45 @@ func BenchmarkPick(b *testing.B) {
 		}
 		p.rep.inFlight.Add(-1)
 	}
+}
+
+// benchBackend is a backend that reads the body and answers a small JSON
+// (and empty /metrics and /health pages).
+func benchBackend() *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/metrics" || r.URL.Path == "/health" {
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	}))
+}
+
+// postTimed posts body to url's /v1/chat/completions with the test key and
+// the session in header hdr, fails b unless it gets 200, and returns the
+// time to the end of the answer.
+func postTimed(b *testing.B, c *http.Client, url, body, hdr, session string) time.Duration {
+	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(hdr, session)
+	start := time.Now()
+	res, err := c.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		b.Fatalf("status %d", res.StatusCode)
+	}
+	return time.Since(start)
+}
+
+// pctMicros is the p-quantile of d (nearest rank) in microseconds.
+func pctMicros(d []time.Duration, p float64) float64 {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds())
 }

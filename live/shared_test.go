@@ -2,11 +2,7 @@ package live
 
 import (
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,14 +286,7 @@ func TestSharedStoreConfig(t *testing.T) {
 //	go test -run '^$' -bench SessionStore -benchtime 3000x ./live/
 func BenchmarkSessionStore(b *testing.B) {
 	rs := redistest.Start(b)
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/metrics" || r.URL.Path == "/health" {
-			return
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
-	}))
+	backend := benchBackend()
 	defer backend.Close()
 	model := urlsModel(backend.URL, backend.URL+"/", backend.URL+"//", backend.URL+"///")
 	plain := startProxy(b, modelsYAML("session_key: k\n", model))
@@ -306,20 +295,7 @@ func BenchmarkSessionStore(b *testing.B) {
 	for _, mode := range []string{"hot", "new"} {
 		b.Run(mode, func(b *testing.B) {
 			send := func(h *harness, session string) time.Duration {
-				req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+testKey)
-				req.Header.Set("X-Claude-Code-Session-Id", session)
-				start := time.Now()
-				res, err := h.client.Do(req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if res.StatusCode != 200 {
-					b.Fatalf("status %d", res.StatusCode)
-				}
-				return time.Since(start)
+				return postTimed(b, h.client, h.url, body, "X-Claude-Code-Session-Id", session)
 			}
 			for i := range 64 { // warm the pools and (hot) the tables
 				send(plain, "hot-"+strconv.Itoa(i))
@@ -339,11 +315,7 @@ func BenchmarkSessionStore(b *testing.B) {
 				with = append(with, send(shared, session))
 				i++
 			}
-			pct := func(d []time.Duration, p float64) float64 {
-				s := slices.Clone(d)
-				slices.Sort(s)
-				return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds())
-			}
+			pct := pctMicros
 			b.ReportMetric(pct(without, 0.5), "local-p50-µs")
 			b.ReportMetric(pct(without, 0.99), "local-p99-µs")
 			b.ReportMetric(pct(with, 0.5), "store-p50-µs")
