@@ -63,6 +63,19 @@ func (f *farm) send(t *testing.T, h *harness, session string, turn int) int {
 	return served
 }
 
+// leftHome sends turn of every session in home through h and counts those
+// served elsewhere than home says.
+func (f *farm) leftHome(t *testing.T, h *harness, home map[string]int, turn int) int {
+	t.Helper()
+	moved := 0
+	for session, r := range home {
+		if f.send(t, h, session, turn) != r {
+			moved++
+		}
+	}
+	return moved
+}
+
 // storeYAML is the shared-store settings of every proxy of a test: the same
 // session_key, and a timeout that a loaded test machine does not exceed
 // when the store is up.
@@ -181,23 +194,12 @@ func TestSharedStoreProxyRestart(t *testing.T) {
 	if err := a.stop(); err != nil {
 		t.Fatal(err)
 	}
-	moved := 0
-	for session, h := range home {
-		if f.send(t, b, session, 1) != h {
-			moved++
-		}
-	}
-	if moved > 0 {
+	if moved := f.leftHome(t, b, home, 1); moved > 0 {
 		t.Errorf("after a stopped, %d of 16 sessions left their home through b", moved)
 	}
 	a2 := startProxy(t, cfg) // a restarted: nothing in its table
 	a2.scraped()
-	for session, h := range home {
-		if f.send(t, a2, session, 2) != h {
-			moved++
-		}
-	}
-	if moved > 0 {
+	if moved := f.leftHome(t, a2, home, 2); moved > 0 {
 		t.Errorf("after a restarted, %d of 16 sessions left their home", moved)
 	}
 }
@@ -251,13 +253,7 @@ func TestSharedStoreDown(t *testing.T) {
 	}
 	c := startProxy(t, cfg) // a third proxy knows only what the store has
 	c.scraped()
-	moved := 0
-	for session, h := range homes {
-		if f.send(t, c, session, 2) != h {
-			moved++
-		}
-	}
-	if moved > 0 {
+	if moved := f.leftHome(t, c, homes, 2); moved > 0 {
 		t.Errorf("after the store returned, %d of 16 sessions placed while it was down left their home", moved)
 	}
 }
