@@ -298,17 +298,23 @@ func BenchmarkSessionStore(b *testing.B) {
 				send(shared, "hot-"+strconv.Itoa(i))
 			}
 			var without, with []time.Duration
+			run := time.Now().UnixNano()
 			tick := time.NewTicker(time.Millisecond)
 			defer tick.Stop()
 			i := 0
 			for b.Loop() {
 				<-tick.C
 				session := "hot-" + strconv.Itoa(i%64)
-				if mode == "new" {
-					session = mode + "-" + b.Name() + "-" + strconv.Itoa(i)
+				if mode == "new" { // unique across -count runs too
+					session = mode + "-" + strconv.FormatInt(run, 10) + "-" + strconv.Itoa(i)
 				}
-				without = append(without, send(plain, session))
-				with = append(with, send(shared, session))
+				if i%2 == 0 { // alternate which goes first: the second of a pair runs on warmer caches
+					without = append(without, send(plain, session))
+					with = append(with, send(shared, session))
+				} else {
+					with = append(with, send(shared, session))
+					without = append(without, send(plain, session))
+				}
 				i++
 			}
 			pct := pctMicros
