@@ -227,6 +227,9 @@ type HistogramDesc struct {
 type EngineHistograms struct {
 	ttft, itl, iterTokens                        Observer
 	queue, prefill, decode, e2e, prompt, outputs Observer
+	// itlN is itl when it observes n equal values at once, else nil:
+	// resolved once, not at every batch of inter-token latencies.
+	itlN interface{ ObserveN(float64, uint64) }
 }
 
 // engineHistogramTable pairs each description with its field of h, in the
@@ -275,6 +278,7 @@ func NewEngineHistograms(maxModelLen int, newHist func(HistogramDesc) Observer) 
 	for _, e := range engineHistogramTable(h, maxModelLen) {
 		*e.field = newHist(e.desc)
 	}
+	h.itlN, _ = h.itl.(interface{ ObserveN(float64, uint64) })
 	return h
 }
 
@@ -308,8 +312,8 @@ func (h *EngineHistograms) nextToken(s *seq, now int64) {
 // is itlUs: exactly as n calls of nextToken would.
 func (h *EngineHistograms) nextTokens(itlUs int64, n int) {
 	v := usToSec(itlUs)
-	if hn, ok := h.itl.(interface{ ObserveN(float64, uint64) }); ok {
-		hn.ObserveN(v, uint64(n))
+	if h.itlN != nil {
+		h.itlN.ObserveN(v, uint64(n))
 		return
 	}
 	for range n {
