@@ -15,3 +15,10 @@ var Default []byte
 
 // DefaultName is the file name of Default, used in error messages.
 const DefaultName = "a4000-qwen3-4b.yaml"
+
+// Workloads holds example workload files (`warden sim --workload`), under
+// workloads/: agents-58k.yaml is the 7 x RTX 5090 operators' agent
+// sessions, ~40k growing to ~76k tokens with a 5 s think time.
+//
+//go:embed workloads/*.yaml
+var Workloads embed.FS

@@ -25,6 +25,59 @@ import (
 // buffered so that a wake-up never blocks.
 type admissionQueue struct {
 	waiters []chan struct{}
+	// waits counts the requests that joined the queue, timeouts those of
+	// them refused after admission_timeout (status and /metrics).
+	waits, timeouts int64
+	// spills is the last few reasons a later turn left its home (status);
+	// kept here because it is shared with a reload's successor as the queue is.
+	spills spillRing
+}
+
+// spillRingSize is how many spill reasons a model keeps for its status.
+const spillRingSize = 8
+
+// SpillReason is one later turn that left its home: when, from and to
+// which replica, and why ("home 9 in flight > 8", "priced: home 4.1 s vs
+// 1.2 s elsewhere"). No session id.
+type SpillReason struct {
+	Time   time.Time `json:"time"`
+	From   int       `json:"from"`
+	To     int       `json:"to"`
+	Reason string    `json:"reason"`
+}
+
+// spillRing keeps the last spillRingSize spill reasons. Guarded by the
+// model's mu.
+type spillRing struct {
+	buf  [spillRingSize]SpillReason
+	next int // total recorded
+}
+
+func (r *spillRing) add(s SpillReason) {
+	r.buf[r.next%spillRingSize] = s
+	r.next++
+}
+
+// last returns the recorded reasons, newest first.
+func (r *spillRing) last() []SpillReason {
+	n := min(r.next, spillRingSize)
+	out := make([]SpillReason, 0, n)
+	for k := 1; k <= n; k++ {
+		out = append(out, r.buf[(r.next-k)%spillRingSize])
+	}
+	return out
+}
+
+// spillText says why decision d moved a later turn off home h: the prices
+// a priced decision compared, else home's load against the threshold.
+func spillText(d placement.Decision, home placement.Replica, threshold int) string {
+	switch {
+	case d.HomeTTFT > 0 || d.ElsewhereTTFT > 0:
+		return fmt.Sprintf("priced: home %.1f s vs %.1f s elsewhere", d.HomeTTFT, d.ElsewhereTTFT)
+	case !home.Healthy:
+		return "home unavailable"
+	}
+	return fmt.Sprintf("home %d in flight > %d", home.InFlight, threshold)
 }
 
 // errAdmissionTimeout: a new conversation waited admission_timeout for KV
@@ -97,6 +150,7 @@ func (m *model) placeAdmitted(ctx context.Context, r *placement.Request, start t
 		if ch == nil {
 			m.mu.Lock()
 			ch = m.adm.enqueue()
+			m.adm.waits++
 			m.mu.Unlock()
 			t := time.NewTimer(timeout - clock().Sub(start))
 			defer t.Stop()
@@ -115,6 +169,9 @@ func (m *model) placeAdmitted(ctx context.Context, r *placement.Request, start t
 			m.leaveQueue(ch)
 			return picked{}, ctx.Err()
 		case <-deadline:
+			m.mu.Lock()
+			m.adm.timeouts++
+			m.mu.Unlock()
 			m.leaveQueue(ch)
 			return picked{}, fmt.Errorf("%w within admission_timeout %s", errAdmissionTimeout, timeout)
 		}

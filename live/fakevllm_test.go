@@ -36,7 +36,7 @@ type fakeVLLM struct {
 	failMetrics atomic.Bool   // /metrics answers 500
 	status      atomic.Int32  // non-zero: answer inference requests with this status
 	maxNumSeqs  int           // exposed in vllm:cache_config_info if > 0
-	gpuBlocks   int           // num_gpu_blocks in vllm:cache_config_info; 0: 2400
+	gpuBlocks   int           // num_gpu_blocks in vllm:cache_config_info; 0: 2400, < 0: label absent
 
 	canceled chan struct{} // receives when a streaming request's context is cancelled
 
@@ -282,6 +282,10 @@ func (f *fakeVLLM) metrics() string {
 		blocks := f.gpuBlocks
 		if blocks == 0 {
 			blocks = 2400
+		}
+		if blocks < 0 {
+			fmt.Fprintf(&b, "vllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"True\",engine=\"%d\"%s} 1\n", e, extra)
+			continue
 		}
 		fmt.Fprintf(&b, "vllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"True\",engine=\"%d\",num_gpu_blocks=\"%d\"%s} 1\n", e, blocks, extra)
 	}

@@ -443,6 +443,16 @@ func vllmDefaultMaxNumSeqs(g hardware.GPU) int {
 	return DefaultMaxNumSeqs
 }
 
+// spillThreshold is the in-flight count on a home above which a later
+// turn spills: the configured number, or max_num_seqs/4 (auto).
+func (m *model) spillThreshold() int {
+	if !m.cfg.SpillThreshold.Auto {
+		return m.cfg.SpillThreshold.N
+	}
+	n, _ := m.maxNumSeqs()
+	return max(1, n/4)
+}
+
 // maxNumSeqsWarning says, when nobody stated max_num_seqs (the config does
 // not set it and the server does not expose it), what is assumed; "" when
 // it is known.
@@ -606,6 +616,10 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 	}
 	if stayed {
 		m.laterHome.Add(1)
+	}
+	if later && d.Reason == placement.ReasonSpill && home >= 0 && home < len(m.snap.Replicas) && d.Replica != home {
+		m.adm.spills.add(SpillReason{Time: now.UTC(), From: home, To: d.Replica,
+			Reason: spillText(d, m.snap.Replicas[home], m.spillThreshold())})
 	}
 	rep := m.replicas[d.Replica]
 	rep.inFlight.Add(1)

@@ -176,6 +176,9 @@ var (
 	descAge      = prometheus.NewDesc(seriesScrapeAge, "Seconds since the replica's server was last scraped successfully (+Inf: never).", []string{"model", "replica"}, nil)
 	descHealthy  = prometheus.NewDesc(seriesReplicaHealthy, "1 if the replica may receive requests (health probe passing, not ejected).", []string{"model", "replica"}, nil)
 	descCapacity = prometheus.NewDesc(seriesSessionCapacity, "The session table's cap for the model.", []string{"model"}, nil)
+	descHeadroom = prometheus.NewDesc(names.WardenKVHeadroomTokens, "KV cache capacity (vllm:cache_config_info) minus the resident footprint of the active conversations homed on the replica, in tokens; absent when the server does not expose its cache size.", []string{"model", "replica"}, nil)
+	descAdmWait  = prometheus.NewDesc(names.WardenAdmissionWaiting, "New conversations waiting at the proxy for KV headroom (admission: kv).", []string{"model"}, nil)
+	descAdmTOut  = prometheus.NewDesc(names.WardenAdmissionTimeouts, "New conversations refused after waiting admission_timeout for KV headroom (admission: kv).", []string{"model"}, nil)
 )
 
 // stateCollector exports the per-replica gauges from the live routing state.
@@ -188,6 +191,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAge
 	ch <- descHealthy
 	ch <- descCapacity
+	ch <- descHeadroom
+	ch <- descAdmWait
+	ch <- descAdmTOut
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -202,12 +208,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		m.table.Advance(now)
 		counts := m.table.Counters()
 		capacity := m.table.MaxSessions()
+		admission := m.admissionOn()
+		waiting, timeouts := len(m.adm.waiters), m.adm.timeouts
 		states := make([]string, len(m.replicas))
 		for i, rep := range m.replicas {
 			states[i] = m.state(rep, rep.server.last.Load(), now)
 		}
 		m.mu.Unlock()
 		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(capacity), name)
+		if admission {
+			ch <- prometheus.MustNewConstMetric(descAdmWait, prometheus.GaugeValue, float64(waiting), name)
+			ch <- prometheus.MustNewConstMetric(descAdmTOut, prometheus.CounterValue, float64(timeouts), name)
+		}
 		for i, rep := range m.replicas {
 			id := strconv.Itoa(i)
 			sessions, active := 0, 0
@@ -227,6 +239,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(active), name, id)
 			ch <- prometheus.MustNewConstMetric(descAge, prometheus.GaugeValue, age, name, id)
 			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, healthy, name, id)
+			if c, ok := kvCapacity(rep, rep.server.last.Load()); ok {
+				fp := 0
+				if i < len(counts) {
+					fp = counts[i].Footprint
+				}
+				ch <- prometheus.MustNewConstMetric(descHeadroom, prometheus.GaugeValue, float64(c-fp), name, id)
+			}
 		}
 	}
 }

@@ -31,16 +31,29 @@ type Status struct {
 	MaxNumSeqsSource string `json:"max_num_seqs_source"` // config, server, gpu or default
 	// Warnings are the assumptions routing makes that an operator should
 	// know of, e.g. a max_num_seqs nobody stated (see maxNumSeqsWarning).
-	Warnings        []string        `json:"warnings,omitempty"`
-	InFlight        int64           `json:"in_flight"`
-	Sessions        int             `json:"sessions"`        // conversations remembered (homes kept for the TTL)
-	ActiveSessions  int             `json:"active_sessions"` // of those, seen within the active window: what placement balances
-	ActiveWindowSec float64         `json:"active_window_s"` // the active window
-	SessionCap      int             `json:"session_cap"`
-	LaterTurns      int64           `json:"later_turns"`      // requests of known sessions since start
-	LaterTurnsHome  int64           `json:"later_turns_home"` // of those, served by the session's first replica (placement.Stay)
-	StickyPct       *float64        `json:"sticky_pct"`       // 100*home/later; null before any later turn
-	Replicas        []ReplicaStatus `json:"replicas"`
+	Warnings        []string `json:"warnings,omitempty"`
+	InFlight        int64    `json:"in_flight"`
+	Sessions        int      `json:"sessions"`        // conversations remembered (homes kept for the TTL)
+	ActiveSessions  int      `json:"active_sessions"` // of those, seen within the active window: what placement balances
+	ActiveWindowSec float64  `json:"active_window_s"` // the active window
+	SessionCap      int      `json:"session_cap"`
+	LaterTurns      int64    `json:"later_turns"`      // requests of known sessions since start
+	LaterTurnsHome  int64    `json:"later_turns_home"` // of those, served by the session's first replica (placement.Stay)
+	StickyPct       *float64 `json:"sticky_pct"`       // 100*home/later; null before any later turn
+	// Admission is the admission: kv queue; absent when admission is off.
+	Admission *AdmissionStatus `json:"admission,omitempty"`
+	// SpillReasons are the last few later turns that left their home and
+	// why, newest first (no session ids).
+	SpillReasons []SpillReason   `json:"spill_reasons,omitempty"`
+	Replicas     []ReplicaStatus `json:"replicas"`
+}
+
+// AdmissionStatus is a model's admission queue (admission: kv).
+type AdmissionStatus struct {
+	Waiting    int     `json:"waiting"`   // new conversations waiting for KV headroom now
+	Waits      int64   `json:"waits"`     // requests that waited, since start
+	Timeouts   int64   `json:"timeouts"`  // of those, refused after admission_timeout
+	TimeoutSec float64 `json:"timeout_s"` // admission_timeout
 }
 
 // ReplicaStatus is one row of the routing panel. Counters run since the
@@ -76,6 +89,15 @@ type ReplicaStatus struct {
 	ScrapeState   string   `json:"scrape_state"`   // ok, stale, failed or pending
 	ScrapeError   string   `json:"scrape_error,omitempty"`
 	HealthError   string   `json:"health_error,omitempty"`
+
+	// KV cache, in tokens: the capacity from vllm:cache_config_info
+	// (num_gpu_blocks x block_size; null when the server does not expose
+	// it), the resident footprint (the last prompt + answer tokens of each
+	// active conversation homed here) and the headroom between them (null
+	// without a capacity; negative when the footprint exceeds it).
+	KVCapacityTokens *int `json:"kv_capacity_tokens"`
+	FootprintTokens  int  `json:"footprint_tokens"`
+	HeadroomTokens   *int `json:"kv_headroom_tokens"`
 }
 
 // Status returns the current routing state of every model.
@@ -137,6 +159,11 @@ func (m *model) status(now time.Time) Status {
 	for _, c := range counts {
 		st.ActiveSessions += c.Active
 	}
+	if m.admissionOn() {
+		st.Admission = &AdmissionStatus{Waiting: len(m.adm.waiters), Waits: m.adm.waits, Timeouts: m.adm.timeouts,
+			TimeoutSec: m.cfg.AdmissionTimeout.D().Seconds()}
+	}
+	st.SpillReasons = m.adm.spills.last()
 	states := make([]string, len(m.replicas))
 	for i, r := range m.replicas {
 		states[i] = m.state(r, r.server.last.Load(), now)
@@ -166,6 +193,10 @@ func (m *model) status(now time.Time) Status {
 		}
 		if i < len(counts) {
 			rs.Sessions, rs.Active = counts[i].Sessions, counts[i].Active
+			rs.FootprintTokens = counts[i].Footprint
+		}
+		if c, ok := kvCapacity(r, sr); ok {
+			rs.KVCapacityTokens, rs.HeadroomTokens = ptr(c), ptr(c-rs.FootprintTokens)
 		}
 		switch {
 		case sr.OK.IsZero() && sr.Err == "":
@@ -192,6 +223,15 @@ func (m *model) status(now time.Time) Status {
 		st.Replicas = append(st.Replicas, rs)
 	}
 	return st
+}
+
+// kvCapacity is replica r's KV cache size in tokens from its last scrape
+// (vllm:cache_config_info); ok is false when the server does not expose it.
+func kvCapacity(r *replica, sr *ScrapeResult) (int, bool) {
+	if st, ok := r.stats(sr); ok && st.NumGPUBlocks > 0 && st.BlockSize > 0 {
+		return st.NumGPUBlocks * st.BlockSize, true
+	}
+	return 0, false
 }
 
 func (s *Server) serveStatus(w http.ResponseWriter, _ *http.Request) {

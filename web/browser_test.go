@@ -58,7 +58,7 @@ func screenshot(t *testing.T, url string) {
 	t.Helper()
 	if dir := os.Getenv("WARDEN_SCREENSHOTS"); dir != "" {
 		b := webtest.Find(t)
-		b.Height = 4000
+		b.Width, b.Height = 1400, 4000
 		b.Screenshot(t, url, filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+".png"))
 	}
 }

@@ -46,11 +46,13 @@ type DashboardOptions struct {
 //
 //	MODEL:   model, strategy, layout, affinity (bool), spill_threshold, spill_auto (bool),
 //	         sticky_pct (0..100), in_flight, sessions, session_cap, max_num_seqs,
-//	         max_num_seqs_source, replicas ([REPLICA])
+//	         max_num_seqs_source, admission ({waiting, waits, timeouts, timeout_s}),
+//	         spill_reasons ([{from, to, reason}], newest first), replicas ([REPLICA])
 //	REPLICA: id, url, rank, state, in_flight, sticky, spilled_in, client_pinned, running,
 //	         waiting, kv_usage (0..1, shown as %), prefix_hit_pct (0..100), scrape_state
 //	         ("ok", "stale", "failed", "pending"), scrape_age_s, scrape_error, health_error,
-//	         prefix_queries and prefix_hits (vLLM's prompt-token counters)
+//	         prefix_queries and prefix_hits (vLLM's prompt-token counters),
+//	         kv_headroom_tokens and kv_capacity_tokens (shown as "37.6k/40k", headroom/capacity)
 //
 // Any other number in a REPLICA (a counter since start: requests, new, retried, ...) is shown
 // in an extra column named after its key, in key order. A replica whose scrape_state is not
@@ -153,9 +155,10 @@ const dashboardCSS = `
 body.dashboard{max-width:1360px}
 .scroll{max-width:100%;overflow-x:auto}
 table.replicas{font-size:.85em;margin-top:0}
-table.replicas th{vertical-align:bottom;padding:3px 4px}
-table.replicas td{white-space:nowrap;padding:3px 4px}
-table.replicas td:first-child{max-width:14em;overflow:hidden;text-overflow:ellipsis}
+table.replicas th{vertical-align:bottom;padding:3px 3px}
+table.replicas td{white-space:nowrap;padding:3px 3px}
+table.replicas td:first-child{max-width:12em;overflow:hidden;text-overflow:ellipsis}
+table.replicas td:nth-child(2){white-space:normal}
 svg.spark{display:block;width:240px;height:30px}
 #hist-replicas td:last-child{text-align:left}
 svg.spark .computed{fill:#5470c6;opacity:.55}
@@ -206,10 +209,34 @@ var KNOWN = [
   ["in_flight", "in flight"], ["sticky", "sticky"], ["spilled_in", "spilled in"],
   ["client_pinned", "client-pinned"], ["running", "running"], ["waiting", "waiting"],
   ["kv_used_pct", "KV used %", function (r) { return typeof r.kv_usage === "number" ? 100 * r.kv_usage : r.kv_used_pct; }],
-  ["prefix_hit_pct", "prefix hit %"]
+  ["prefix_hit_pct", "prefix hit %"],
+  ["kv_headroom_tokens", "KV free<br>of cap", kvHeadroom]
 ];
 var HIDDEN = {id: 1, url: 1, rank: 1, state: 1, scrape_state: 1, scrape_age_s: 1, kv_usage: 1,
-  prefix_hits: 1, prefix_queries: 1};
+  prefix_hits: 1, prefix_queries: 1, kv_capacity_tokens: 1, footprint_tokens: 1};
+// kTok writes a token count compactly: 37.6k, 1.2M.
+function kTok(v) {
+  if (typeof v !== "number" || !isFinite(v)) return "";
+  var a = Math.abs(v);
+  if (a >= 1e6) return (v / 1e6).toFixed(1) + "M";
+  if (a >= 1e3) return (v / 1e3).toFixed(1) + "k";
+  return String(Math.round(v));
+}
+// kvHeadroom is "headroom/capacity" in tokens; "" when the server does not expose its cache size.
+function kvHeadroom(r) {
+  if (typeof r.kv_headroom_tokens !== "number") return "";
+  return kTok(r.kv_headroom_tokens) + "/" + kTok(r.kv_capacity_tokens);
+}
+// admissionText summarises a model's admission queue; "" when admission is off.
+function admissionText(a) {
+  if (!a || typeof a !== "object") return "";
+  return "kv: " + num(a.waiting) + " waiting, " + num(a.waits) + " waited, " + num(a.timeouts) + " timed out (timeout " + num(a.timeout_s) + " s)";
+}
+// spillText is the latest spill reasons, newest first.
+function spillText(rs) {
+  if (!Array.isArray(rs) || !rs.length) return "";
+  return rs.slice(0, 3).map(function (s) { return s.from + "\u2192" + s.to + " " + s.reason; }).join("; ");
+}
 
 function el(tag, text, cls) {
   var e = document.createElement(tag);
@@ -279,7 +306,10 @@ function panel(m) {
    ["affinity", typeof m.affinity === "boolean" ? (m.affinity ? "on" : "off") : ""],
    ["spill threshold", spill], ["sticky %", num(m.sticky_pct, 1)], ["in flight", num(m.in_flight)],
    ["sessions", sessions], ["max_num_seqs", seqs], ["layout", m.layout || ""],
-   ["scrape", scrapeSummary(reps)]].forEach(function (row) {
+   ["scrape", scrapeSummary(reps)]].concat(
+    m.admission ? [["admission", admissionText(m.admission)]] : [],
+    Array.isArray(m.spill_reasons) && m.spill_reasons.length ? [["last spills", spillText(m.spill_reasons)]] : []
+  ).forEach(function (row) {
     var tr = el("tr"); tr.appendChild(el("th", row[0]));
     var td = el("td", row[1]); td.dataset.field = row[0]; tr.appendChild(td); t.appendChild(tr);
   });
@@ -288,7 +318,11 @@ function panel(m) {
   var rt = el("table"); rt.className = "replicas";
   var head = el("tr");
   ["replica", "state"].concat(KNOWN.map(function (k) { return k[1]; }),
-    extra.map(function (k) { return k.replace(/_/g, " "); })).forEach(function (h) { head.appendChild(el("th", h)); });
+    extra.map(function (k) { return k.replace(/_/g, " "); })).forEach(function (h) {
+    var th = el("th");
+    h.split("<br>").forEach(function (part, i) { if (i) th.appendChild(el("br")); th.appendChild(document.createTextNode(part)); });
+    head.appendChild(th);
+  });
   var thead = el("thead"); thead.appendChild(head); rt.appendChild(thead);
   var tb = el("tbody");
   reps.forEach(function (r, i) {
@@ -299,7 +333,8 @@ function panel(m) {
     var nm = el("td", name); nm.title = name; tr.appendChild(nm);
     tr.appendChild(stateCell(r));
     KNOWN.forEach(function (k) {
-      var td = el("td", num(k[2] ? k[2](r) : r[k[0]]));
+      var v = k[2] ? k[2](r) : r[k[0]];
+      var td = el("td", typeof v === "string" ? v : num(v));
       td.dataset.field = k[0];
       tr.appendChild(td);
     });

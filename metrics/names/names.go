@@ -55,6 +55,11 @@ const (
 	WardenSessionsCompleted = "warden_sessions_completed_total" // counter {model}: closed-loop clients only
 	WardenTTFB              = "warden_ttfb_seconds"             // histogram base name {model}: client-side TTFB
 	WardenOutputTokens      = "warden_output_tokens_total"      // counter {model}
+
+	// The KV-aware routing options (issue 14).
+	WardenKVHeadroomTokens  = "warden_kv_headroom_tokens"       // gauge {model,replica}: KV capacity minus resident footprint; absent without vllm:cache_config_info
+	WardenAdmissionWaiting  = "warden_admission_waiting"        // gauge {model}: new conversations waiting for KV headroom (admission: kv)
+	WardenAdmissionTimeouts = "warden_admission_timeouts_total" // counter {model}: of those, refused after admission_timeout
 )
 
 // Label names.
