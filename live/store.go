@@ -118,9 +118,11 @@ type redisStore struct {
 	lastErr string
 	synced  time.Time
 	proxies int
-	remote  map[string]remoteLoad // "<model>\x1f<replica>"
 
-	up atomic.Bool
+	// remote is the last sync's view of the others, read on every pick
+	// without the lock.
+	remote atomic.Pointer[remoteView]
+	up     atomic.Bool
 }
 
 type touchKey struct{ model, session string }
@@ -131,6 +133,12 @@ type touch struct {
 }
 
 type remoteLoad struct{ inFlight, held int }
+
+// remoteView is what one sync read: per "<model>\x1f<replica>", and when.
+type remoteView struct {
+	at    time.Time
+	loads map[string]remoteLoad
+}
 
 const storePrefix = "warden:v1:"
 
@@ -175,7 +183,6 @@ func openRedisStore(raw, passwordEnv string, timeout time.Duration) (*redisStore
 		timeout: timeout,
 		now:     time.Now,
 		pending: map[touchKey]touch{},
-		remote:  map[string]remoteLoad{},
 	}, nil
 }
 
@@ -277,12 +284,11 @@ func (s *redisStore) Touch(model, session, home string, now time.Time) {
 
 // Remote implements sessionStore.
 func (s *redisStore) Remote(model, replica string) (int, int, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.up.Load() || s.now().Sub(s.synced) > storeLease {
+	v := s.remote.Load()
+	if v == nil || !s.up.Load() || s.now().Sub(v.at) > storeLease {
 		return 0, 0, false
 	}
-	r := s.remote[loadField(model, replica)]
+	r := v.loads[loadField(model, replica)]
 	return r.inFlight, r.held, true
 }
 
@@ -435,8 +441,8 @@ func (s *redisStore) sync(ctx context.Context, loads []replicaLoad) error {
 			remote[f] = r
 		}
 	}
+	s.remote.Store(&remoteView{at: now, loads: remote})
 	s.mu.Lock()
-	s.remote = remote
 	s.synced = now
 	s.proxies = len(peers)
 	s.lastErr = ""
