@@ -49,7 +49,8 @@ type call struct {
 	m         *model
 	api       API
 	path      string
-	body      []byte
+	body      []byte   // the request body, rb's data: valid until finish
+	rb        *reqBody // its buffer, given back at finish
 	stream    bool
 	req       placement.Request // Session/Parent are keyed hashes
 	source    string            // where the session id came from
@@ -148,7 +149,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer c.finish()
 	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
-	r.Body = io.NopCloser(bytes.NewReader(c.body))
+	r.Body = c.rb.reader()
 	r.ContentLength = int64(len(c.body))
 	s.proxy.ServeHTTP(w, r)
 }
@@ -239,7 +240,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	if r.ContentLength > limit {
 		return nil, errTooLarge, "too_large", fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, limit)
 	}
-	data, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
+	rb, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -249,6 +250,16 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 		s.log.Debug("reading a request body failed", "err", err)
 		return nil, kind, "read", msg
 	}
+	c, kind, reason, msg := s.admitBody(rt, w, r, api, rb, start)
+	if c == nil {
+		rb.release()
+	}
+	return c, kind, reason, msg
+}
+
+// admitBody is admit once the body is read.
+func (s *Server) admitBody(rt *routing, w http.ResponseWriter, r *http.Request, api API, rb *reqBody, start time.Time) (*call, errKind, string, string) {
+	data := rb.data
 	if !utf8.Valid(data) {
 		return nil, errInvalid, "utf8", "request body is not valid UTF-8"
 	}
@@ -272,7 +283,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 		return nil, errInvalid, "session_id", err.Error()
 	}
 	c := &call{
-		srv: s, m: m, api: api, path: r.URL.Path, body: data, stream: b.Stream, start: start,
+		srv: s, m: m, api: api, path: r.URL.Path, body: data, rb: rb, stream: b.Stream, start: start,
 		source: id.Source, status: http.StatusOK, usage: unknownUsage(), aux: r.URL.Path == countTokensPath,
 		req: placement.Request{
 			Session: s.keyer.Sum(id.Session),
@@ -382,6 +393,7 @@ func (c *call) finish() {
 	if !c.finished.CompareAndSwap(false, true) {
 		return
 	}
+	defer c.rb.release() // after the journal's record, the body's last reader here
 	c.cur.release()
 	s, name := c.srv, c.m.cfg.Name
 	if c.status < 400 && !c.aux {
@@ -496,7 +508,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c.reason = "retried"
 	c.attempts++
 	req2 := req.Clone(req.Context())
-	req2.Body = io.NopCloser(bytes.NewReader(c.body))
+	req2.Body = c.rb.reader()
 	req2.GetBody = nil
 	req2.URL.Scheme, req2.URL.Host = rep.target.Scheme, rep.target.Host
 	req2.URL.Path, req2.URL.RawPath = joinPath(rep.target.Path, c.path), ""
@@ -1003,40 +1015,4 @@ type logWriter struct{ log *slog.Logger }
 func (l logWriter) Write(p []byte) (int, error) {
 	l.log.Debug(strings.TrimSpace(string(p)))
 	return len(p), nil
-}
-
-// initialBodyBuf is the most readBody allocates before the bytes arrive.
-const initialBodyBuf = 64 << 10
-
-// readBody reads a whole request body (net/http never returns more than
-// Content-Length). It allocates as the bytes come, doubling up to the
-// declared length, never the declared length up front: a client that
-// declares 16 MiB and sends little costs little.
-func readBody(r io.Reader, length int64) ([]byte, error) {
-	if length <= 0 {
-		return io.ReadAll(r)
-	}
-	buf := make([]byte, 0, min(length, initialBodyBuf))
-	for int64(len(buf)) < length {
-		if len(buf) == cap(buf) {
-			nb := make([]byte, len(buf), min(2*int64(cap(buf)), length))
-			copy(nb, buf)
-			buf = nb
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			if err == io.ErrUnexpectedEOF {
-				break
-			}
-			return nil, err
-		}
-	}
-	if int64(len(buf)) < length {
-		return nil, fmt.Errorf("body shorter than its Content-Length %d", length)
-	}
-	return buf, nil
 }

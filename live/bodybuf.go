@@ -1,0 +1,173 @@
+package live
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"sync"
+)
+
+// Request bodies are read whole (the model and the session are in them)
+// into buffers recycled across requests: at 1,000 requests/s of 64-256 KB
+// a fresh buffer per request is most of the proxy's allocation, and the
+// garbage collector's work and the zeroing of large objects that come
+// with it were a fifth of its CPU (BenchmarkProxyPath, issue 13 item 12).
+//
+// A buffer goes back to its pool when the call finishes. The outgoing
+// request's body may still be read after that: net/http's Transport
+// writes it from its own goroutine, which can outlive the handler
+// (ReverseProxy's note on issue 46866), and a retry or a write error can
+// leave it reading. So attempts never read the buffer directly: each reads
+// through a bodyReader that holds the body's lock while it copies and
+// finds the body released once the call is over. A late reader gets an
+// error, never the bytes of the next request that took the buffer.
+
+// Buffers come in size classes of powers of two from 4 KiB to 16 MiB (the
+// default limits.max_body_bytes); a larger body gets a buffer of its own.
+const (
+	minBodyClassShift = 12
+	numBodyClasses    = 13
+)
+
+var bodyPools [numBodyClasses]sync.Pool
+
+// bodyClass is the smallest class whose buffers hold n bytes, or -1 when
+// none does.
+func bodyClass(n int) int {
+	if n <= 1<<minBodyClassShift {
+		return 0
+	}
+	k := bits.Len(uint(n-1)) - minBodyClassShift
+	if k >= numBodyClasses {
+		return -1
+	}
+	return k
+}
+
+// getBodyBuf returns an empty buffer with room for at least n bytes: from
+// its class's pool when there is one. The pointer is what goes back to the
+// pool (a slice header put into a sync.Pool would be allocated).
+func getBodyBuf(n int) *[]byte {
+	k := bodyClass(n)
+	if k < 0 {
+		b := make([]byte, 0, n)
+		return &b
+	}
+	if v, ok := bodyPools[k].Get().(*[]byte); ok {
+		*v = (*v)[:0]
+		return v
+	}
+	b := make([]byte, 0, 1<<(k+minBodyClassShift))
+	return &b
+}
+
+// putBodyBuf gives a buffer from getBodyBuf back to its pool.
+func putBodyBuf(bp *[]byte) {
+	c := cap(*bp)
+	if k := bodyClass(c); k >= 0 && c == 1<<(k+minBodyClassShift) {
+		*bp = (*bp)[:0]
+		bodyPools[k].Put(bp)
+	}
+}
+
+// initialBodyBuf is the most readBody takes before the bytes arrive.
+const initialBodyBuf = 64 << 10
+
+// reqBody is a request body read whole. data is valid until release.
+type reqBody struct {
+	data []byte
+
+	mu       sync.Mutex
+	buf      *[]byte // the pooled buffer data lies in; nil once released or when not pooled
+	released bool
+}
+
+// errBodyReleased is what a reader of a finished call's body gets.
+var errBodyReleased = errors.New("request body read after its request finished")
+
+// readBody reads a whole request body (net/http never returns more than
+// Content-Length). It takes buffers as the bytes come, doubling up to the
+// declared length, never the declared length up front: a client that
+// declares 16 MiB and sends little costs little. A body of unknown length
+// (chunked) is read with io.ReadAll and not pooled.
+func readBody(r io.Reader, length int64) (*reqBody, error) {
+	if length <= 0 {
+		data, err := io.ReadAll(r)
+		if err != nil {
+			return nil, err
+		}
+		return &reqBody{data: data}, nil
+	}
+	bp := getBodyBuf(int(min(length, initialBodyBuf)))
+	buf := *bp
+	for int64(len(buf)) < length {
+		if len(buf) == cap(buf) {
+			nbp := getBodyBuf(int(min(2*int64(cap(buf)), length)))
+			nb := append(*nbp, buf...)
+			*bp = buf
+			putBodyBuf(bp)
+			bp, buf = nbp, nb
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if err == io.ErrUnexpectedEOF {
+				break
+			}
+			*bp = buf
+			putBodyBuf(bp)
+			return nil, err
+		}
+	}
+	*bp = buf
+	if int64(len(buf)) < length {
+		putBodyBuf(bp)
+		return nil, fmt.Errorf("body shorter than its Content-Length %d", length)
+	}
+	return &reqBody{data: buf, buf: bp}, nil
+}
+
+// reader returns a reader of the body for one attempt.
+func (b *reqBody) reader() io.ReadCloser { return &bodyReader{b: b} }
+
+// release gives the buffer back; readers find the body gone from now on.
+// The caller must not use data after it.
+func (b *reqBody) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.released {
+		return
+	}
+	b.released = true
+	if b.buf != nil {
+		putBodyBuf(b.buf)
+		b.buf = nil
+	}
+	b.data = nil
+}
+
+// bodyReader reads a reqBody from the start, under the body's lock.
+type bodyReader struct {
+	b   *reqBody
+	off int
+}
+
+func (r *bodyReader) Read(p []byte) (int, error) {
+	r.b.mu.Lock()
+	defer r.b.mu.Unlock()
+	if r.b.released {
+		return 0, errBodyReleased
+	}
+	if r.off >= len(r.b.data) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b.data[r.off:])
+	r.off += n
+	return n, nil
+}
+
+func (r *bodyReader) Close() error { return nil }

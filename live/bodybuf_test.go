@@ -1,0 +1,192 @@
+package live
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/iotest"
+)
+
+func TestBodyClass(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{
+		{0, 0}, {1, 0}, {4096, 0}, {4097, 1}, {8192, 1}, {64 << 10, 4}, {64<<10 + 1, 5},
+		{16 << 20, 12}, {16<<20 + 1, -1},
+	} {
+		if got := bodyClass(tc.n); got != tc.want {
+			t.Errorf("bodyClass(%d) = %d, want %d", tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestReadBody(t *testing.T) {
+	big := bytes.Repeat([]byte("0123456789abcdef"), 40000) // 640,000 bytes: grows past initialBodyBuf
+	for _, tc := range []struct {
+		name    string
+		r       io.Reader
+		length  int64
+		want    []byte
+		wantErr string
+	}{
+		{"exact", strings.NewReader(`{"a":1}`), 7, []byte(`{"a":1}`), ""},
+		{"grows", bytes.NewReader(big), int64(len(big)), big, ""},
+		{"grows in small reads", iotest.OneByteReader(bytes.NewReader(big[:70000])), 70000, big[:70000], ""},
+		{"unknown length", strings.NewReader(`{"b":2}`), -1, []byte(`{"b":2}`), ""},
+		{"short", strings.NewReader(`{"a"`), 7, nil, "body shorter than its Content-Length 7"},
+		{"short after growing", bytes.NewReader(big[:100000]), 200000, nil, "body shorter than its Content-Length 200000"},
+		{"read error", iotest.TimeoutReader(strings.NewReader(`{"a":1}`)), 100, nil, "timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rb, err := readBody(tc.r, tc.length)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(rb.data, tc.want) {
+				t.Fatalf("read %d bytes, want %d", len(rb.data), len(tc.want))
+			}
+			got, err := io.ReadAll(rb.reader())
+			if err != nil || !bytes.Equal(got, tc.want) {
+				t.Fatalf("reader: %d bytes, %v", len(got), err)
+			}
+			rb.release()
+			rb.release() // twice is harmless
+		})
+	}
+}
+
+// A reader of a body whose call finished gets an error, never the bytes
+// of the request that took the buffer next.
+func TestBodyReaderAfterRelease(t *testing.T) {
+	a := bytes.Repeat([]byte("A"), 100<<10)
+	rb, err := readBody(bytes.NewReader(a), int64(len(a)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rb.reader()
+	p := make([]byte, 4096)
+	if n, err := r.Read(p); n != len(p) || err != nil {
+		t.Fatalf("first read: %d, %v", n, err)
+	}
+	rb.release()
+	b := bytes.Repeat([]byte("B"), 100<<10)
+	next, err := readBody(bytes.NewReader(b), int64(len(b))) // likely the same buffer, from the pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.release()
+	for range 3 {
+		n, err := r.Read(p)
+		if n != 0 || !errors.Is(err, errBodyReleased) {
+			t.Fatalf("read after release: %d bytes (%q...), %v; want 0, errBodyReleased", n, p[:min(n, 8)], err)
+		}
+	}
+	if !bytes.Equal(next.data, b) {
+		t.Fatal("the next body was changed")
+	}
+}
+
+// Readers racing a release (run with -race): each read sees the body or
+// the error, and the buffer is never written while a read copies it.
+func TestBodyReleaseRacesReaders(t *testing.T) {
+	data := bytes.Repeat([]byte("x"), 300<<10)
+	for range 50 {
+		rb, err := readBody(bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				r, p := rb.reader(), make([]byte, 32<<10)
+				for {
+					n, err := r.Read(p)
+					if bytes.ContainsFunc(p[:n], func(c rune) bool { return c != 'x' }) {
+						t.Error("read a byte that is not the body's")
+					}
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+		rb.release()
+		wg.Wait()
+		// The next body takes the buffer and overwrites it.
+		other, _ := readBody(bytes.NewReader(bytes.Repeat([]byte("y"), len(data))), int64(len(data)))
+		other.release()
+	}
+}
+
+// Through the proxy, with bodies recycled at once: concurrent sessions of
+// 256 KB bodies, half of them answered by a backend before it reads the
+// body (so the proxy's handler ends while net/http's transport still
+// writes the body). Every body the backend reads is exactly the one its
+// request carried.
+func TestProxyBodiesNeverMix(t *testing.T) {
+	var mu sync.Mutex
+	var bad []string
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			return
+		}
+		want := r.Header.Get("X-Claude-Code-Session-Id")
+		check := func() {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				return // an early answer may find the rest of the body cut off: no bytes to mix
+			}
+			if !bytes.Contains(b, []byte(`"content":"`+want)) ||
+				bytes.Count(b, []byte(want)) != bytes.Count(b, []byte("session-")) {
+				mu.Lock()
+				bad = append(bad, fmt.Sprintf("session %s: the backend read a body of %d bytes that is not its own", want, len(b)))
+				mu.Unlock()
+			}
+		}
+		early := strings.HasSuffix(want, "-early")
+		if !early {
+			check()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+		if early {
+			w.(http.Flusher).Flush()
+			check()
+		}
+	}))
+	defer backend.Close()
+	h := startProxy(t, modelsYAML("limits: {max_body_bytes: 1MiB}\n", urlsModel(backend.URL)))
+	var wg sync.WaitGroup
+	for s := range 8 {
+		wg.Go(func() {
+			id := fmt.Sprintf("session-%d", s)
+			if s%2 == 1 {
+				id += "-early"
+			}
+			body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"%s"}]}`,
+				testModel, strings.Repeat(id+" ", (256<<10)/(len(id)+1)))
+			for range 15 {
+				if r := h.do("POST", "/v1/chat/completions", body, sessionHdr(id)); r.status != http.StatusOK {
+					t.Errorf("%s: status %d: %s", id, r.status, r.body)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range bad {
+		t.Error(b)
+	}
+}
