@@ -13,7 +13,7 @@ import (
 // BenchmarkProxyPath is one request through the proxy, unpaced, for CPU
 // and allocation profiles of the request path (the client and the
 // backend, in the same process, are counted too: compare runs, not
-// absolute figures). json: a 64 KB chat request answered with a small
+// absolute figures). json: a 64 KB or 256 KB chat request answered with a small
 // JSON body; stream: a small request answered with 32 SSE events.
 //
 //	go test -run '^$' -bench ProxyPath -benchmem -cpuprofile cpu.out ./live/
@@ -27,7 +27,7 @@ func BenchmarkProxyPath(b *testing.B) {
 		name   string
 		size   int
 		stream bool
-	}{{"json-64KB", 64 << 10, false}, {"stream", 1 << 10, true}} {
+	}{{"json-64KB", 64 << 10, false}, {"json-256KB", 256 << 10, false}, {"stream", 1 << 10, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/metrics" || r.URL.Path == "/health" {

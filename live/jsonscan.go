@@ -41,6 +41,10 @@ func (e *syntaxError) Error() string {
 type scanner struct {
 	data []byte
 	pos  int
+	// quote and bslash are the next '"' and '\\' at or after pos once
+	// found (len(data): none), 0 before: the scan only moves forward, so
+	// each byte is searched once for each, whatever the number of strings.
+	quote, bslash int
 }
 
 func (s *scanner) fail(msg string) error { return &syntaxError{off: int64(s.pos), msg: msg} }
@@ -411,17 +415,87 @@ const (
 )
 
 // special reports, as high bits, the bytes of an 8-byte word that are '"',
-// '\\' or a control character (< 0x20). Bytes >= 0x80 never match.
+// '\\' or a control character (< 0x20); the lowest flagged byte is exact.
 func special(w uint64) uint64 {
 	hasZero := func(x uint64) uint64 { return (x - lsb) &^ x & msb }
-	quote := hasZero(w ^ (lsb * '"'))
-	bslash := hasZero(w ^ (lsb * '\\'))
-	ctrl := (w - lsb*0x20) &^ w & msb
-	return quote | bslash | ctrl
+	return hasZero(w^(lsb*'"')) | hasZero(w^(lsb*'\\')) | (w-lsb*0x20)&^w&msb
+}
+
+// nextSpecial is the index of the next byte at or after s.pos inside a
+// string that ends it or needs a look: '"', '\\' or a control character
+// (len(data): none). In source code and tool output, escapes come every
+// few bytes: the next 16 bytes are looked at a word at a time first. Past
+// them, the next quote and backslash are found with bytes.IndexByte
+// (vectorised) and remembered until the scan passes them, and the bytes
+// before are checked for control characters a word at a time.
+func (s *scanner) nextSpecial() int {
+	d, p := s.data, s.pos
+	if p+16 <= len(d) {
+		if m := special(binary.LittleEndian.Uint64(d[p:])); m != 0 {
+			return p + bits.TrailingZeros64(m)/8
+		}
+		if m := special(binary.LittleEndian.Uint64(d[p+8:])); m != 0 {
+			return p + 8 + bits.TrailingZeros64(m)/8
+		}
+		p += 16
+	}
+	return s.farSpecial(p)
+}
+
+// farSpecial is nextSpecial's search from p on, past the first bytes.
+func (s *scanner) farSpecial(p int) int {
+	d := s.data
+	if s.quote < p {
+		s.quote = indexFrom(d, p, '"')
+	}
+	if s.bslash < p {
+		s.bslash = indexFrom(d, p, '\\')
+	}
+	end := min(s.quote, s.bslash)
+	if i := ctrlIndex(d[p:end]); i >= 0 {
+		return p + i
+	}
+	return end
+}
+
+// ctrlIndex is the index of the first control character (< 0x20) in b,
+// or -1: 32 bytes at a time while there is none, then 8, then 1. In a word
+// the flag of the lowest such byte is exact (a borrow only flags bytes above
+// a true one).
+func ctrlIndex(b []byte) int {
+	ctrl := func(w uint64) uint64 { return (w - lsb*0x20) &^ w & msb }
+	i := 0
+	for ; i+32 <= len(b); i += 32 {
+		w := b[i : i+32]
+		if ctrl(binary.LittleEndian.Uint64(w))|ctrl(binary.LittleEndian.Uint64(w[8:]))|
+			ctrl(binary.LittleEndian.Uint64(w[16:]))|ctrl(binary.LittleEndian.Uint64(w[24:])) != 0 {
+			break
+		}
+	}
+	for ; i+8 <= len(b); i += 8 {
+		if m := ctrl(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(b); i++ {
+		if b[i] < 0x20 {
+			return i
+		}
+	}
+	return -1
+}
+
+// indexFrom is the index of the first c in d at or after from, or len(d).
+func indexFrom(d []byte, from int, c byte) int {
+	if i := bytes.IndexByte(d[from:], c); i >= 0 {
+		return from + i
+	}
+	return len(d)
 }
 
 // str skips a string starting at s.pos (which must be '"'), validating
-// escapes and rejecting raw control characters.
+// escapes and rejecting raw control characters. The prompts in a body are
+// long strings, most of its bytes: see nextSpecial.
 func (s *scanner) str() error {
 	d := s.data
 	if s.pos >= len(d) || d[s.pos] != '"' {
@@ -429,50 +503,38 @@ func (s *scanner) str() error {
 	}
 	s.pos++
 	for {
-		// Fast path: 8 bytes at a time until a byte that needs a look.
-		for s.pos+8 <= len(d) {
-			m := special(binary.LittleEndian.Uint64(d[s.pos:]))
-			if m == 0 {
-				s.pos += 8
-				continue
-			}
-			// The lowest flagged byte is exact; bytes above it may be false
-			// positives of the borrow, so only the first one is trusted.
-			s.pos += bits.TrailingZeros64(m) / 8
-			break
+		end := s.nextSpecial()
+		if end < len(d) && d[end] < 0x20 {
+			s.pos = end
+			return s.fail("control character in a string")
 		}
-		if s.pos >= len(d) {
+		s.pos = end
+		if end == len(d) {
 			return s.fail("unterminated string")
 		}
-		switch c := d[s.pos]; {
-		case c == '"':
+		if d[end] == '"' {
 			s.pos++
 			return nil
-		case c == '\\':
+		}
+		s.pos++ // the backslash
+		if s.pos >= len(d) {
+			return s.fail("unterminated escape")
+		}
+		switch d[s.pos] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			s.pos++
-			if s.pos >= len(d) {
-				return s.fail("unterminated escape")
+		case 'u':
+			if len(d)-s.pos < 5 {
+				return s.fail("short \\u escape")
 			}
-			switch d[s.pos] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.pos++
-			case 'u':
-				if len(d)-s.pos < 5 {
-					return s.fail("short \\u escape")
+			for _, h := range d[s.pos+1 : s.pos+5] {
+				if !(isDigit(h) || (h|0x20) >= 'a' && (h|0x20) <= 'f') {
+					return s.fail("invalid \\u escape")
 				}
-				for _, h := range d[s.pos+1 : s.pos+5] {
-					if !(isDigit(h) || (h|0x20) >= 'a' && (h|0x20) <= 'f') {
-						return s.fail("invalid \\u escape")
-					}
-				}
-				s.pos += 5
-			default:
-				return s.fail("invalid escape")
 			}
-		case c < 0x20:
-			return s.fail("control character in a string")
+			s.pos += 5
 		default:
-			s.pos++
+			return s.fail("invalid escape")
 		}
 	}
 }

@@ -207,15 +207,33 @@ func objectKeys(t *testing.T, data []byte) []string {
 
 func BenchmarkScanBody(b *testing.B) {
 	data := []byte(`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("some prompt text, ", 14000) + `"}],"stream":true}`)
-	b.Run("scanBody", func(b *testing.B) {
-		b.SetBytes(int64(len(data)))
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := scanBody(data); err != nil {
-				b.Fatal(err)
-			}
+	// A coding agent's prompt: source code and tool output, a newline
+	// every line and quotes, all escaped, in many messages.
+	var code strings.Builder
+	code.WriteString(`{"model":"m","messages":[`)
+	for i := range 200 {
+		if i > 0 {
+			code.WriteByte(',')
 		}
-	})
+		code.WriteString(`{"role":"user","content":[{"type":"text","text":"`)
+		code.WriteString(strings.Repeat(`\tif err := run(\"step\", n); err != nil {\n\t\treturn fmt.Errorf(\"step %d: %w\", n, err)\n\t}\n`, 16))
+		code.WriteString(`"}]}`)
+	}
+	code.WriteString(`],"stream":true}`)
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{{"scanBody", data}, {"scanBody-code", []byte(code.String())}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tc.data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := scanBody(tc.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	b.Run("encoding-json", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		b.ReportAllocs()
