@@ -32,10 +32,12 @@ import (
 // time whatever the others do and its latency measured from that time
 // (so queueing anywhere, the generator's included, is not hidden:
 // coordinated omission); bodies of 64 KiB and 256 KiB, non-streamed chat
-// requests of 64 sessions, each with its X-Claude-Code-Session-Id. Three
+// requests of 64 sessions, each with its X-Claude-Code-Session-Id. Four
 // targets in turn for each size: the backends directly (the baseline; a
-// session goes to backend session mod 4), HAProxy, and the warden binary
-// (`warden proxy`, built from this tree or WARDEN_BIN). Added p50/p99 are
+// session goes to backend session mod 4), HAProxy, Go's bare
+// httputil.ReverseProxy (testdata/speedfloor: the floor of any proxy on
+// net/http), and the warden binary (`warden proxy`, built from this tree
+// or WARDEN_BIN). Added p50/p99 are
 // the target's minus the baseline's; CPU per request is the utime+stime
 // of the proxy's process (/proc/PID/stat) over the measured window divided
 // by its requests.
@@ -64,6 +66,7 @@ func TestSpeed(t *testing.T) {
 		}
 	}
 	warden := startWardenProxy(t, bin, backends)
+	floor := startFloorProxy(t, backends)
 	const haproxyPath = "/usr/sbin/haproxy"
 	var haproxy *speedTarget
 	if _, err := os.Stat(haproxyPath); err != nil {
@@ -84,7 +87,7 @@ func TestSpeed(t *testing.T) {
 		if haproxy != nil {
 			targets = append(targets, haproxy)
 		}
-		targets = append(targets, warden)
+		targets = append(targets, floor, warden)
 		for _, tg := range targets {
 			openLoop(t, tg, bodies, rate, warm) // warm-up, discarded
 			c0 := tg.cpu(t)
@@ -121,7 +124,7 @@ func TestSpeed(t *testing.T) {
 		fmt.Fprintf(&b, "%-8s %-8s %9.2f %9.2f %10s %10s %11s %8d %7d\n", r.size, r.target, r.p50, r.p99, add50, add99, cpu, r.n, r.errs)
 	}
 	for _, size := range []string{"64 KiB", "256 KiB"} {
-		var h, w float64
+		var h, w, g float64
 		for _, r := range rows {
 			if r.size == size && r.target == "haproxy" {
 				h = r.cpuUS
@@ -129,9 +132,12 @@ func TestSpeed(t *testing.T) {
 			if r.size == size && r.target == "warden" {
 				w = r.cpuUS
 			}
+			if r.size == size && r.target == "go-floor" {
+				g = r.cpuUS
+			}
 		}
 		if h > 0 {
-			fmt.Fprintf(&b, "%s: warden CPU per request = %.2fx HAProxy's\n", size, w/h)
+			fmt.Fprintf(&b, "%s: warden CPU per request = %.2fx HAProxy's; Go's bare ReverseProxy (go-floor) = %.2fx\n", size, w/h, g/h)
 		}
 	}
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
@@ -391,6 +397,18 @@ func startWardenProxy(t *testing.T, bin string, backends []string) *speedTarget 
 		t.Fatal(err)
 	}
 	return startProcess(t, "warden", "http://"+listen, bin, "proxy", "--config", path, "--log-level", "warn")
+}
+
+// startFloorProxy runs testdata/speedfloor: Go's httputil.ReverseProxy
+// and nothing else, the floor of any proxy written on net/http.
+func startFloorProxy(t *testing.T, backends []string) *speedTarget {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "speedfloor")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/speedfloor").CombinedOutput(); err != nil {
+		t.Fatalf("go build speedfloor: %v\n%s", err, out)
+	}
+	listen := freeAddr(t)
+	return startProcess(t, "go-floor", "http://"+listen, append([]string{bin, listen}, backends...)...)
 }
 
 func startHAProxy(t *testing.T, bin string, backends []string) *speedTarget {
