@@ -6,7 +6,7 @@ BIN := bin/warden
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help plan build run test test-deps vet lint fmt bench speed fuzz loop validate clean
+.PHONY: help plan build run test test-deps vet lint fmt bench speed loop-order fuzz loop validate clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -65,6 +65,9 @@ SPEED_DURATION ?= 10s
 speed: build ## the proxy's added latency and CPU per request vs HAProxy: open loop, SPEED_RATE req/s (1000), 64/256 KiB bodies
 	WARDEN_SPEED=1 WARDEN_BIN=$(CURDIR)/$(BIN) WARDEN_SPEED_RATE=$(SPEED_RATE) WARDEN_SPEED_DURATION=$(SPEED_DURATION) \
 	  $(GO) test -count=1 -timeout 20m -run '^TestSpeed$$' -v ./cmd/warden/
+
+loop-order: ## issue 14's emulator-loop check: 24 sessions, least-loaded / affinity / affinity (kv, admit), emulated vs simulated order (~4 min)
+	WARDEN_LOOP_ORDER=1 $(GO) test -count=1 -timeout 20m -run '^TestLoopOrdering$$' -v ./cmd/warden/
 
 FUZZTIME ?= 10s
 fuzz: ## run each fuzz target for FUZZTIME (default 10s)
