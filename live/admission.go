@@ -15,8 +15,14 @@ import (
 // already admitted never wait. The queue is guarded by the model's mu and
 // shared with its successors on a reload (handover), as the table is.
 // Only the front waiter asks placement again: when a request finishes
-// (its footprint is observed) and at every scrape (conversations leave the
-// active window), it is woken; once placed it wakes the next. A waiter
+// (its footprint is observed) and at every scrape interval (a finished
+// turn's return timeout ends, conversations leave the active window), it
+// is woken; once placed it wakes the next. The KV a conversation holds is
+// counted from its request until its return timeout after the request
+// ended (placement's "Held conversations": the gaps it left between its
+// turns, as TCP estimates a retransmission timeout), not until it leaves
+// the active window: a finished conversation frees its room within
+// seconds. A waiter
 // whose client goes away or whose admission_timeout passes leaves the
 // queue, the latter refused with 429 / 529 overloaded_error and
 // Retry-After.
@@ -205,14 +211,23 @@ func (m *model) leaveQueue(ch chan struct{}) {
 	m.mu.Unlock()
 }
 
-// observe records a finished request's footprint, prompt + answer tokens
-// from the response's usage, and wakes the front waiter.
-func (m *model) observe(session string, tokens int) {
+// observe records that a request of session (placed by pick, which
+// started it in the table) ended at now, with the conversation's
+// footprint, prompt + answer tokens from the response's usage (0: none
+// known), and wakes the front waiter. The conversation stays held for its
+// return timeout (placement's "Held conversations"), then no longer counts
+// against its home's KV headroom unless it sends again: a conversation
+// that finished frees its room within seconds, not after the active
+// window. session "" (a request that was no turn) only wakes.
+func (m *model) observe(session string, tokens int, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.live()
-	if session != "" && tokens > 0 && !l.observer {
-		l.table.Observe(session, tokens)
+	if session != "" {
+		if l.observer {
+			tokens = 0 // an observer table records homes, not footprints
+		}
+		l.table.Finish(session, tokens, now)
 	}
 	l.adm.wake()
 }

@@ -3,6 +3,7 @@ package live
 import (
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -91,6 +92,71 @@ func TestAdmissionTimeout(t *testing.T) {
 	}
 	if n, w := a.hits.Load(), h.waiters(testModel); n != 1 || w != 0 {
 		t.Errorf("backend hits %d, waiters %d: want only the first conversation and an empty queue", n, w)
+	}
+}
+
+// TestAdmissionAfterConversationsGoQuiet: two conversations fill the KV
+// cache of both replicas, each sends three turns and goes quiet (it has
+// finished; the proxy is not told). A new conversation that arrives then
+// waits while they may still come back (their return timeout, from the
+// gaps they left between their turns) and is admitted within seconds,
+// not after the two-minute active window. With a think time of 1 s
+// between turns the timeout is 2.5 s (RFC 6298's SRTT + 4 RTTVAR over two
+// gaps of ~1 s), so the newcomer waits over a second: an idle
+// conversation in its think time still holds its room; with a closed
+// loop (no think time) it is MinHold, 1 s.
+func TestAdmissionAfterConversationsGoQuiet(t *testing.T) {
+	for _, tt := range []struct {
+		name             string
+		think            time.Duration
+		minWait, maxWait time.Duration
+	}{
+		{"closed loop", 0, 0, 5 * time.Second},
+		{"think time 1s", time.Second, time.Second, 8 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+			a.gpuBlocks, b.gpuBlocks = 60, 60 // 960 tokens each: one conversation of the test, not two
+			h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())+"    balance: kv\n    admission: kv\n    admission_timeout: 15s\n"))
+			h.scraped()
+			var wg sync.WaitGroup
+			for _, s := range []string{"a", "b"} {
+				wg.Go(func() {
+					for turn := range 3 {
+						if turn > 0 {
+							time.Sleep(tt.think)
+						}
+						if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, s, turn, false), sessionHdr(s)); r.status != 200 {
+							t.Errorf("conversation %s turn %d: status %d %s", s, turn, r.status, r.body)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if sa, sb := a.served(), b.served(); sa[0] != 3 || sb[0] != 3 {
+				t.Fatalf("served %v and %v, want each conversation's 3 turns on a replica of its own", sa, sb)
+			}
+			start := time.Now()
+			r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "c", 0, true), sessionHdr("c"))
+			waited := time.Since(start)
+			if r.status != 200 || !strings.Contains(r.body, "[DONE]") {
+				t.Fatalf("new conversation after the others went quiet: status %d after %v, body %.200s; want it admitted within %v", r.status, waited.Round(time.Millisecond), r.body, tt.maxWait)
+			}
+			st := h.status().Models[0]
+			if waited < tt.minWait || waited > tt.maxWait || st.Admission == nil || st.Admission.Waits != 1 {
+				t.Errorf("new conversation admitted after %v (admission %+v), want one wait of %v to %v", waited.Round(time.Millisecond), st.Admission, tt.minWait, tt.maxWait)
+			}
+			// The quiet conversations stay active (homed, within the active
+			// window) but are released (the newcomer was admitted when the
+			// first of them was); the newcomer's turn ended just now: held.
+			h.waitFor("both quiet conversations released", func(st StatusReport) bool {
+				held, active := 0, 0
+				for _, rs := range st.Models[0].Replicas {
+					held, active = held+rs.Held, active+rs.Active
+				}
+				return held == 1 && active == 3
+			})
+		})
 	}
 }
 

@@ -606,6 +606,12 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 			m.table.Assign(r.Session, d.Replica, now)
 		}
 	}
+	if exclude < 0 && r.Session != "" {
+		// The request is sent now: its conversation is held until it ends
+		// (model.observe) and for its return timeout after (placement's
+		// "Held conversations"). A retry (exclude >= 0) is the same request.
+		m.table.Start(r.Session, now)
+	}
 	// A known session's request is a later turn (the proxy sees no turn
 	// numbers: a session that returns after the TTL starts over, for the
 	// count as for placement); a retry (exclude >= 0) was counted by its

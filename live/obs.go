@@ -176,7 +176,7 @@ var (
 	descAge      = prometheus.NewDesc(seriesScrapeAge, "Seconds since the replica's server was last scraped successfully (+Inf: never).", []string{"model", "replica"}, nil)
 	descHealthy  = prometheus.NewDesc(seriesReplicaHealthy, "1 if the replica may receive requests (health probe passing, not ejected).", []string{"model", "replica"}, nil)
 	descCapacity = prometheus.NewDesc(seriesSessionCapacity, "The session table's cap for the model.", []string{"model"}, nil)
-	descHeadroom = prometheus.NewDesc(names.WardenKVHeadroomTokens, "KV cache capacity (vllm:cache_config_info) minus the resident footprint of the active conversations homed on the replica, in tokens; absent when the server does not expose its cache size.", []string{"model", "replica"}, nil)
+	descHeadroom = prometheus.NewDesc(names.WardenKVHeadroomTokens, "KV cache capacity (vllm:cache_config_info) minus the resident footprint of the held conversations homed on the replica (a request in flight, or back within their return timeout), in tokens; absent when the server does not expose its cache size.", []string{"model", "replica"}, nil)
 	descAdmWait  = prometheus.NewDesc(names.WardenAdmissionWaiting, "New conversations waiting at the proxy for KV headroom (admission: kv).", []string{"model"}, nil)
 	descAdmTOut  = prometheus.NewDesc(names.WardenAdmissionTimeouts, "New conversations refused after waiting admission_timeout for KV headroom (admission: kv).", []string{"model"}, nil)
 )
@@ -242,7 +242,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			if c, ok := kvCapacity(rep, rep.server.last.Load()); ok {
 				fp := 0
 				if i < len(counts) {
-					fp = counts[i].Footprint
+					fp = counts[i].HeldFootprint
 				}
 				ch <- prometheus.MustNewConstMetric(descHeadroom, prometheus.GaugeValue, float64(c-fp), name, id)
 			}

@@ -396,18 +396,22 @@ func (c *call) finish() {
 	defer c.rb.release() // after the journal's record, the body's last reader here
 	c.cur.release()
 	s, name := c.srv, c.m.cfg.Name
-	if c.status < 400 && !c.aux {
+	now := time.Now()
+	switch {
+	case c.aux:
+		c.m.observe("", 0, now) // no turn, but the request left: wake a waiter
+	case c.status < 400:
 		// The conversation's footprint: prompt + answer from the usage,
 		// else the prompt estimated from the body size.
 		fp := c.req.PromptTokens
 		if c.usage.PromptTokens > 0 {
 			fp = c.usage.PromptTokens
 		}
-		c.m.observe(c.req.Session, fp+max(c.usage.OutputTokens, 0))
-	} else {
-		c.m.observe("", 0) // nothing to record, but the request left: wake a waiter
+		c.m.observe(c.req.Session, fp+max(c.usage.OutputTokens, 0), now)
+	default:
+		c.m.observe(c.req.Session, 0, now) // the turn ended, with no footprint to record
 	}
-	dur := time.Since(c.start)
+	dur := now.Sub(c.start)
 	if c.aux { // no turn: only its own counter
 		s.obs.countTokens.WithLabelValues(name).Inc()
 		s.log.Debug("count_tokens", "model", name, "replica", c.cur.rep.id, "status", c.status, "attempts", c.attempts, "duration", dur)

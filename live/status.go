@@ -65,9 +65,13 @@ type ReplicaStatus struct {
 	Rank  *int   `json:"rank"`  // X-data-parallel-rank; null in the URL layout
 	State string `json:"state"` // healthy, warming, ejected or down
 
-	InFlight     int64 `json:"in_flight"`
-	Sessions     int   `json:"sessions"`        // conversations homed here (within the TTL)
-	Active       int   `json:"active_sessions"` // of those, seen within the active window
+	InFlight int64 `json:"in_flight"`
+	Sessions int   `json:"sessions"`        // conversations homed here (within the TTL)
+	Active   int   `json:"active_sessions"` // of those, seen within the active window
+	// Held is how many of the active ones count against the KV headroom: a
+	// request in flight, or back within their return timeout (placement's
+	// "Held conversations").
+	Held         int   `json:"held_sessions"`
 	New          int64 `json:"new"`
 	Sticky       int64 `json:"sticky"`
 	SpilledIn    int64 `json:"spilled_in"`
@@ -93,8 +97,9 @@ type ReplicaStatus struct {
 	// KV cache, in tokens: the capacity from vllm:cache_config_info
 	// (num_gpu_blocks x block_size; null when the server does not expose
 	// it), the resident footprint (the last prompt + answer tokens of each
-	// active conversation homed here) and the headroom between them (null
-	// without a capacity; negative when the footprint exceeds it).
+	// held conversation homed here, what admission counts) and the
+	// headroom between them (null without a capacity; negative when the
+	// footprint exceeds it).
 	KVCapacityTokens *int `json:"kv_capacity_tokens"`
 	FootprintTokens  int  `json:"footprint_tokens"`
 	HeadroomTokens   *int `json:"kv_headroom_tokens"`
@@ -192,8 +197,8 @@ func (m *model) status(now time.Time) Status {
 			rs.Rank = ptr(r.engine)
 		}
 		if i < len(counts) {
-			rs.Sessions, rs.Active = counts[i].Sessions, counts[i].Active
-			rs.FootprintTokens = counts[i].Footprint
+			rs.Sessions, rs.Active, rs.Held = counts[i].Sessions, counts[i].Active, counts[i].Held
+			rs.FootprintTokens = counts[i].HeldFootprint
 		}
 		if c, ok := kvCapacity(r, sr); ok {
 			rs.KVCapacityTokens, rs.HeadroomTokens = ptr(c), ptr(c-rs.FootprintTokens)

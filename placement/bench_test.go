@@ -210,8 +210,9 @@ func BenchmarkTableReload(b *testing.B) {
 // BenchmarkAffinityKV times one decision with every KV-aware option on
 // (balance kv, spill priced, admission kv) at 8 and 64 replicas and 1M
 // sessions in the table: a later turn (priced against every other
-// replica), a new conversation (placed by headroom, evicting the LRU
-// session), and a new conversation that must wait (nothing fits).
+// replica), the same with the turn's Table.Start and Table.Finish (turn),
+// a new conversation (placed by headroom, evicting the LRU session), and
+// a new conversation that must wait (nothing fits).
 func BenchmarkAffinityKV(b *testing.B) {
 	cfg := Config{MaxSessions: benchSessions, Balance: BalanceKV, Admission: AdmissionKV, Spill: SpillPriced()}
 	setup := func(n int, capacity int, now time.Time) (*Affinity, *Snapshot) {
@@ -246,6 +247,27 @@ func BenchmarkAffinityKV(b *testing.B) {
 				if d, err := a.Pick(&r, s, now); err != nil || d.Wait {
 					b.Fatalf("%v %v, want a placement", d, err)
 				}
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("replicas=%d/turn", n), func(b *testing.B) {
+			// A later turn as the proxy runs it: the decision, then
+			// Table.Start and Table.Finish (the hold's release scheduled).
+			now := t0
+			a, s := setup(n, 1<<40, now)
+			ids := benchIDs()[:benchSessions]
+			r := Request{Pinned: NoPin, PromptTokens: 9000, SharedPrefixTokens: 3000}
+			tab := a.Table()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				r.Session = ids[i%len(ids)]
+				now = now.Add(time.Microsecond)
+				if d, err := a.Pick(&r, s, now); err != nil || d.Wait {
+					b.Fatalf("%v %v, want a placement", d, err)
+				}
+				tab.Start(r.Session, now)
+				tab.Finish(r.Session, 9200, now)
 				i++
 			}
 		})

@@ -28,7 +28,9 @@
 //     idle TTL, hard cap with LRU eviction, and per-replica counters: the
 //     conversations homed on each replica (Sessions) and the active ones
 //     among them, seen within the active window (Active), which is what
-//     placement balances.
+//     placement balances; and the held ones (Held: a request in flight or
+//     expected back within their return timeout, from the turn ends the
+//     caller reports with Start and Finish), whose KV admission counts.
 //
 // Every strategy honours a valid pin (Request.Pinned in range and healthy),
 // never picks an unhealthy replica, and returns an error wrapping
@@ -67,6 +69,9 @@
 //	                                   held for admission, queued FIFO by the
 //	                                   runner as a caller would (MustQueue)
 //	observe session=S tokens=N         Table.Observe: a response's prompt + answer
+//	start session=S                    Table.Start: a request of S was sent
+//	finish session=S [tokens=N]        Table.Finish: it ended (with its prompt +
+//	                                   answer); S stays held for its return timeout
 //	end session=S                      Table.Remove: the conversation ended
 //	admit -> session=S ID REASON | wait | empty
 //	                                   ask again for the front of the wait queue
@@ -76,8 +81,9 @@
 //	expect sessions=N                  affinity only: Table.Len
 //	expect replica ID name=N...        affinity only: that replica's counters
 //	                                   (sessions, active, new, parent,
-//	                                   sticky, spilled_in, pinned, footprint); the ones
-//	                                   listed are checked
+//	                                   sticky, spilled_in, pinned, footprint,
+//	                                   held, held_footprint); the ones listed
+//	                                   are checked
 //
 // For example:
 //

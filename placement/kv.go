@@ -39,14 +39,19 @@ import (
 //     gets Decision{Replica: -1, Wait: true}; the table is unchanged. A
 //     replica fits when capacity - resident >= expected - (the shared
 //     prefix if it holds a conversation). It never waits when no replica
-//     holds an active conversation (nothing could end) or no replica has
+//     holds a held conversation (nothing could end) or no replica has
 //     a capacity. The caller keeps the waiting requests in a WaitQueue.
 //
 // The resident footprint of replica i, as admission and the KV balance
-// count it, is max(Footprint[i], Active[i] x TypicalFootprint) minus the
-// shared prefix counted more than once, (Active[i]-1) x SharedPrefixTokens:
+// count it, is max(HeldFootprint[i], Held[i] x TypicalFootprint) minus the
+// shared prefix counted more than once, (Held[i]-1) x SharedPrefixTokens:
 // conversations grow towards the typical size, and a common system prompt
-// is cached once.
+// is cached once. Held conversations (table.go) are the active ones with a
+// request in flight or expected back within their return timeout; with a
+// caller that never reports ends (Table.Finish) they are the active ones.
+// The priced spill's estimate of what a replica still caches counts every
+// active conversation instead (Footprint, Active): a released one's blocks
+// stay cached until an allocation evicts them.
 
 // Hysteresis of the priced spill: a conversation leaves home only when
 // home's expected TTFT exceeds the best other one's by more than the
@@ -61,7 +66,8 @@ func (a *Affinity) kvNew() bool {
 	return a.cfg.Balance == BalanceKV || a.cfg.Admission == AdmissionKV
 }
 
-// resident is replica i's resident footprint (see above).
+// resident is replica i's footprint as the priced spill counts what it
+// caches: every active conversation (Footprint, Active; see above).
 func (a *Affinity) resident(i, shared int) int {
 	t := a.table
 	if i >= len(t.counts) {
@@ -91,17 +97,17 @@ func (a *Affinity) placeNew(r *Request, s *Snapshot) (target int, wait bool) {
 			continue
 		}
 		known = true
-		active, fp := 0, 0
+		held, fp := 0, 0
 		if i < len(counts) {
-			active, fp = counts[i].Active, counts[i].Footprint
+			held, fp = counts[i].Held, counts[i].HeldFootprint
 		}
-		res := max(fp, active*typical)
-		if active > 1 {
-			res -= (active - 1) * shared
+		res := max(fp, held*typical)
+		if held > 1 {
+			res -= (held - 1) * shared
 		}
 		room := rp.KVCapacityTokens - max(res, 0)
 		need := expected
-		if active > 0 {
+		if held > 0 {
 			busy = true
 			need -= min(shared, expected)
 		}

@@ -43,6 +43,8 @@ const (
 	opEnd
 	opAdmit
 	opExpire
+	opStart
+	opFinish
 )
 
 // assignment is one key=value of a state line, already validated.
@@ -309,6 +311,28 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 			default:
 				return nil, errf("want \"-> ID REASON\" or \"-> none\" after pick")
 			}
+		case "start", "finish":
+			if strategy != StrategyAffinity {
+				return nil, errf("%q needs policy affinity (the only one with a session table)", verb)
+			}
+			o.kind = opStart
+			if verb == "finish" {
+				o.kind = opFinish
+			}
+			if len(args) < 1 || len(args) > 2 || !strings.HasPrefix(args[0], "session=") || (verb == "start" && len(args) != 1) {
+				return nil, errf("want \"start session=S\" or \"finish session=S [tokens=N]\"")
+			}
+			o.req.Session = strings.TrimPrefix(args[0], "session=")
+			if len(args) == 2 {
+				if !strings.HasPrefix(args[1], "tokens=") {
+					return nil, errf("want \"finish session=S [tokens=N]\"")
+				}
+				n, err := parseInt(strings.TrimPrefix(args[1], "tokens="), 0, maxScenarioInt)
+				if err != nil {
+					return nil, errf("tokens: %v", err)
+				}
+				o.n = n
+			}
 		case "observe", "end":
 			if strategy != StrategyAffinity {
 				return nil, errf("%q needs policy affinity (the only one with a session table)", verb)
@@ -418,7 +442,7 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 				return nil, errf("want \"expect sessions=N\" or \"expect replica ID counter=N...\"")
 			}
 		default:
-			return nil, errf("unknown directive %q (want replicas, policy, state, scrape, at, pick, home, observe, end, admit, expire, expect)", verb)
+			return nil, errf("unknown directive %q (want replicas, policy, state, scrape, at, pick, home, observe, start, finish, end, admit, expire, expect)", verb)
 		}
 		sc.ops = append(sc.ops, o)
 	}
@@ -450,7 +474,7 @@ func parseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-var counterNames = []string{"sessions", "active", "new", "parent", "sticky", "spilled_in", "pinned", "footprint"}
+var counterNames = []string{"sessions", "active", "new", "parent", "sticky", "spilled_in", "pinned", "footprint", "held", "held_footprint"}
 
 // counterField returns the named counter of c, or -1 for an unknown name.
 func counterField(c ReplicaCounters, name string) int {
@@ -471,6 +495,10 @@ func counterField(c ReplicaCounters, name string) int {
 		return c.ClientPinned
 	case "footprint":
 		return c.Footprint
+	case "held":
+		return c.Held
+	case "held_footprint":
+		return c.HeldFootprint
 	}
 	return -1
 }
@@ -581,6 +609,10 @@ func (sc *scenario) run() ([]outcome, error) {
 			aff.Table().Observe(o.req.Session, o.n)
 		case opEnd:
 			aff.Table().Remove(o.req.Session)
+		case opStart:
+			aff.Table().Start(o.req.Session, now)
+		case opFinish:
+			aff.Table().Finish(o.req.Session, o.n, now)
 		case opAdmit:
 			got := "empty"
 			if req, _, ok := queue.Front(); ok {
@@ -716,6 +748,9 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"window on hash", "replicas 2\npolicy hash active_window=2m\n", "x.txt:2: \"active_window=2m\": only policy affinity takes options"},
 		{"bad counter", "replicas 2\npolicy affinity\nexpect replica 0 wins=3\n", "x.txt:3: \"wins=3\": want one of sessions=N"},
 		{"arrow on state", "replicas 2\nstate 0 inflight=1 -> 3\n", "x.txt:2: \"state\" takes no \"->\" expectation"},
+		{"start on hash", "replicas 2\npolicy hash\nstart session=a\n", "x.txt:3: \"start\" needs policy affinity"},
+		{"start with tokens", "replicas 2\npolicy affinity\nstart session=a tokens=3\n", "x.txt:3: want \"start session=S\" or \"finish session=S [tokens=N]\""},
+		{"finish bad tokens", "replicas 2\npolicy affinity\nfinish session=a tokens=x\n", "x.txt:3: tokens: \"x\" is not an integer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -56,11 +56,100 @@ type ReplicaCounters struct {
 	// each one's footprint: its last prompt + answer tokens (Table.Observe;
 	// the prompt of its latest request until then). Kept incrementally.
 	Footprint int
+	// Held counts the active conversations whose KV still counts against
+	// the replica's headroom (admission and the KV balance, see "Held
+	// conversations" below): a request of theirs is in flight, or their
+	// turn ended less than their return timeout ago. HeldFootprint is the
+	// sum of their footprints. Held <= Active; a caller that never reports
+	// a request's end (Table.Finish) holds every active conversation, so
+	// Held == Active and HeldFootprint == Footprint.
+	Held          int
+	HeldFootprint int
+}
+
+// Held conversations. A conversation occupies KV blocks of its home while
+// a request of it runs; once its answer is done vLLM frees those blocks
+// (vllm/v1/core/block_pool.py BlockPool.free_blocks appends every block
+// whose ref_cnt drops to 0 to the free queue, a cached one keeping its
+// hash) and they stay there as the prefix cache, evicted only when an
+// allocation pops them (get_new_blocks, _maybe_evict_cached_block).
+// Admission protects those cached prefixes of conversations that are
+// coming back, so a conversation between its turns must still count; one
+// that has finished must not, or the farm idles with newcomers waiting
+// (the proxy sees no end of a conversation, only that it stops sending).
+//
+// The table tells them apart by the conversation's own rhythm. Table.Start
+// and Table.Finish mark a request sent and ended; a conversation is held
+// while a request of it is in flight and, after its last one ended, for
+// its return timeout: the gap it is expected back within. The gaps
+// observed between the end of one of its requests and the start of its
+// next (the think time: a tool call, a user reading) are smoothed as TCP
+// smooths round-trip samples into its retransmission timeout (RFC 6298
+// section 2: SRTT and RTTVAR with gains 1/8 and 1/4, the first sample R
+// giving SRTT = R and RTTVAR = R/2; timeout SRTT + 4 RTTVAR), rounded up
+// to MinHold as RFC 6298 (2.4) rounds its timeout up to one second, and
+// capped by the active window. A conversation with no gap of its own yet
+// (after its first turn) takes the same estimate over every
+// conversation's gaps; before the table has seen any gap, the active
+// window (the rule before turn ends were known). A conversation that
+// returns after it was released is held again from its request, and its
+// long gap raises its timeout.
+//
+// Why not vLLM's own figures: vllm:kv_cache_usage_perc is BlockPool.
+// get_usage, 1 - free/total blocks, and the free queue holds the cached
+// blocks of finished requests, so a conversation in its think time
+// already reads as free KV, and so does a replica none of whose
+// conversations is running at that instant. "vLLM reports free KV and
+// nothing waiting" or "nothing in flight" therefore cannot mean "room for
+// a newcomer": it would admit newcomers over exactly the idle prefixes
+// admission protects (the thrash of the 7 x RTX 5090 farm, issue 14).
+//
+// Held is kept incrementally: a request (Pick's touch) holds its
+// conversation, Finish schedules its release in a min-heap by time, and
+// every call that takes now releases the conversations whose timeout has
+// passed (at most one heap item per Finish, popped once: O(log n) each).
+
+// MinHold is the shortest return timeout of a held conversation (see
+// above): RFC 6298 (2.4) rounds a retransmission timeout below one second
+// up to one second, so that scheduling and delivery jitter of a fast
+// round trip does not count as a loss; here it keeps a conversation whose
+// client answers within milliseconds from being released between two of
+// its turns.
+const MinHold = time.Second
+
+// release is one scheduled end of a hold: entry i (whose key it was) is
+// released after at unless it was touched or started since.
+type release struct {
+	at  int64
+	key uint64
+	i   int32
+}
+
+// gapStats is an RFC 6298 estimator of think-time gaps, in seconds.
+type gapStats struct {
+	srtt, rttvar float32
+}
+
+// add folds in one gap of r seconds, the first when first (RFC 6298
+// section 2.2 and 2.3).
+func (g *gapStats) add(r float64, first bool) {
+	if first {
+		g.srtt, g.rttvar = float32(r), float32(r/2)
+		return
+	}
+	srtt := float64(g.srtt)
+	g.rttvar = float32(0.75*float64(g.rttvar) + 0.25*math.Abs(srtt-r))
+	g.srtt = float32(0.875*srtt + 0.125*r)
+}
+
+// timeout is SRTT + 4 RTTVAR in nanoseconds.
+func (g *gapStats) timeout() float64 {
+	return (float64(g.srtt) + 4*float64(g.rttvar)) * float64(time.Second)
 }
 
 // entry is one remembered conversation. 32 bytes: the key, the time of its
 // last request, its place in the LRU list, its home, and in the padding
-// whether it is counted active and its first home.
+// whether it is counted active and held, and its first home.
 type entry struct {
 	key    uint64 // fnv1a64 of the session id
 	seen   int64  // last request, nanoseconds since Table.base
@@ -68,6 +157,7 @@ type entry struct {
 	next   int32  // towards the tail (less recent); also links the free list
 	home   int32  // replica ID
 	active bool   // counted in its home's Active: between head and Table.act
+	held   bool   // counted in its home's Held (see "Held conversations"); implies active
 	first  int16  // the replica it was first homed on (its first turn's); -1 past MaxInt16
 }
 
@@ -129,6 +219,12 @@ type Table struct {
 	// over its life, the expected footprint of a new one (admission);
 	// 0 before the first.
 	typical float64
+	// releases is the min-heap (by at) of scheduled hold ends (Finish);
+	// gaps is the estimator over every conversation's gaps, the return
+	// timeout of a conversation without a gap of its own.
+	releases []release
+	gaps     gapStats
+	gapped   bool // gaps holds at least one sample
 }
 
 // NewTable returns an empty table with the DefaultActiveWindow (capped at
@@ -300,6 +396,12 @@ func (t *Table) Observe(session string, tokens int) bool {
 	if !ok {
 		return false
 	}
+	t.observe(i, tokens)
+	return true
+}
+
+// observe records entry i's footprint and folds it into the typical one.
+func (t *Table) observe(i int32, tokens int) {
 	t.setFootprint(i, tokens)
 	if tokens > 0 {
 		if t.typical == 0 {
@@ -308,7 +410,188 @@ func (t *Table) Observe(session string, tokens int) bool {
 			t.typical += (float64(tokens) - t.typical) / 32
 		}
 	}
+}
+
+// Start records that a request of session was sent at now (the proxy:
+// once per client request, after its first pick placed it; a retry on
+// another replica is the same request). The conversation is held (see
+// "Held conversations") until the request ends (Finish); when it was
+// between turns, the gap since its last request ended is one sample of
+// its think time. It reports whether the table knows the session.
+func (t *Table) Start(session string, now time.Time) bool {
+	at := t.clock(now)
+	t.expire(at)
+	i := t.find(fnv1a64(session), at)
+	if i == nilIndex {
+		return false
+	}
+	k := t.kvOf(i)
+	if k.inFlight == 0 && k.ended {
+		r := float64(max(at-k.endAt, 0)) / float64(time.Second)
+		k.gaps.add(r, !k.gapped)
+		t.gaps.add(r, !t.gapped)
+		k.gapped, t.gapped = true, true
+	}
+	if k.inFlight < math.MaxInt32 {
+		k.inFlight++
+	}
+	k.until = 0
+	t.hold(i)
 	return true
+}
+
+// Finish records that a request of session ended at now, with the
+// conversation's footprint (its prompt + answer tokens, as Observe; 0 or
+// less: none known, the footprint is kept). When no other request of it is
+// in flight, it stays held for its return timeout (see "Held
+// conversations") and is released after, unless it sends again. It
+// reports whether the table knows the session.
+func (t *Table) Finish(session string, tokens int, now time.Time) bool {
+	at := t.clock(now)
+	t.expire(at)
+	key := fnv1a64(session)
+	i := t.find(key, at)
+	if i == nilIndex {
+		return false
+	}
+	if tokens > 0 {
+		t.observe(i, tokens)
+	}
+	k := t.kvOf(i)
+	if k.inFlight > 0 {
+		k.inFlight--
+	}
+	if k.inFlight > 0 {
+		return true
+	}
+	k.ended, k.endAt = true, at
+	k.until = at + t.holdFor(k)
+	t.pushRelease(release{at: k.until, key: key, i: i})
+	t.hold(i) // a request just ended: held from now (already, unless it was never started)
+	return true
+}
+
+// holdFor is the return timeout of the conversation with KV figures k,
+// in nanoseconds (see "Held conversations").
+func (t *Table) holdFor(k *kvEntry) int64 {
+	g := &k.gaps
+	if !k.gapped {
+		if !t.gapped {
+			return t.window
+		}
+		g = &t.gaps
+	}
+	h := max(g.timeout(), float64(MinHold))
+	if h >= float64(t.window) {
+		return t.window
+	}
+	return max(int64(h), 1)
+}
+
+// ReturnTimeout is how long session stays held after its requests have
+// ended (see "Held conversations"): its own estimate, else the estimate
+// over every conversation, else the active window; false when the table
+// does not know the session. It changes nothing.
+func (t *Table) ReturnTimeout(session string) (time.Duration, bool) {
+	i, ok := t.index[fnv1a64(session)]
+	if !ok {
+		return 0, false
+	}
+	var k kvEntry
+	if int(i) < len(t.kv) {
+		k = t.kv[i]
+	}
+	return time.Duration(t.holdFor(&k)), true
+}
+
+// hold counts entry i, if active, in its home's Held.
+func (t *Table) hold(i int32) {
+	e := &t.entries[i]
+	if !e.active || e.held {
+		return
+	}
+	e.held = true
+	c := &t.counts[e.home]
+	c.Held++
+	c.HeldFootprint += t.fp(i)
+}
+
+// unhold takes entry i out of its home's Held.
+func (t *Table) unhold(i int32) {
+	e := &t.entries[i]
+	if !e.held {
+		return
+	}
+	e.held = false
+	c := &t.counts[e.home]
+	c.Held--
+	c.HeldFootprint -= t.fp(i)
+}
+
+// holding reports whether entry i, when active at at, is held: no end
+// recorded since its last request, a request in flight, or within its
+// return timeout.
+func (t *Table) holding(i int32, at int64) bool {
+	if int(i) >= len(t.kv) {
+		return true
+	}
+	k := &t.kv[i]
+	return !k.ended || k.inFlight > 0 || k.until == 0 || at <= k.until
+}
+
+// pushRelease adds r to the release heap.
+func (t *Table) pushRelease(r release) {
+	h := append(t.releases, r)
+	j := len(h) - 1
+	for j > 0 {
+		p := (j - 1) / 2
+		if h[p].at <= h[j].at {
+			break
+		}
+		h[p], h[j] = h[j], h[p]
+		j = p
+	}
+	t.releases = h
+}
+
+// popRelease removes the earliest release from the heap.
+func (t *Table) popRelease() release {
+	h := t.releases
+	r := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for j := 0; ; {
+		l, m := 2*j+1, j
+		if l < n && h[l].at < h[m].at {
+			m = l
+		}
+		if l+1 < n && h[l+1].at < h[m].at {
+			m = l + 1
+		}
+		if m == j {
+			break
+		}
+		h[j], h[m] = h[m], h[j]
+		j = m
+	}
+	t.releases = h
+	return r
+}
+
+// releaseDue releases every held conversation whose return timeout ended
+// before at. A heap item is stale when its entry was removed (its key is
+// gone or another's), touched or started since (until changed).
+func (t *Table) releaseDue(at int64) {
+	for len(t.releases) > 0 && t.releases[0].at < at {
+		r := t.popRelease()
+		if j, ok := t.index[r.key]; !ok || j != r.i || int(r.i) >= len(t.kv) {
+			continue
+		}
+		if k := &t.kv[r.i]; k.inFlight == 0 && k.until == r.at {
+			t.unhold(r.i)
+		}
+	}
 }
 
 // TypicalFootprint is the expected footprint of a new conversation, and
@@ -324,6 +607,9 @@ func (t *Table) setFootprint(i int32, tokens int) {
 	if e.active {
 		t.counts[e.home].Footprint += int(n) - int(k.footprint)
 	}
+	if e.held {
+		t.counts[e.home].HeldFootprint += int(n) - int(k.footprint)
+	}
 	k.footprint = n
 }
 
@@ -332,6 +618,12 @@ type kvEntry struct {
 	footprint int32 // last prompt + answer tokens (see ReplicaCounters.Footprint)
 	leftTok   int32 // tokens of the conversation when it last left a home
 	left      int16 // the home it last left (a priced move), -1 none
+	ended     bool  // a request of it has ended (Finish): endAt is set
+	gapped    bool  // gaps holds at least one sample of its own
+	inFlight  int32 // its requests started (Start) and not finished
+	gaps      gapStats
+	endAt     int64 // when its last request ended, ns since Table.base
+	until     int64 // held until then after endAt (0: no release scheduled)
 }
 
 // fp is entry i's footprint (0 when none was recorded).
@@ -352,6 +644,7 @@ func (t *Table) kvOf(i int32) *kvEntry {
 
 // deactivate takes entry i out of its home's Active and Footprint counts.
 func (t *Table) deactivate(i int32) {
+	t.unhold(i)
 	e := &t.entries[i]
 	e.active = false
 	c := &t.counts[e.home]
@@ -391,8 +684,8 @@ func (t *Table) idle(i int32, at int64) bool {
 	return at-t.entries[i].seen > t.ttl
 }
 
-// expire retires the Active counts to at and drops at most expireBatch
-// idle entries from the LRU tail.
+// expire retires the Active and Held counts to at and drops at most
+// expireBatch idle entries from the LRU tail.
 func (t *Table) expire(at int64) {
 	t.retire(at)
 	for k := 0; k < expireBatch && t.tail != nilIndex && t.idle(t.tail, at); k++ {
@@ -402,30 +695,35 @@ func (t *Table) expire(at int64) {
 
 // retire takes every entry last seen more than the window before at out of
 // the Active counts, walking the cursor from the least recent active entry
-// towards the head.
+// towards the head, and releases the held ones whose return timeout ended.
 func (t *Table) retire(at int64) {
 	for t.act != nilIndex {
 		e := &t.entries[t.act]
-		if at-e.seen <= t.window {
-			return
+		if at-e.seen > t.window {
+			t.deactivate(t.act)
+			t.act = e.prev
+			continue
 		}
-		t.deactivate(t.act)
-		t.act = e.prev
+		break
+	}
+	if len(t.releases) > 0 {
+		t.releaseDue(at)
 	}
 }
 
-// activate counts entry i, just moved to the head, as active.
+// activate counts entry i, just moved to the head by a request, as
+// active and held.
 func (t *Table) activate(i int32) {
 	e := &t.entries[i]
-	if e.active {
-		return
+	if !e.active {
+		e.active = true
+		t.counts[e.home].Active++
+		t.counts[e.home].Footprint += t.fp(i)
+		if t.act == nilIndex {
+			t.act = i
+		}
 	}
-	e.active = true
-	t.counts[e.home].Active++
-	t.counts[e.home].Footprint += t.fp(i)
-	if t.act == nilIndex {
-		t.act = i
-	}
+	t.hold(i)
 }
 
 // find returns the live entry for key, dropping it if it is idle.
@@ -497,10 +795,13 @@ func (t *Table) remove(i int32) {
 }
 
 // touch marks entry i seen at at, moves it to the head and counts it
-// active.
+// active and held (a request: any scheduled release is void).
 func (t *Table) touch(i int32, at int64) {
 	e := &t.entries[i]
 	e.seen = at
+	if int(i) < len(t.kv) {
+		t.kv[i].until = 0
+	}
 	if t.head != i {
 		if t.act == i { // the least recent active entry leaves its place
 			t.act = e.prev
@@ -525,6 +826,12 @@ func (t *Table) setHome(i int32, home int) {
 		t.counts[e.home].Footprint -= t.fp(i)
 		c.Active++
 		c.Footprint += t.fp(i)
+	}
+	if e.held {
+		t.counts[e.home].Held--
+		t.counts[e.home].HeldFootprint -= t.fp(i)
+		c.Held++
+		c.HeldFootprint += t.fp(i)
 	}
 	e.home = int32(home)
 }
@@ -572,6 +879,7 @@ func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Dura
 	// Take every active entry out of the Active counts, then count the
 	// prefix of the LRU list within the new window.
 	for i := t.head; i != nilIndex && t.entries[i].active; i = t.entries[i].next {
+		t.unhold(i)
 		t.entries[i].active = false
 		t.counts[t.entries[i].home].Active--
 		t.counts[t.entries[i].home].Footprint -= t.fp(i)
@@ -585,6 +893,9 @@ func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Dura
 		t.entries[i].active = true
 		t.counts[t.entries[i].home].Active++
 		t.counts[t.entries[i].home].Footprint += t.fp(i)
+		if t.holding(i, at) {
+			t.hold(i)
+		}
 		t.act = i
 	}
 	return dropped

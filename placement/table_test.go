@@ -492,3 +492,260 @@ func TestStay(t *testing.T) {
 		t.Error("Pct before any later turn must be NaN")
 	}
 }
+
+// heldModel is an obviously correct account of held conversations (see
+// "Held conversations" in table.go): every session's request state kept
+// eagerly, Held and HeldFootprint recomputed from scratch.
+type heldModel struct {
+	*modelTable
+	st     map[string]*heldState
+	pooled gapStats
+	gapped bool
+}
+
+type heldState struct {
+	inFlight       int
+	ended, gapped  bool
+	endAt, until   time.Time
+	fp             int
+	gaps           gapStats
+	scheduledUntil bool
+}
+
+func (m *heldModel) state(s string) *heldState {
+	if m.st[s] == nil {
+		m.st[s] = &heldState{}
+	}
+	return m.st[s]
+}
+
+// sync forgets the state of sessions the model table dropped.
+func (m *heldModel) sync() {
+	for s := range m.st {
+		if _, ok := m.home[s]; !ok {
+			delete(m.st, s)
+		}
+	}
+}
+
+func (m *heldModel) assign(s string, home int, now time.Time) {
+	m.expire(now)
+	m.sync() // a session that expired comes back new
+	m.modelTable.assign(s, home, now)
+	m.sync()
+	m.state(s).scheduledUntil = false // a request: any release is void
+}
+
+func (m *heldModel) start(s string, now time.Time) {
+	m.expire(now)
+	m.sync()
+	if _, ok := m.home[s]; !ok {
+		return
+	}
+	k := m.state(s)
+	if k.inFlight == 0 && k.ended {
+		r := now.Sub(k.endAt).Seconds()
+		k.gaps.add(r, !k.gapped)
+		m.pooled.add(r, !m.gapped)
+		k.gapped, m.gapped = true, true
+	}
+	k.inFlight++
+	k.scheduledUntil = false
+}
+
+func (m *heldModel) finish(s string, tokens int, now time.Time) {
+	m.expire(now)
+	m.sync()
+	if _, ok := m.home[s]; !ok {
+		return
+	}
+	k := m.state(s)
+	if tokens > 0 {
+		k.fp = tokens
+	}
+	if k.inFlight > 0 {
+		k.inFlight--
+	}
+	if k.inFlight > 0 {
+		return
+	}
+	k.ended, k.endAt = true, now
+	hold := m.win
+	switch {
+	case k.gapped:
+		hold = time.Duration(max(k.gaps.timeout(), float64(MinHold)))
+	case m.gapped:
+		hold = time.Duration(max(m.pooled.timeout(), float64(MinHold)))
+	}
+	k.until, k.scheduledUntil = now.Add(min(hold, m.win)), true
+}
+
+// held returns Held and HeldFootprint per replica at now.
+func (m *heldModel) held(now time.Time, replicas int) (n, fp []int) {
+	n, fp = make([]int, replicas), make([]int, replicas)
+	for s, h := range m.home {
+		if now.Sub(m.seen[s]) > m.win {
+			continue
+		}
+		k := m.state(s)
+		if !k.ended || k.inFlight > 0 || !k.scheduledUntil || !now.After(k.until) {
+			n[h]++
+			fp[h] += k.fp
+		}
+	}
+	return n, fp
+}
+
+// TestTableHeldMatchesModel drives a Table and heldModel through random
+// requests (Assign as the pick's touch), Start, Finish with and without a
+// footprint, Remove, and now and then a reload (Reconfigure, Renumber):
+// Held and HeldFootprint are exact after every call, Held <= Active, and
+// with no Finish at all Held == Active.
+func TestTableHeldMatchesModel(t *testing.T) {
+	for _, win := range []time.Duration{500 * time.Millisecond, 3 * time.Second, 8 * time.Second} {
+		t.Run(win.String(), func(t *testing.T) {
+			// Few sessions, so that their gaps are shorter than the window.
+			const ttl, capacity, ids, replicas = 10 * time.Second, 12, 16, 4
+			max := capacity
+			rng := rand.New(rand.NewPCG(3, 5))
+			tab := NewTableWindow(ttl, max, win)
+			m := &heldModel{modelTable: newModel(ttl, win, max), st: map[string]*heldState{}}
+			now := time.Time{}
+			released := 0 // checks where some active conversation was not held
+			for step := range 30000 {
+				now = now.Add(time.Duration(rng.IntN(200)) * time.Millisecond)
+				s := "s" + strconv.Itoa(rng.IntN(ids))
+				switch op := rng.IntN(20); {
+				case step%500 == 250:
+					ttl := time.Duration(2+rng.IntN(10)) * time.Second
+					win := time.Duration(100+rng.IntN(9000)) * time.Millisecond
+					max = 8 + rng.IntN(capacity)
+					tab.Reconfigure(ttl, max, win, now)
+					m.reconfigure(ttl, win, max, now)
+					m.sync()
+				case step%500 == 0:
+					to := rng.Perm(replicas)
+					if rng.IntN(2) == 0 {
+						to[rng.IntN(replicas)] = -1
+					}
+					tab.Renumber(to)
+					m.renumber(to)
+					m.sync()
+				case op < 6:
+					h := rng.IntN(replicas)
+					tab.Assign(s, h, now)
+					m.assign(s, h, now)
+				case op < 11:
+					tab.Start(s, now)
+					m.start(s, now)
+				case op < 18:
+					tokens := 0
+					if rng.IntN(3) > 0 {
+						tokens = 1 + rng.IntN(5000)
+					}
+					tab.Finish(s, tokens, now)
+					m.finish(s, tokens, now)
+				case op < 19:
+					tab.Remove(s)
+					m.drop(s)
+					m.sync()
+				}
+				tab.Advance(now)
+				m.expire(now)
+				m.sync()
+				wantN, wantFP := m.held(now, replicas)
+				c := tab.Counters()
+				for r := range replicas {
+					var got ReplicaCounters
+					if r < len(c) {
+						got = c[r]
+					}
+					if got.Held != wantN[r] || got.HeldFootprint != wantFP[r] || got.Held > got.Active {
+						t.Fatalf("step %d: replica %d Held %d HeldFootprint %d (Active %d), model %d and %d", step, r, got.Held, got.HeldFootprint, got.Active, wantN[r], wantFP[r])
+					}
+					if got.Held < got.Active {
+						released++
+					}
+				}
+			}
+			if released < 500 {
+				t.Errorf("only %d checks saw a released conversation: the test does not exercise releases", released)
+			}
+			if n := len(tab.releases); n > 30000 {
+				t.Errorf("release heap holds %d items, want it drained as releases fall due", n)
+			}
+		})
+	}
+}
+
+// TestTableHeldWithoutFinish: a caller that reports no ends (the
+// simulator) holds every active conversation: Held and HeldFootprint
+// equal Active and Footprint.
+func TestTableHeldWithoutFinish(t *testing.T) {
+	tab := NewTableWindow(time.Minute, 100, 10*time.Second)
+	now := time.Time{}
+	for i := range 50 {
+		now = now.Add(time.Second)
+		s := "s" + strconv.Itoa(i%17)
+		tab.Assign(s, i%3, now)
+		tab.Observe(s, 100+i)
+		for r, c := range tab.Counters() {
+			if c.Held != c.Active || c.HeldFootprint != c.Footprint {
+				t.Fatalf("step %d: replica %d Held %d/%d HeldFootprint %d/%d, want them equal", i, r, c.Held, c.Active, c.HeldFootprint, c.Footprint)
+			}
+		}
+	}
+}
+
+// TestReturnTimeout: the return timeout follows RFC 6298's arithmetic
+// over a conversation's own gaps, with MinHold below and the active window
+// above; a conversation without a gap of its own takes the estimate over
+// every gap; before any gap, the window.
+func TestReturnTimeout(t *testing.T) {
+	const win = 2 * time.Minute
+	tab := NewTableWindow(time.Hour, 100, win)
+	at := func(s float64) time.Time { return time.Time{}.Add(time.Duration(s * float64(time.Second))) }
+	turn := func(s string, start, end float64) {
+		t.Helper()
+		tab.Assign(s, 0, at(start))
+		if !tab.Start(s, at(start)) || !tab.Finish(s, 100, at(end)) {
+			t.Fatalf("%s: Start/Finish on a known session failed", s)
+		}
+	}
+	timeout := func(s string) time.Duration {
+		d, ok := tab.ReturnTimeout(s)
+		if !ok {
+			t.Fatalf("ReturnTimeout(%s): unknown", s)
+		}
+		return d
+	}
+	turn("a", 0, 1)
+	if got := timeout("a"); got != win {
+		t.Errorf("before any gap: %v, want the window %v", got, win)
+	}
+	turn("a", 3, 4) // gap 2s: SRTT 2, RTTVAR 1
+	if got := timeout("a"); got != 6*time.Second {
+		t.Errorf("after a gap of 2s: %v, want 2 + 4x1 = 6s", got)
+	}
+	turn("a", 6, 7) // gap 2s: RTTVAR 0.75, SRTT 2
+	if got := timeout("a"); got != 5*time.Second {
+		t.Errorf("after two gaps of 2s: %v, want 2 + 4x0.75 = 5s", got)
+	}
+	turn("b", 10, 11) // no gap of its own: the pooled 2s, 2s -> RTTVAR 0.75
+	if got := timeout("b"); got != 5*time.Second {
+		t.Errorf("b, no gap of its own: %v, want the pooled 5s", got)
+	}
+	turn("c", 20, 21)
+	turn("c", 21.01, 21.5) // a gap of 10ms: 0.01 + 0.02 s, rounded up
+	if got := timeout("c"); got != MinHold {
+		t.Errorf("c, 10ms gap: %v, want MinHold %v", got, MinHold)
+	}
+	turn("d", 30, 31)
+	turn("d", 131, 132) // a gap of 100s: 100 + 200 s, capped
+	if got := timeout("d"); got != win {
+		t.Errorf("d, 100s gap: %v, want the window %v", got, win)
+	}
+	if _, ok := tab.ReturnTimeout("nobody"); ok {
+		t.Errorf("ReturnTimeout of an unknown session: ok")
+	}
+}
