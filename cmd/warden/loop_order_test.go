@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/lm-warden/warden/sim"
 )
@@ -177,22 +176,7 @@ func loopVariant(t *testing.T, dir, label, keys, sessions, step string) string {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w := &lineWriter{lines: make(chan string, 16)}
-	errc := make(chan error, 1)
-	wg.Go(func() { errc <- runProxy(ctx, &proxyOptions{Config: cfg, LogLevel: "error"}, w, &bytes.Buffer{}) })
-	var target, admin string
-	for target == "" {
-		select {
-		case line := <-w.lines:
-			if m := proxyAddrRE.FindStringSubmatch(line); m != nil {
-				target, admin = m[1], m[2]+"/metrics"
-			}
-		case err := <-errc:
-			t.Fatalf("proxy %s: %v", label, err)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("proxy %s did not start", label)
-		}
-	}
+	target, admin := startLoopProxy(ctx, t, &wg, cfg)
 	metricsURLs := make([]string, len(urls))
 	for i, u := range urls {
 		metricsURLs[i] = u + "/metrics"

@@ -40,6 +40,28 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 
 var proxyAddrRE = regexp.MustCompile(`listening on (http://\S+) \(admin (http://\S+)\)`)
 
+// startLoopProxy runs warden proxy with the config file cfg in this
+// process until ctx ends (wg waits for it) and returns its address and its
+// admin /metrics URL once it listens.
+func startLoopProxy(ctx context.Context, t *testing.T, wg *sync.WaitGroup, cfg string) (target, metrics string) {
+	t.Helper()
+	w := &lineWriter{lines: make(chan string, 16)}
+	errc := make(chan error, 1)
+	wg.Go(func() { errc <- runProxy(ctx, &proxyOptions{Config: cfg, LogLevel: "error"}, w, &bytes.Buffer{}) })
+	for {
+		select {
+		case line := <-w.lines:
+			if m := proxyAddrRE.FindStringSubmatch(line); m != nil {
+				return m[1], m[2] + "/metrics"
+			}
+		case err := <-errc:
+			t.Fatalf("proxy %s: %v", cfg, err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("proxy %s did not start within 30 s", cfg)
+		}
+	}
+}
+
 // TestREADMELoop runs the README's loop in-process, in a short form: warden
 // emulate (the built-in 4-replica farm, 20 times faster), two warden proxies
 // in front of it (affinity off, then on: one emulated farm, warm between the
@@ -73,19 +95,7 @@ func TestREADMELoop(t *testing.T) {
 		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		w := &lineWriter{lines: make(chan string, 16)}
-		errc := make(chan error, 1)
-		wg.Go(func() { errc <- runProxy(ctx, &proxyOptions{Config: cfg, LogLevel: "error"}, w, &bytes.Buffer{}) })
-		for {
-			select {
-			case line := <-w.lines:
-				if m := proxyAddrRE.FindStringSubmatch(line); m != nil {
-					return m[1], m[2] + "/metrics"
-				}
-			case err := <-errc:
-				t.Fatalf("proxy %s: %v", affinity, err)
-			}
-		}
+		return startLoopProxy(ctx, t, &wg, cfg)
 	}
 	metricsURLs := make([]string, len(urls))
 	for i, u := range urls {
