@@ -440,6 +440,9 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 		Finished:   t.router.finished - s.router.finished,
 		Unfinished: w.unfinished + t.router.unfinished - s.router.unfinished,
 		Censored:   w.censored,
+
+		AdmissionWaits:   t.router.admissionWaits - s.router.admissionWaits,
+		AdmissionRefused: t.router.admissionRefused - s.router.admissionRefused,
 	}
 	d := &row.direct
 	d.laterTurns = t.router.stay.Later - s.router.stay.Later

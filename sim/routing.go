@@ -11,13 +11,16 @@ import (
 // Routing variants: a strategy name may carry affinity's KV-aware options
 // after "+", e.g. "affinity+kv+priced+admit":
 //
-//	kv      routing.balance: kv          (new conversations by KV headroom)
-//	priced  routing.spill_threshold: priced
-//	admit   routing.admission: kv        (new conversations wait for headroom)
+//	kv        routing.balance: kv          (new conversations by KV headroom)
+//	priced    routing.spill_threshold: priced
+//	admit     routing.admission: kv        (new conversations wait for headroom,
+//	          up to the farm's routing.admission_timeout)
+//	admit=D   the same with admission_timeout D (> 0), e.g. admit=30s
 //
 // Plain "affinity" takes the farm's routing block. A variant's display
 // name, in tables and JSON, lists the options in effect:
-// "affinity (kv, priced, admit)"; with none it is the strategy's name.
+// "affinity (kv, priced, admit)", "affinity (kv, admit 30s)" (a timeout
+// named in the variant is shown); with none it is the strategy's name.
 
 // variant is one strategy with its options resolved against the farm.
 type variant struct {
@@ -30,44 +33,97 @@ type variant struct {
 // variantOptions are the option words of a variant, in display order.
 var variantOptions = []string{"kv", "priced", "admit"}
 
-// ValidStrategy reports whether s names a strategy or a variant of
-// affinity ("affinity+kv+priced+admit"), naming what is wrong.
-func ValidStrategy(s string) error {
+// variantOpts are the options a variant's name gives.
+type variantOpts struct {
+	kv, priced, admit bool
+	timeout           time.Duration // admit=D; 0: the farm's
+}
+
+// parseVariant splits s into its base strategy and options, naming what
+// is wrong.
+func parseVariant(s string) (string, variantOpts, error) {
+	var o variantOpts
 	base, opts, _ := strings.Cut(s, "+")
 	if !validStrategy(base) {
-		return fmt.Errorf("unknown strategy %q (want one of %s, or affinity+OPTION... with options %s)",
+		return "", o, fmt.Errorf("unknown strategy %q (want one of %s, or affinity+OPTION... with options %s, admit=TIMEOUT)",
 			s, strings.Join(placement.Strategies(), ", "), strings.Join(variantOptions, ", "))
 	}
 	if opts == "" {
-		return nil
+		return base, o, nil
 	}
 	if base != placement.StrategyAffinity {
-		return fmt.Errorf("strategy %q: only affinity takes options (%s)", s, strings.Join(variantOptions, ", "))
+		return "", o, fmt.Errorf("strategy %q: only affinity takes options (%s)", s, strings.Join(variantOptions, ", "))
 	}
-	for o := range strings.SplitSeq(opts, "+") {
-		if !containsString(variantOptions, o) {
-			return fmt.Errorf("strategy %q: unknown option %q (want %s)", s, o, strings.Join(variantOptions, ", "))
+	for w := range strings.SplitSeq(opts, "+") {
+		name, val, hasVal := strings.Cut(w, "=")
+		switch {
+		case name == "kv" && !hasVal:
+			o.kv = true
+		case name == "priced" && !hasVal:
+			o.priced = true
+		case name == "admit" && !hasVal:
+			o.admit = true
+		case name == "admit":
+			d, err := time.ParseDuration(val)
+			if err != nil || d <= 0 {
+				return "", o, fmt.Errorf("strategy %q: %s: want an admission timeout > 0 such as admit=30s (plain admit takes the farm's routing.admission_timeout)", s, w)
+			}
+			o.admit, o.timeout = true, d
+		default:
+			return "", o, fmt.Errorf("strategy %q: unknown option %q (want %s, admit=TIMEOUT)", s, w, strings.Join(variantOptions, ", "))
 		}
 	}
-	return nil
+	return base, o, nil
 }
 
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
+// ValidStrategy reports whether s names a strategy or a variant of
+// affinity ("affinity+kv+priced+admit", "affinity+kv+admit=30s"), naming
+// what is wrong.
+func ValidStrategy(s string) error {
+	_, _, err := parseVariant(s)
+	return err
+}
+
+// VariantLabel is the display name of strategy s (ValidStrategy) from the
+// options its name gives, without a farm's routing block: "affinity (kv,
+// admit 30s)", "least-loaded". A plain "affinity" is "affinity".
+func VariantLabel(s string) string {
+	base, o, err := parseVariant(s)
+	if err != nil {
+		return s
+	}
+	return variantName(base, o)
+}
+
+// variantName lists the options in effect in display order.
+func variantName(base string, o variantOpts) string {
+	var on []string
+	if o.kv {
+		on = append(on, "kv")
+	}
+	if o.priced {
+		on = append(on, "priced")
+	}
+	if o.admit {
+		if o.timeout > 0 {
+			on = append(on, "admit "+o.timeout.String())
+		} else {
+			on = append(on, "admit")
 		}
 	}
-	return false
+	if len(on) == 0 {
+		return base
+	}
+	return base + " (" + strings.Join(on, ", ") + ")"
 }
 
 // newVariant resolves strategy s (ValidStrategy) on farm f with the spill
 // threshold spill (the experiment's, which may override the farm's).
 func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, error) {
-	if err := ValidStrategy(s); err != nil {
+	base, o, err := parseVariant(s)
+	if err != nil {
 		return variant{}, fmt.Errorf("sim: %w", err)
 	}
-	base, opts, _ := strings.Cut(s, "+")
 	rs := f.Spec.Routing
 	v := variant{strategy: base, name: base, cfg: placement.Config{
 		Spill:        spill,
@@ -77,32 +133,24 @@ func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, err
 		Balance:      f.Balance,
 		Admission:    f.Admission,
 	}, timeout: time.Duration(rs.AdmissionTimeout)}
-	if opts != "" {
-		for o := range strings.SplitSeq(opts, "+") {
-			switch o {
-			case "kv":
-				v.cfg.Balance = placement.BalanceKV
-			case "priced":
-				v.cfg.Spill = placement.SpillPriced()
-			case "admit":
-				v.cfg.Admission = placement.AdmissionKV
-			}
-		}
+	if o.kv {
+		v.cfg.Balance = placement.BalanceKV
+	}
+	if o.priced {
+		v.cfg.Spill = placement.SpillPriced()
+	}
+	if o.admit {
+		v.cfg.Admission = placement.AdmissionKV
+	}
+	if o.timeout > 0 {
+		v.timeout = o.timeout
 	}
 	if base == placement.StrategyAffinity {
-		var on []string
-		if v.cfg.Balance == placement.BalanceKV {
-			on = append(on, "kv")
-		}
-		if v.cfg.Spill.Priced() {
-			on = append(on, "priced")
-		}
-		if v.cfg.Admission == placement.AdmissionKV {
-			on = append(on, "admit")
-		}
-		if len(on) > 0 {
-			v.name = base + " (" + strings.Join(on, ", ") + ")"
-		}
+		// The options in effect, from the variant or the farm's block.
+		// A timeout named in the variant (admit=D) is shown.
+		eff := variantOpts{kv: v.cfg.Balance == placement.BalanceKV, priced: v.cfg.Spill.Priced(),
+			admit: v.cfg.Admission == placement.AdmissionKV, timeout: o.timeout}
+		v.name = variantName(base, eff)
 	}
 	return v, nil
 }
@@ -228,6 +276,7 @@ func (k *kvRouter) admit(r *run) {
 		s.stepSessions = r.stepSessions
 		r.rt.ttfbs = append(r.rt.ttfbs, float64(s.ttfbUs)/usPerSec)
 		r.rt.rejected++
+		r.rt.admissionRefused++
 		r.rt.unfinished++
 		s.rejected = true
 		r.logRequest(s, false)
