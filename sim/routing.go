@@ -33,97 +33,104 @@ type variant struct {
 // variantOptions are the option words of a variant, in display order.
 var variantOptions = []string{"kv", "priced", "admit"}
 
-// variantOpts are the options a variant's name gives.
-type variantOpts struct {
-	kv, priced, admit bool
-	timeout           time.Duration // admit=D; 0: the farm's
+// Variant is a strategy name parsed: the base strategy and the options of
+// affinity its name gives (not those of a farm's routing block).
+type Variant struct {
+	Strategy string // hash | least-loaded | affinity
+	KV       bool   // +kv: balance kv
+	Priced   bool   // +priced: spill_threshold priced
+	Admit    bool   // +admit or +admit=D: admission kv
+	// AdmissionTimeout is D of admit=D; 0: the farm's.
+	AdmissionTimeout time.Duration
 }
 
-// parseVariant splits s into its base strategy and options, naming what
-// is wrong.
-func parseVariant(s string) (string, variantOpts, error) {
-	var o variantOpts
+// ParseVariant parses a strategy or a variant of affinity
+// ("affinity+kv+admit=30s"), naming what is wrong.
+func ParseVariant(s string) (Variant, error) {
 	base, opts, _ := strings.Cut(s, "+")
+	o := Variant{Strategy: base}
 	if !validStrategy(base) {
-		return "", o, fmt.Errorf("unknown strategy %q (want one of %s, or affinity+OPTION... with options %s, admit=TIMEOUT)",
+		return Variant{}, fmt.Errorf("unknown strategy %q (want one of %s, or affinity+OPTION... with options %s, admit=TIMEOUT)",
 			s, strings.Join(placement.Strategies(), ", "), strings.Join(variantOptions, ", "))
 	}
 	if opts == "" {
-		return base, o, nil
+		return o, nil
 	}
 	if base != placement.StrategyAffinity {
-		return "", o, fmt.Errorf("strategy %q: only affinity takes options (%s)", s, strings.Join(variantOptions, ", "))
+		return Variant{}, fmt.Errorf("strategy %q: only affinity takes options (%s)", s, strings.Join(variantOptions, ", "))
 	}
 	for w := range strings.SplitSeq(opts, "+") {
 		name, val, hasVal := strings.Cut(w, "=")
 		switch {
 		case name == "kv" && !hasVal:
-			o.kv = true
+			o.KV = true
 		case name == "priced" && !hasVal:
-			o.priced = true
+			o.Priced = true
 		case name == "admit" && !hasVal:
-			o.admit = true
+			o.Admit = true
 		case name == "admit":
 			d, err := time.ParseDuration(val)
 			if err != nil || d <= 0 {
-				return "", o, fmt.Errorf("strategy %q: %s: want an admission timeout > 0 such as admit=30s (plain admit takes the farm's routing.admission_timeout)", s, w)
+				return Variant{}, fmt.Errorf("strategy %q: %s: want an admission timeout > 0 such as admit=30s (plain admit takes the farm's routing.admission_timeout)", s, w)
 			}
-			o.admit, o.timeout = true, d
+			o.Admit, o.AdmissionTimeout = true, d
 		default:
-			return "", o, fmt.Errorf("strategy %q: unknown option %q (want %s, admit=TIMEOUT)", s, w, strings.Join(variantOptions, ", "))
+			return Variant{}, fmt.Errorf("strategy %q: unknown option %q (want %s, admit=TIMEOUT)", s, w, strings.Join(variantOptions, ", "))
 		}
 	}
-	return base, o, nil
+	return o, nil
 }
 
 // ValidStrategy reports whether s names a strategy or a variant of
 // affinity ("affinity+kv+priced+admit", "affinity+kv+admit=30s"), naming
 // what is wrong.
 func ValidStrategy(s string) error {
-	_, _, err := parseVariant(s)
+	_, err := ParseVariant(s)
 	return err
 }
 
-// VariantLabel is the display name of strategy s (ValidStrategy) from the
-// options its name gives, without a farm's routing block: "affinity (kv,
-// admit 30s)", "least-loaded". A plain "affinity" is "affinity".
+// VariantLabel is the display name of strategy s from the options its
+// name gives, without a farm's routing block: "affinity (kv, admit 30s)",
+// "least-loaded"; s itself when it is not valid.
 func VariantLabel(s string) string {
-	base, o, err := parseVariant(s)
+	v, err := ParseVariant(s)
 	if err != nil {
 		return s
 	}
-	return variantName(base, o)
+	return v.Label()
 }
 
-// variantName lists the options in effect in display order.
-func variantName(base string, o variantOpts) string {
+// Label lists the options in display order: "affinity (kv, priced,
+// admit 30s)"; with none, the strategy's name.
+func (o Variant) Label() string {
 	var on []string
-	if o.kv {
+	if o.KV {
 		on = append(on, "kv")
 	}
-	if o.priced {
+	if o.Priced {
 		on = append(on, "priced")
 	}
-	if o.admit {
-		if o.timeout > 0 {
-			on = append(on, "admit "+o.timeout.String())
+	if o.Admit {
+		if o.AdmissionTimeout > 0 {
+			on = append(on, "admit "+o.AdmissionTimeout.String())
 		} else {
 			on = append(on, "admit")
 		}
 	}
 	if len(on) == 0 {
-		return base
+		return o.Strategy
 	}
-	return base + " (" + strings.Join(on, ", ") + ")"
+	return o.Strategy + " (" + strings.Join(on, ", ") + ")"
 }
 
 // newVariant resolves strategy s (ValidStrategy) on farm f with the spill
 // threshold spill (the experiment's, which may override the farm's).
 func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, error) {
-	base, o, err := parseVariant(s)
+	o, err := ParseVariant(s)
 	if err != nil {
 		return variant{}, fmt.Errorf("sim: %w", err)
 	}
+	base := o.Strategy
 	rs := f.Spec.Routing
 	v := variant{strategy: base, name: base, cfg: placement.Config{
 		Spill:        spill,
@@ -133,24 +140,24 @@ func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, err
 		Balance:      f.Balance,
 		Admission:    f.Admission,
 	}, timeout: time.Duration(rs.AdmissionTimeout)}
-	if o.kv {
+	if o.KV {
 		v.cfg.Balance = placement.BalanceKV
 	}
-	if o.priced {
+	if o.Priced {
 		v.cfg.Spill = placement.SpillPriced()
 	}
-	if o.admit {
+	if o.Admit {
 		v.cfg.Admission = placement.AdmissionKV
 	}
-	if o.timeout > 0 {
-		v.timeout = o.timeout
+	if o.AdmissionTimeout > 0 {
+		v.timeout = o.AdmissionTimeout
 	}
 	if base == placement.StrategyAffinity {
 		// The options in effect, from the variant or the farm's block.
 		// A timeout named in the variant (admit=D) is shown.
-		eff := variantOpts{kv: v.cfg.Balance == placement.BalanceKV, priced: v.cfg.Spill.Priced(),
-			admit: v.cfg.Admission == placement.AdmissionKV, timeout: o.timeout}
-		v.name = variantName(base, eff)
+		eff := Variant{Strategy: base, KV: v.cfg.Balance == placement.BalanceKV, Priced: v.cfg.Spill.Priced(),
+			Admit: v.cfg.Admission == placement.AdmissionKV, AdmissionTimeout: o.AdmissionTimeout}
+		v.name = eff.Label()
 	}
 	return v, nil
 }
@@ -271,10 +278,16 @@ func (k *kvRouter) admit(r *run) {
 			continue
 		}
 		// Refused after its wait (429/529 in the proxy): the wait counts
-		// in its TTFB, as a client would see it.
-		s.ttfbUs = r.now - s.clientSentUs
-		s.stepSessions = r.stepSessions
-		r.rt.ttfbs = append(r.rt.ttfbs, float64(s.ttfbUs)/usPerSec)
+		// in its TTFB, as a client would see it, in the exact quantiles
+		// and the KPIs' histogram alike; once: a wait already counted
+		// censored at an earlier step's end is not counted again (as
+		// onFirstToken does).
+		if !s.censored {
+			s.ttfbUs = r.now - s.clientSentUs
+			s.stepSessions = r.stepSessions
+			r.rec.observeRefusedTTFB(float64(s.ttfbUs) / usPerSec)
+			r.rt.ttfbs = append(r.rt.ttfbs, float64(s.ttfbUs)/usPerSec)
+		}
 		r.rt.rejected++
 		r.rt.admissionRefused++
 		r.rt.unfinished++

@@ -214,6 +214,16 @@ func TestAdmissionTimeout(t *testing.T) {
 	if refused == 0 || row.Unfinished < int64(refused) {
 		t.Errorf("refused first turns %d (TTFB just over 5 s), unfinished %d: the timeout did not refuse", refused, row.Unfinished)
 	}
+	// The refused requests' waits are in the TTFB KPIs too (PromQL over
+	// warden_ttfb_seconds), not only in the exact quantiles.
+	for _, q := range []struct {
+		what      string
+		got, want float64
+	}{{"p50", float64(row.TTFBP50), row.direct.ttfbP50}, {"p95", float64(row.TTFBP95), row.direct.ttfbP95}} {
+		if rel := math.Abs(q.got-q.want) / q.want; !(rel <= 0.02) {
+			t.Errorf("TTFB %s: PromQL %.3f s, exact %.3f s (refusals' waits included): %.1f%% off", q.what, q.got, q.want, 100*rel)
+		}
+	}
 	if row.AdmissionRefused != int64(refused) || row.AdmissionWaits < row.AdmissionRefused {
 		t.Errorf("row counts %d waits, %d refused; the records show %d refused", row.AdmissionWaits, row.AdmissionRefused, refused)
 	}
