@@ -237,7 +237,9 @@ func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
 		return err
 	}
 	best := &res.Variants[res.Recommended]
-	res.Routing = routingYAML(jr.Model, best.spec, routingOf(farm))
+	// A journal without a model name (a trace from elsewhere) gets the
+	// farm's, as the note says.
+	res.Routing = routingYAML(cmp.Or(jr.Model, farm.Spec.Model), best.spec, routingOf(farm))
 	if err := checkRoutingYAML(res.Routing, farm.Spec.Replicas); err != nil {
 		return fmt.Errorf("tune: the recommended routing does not load in the proxy (a bug): %w", err)
 	}
@@ -406,7 +408,7 @@ func tuneFarm(path string) (*sim.Farm, error) {
 // not (a served alias).
 func checkJournalModel(model string, farm *sim.Farm) (string, error) {
 	if model == "" {
-		return fmt.Sprintf("the journal names no model: replayed as the farm's %s", farm.Model.Name), nil
+		return fmt.Sprintf("the journal names no model: replayed as the farm's %s, which the routing block names", farm.Spec.Model), nil
 	}
 	m, err := hardware.LookupModel(model)
 	if err != nil {

@@ -295,9 +295,23 @@ func TestTuneErrors(t *testing.T) {
 		})
 	}
 
+	// A journal without a model is replayed as the farm's model, named so
+	// in the block.
+	writeJournal(t, p("nomodel.jsonl"), 16, traces.Request{Session: "a"})
+	out, err := runWarden(t, "tune", "--journal", p("nomodel.jsonl"), "--farm", tuneFarmFile, "--variants", "affinity,affinity+kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "note: the journal names no model: replayed as the farm's " + qwen + ", which the routing block names"; !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	if m, err := loadRouting(t, printedRouting(t, out)); err != nil || m.Name != qwen {
+		t.Errorf("block of a journal without a model: %v, %+v", err, m)
+	}
+
 	// A model the catalogue does not know (a served alias) is replayed as
 	// the farm's, and tune says so; --model picks one model's requests.
-	out, err := runWarden(t, "tune", "--journal", p("two.jsonl"), "--farm", tuneFarmFile, "--model", "coder", "--variants", "affinity")
+	out, err = runWarden(t, "tune", "--journal", p("two.jsonl"), "--farm", tuneFarmFile, "--model", "coder", "--variants", "affinity")
 	if err != nil {
 		t.Fatal(err)
 	}
