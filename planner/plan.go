@@ -249,8 +249,8 @@ func (p Plan) check(defaults bool) error {
 		return err
 	}
 	for i, s := range p.Strategies {
-		if !slices.Contains(placement.Strategies(), s) {
-			return bad(fmt.Sprintf("strategies[%d]", i), "unknown strategy %q (want one of %s)", s, strings.Join(placement.Strategies(), ", "))
+		if err := sim.ValidStrategy(s); err != nil {
+			return bad(fmt.Sprintf("strategies[%d]", i), "%v", err)
 		}
 		if slices.Index(p.Strategies, s) != i {
 			return bad(fmt.Sprintf("strategies[%d]", i), "%q listed twice", s)

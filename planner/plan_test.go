@@ -55,6 +55,8 @@ func TestParsePlanErrors(t *testing.T) {
 		{"bad vllm arg", strings.Replace(minimal, "targets:", "  - gpus: [H100 SXM]\n    replicas: [1]\n    model: Qwen/Qwen3-8B\n    vllm: {max_num_seqs: -1}\ntargets:", 1),
 			"plan.yaml:8: farms[1].vllm.max_num_seqs: must be >= 1, got -1"},
 		{"bad strategy", minimal + "strategies: [affinity, random]\n", `plan.yaml:7: strategies[1]: unknown strategy "random"`},
+		{"bad variant", minimal + "strategies: [affinity+fast]\n", `plan.yaml:7: strategies[0]: strategy "affinity+fast": unknown option "fast"`},
+		{"variant of hash", minimal + "strategies: [hash+kv]\n", `plan.yaml:7: strategies[0]: strategy "hash+kv": only affinity takes options`},
 		{"twice strategy", minimal + "strategies: [affinity, affinity]\n", `plan.yaml:7: strategies[1]: "affinity" listed twice`},
 		{"bad spill", minimal + "spill_thresholds: [auto, -3]\n", `plan.yaml:7: spill_thresholds[1]: ` + placement.SpillThresholdError("-3")},
 		{"zero spill", minimal + "spill_thresholds: [0]\n", `plan.yaml:7: spill_thresholds[0]: ` + placement.SpillThresholdError("0")},
@@ -128,4 +130,31 @@ func FuzzParsePlan(f *testing.F) {
 			t.Errorf("parsed plan fails Solve's check: %v", err)
 		}
 	})
+}
+
+// TestPlanConfigsVariants: affinity's variants run once per spill threshold
+// like affinity, a priced one once (its spill is priced), and each is named
+// as the simulator's tables name it, with its threshold.
+func TestPlanConfigsVariants(t *testing.T) {
+	p := Plan{
+		Strategies:      []string{"least-loaded", "affinity", "affinity+kv+admit=30s", "affinity+kv+priced+admit", "hash"},
+		SpillThresholds: []string{"auto", "4"},
+	}
+	var got []string
+	for _, c := range p.configs() {
+		got = append(got, c.Label())
+	}
+	want := []string{
+		"least-loaded",
+		"affinity (spill auto)", "affinity (spill 4)",
+		"affinity (kv, admit 30s, spill auto)", "affinity (kv, admit 30s, spill 4)",
+		"affinity (kv, priced, admit)",
+		"hash",
+	}
+	if !cmp.Equal(got, want) {
+		t.Errorf("configs\n%q\nwant\n%q", got, want)
+	}
+	if _, err := ParsePlan([]byte(minimal+"strategies: [least-loaded, affinity+kv+admit]\n"), "plan.yaml"); err != nil {
+		t.Errorf("a plan with a variant: %v", err)
+	}
 }

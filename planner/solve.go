@@ -433,12 +433,14 @@ func (p *progress) set(i int, d time.Duration) {
 	p.f(p.sum, p.total)
 }
 
-// configs lists the routings to try: each strategy once, affinity once per
-// spill threshold.
+// configs lists the routings to try: each strategy once, affinity and its
+// variants (sim.ParseVariant: affinity+kv, +admit, ...) once per spill
+// threshold, except a priced variant, whose spill is priced.
 func (p Plan) configs() []Config {
 	var out []Config
 	for _, s := range p.Strategies {
-		if s != placement.StrategyAffinity {
+		v, err := sim.ParseVariant(s)
+		if err != nil || v.Strategy != placement.StrategyAffinity || v.Priced {
 			out = append(out, Config{Strategy: s})
 			continue
 		}
@@ -449,16 +451,24 @@ func (p Plan) configs() []Config {
 	return out
 }
 
-// label is "affinity (spill auto)" or "least-loaded".
+// label is the strategy's name as the simulator's tables give it, with the
+// spill threshold: "least-loaded", "affinity (spill auto)", "affinity (kv,
+// admit, spill auto)", "affinity (kv, priced, admit)".
 func (c *Config) label() string {
-	if c.Spill == "" {
-		return c.Strategy
+	name := sim.VariantLabel(c.Strategy)
+	switch {
+	case c.Spill == "":
+		return name
+	case strings.HasSuffix(name, ")"):
+		return name[:len(name)-1] + ", spill " + c.Spill + ")"
+	default:
+		return name + " (spill " + c.Spill + ")"
 	}
-	return c.Strategy + " (spill " + c.Spill + ")"
 }
 
 // Label names the routing as the report and the answer do, e.g.
-// "affinity (spill auto)" or "least-loaded".
+// "affinity (spill auto)", "affinity (kv, admit, spill auto)" or
+// "least-loaded".
 func (c Config) Label() string { return c.label() }
 
 // Level returns the index of a sessions level in sessions, or -1.

@@ -107,6 +107,35 @@ func TestSolveKnownAnswer(t *testing.T) {
 	}
 }
 
+// TestSolveVariants: a plan tries affinity's variants as routings: each is
+// simulated as the variant (the simulator's rows carry its name) and
+// reported by its label.
+func TestSolveVariants(t *testing.T) {
+	p := kvBoundPlan()
+	p.Farms[0].Replicas = []int{3}
+	p.Strategies = []string{"affinity", "affinity+kv+admit=30s"}
+	p.Sessions, p.Concurrency = []int{12}, 12
+	res, err := Solve(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgs := res.Candidates[0].Configs
+	if len(cfgs) != 2 {
+		t.Fatalf("%d configs, want 2", len(cfgs))
+	}
+	for i, want := range []struct{ label, row string }{
+		{"affinity (spill auto)", "affinity"},
+		{"affinity (kv, admit 30s, spill auto)", "affinity (kv, admit 30s)"},
+	} {
+		if got := cfgs[i].Label(); got != want.label {
+			t.Errorf("config %d: label %q, want %q", i, got, want.label)
+		}
+		if got := cfgs[i].Rows[0].Strategy; got != want.row {
+			t.Errorf("config %d: simulated as %q, want %q", i, got, want.row)
+		}
+	}
+}
+
 func dump(res *Result) string {
 	var b strings.Builder
 	for _, c := range res.Candidates {

@@ -236,3 +236,87 @@ func (o *openLoop) done(r *run, s *seq, finished bool) {
 }
 
 func (o *openLoop) idle() bool { return o.next >= len(o.reqs) && o.left == 0 }
+
+// sessionReplay replays a trace session by session: each session starts at
+// its first request's recorded arrival (divided by the speed-up) and sends
+// each later turn when the previous answer has reached the client, plus
+// the client's turnaround and the turn's recorded think time (divided by
+// the speed-up too), as an agent does. The trace gives when conversations
+// begin, their prompts and their pauses; the farm gives the pace of their
+// turns, so a slower routing delays a session's later turns instead of
+// piling them up. A turn rejected (too long for the KV cache) or refused
+// (admission timeout) ends its session: its client gives up, as in the
+// closed loop.
+//
+// Unlike the closed loop, and like the proxy, the router is not told when
+// a conversation ends: it finds out when the conversation stays quiet for
+// the active window (placement's table), and only then does admission
+// count its headroom free (live/admission.go has no other signal).
+type sessionReplay struct {
+	sessions     []traces.Session // in order of first arrival
+	startsUs     []int64
+	speed        float64
+	turnaroundUs int64
+	clients      []client
+	left         int  // sessions not yet ended
+	cut          bool // the run's end cut the requests in flight: send nothing more
+}
+
+func newSessionReplay(t *Trace, speed float64, turnaroundUs int64) *sessionReplay {
+	p := &sessionReplay{sessions: t.sessions(), speed: speed, turnaroundUs: turnaroundUs}
+	p.startsUs = make([]int64, len(p.sessions))
+	p.clients = make([]client, len(p.sessions))
+	for k, s := range p.sessions {
+		p.startsUs[k] = int64(float64(s.Turns[0].ArrivalMs) * usPerMs / speed)
+		p.clients[k] = client{sess: s, home: -1, conn: -1, active: true}
+	}
+	p.left = len(p.sessions)
+	return p
+}
+
+// begin queues every session's first turn at its recorded arrival.
+func (p *sessionReplay) begin(r *run) {
+	for k := range p.sessions {
+		r.ev.push(p.startsUs[k], evSend, int32(k))
+	}
+}
+
+func (p *sessionReplay) send(r *run, arg int32) {
+	if p.cut {
+		return
+	}
+	cl := &p.clients[arg]
+	s := r.newSeq(&cl.sess.Turns[cl.turn], arg, 0)
+	if r.front != nil {
+		s.apiServer = r.front.connect(&cl.conn)
+	}
+	r.dispatch(s)
+}
+
+func (p *sessionReplay) arrive(r *run, s *seq) { r.submit(s, &p.clients[s.client].home) }
+
+func (p *sessionReplay) done(r *run, s *seq, finished bool) {
+	if r.front != nil {
+		r.front.release(s.apiServer)
+	}
+	if p.cut {
+		return
+	}
+	k := int(s.client)
+	cl := &p.clients[k]
+	if finished {
+		cl.turn++
+	}
+	if !finished || cl.turn >= len(cl.sess.Turns) {
+		if finished {
+			r.rt.sessionsCompleted++
+		}
+		cl.active = false
+		p.left--
+		return
+	}
+	think := int64(float64(max(cl.sess.Turns[cl.turn].ThinkMs, 0)) * usPerMs / p.speed)
+	r.ev.push(r.now+r.downlinkUs+p.turnaroundUs+think, evSend, int32(k))
+}
+
+func (p *sessionReplay) idle() bool { return p.left == 0 }

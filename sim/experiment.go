@@ -35,7 +35,8 @@ const DefaultDuration = 3 * time.Minute
 // closed loop, Sessions[i] at a time for Duration each. With a Trace it is a
 // replay: open loop at the recorded arrival times (divided by Speed), or,
 // with ClosedLoop, the trace's sessions in a closed loop with Sessions[0]
-// (or the trace header's concurrency) at a time.
+// (or the trace header's concurrency) at a time, or, with SessionReplay,
+// each session from its recorded start with its turns paced by the farm.
 type Experiment struct {
 	Farm       *Farm
 	Strategies []string                  // nil: DefaultStrategies
@@ -47,8 +48,12 @@ type Experiment struct {
 	Seed     uint64
 
 	Trace      *Trace
-	Speed      float64 // open-loop replay speed-up; 0 means 1
+	Speed      float64 // replay speed-up (open loop, session replay); 0 means 1
 	ClosedLoop bool
+	// SessionReplay replays the Trace session by session: each starts at
+	// its first request's recorded arrival, its later turns paced by the
+	// farm's answers plus the recorded think times (sessionReplay).
+	SessionReplay bool
 
 	// Progress, when set, is called now and then with the simulated time
 	// done and in total, summed over strategies. Calls are serialised.
@@ -155,6 +160,9 @@ func (e Experiment) withDefaults() (Experiment, error) {
 	}
 	if !(e.Speed > 0) || math.IsInf(e.Speed, 0) {
 		return e, fmt.Errorf("sim: speed %g: want > 0", e.Speed)
+	}
+	if e.SessionReplay && (e.Trace == nil || e.ClosedLoop) {
+		return e, errors.New("sim: a session replay needs a trace and no closed loop")
 	}
 	if e.Trace != nil && e.Trace.Header.BlockSize != e.Farm.Spec.VLLM.BlockSize {
 		return e, fmt.Errorf("sim: trace %s has block_size %d, the farm's vllm.block_size is %d: hash ids must be of the farm's block size",
@@ -364,6 +372,28 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 			}
 			closeWindow(n, func() int { c.cut(); return r.abortAll() })
 		}
+	case e.SessionReplay:
+		w := e.Workload
+		p := newSessionReplay(e.Trace, e.Speed, micros(w.ClientTurnaround))
+		r.drv = p
+		r.uplink = func(prompt int) int64 { return micros(w.Uplink(prompt)) }
+		r.downlinkUs = micros(w.Downlink())
+		r.stopWhenIdle = true
+		r.stepSessions = len(p.sessions)
+		p.begin(r)
+		until := int64(math.MaxInt64)
+		if dur > 0 {
+			until = dur
+			r.ev.push(until, evStop, 0)
+		}
+		r.checkIdle()
+		if err := advance(until); err != nil {
+			return nil, nil, err
+		}
+		closeWindow(len(p.sessions), func() int {
+			p.cut = true // nothing more is sent
+			return r.abortAll()
+		})
 	default:
 		o := &openLoop{reqs: e.Trace.Requests, speed: e.Speed, homes: map[string]int{}}
 		r.drv = o
@@ -440,6 +470,9 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 		Finished:   t.router.finished - s.router.finished,
 		Unfinished: w.unfinished + t.router.unfinished - s.router.unfinished,
 		Censored:   w.censored,
+
+		AdmissionWaits:   t.router.admissionWaits - s.router.admissionWaits,
+		AdmissionRefused: t.router.admissionRefused - s.router.admissionRefused,
 	}
 	d := &row.direct
 	d.laterTurns = t.router.stay.Later - s.router.stay.Later

@@ -131,6 +131,10 @@ func (rec *recorder) observeFirstToken(s *seq, ttfbS float64) {
 // first token when its step's window closed.
 func (rec *recorder) observeCensoredTTFB(waitS float64) { rec.ttfb.Observe(waitS) }
 
+// observeRefusedTTFB records the wait of a request refused after waiting
+// for admission: its client's answer (429/529) came after that long.
+func (rec *recorder) observeRefusedTTFB(waitS float64) { rec.ttfb.Observe(waitS) }
+
 // observeNextTokens records the inter-token latency of n tokens after the
 // first, of requests of replica rep whose previous token came itlUs before.
 func (rec *recorder) observeNextTokens(rep int, itlUs int64, n int) {

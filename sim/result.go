@@ -46,9 +46,15 @@ type Row struct {
 	// Censored counts the requests still waiting for their first token
 	// when the step's window closed: their TTFB counts in this step with
 	// the wait they had then.
-	Censored    int64         `json:"censored_ttfbs"`
-	Preemptions int64         `json:"preemptions"`
-	direct      directColumns // the same columns counted without PromQL (tests)
+	Censored    int64 `json:"censored_ttfbs"`
+	Preemptions int64 `json:"preemptions"`
+	// AdmissionWaits counts the requests (first turns of new
+	// conversations) that waited at the router for KV headroom (admission:
+	// kv); AdmissionRefused those of them refused after the admission
+	// timeout (429/529 in the proxy), also in Unfinished.
+	AdmissionWaits   int64         `json:"admission_waits,omitempty"`
+	AdmissionRefused int64         `json:"admission_refused,omitempty"`
+	direct           directColumns // the same columns counted without PromQL (tests)
 }
 
 // ReplicaRow is one replica over one step.

@@ -11,13 +11,16 @@ import (
 // Routing variants: a strategy name may carry affinity's KV-aware options
 // after "+", e.g. "affinity+kv+priced+admit":
 //
-//	kv      routing.balance: kv          (new conversations by KV headroom)
-//	priced  routing.spill_threshold: priced
-//	admit   routing.admission: kv        (new conversations wait for headroom)
+//	kv        routing.balance: kv          (new conversations by KV headroom)
+//	priced    routing.spill_threshold: priced
+//	admit     routing.admission: kv        (new conversations wait for headroom,
+//	          up to the farm's routing.admission_timeout)
+//	admit=D   the same with admission_timeout D (> 0), e.g. admit=30s
 //
 // Plain "affinity" takes the farm's routing block. A variant's display
 // name, in tables and JSON, lists the options in effect:
-// "affinity (kv, priced, admit)"; with none it is the strategy's name.
+// "affinity (kv, priced, admit)", "affinity (kv, admit 30s)" (a timeout
+// named in the variant is shown); with none it is the strategy's name.
 
 // variant is one strategy with its options resolved against the farm.
 type variant struct {
@@ -30,44 +33,104 @@ type variant struct {
 // variantOptions are the option words of a variant, in display order.
 var variantOptions = []string{"kv", "priced", "admit"}
 
-// ValidStrategy reports whether s names a strategy or a variant of
-// affinity ("affinity+kv+priced+admit"), naming what is wrong.
-func ValidStrategy(s string) error {
+// Variant is a strategy name parsed: the base strategy and the options of
+// affinity its name gives (not those of a farm's routing block).
+type Variant struct {
+	Strategy string // hash | least-loaded | affinity
+	KV       bool   // +kv: balance kv
+	Priced   bool   // +priced: spill_threshold priced
+	Admit    bool   // +admit or +admit=D: admission kv
+	// AdmissionTimeout is D of admit=D; 0: the farm's.
+	AdmissionTimeout time.Duration
+}
+
+// ParseVariant parses a strategy or a variant of affinity
+// ("affinity+kv+admit=30s"), naming what is wrong.
+func ParseVariant(s string) (Variant, error) {
 	base, opts, _ := strings.Cut(s, "+")
+	o := Variant{Strategy: base}
 	if !validStrategy(base) {
-		return fmt.Errorf("unknown strategy %q (want one of %s, or affinity+OPTION... with options %s)",
+		return Variant{}, fmt.Errorf("unknown strategy %q (want one of %s, or affinity+OPTION... with options %s, admit=TIMEOUT)",
 			s, strings.Join(placement.Strategies(), ", "), strings.Join(variantOptions, ", "))
 	}
 	if opts == "" {
-		return nil
+		return o, nil
 	}
 	if base != placement.StrategyAffinity {
-		return fmt.Errorf("strategy %q: only affinity takes options (%s)", s, strings.Join(variantOptions, ", "))
+		return Variant{}, fmt.Errorf("strategy %q: only affinity takes options (%s)", s, strings.Join(variantOptions, ", "))
 	}
-	for o := range strings.SplitSeq(opts, "+") {
-		if !containsString(variantOptions, o) {
-			return fmt.Errorf("strategy %q: unknown option %q (want %s)", s, o, strings.Join(variantOptions, ", "))
+	for w := range strings.SplitSeq(opts, "+") {
+		name, val, hasVal := strings.Cut(w, "=")
+		switch {
+		case name == "kv" && !hasVal:
+			o.KV = true
+		case name == "priced" && !hasVal:
+			o.Priced = true
+		case name == "admit" && !hasVal:
+			o.Admit = true
+		case name == "admit":
+			d, err := time.ParseDuration(val)
+			if err != nil || d <= 0 {
+				return Variant{}, fmt.Errorf("strategy %q: %s: want an admission timeout > 0 such as admit=30s (plain admit takes the farm's routing.admission_timeout)", s, w)
+			}
+			o.Admit, o.AdmissionTimeout = true, d
+		default:
+			return Variant{}, fmt.Errorf("strategy %q: unknown option %q (want %s, admit=TIMEOUT)", s, w, strings.Join(variantOptions, ", "))
 		}
 	}
-	return nil
+	return o, nil
 }
 
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
+// ValidStrategy reports whether s names a strategy or a variant of
+// affinity ("affinity+kv+priced+admit", "affinity+kv+admit=30s"), naming
+// what is wrong.
+func ValidStrategy(s string) error {
+	_, err := ParseVariant(s)
+	return err
+}
+
+// VariantLabel is the display name of strategy s from the options its
+// name gives, without a farm's routing block: "affinity (kv, admit 30s)",
+// "least-loaded"; s itself when it is not valid.
+func VariantLabel(s string) string {
+	v, err := ParseVariant(s)
+	if err != nil {
+		return s
+	}
+	return v.Label()
+}
+
+// Label lists the options in display order: "affinity (kv, priced,
+// admit 30s)"; with none, the strategy's name.
+func (o Variant) Label() string {
+	var on []string
+	if o.KV {
+		on = append(on, "kv")
+	}
+	if o.Priced {
+		on = append(on, "priced")
+	}
+	if o.Admit {
+		if o.AdmissionTimeout > 0 {
+			on = append(on, "admit "+o.AdmissionTimeout.String())
+		} else {
+			on = append(on, "admit")
 		}
 	}
-	return false
+	if len(on) == 0 {
+		return o.Strategy
+	}
+	return o.Strategy + " (" + strings.Join(on, ", ") + ")"
 }
 
 // newVariant resolves strategy s (ValidStrategy) on farm f with the spill
 // threshold spill (the experiment's, which may override the farm's).
 func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, error) {
-	if err := ValidStrategy(s); err != nil {
+	o, err := ParseVariant(s)
+	if err != nil {
 		return variant{}, fmt.Errorf("sim: %w", err)
 	}
-	base, opts, _ := strings.Cut(s, "+")
+	base := o.Strategy
 	rs := f.Spec.Routing
 	v := variant{strategy: base, name: base, cfg: placement.Config{
 		Spill:        spill,
@@ -77,32 +140,24 @@ func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, err
 		Balance:      f.Balance,
 		Admission:    f.Admission,
 	}, timeout: time.Duration(rs.AdmissionTimeout)}
-	if opts != "" {
-		for o := range strings.SplitSeq(opts, "+") {
-			switch o {
-			case "kv":
-				v.cfg.Balance = placement.BalanceKV
-			case "priced":
-				v.cfg.Spill = placement.SpillPriced()
-			case "admit":
-				v.cfg.Admission = placement.AdmissionKV
-			}
-		}
+	if o.KV {
+		v.cfg.Balance = placement.BalanceKV
+	}
+	if o.Priced {
+		v.cfg.Spill = placement.SpillPriced()
+	}
+	if o.Admit {
+		v.cfg.Admission = placement.AdmissionKV
+	}
+	if o.AdmissionTimeout > 0 {
+		v.timeout = o.AdmissionTimeout
 	}
 	if base == placement.StrategyAffinity {
-		var on []string
-		if v.cfg.Balance == placement.BalanceKV {
-			on = append(on, "kv")
-		}
-		if v.cfg.Spill.Priced() {
-			on = append(on, "priced")
-		}
-		if v.cfg.Admission == placement.AdmissionKV {
-			on = append(on, "admit")
-		}
-		if len(on) > 0 {
-			v.name = base + " (" + strings.Join(on, ", ") + ")"
-		}
+		// The options in effect, from the variant or the farm's block.
+		// A timeout named in the variant (admit=D) is shown.
+		eff := Variant{Strategy: base, KV: v.cfg.Balance == placement.BalanceKV, Priced: v.cfg.Spill.Priced(),
+			Admit: v.cfg.Admission == placement.AdmissionKV, AdmissionTimeout: o.AdmissionTimeout}
+		v.name = eff.Label()
 	}
 	return v, nil
 }
@@ -223,11 +278,18 @@ func (k *kvRouter) admit(r *run) {
 			continue
 		}
 		// Refused after its wait (429/529 in the proxy): the wait counts
-		// in its TTFB, as a client would see it.
-		s.ttfbUs = r.now - s.clientSentUs
-		s.stepSessions = r.stepSessions
-		r.rt.ttfbs = append(r.rt.ttfbs, float64(s.ttfbUs)/usPerSec)
+		// in its TTFB, as a client would see it, in the exact quantiles
+		// and the KPIs' histogram alike; once: a wait already counted
+		// censored at an earlier step's end is not counted again (as
+		// onFirstToken does).
+		if !s.censored {
+			s.ttfbUs = r.now - s.clientSentUs
+			s.stepSessions = r.stepSessions
+			r.rec.observeRefusedTTFB(float64(s.ttfbUs) / usPerSec)
+			r.rt.ttfbs = append(r.rt.ttfbs, float64(s.ttfbUs)/usPerSec)
+		}
 		r.rt.rejected++
+		r.rt.admissionRefused++
 		r.rt.unfinished++
 		s.rejected = true
 		r.logRequest(s, false)

@@ -54,6 +54,11 @@ func TestVariants(t *testing.T) {
 		{"least-loaded", "least-loaded", ""},
 		{"affinity+kv", "affinity (kv)", ""},
 		{"affinity+admit+priced+kv", "affinity (kv, priced, admit)", ""},
+		{"affinity+kv+admit=30s", "affinity (kv, admit 30s)", ""},
+		{"affinity+admit=1m30s+priced", "affinity (priced, admit 1m30s)", ""},
+		{"affinity+admit=0s", "", "want an admission timeout > 0"},
+		{"affinity+admit=soon", "", "admit=soon: want an admission timeout > 0"},
+		{"affinity+kv=1", "", `unknown option "kv=1"`},
 		{"affinity+fast", "", `unknown option "fast"`},
 		{"hash+kv", "", "only affinity takes options"},
 		{"random", "", `unknown strategy "random"`},
@@ -77,6 +82,15 @@ func TestVariants(t *testing.T) {
 	}
 	if v, _ := newVariant(g, "affinity", g.Spill); v.name != "affinity (admit)" || v.cfg.Admission != placement.AdmissionKV {
 		t.Errorf("affinity on a farm with admission: kv is %q %+v", v.name, v.cfg)
+	}
+	if v, _ := newVariant(g, "affinity+admit=45s", g.Spill); v.timeout != 45*time.Second || v.name != "affinity (admit 45s)" {
+		t.Errorf("admit=45s on a farm with admission: kv: timeout %v, name %q", v.timeout, v.name)
+	}
+	if got := VariantLabel("affinity+admit+kv=x"); got != "affinity+admit+kv=x" {
+		t.Errorf("VariantLabel of a bad variant = %q, want it unchanged", got)
+	}
+	if got := VariantLabel("affinity+admit=20s+kv"); got != "affinity (kv, admit 20s)" {
+		t.Errorf("VariantLabel = %q", got)
 	}
 	if r := mustRun(t, f, "affinity"); r.kv != nil {
 		t.Error("plain affinity feeds the KV-aware router: defaults must be unchanged")
@@ -199,6 +213,41 @@ func TestAdmissionTimeout(t *testing.T) {
 	}
 	if refused == 0 || row.Unfinished < int64(refused) {
 		t.Errorf("refused first turns %d (TTFB just over 5 s), unfinished %d: the timeout did not refuse", refused, row.Unfinished)
+	}
+	// The refused requests' waits are in the TTFB KPIs too (PromQL over
+	// warden_ttfb_seconds), not only in the exact quantiles.
+	for _, q := range []struct {
+		what      string
+		got, want float64
+	}{{"p50", float64(row.TTFBP50), row.direct.ttfbP50}, {"p95", float64(row.TTFBP95), row.direct.ttfbP95}} {
+		if rel := math.Abs(q.got-q.want) / q.want; !(rel <= 0.02) {
+			t.Errorf("TTFB %s: PromQL %.3f s, exact %.3f s (refusals' waits included): %.1f%% off", q.what, q.got, q.want, 100*rel)
+		}
+	}
+	if row.AdmissionRefused != int64(refused) || row.AdmissionWaits < row.AdmissionRefused {
+		t.Errorf("row counts %d waits, %d refused; the records show %d refused", row.AdmissionWaits, row.AdmissionRefused, refused)
+	}
+
+	// The variant affinity+admit=5s on the farm without admission is the
+	// same run: only its name differs.
+	plain, err := LoadFarm(filepath.Join(dir, "farm.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vrep, err := Run(context.Background(), Experiment{Farm: plain, Workload: w, Strategies: []string{"affinity+admit=5s"},
+		Sessions: []int{24}, Duration: 2 * time.Minute, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vrow := vrep.Rows[0]
+	if vrow.Strategy != "affinity (admit 5s)" {
+		t.Fatalf("variant's strategy %q", vrow.Strategy)
+	}
+	vrow.Strategy = row.Strategy
+	a, _ := json.Marshal(row)
+	b, _ := json.Marshal(vrow)
+	if !bytes.Equal(a, b) {
+		t.Errorf("affinity+admit=5s differs from routing.admission_timeout 5s:\n%s\n%s", b, a)
 	}
 }
 

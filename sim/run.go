@@ -76,6 +76,10 @@ type routerStats struct {
 	finished          int64
 	unfinished        int64
 	rejected          int64
+	// admissionWaits: requests that waited at the router for admission
+	// (admission: kv); admissionRefused: those refused after the timeout.
+	admissionWaits   int64
+	admissionRefused int64
 }
 
 // outputTokens is warden_output_tokens_total: every token streamed to a
@@ -346,6 +350,7 @@ func (r *run) submit(s *seq, home *int) bool {
 	}
 	if r.kv != nil && r.kv.aff.MustQueue(r.request(s), r.kv.waiting.Len(), time.UnixMicro(r.now)) {
 		r.kv.waiting.Push(s, time.UnixMicro(s.sentUs)) // behind the new conversations already waiting
+		r.rt.admissionWaits++
 		return true
 	}
 	d, err := r.pick(s)
@@ -355,6 +360,7 @@ func (r *run) submit(s *seq, home *int) bool {
 	}
 	if d.Wait {
 		r.kv.waiting.Push(s, time.UnixMicro(s.sentUs))
+		r.rt.admissionWaits++
 		return true
 	}
 	r.place(s, d, home)

@@ -100,6 +100,14 @@ with the simulation. When no candidate meets the targets, it names the closest
 one. A model that does not fit on a candidate is reported, not dropped; when it
 fits on none, plan fails.
 
+Beyond the three strategies, --strategies (or strategies: in a plan file)
+takes affinity's variants as warden sim does (affinity+kv, affinity+priced,
+affinity+admit, affinity+admit=30s, combined as affinity+kv+priced+admit),
+named in the table as the simulator names them, with the spill threshold:
+"affinity (kv, admit, spill auto)". They are opt-in: each variant is one more
+routing per spill threshold (a priced one runs once), simulated on every
+candidate at every level of the band, so the built-in plan does not try them.
+
 Candidates come from a YAML plan file (--plan; see planner/examples/default.yaml)
 or from --gpu, --replicas and --model. With neither, plan runs the built-in
 example: RTX A4000 farms of 2, 3 and 4 cards for 16 Qwen3-4B agent sessions
@@ -136,7 +144,7 @@ it is a terminal.`,
 	f.IntSliceVar(&opts.Sessions, "sessions", def.Sessions, "concurrent sessions levels to simulate")
 	f.IntVar(&opts.Concurrency, "concurrency", 0, "concurrent sessions the answer is for (0: the highest --sessions level)")
 	f.DurationVar(&opts.Duration, "duration", time.Duration(def.Duration), "simulated time of one sessions level (at least 1s)")
-	f.StringSliceVar(&opts.Strategies, "strategies", def.Strategies, "strategies to try: hash, least-loaded, affinity")
+	f.StringSliceVar(&opts.Strategies, "strategies", def.Strategies, "strategies to try: hash, least-loaded, affinity, or affinity's variants with options kv, priced, admit, admit=TIMEOUT (affinity+kv+admit=30s; each is one more routing per spill threshold)")
 	f.StringSliceVar(&opts.Spills, "spill-thresholds", def.SpillThresholds, "affinity spill thresholds to try: auto or requests in flight")
 	f.Uint64Var(&opts.Seed, "seed", def.Seed, "seed of the synthetic sessions (the band adds the next two)")
 	f.DurationVar(&opts.TargetTTFBP95, "target-ttfb-p95", time.Duration(def.Targets.TTFBP95MaxS*float64(time.Second)), "target: TTFB p95 at most this (0: none)")

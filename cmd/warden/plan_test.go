@@ -91,6 +91,42 @@ func TestPlanFromFlags(t *testing.T) {
 	}
 }
 
+// TestPlanVariants: --strategies takes affinity's variants; each is a
+// routing of every candidate, named as warden sim names it with its spill
+// threshold, in the JSON and the HTML report's tables.
+func TestPlanVariants(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "plan.html")
+	stdout, err := runWarden(t, "plan", "--gpu", "RTX A4000", "--replicas", "4", "--model", "Qwen/Qwen3-4B-Instruct-2507",
+		"--sessions", "8", "--duration", "20s", "--strategies", "least-loaded,affinity+kv+admit=30s,affinity+kv+priced+admit",
+		"--json", "--out", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res planner.Result
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	var labels, rows []string
+	for _, c := range res.Candidates[0].Configs {
+		labels = append(labels, c.Label())
+		rows = append(rows, c.Rows[0].Strategy)
+	}
+	wantLabels := []string{"least-loaded", "affinity (kv, admit 30s, spill auto)", "affinity (kv, priced, admit)"}
+	wantRows := []string{"least-loaded", "affinity (kv, admit 30s)", "affinity (kv, priced, admit)"}
+	if !slices.Equal(labels, wantLabels) || !slices.Equal(rows, wantRows) {
+		t.Errorf("routings %q simulated as %q; want %q as %q", labels, rows, wantLabels, wantRows)
+	}
+	page, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range wantLabels {
+		if !bytes.Contains(page, []byte(html.EscapeString(l))) {
+			t.Errorf("the report does not name %q", l)
+		}
+	}
+}
+
 func TestPlanFile(t *testing.T) {
 	dir := t.TempDir()
 	plan := filepath.Join(dir, "plan.yaml")
@@ -148,6 +184,7 @@ func TestPlanErrors(t *testing.T) {
 		{[]string{"plan", "--gpu", "h100", "--plan", bad}, "none of the others can be"},
 		{[]string{"plan", "--plan", bad}, bad + ":3: farms[0].replicas[0]: want 1 to 4096, got 0"},
 		{[]string{"plan", "--strategies", "random", "--out", ""}, `strategies[0]: unknown strategy "random"`},
+		{[]string{"plan", "--strategies", "affinity+admit=never", "--out", ""}, `strategies[0]: strategy "affinity+admit=never": admit=never: want an admission timeout > 0`},
 		{[]string{"report", "--out", "x.html"}, `required flag(s) "from" not set`},
 	}
 	for _, tt := range tests {

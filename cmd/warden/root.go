@@ -29,6 +29,7 @@ It simulates farms before you buy cards (sim, plan), routes production traffic
 	root.AddCommand(newKVCmd())
 	root.AddCommand(newProxyCmd())
 	root.AddCommand(newPlanCmd())
+	root.AddCommand(newTuneCmd())
 	root.AddCommand(newReportCmd())
 	root.AddCommand(newCalibrateCmd())
 	root.AddCommand(newWorkloadCmd())

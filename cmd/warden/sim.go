@@ -35,9 +35,10 @@ type simOptions struct {
 	GPU      string  // "": the farm's
 	Spill    string  // "": the farm's
 
-	Trace      string
-	Speed      float64
-	ClosedLoop bool
+	Trace         string
+	Speed         float64
+	ClosedLoop    bool
+	SessionReplay bool
 
 	Requests string // per-request records (JSON lines), "": none
 
@@ -73,7 +74,10 @@ column reads "first -> second".
 
 With --trace, sim replays a trace file instead: at its recorded arrival times
 (divided by --speed), or with --closed-loop as sessions in a closed loop
-(concurrency from the trace header, or the first --sessions value).`,
+(concurrency from the trace header, or the first --sessions value), or with
+--session-replay session by session: each session from its recorded start,
+each later turn after the previous answer plus its recorded think time (what
+warden tune replays a proxy's journal with).`,
 		Example: `  warden sim
   warden sim --farm examples/rtx5090-gemma3-27b-int4.yaml --sessions 13,26 --duration 10m
   warden sim --strategies hash,least-loaded,affinity --sessions 8,16 --json
@@ -90,7 +94,7 @@ With --trace, sim replays a trace file instead: at its recorded arrival times
 	f := cmd.Flags()
 	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML (default: the built-in 4 x RTX A4000 example)")
 	f.StringVar(&opts.Workload, "workload", "", "workload YAML (default: the product's agent sessions)")
-	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: hash, least-loaded, affinity, or a variant of affinity with options kv, priced, admit (affinity+kv+priced+admit)")
+	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: hash, least-loaded, affinity, or a variant of affinity with options kv, priced, admit, admit=TIMEOUT (affinity+kv+priced+admit, affinity+kv+admit=30s)")
 	f.IntSliceVar(&opts.Sessions, "sessions", sim.DefaultSessions, "concurrent sessions of each step")
 	f.DurationVar(&opts.Duration, "duration", sim.DefaultDuration, "simulated time of each step, at least 1s (with --trace: default and 0 = to the end of the trace)")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the synthetic sessions")
@@ -103,6 +107,7 @@ With --trace, sim replays a trace file instead: at its recorded arrival times
 	f.StringVar(&opts.Trace, "trace", "", "replay this trace file instead of synthetic sessions")
 	f.Float64Var(&opts.Speed, "speed", 1, "replay speed-up of a trace's arrival times, > 0")
 	f.BoolVar(&opts.ClosedLoop, "closed-loop", false, "replay the trace's sessions in a closed loop")
+	f.BoolVar(&opts.SessionReplay, "session-replay", false, "replay the trace's sessions from their recorded starts, each turn after the previous answer and its think time")
 	f.StringVar(&opts.Requests, "requests", "", "write one JSON line per request to this file (session, turn, step, replica, times, tokens, reason)")
 	return cmd
 }
@@ -181,10 +186,13 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 		}
 	}
 	if o.Trace != "" {
+		if o.ClosedLoop && o.SessionReplay {
+			return e, errors.New("--closed-loop and --session-replay: give one (a closed loop of the trace's sessions, or each from its recorded start)")
+		}
 		if e.Trace, err = sim.LoadTrace(o.Trace); err != nil {
 			return e, err
 		}
-		e.Speed, e.ClosedLoop = o.Speed, o.ClosedLoop
+		e.Speed, e.ClosedLoop, e.SessionReplay = o.Speed, o.ClosedLoop, o.SessionReplay
 		if !changed("duration") {
 			e.Duration = 0 // to the end of the trace
 		}
@@ -194,8 +202,8 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 				return e, errors.New("--closed-loop: the trace header gives no concurrency; set --sessions")
 			}
 		}
-	} else if changed("speed") || changed("closed-loop") {
-		return e, errors.New("--speed and --closed-loop need --trace")
+	} else if changed("speed") || changed("closed-loop") || o.SessionReplay {
+		return e, errors.New("--speed, --closed-loop and --session-replay need --trace")
 	}
 	return e, nil
 }

@@ -95,6 +95,8 @@ func TestSimErrors(t *testing.T) {
 		{[]string{"sim", "--spill-threshold", "lots"}, "--spill-threshold", ""},
 		{[]string{"sim", "--spill-threshold", "0"}, "--spill-threshold: " + placement.SpillThresholdError("0"), ""},
 		{[]string{"sim", "--speed", "2"}, "need --trace", ""},
+		{[]string{"sim", "--session-replay"}, "--session-replay need --trace", ""},
+		{[]string{"sim", "--trace", filepath.Join(dir, "t.jsonl"), "--session-replay", "--closed-loop"}, "--closed-loop and --session-replay: give one", ""},
 		{[]string{"sim", "--replicas", "-1"}, "--replicas -1", ""},
 		// A flag given as 0 is not "no override": the farm's value is what
 		// leaving the flag out means.
@@ -176,6 +178,7 @@ func TestSimTraceReplay(t *testing.T) {
 	for _, args := range [][]string{
 		{"sim", "--trace", path, "--json"},
 		{"sim", "--trace", path, "--closed-loop", "--json"},
+		{"sim", "--trace", path, "--session-replay", "--json"},
 		{"sim", "--trace", path, "--speed", "4", "--strategies", "affinity", "--json"},
 		{"sim", "--trace", path, "--duration", "0", "--json"}, // a replay's 0: to the end of the trace
 	} {

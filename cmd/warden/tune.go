@@ -1,0 +1,623 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/internal/num"
+	"github.com/lm-warden/warden/live"
+	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/traces"
+)
+
+// tuneOptions are the flags of `warden tune`.
+type tuneOptions struct {
+	Journals []string
+	Farm     string
+	Model    string
+	Variants []string
+	Seed     uint64
+	JSON     bool
+}
+
+// defaultTuneVariants are the routings `warden tune` compares: the three
+// strategies, then affinity's options one by one and combined. Admission
+// is tried at three timeouts around the proxy's default (30 s); priced is
+// simulated but never recommended (the proxy refuses it: it has no
+// prefill rate per replica yet).
+var defaultTuneVariants = []string{
+	"hash", "least-loaded", "affinity",
+	"affinity+kv",
+	"affinity+admit=10s", "affinity+admit=30s", "affinity+admit=60s",
+	"affinity+kv+admit=10s", "affinity+kv+admit=30s", "affinity+kv+admit=60s",
+	"affinity+priced", "affinity+kv+priced+admit=30s",
+}
+
+// tuneTie is how close to the most output tokens/min a variant must be to
+// count as a tie, relative: then the one with fewer options is
+// recommended (one more mechanism is not worth 1 %).
+const tuneTie = 0.01
+
+// tuneRule is the recommendation rule, said in the help and the output.
+const tuneRule = `the most output tokens/min among the variants the proxy runs whose TTFB p95
+is no worse than the best plain strategy's (hash, least-loaded, affinity);
+within 1 % of the most counts as a tie, and a tie goes to the variant with
+fewer options (kv, admit), then to the earlier one in the list. Priced
+variants are shown, not recommended: the proxy has no prefill rate per
+replica yet and refuses spill_threshold: priced.`
+
+func newTuneCmd() *cobra.Command {
+	opts := &tuneOptions{}
+	cmd := &cobra.Command{
+		Use:   "tune",
+		Short: "Replay the proxy's journal through each routing variant and recommend the proxy's routing keys",
+		Long: `Replay the proxy's request journal (journal: in its config) on a farm, once per
+routing variant, and print each variant's prefix hit %, TTFB p50 and p95 (as the
+client sees it: an admission wait counts), output tokens per minute and, with
+admission, the requests that waited for KV headroom and those refused after the
+timeout (429/529). Then it prints the recommended routing as the keys of the
+model's entry under models: in the proxy config, checked by the proxy's own
+config loader.
+
+The replay keeps the journal's sessions, prompt sizes, block hashes (equal
+prefixes hit as equal prefixes) and think times, and when each session began:
+a session starts at its first request's recorded arrival, and each later turn
+is sent when the previous answer has reached the client plus its recorded
+think time, as an agent sends it (warden sim --trace FILE --session-replay),
+so a slower routing delays the later turns rather than piling them up. A
+turn refused after the admission timeout ends its session. As in the proxy,
+the router learns that a conversation ended only when it stays quiet for the
+active window (active_window, 2 minutes by default), and only then does admission count its
+KV headroom free: on a short journal admission may refuse many conversations,
+as the proxy would.
+
+--journal takes a file, several (repeat the flag or separate by commas), a
+glob ("journal.jsonl*", quoted or not) or a directory (every file in it). The
+proxy rotates its journal to FILE.1, FILE.2, ... (FILE.1 the newest rotated,
+FILE the current one): files are replayed oldest first, FILE.N before FILE.N-1
+before FILE, each file's times following on from the previous file's last
+arrival (the gap between files is not recorded; a restart's is dropped).
+
+The journal must be for one model: with requests for several, --model picks
+one. When the model's name is in the hardware catalogue it must be the farm's
+model; a name the catalogue does not know (a served alias) is taken to be the
+farm's model, and tune says so.
+
+Each variant runs on its own copy of the farm from cold caches. Unnamed
+options take the proxy's defaults, not the farm file's routing block:
+balance sessions, admission off, admission_timeout 30s (the proxy's default;
+affinity+admit=10s names another). The farm's spill_threshold (when auto or
+a number), session_ttl and active_window are kept, and printed in the
+routing block. least-loaded is the proxy's own (routing.balancer: warden),
+since every row is a proxy configuration.
+
+Variants (--variants): hash, least-loaded, affinity, and affinity with
+options kv, priced, admit or admit=TIMEOUT joined by "+", as warden sim
+--strategies takes them. The default list is the three strategies, kv,
+admit and kv+admit at 10s, 30s and 60s, priced and kv+priced+admit.
+
+The recommendation is ` + tuneRule + `
+
+The same seed gives byte-identical output.`,
+		Example: `  warden tune --journal /var/log/warden/journal.jsonl --farm examples/a4000-qwen3-4b.yaml
+  warden tune --journal 'journal.jsonl*' --farm farm.yaml --model Qwen/Qwen3-4B-Instruct-2507 --json
+  warden tune --journal journal.jsonl --farm farm.yaml --variants least-loaded,affinity,affinity+kv+admit=20s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runTune(cmd.Context(), opts, cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&opts.Journals, "journal", nil, "the proxy's journal: files, globs or a directory (rotated files FILE.N are replayed oldest first)")
+	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML the journal is replayed on")
+	f.StringVar(&opts.Model, "model", "", "replay only the journal's requests for this model (needed when it has several)")
+	f.StringSliceVar(&opts.Variants, "variants", defaultTuneVariants, "routing variants to compare: hash, least-loaded, affinity, affinity+OPTION... with kv, priced, admit, admit=TIMEOUT")
+	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the simulation (vLLM front end, ties)")
+	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON")
+	_ = cmd.MarkFlagRequired("journal")
+	_ = cmd.MarkFlagRequired("farm")
+	return cmd
+}
+
+// tuneResult is what `warden tune --json` prints.
+type tuneResult struct {
+	Journal  tuneJournal `json:"journal"`
+	Farm     string      `json:"farm"`
+	Seed     uint64      `json:"seed"`
+	Notes    []string    `json:"notes,omitempty"`
+	Variants []tuneRow   `json:"variants"`
+	Rule     string      `json:"rule"`
+	// Reference is the best TTFB p95 of the plain strategies, and
+	// ReferenceVariant the one that has it.
+	Reference        sim.Float `json:"reference_ttfb_p95_s"`
+	ReferenceVariant string    `json:"reference_variant"`
+	// Recommended is the index in Variants of the recommendation, Why the
+	// sentence that says why.
+	Recommended int    `json:"recommended"`
+	Why         string `json:"why"`
+	// Routing is the recommended routing as the proxy config's YAML.
+	Routing string `json:"routing_yaml"`
+}
+
+// tuneJournal describes the journal replayed.
+type tuneJournal struct {
+	Files     []string  `json:"files"` // oldest first
+	Model     string    `json:"model"`
+	Requests  int       `json:"requests"`
+	Sessions  int       `json:"sessions"`
+	DurationS sim.Float `json:"duration_s"` // first to last arrival
+	Skipped   int       `json:"skipped_other_models,omitempty"`
+	Empty     []string  `json:"empty_files,omitempty"` // empty files skipped
+}
+
+// tuneRow is one variant's replay.
+type tuneRow struct {
+	Variant string `json:"variant"` // as given: affinity+kv+admit=30s
+	Name    string `json:"name"`    // as tables name it: affinity (kv, admit 30s)
+	// Proxy says whether the proxy can run it (priced: not yet).
+	Proxy              bool      `json:"proxy"`
+	Options            int       `json:"options"` // options named: kv, priced, admit
+	PrefixHitPct       sim.Float `json:"prefix_hit_pct"`
+	TTFBP50            sim.Float `json:"ttfb_p50_s"`
+	TTFBP95            sim.Float `json:"ttfb_p95_s"`
+	OutputTokensPerMin sim.Float `json:"output_tokens_per_min"`
+	SessionsPerHour    sim.Float `json:"sessions_per_hour"`
+	Finished           int64     `json:"finished"`
+	Unfinished         int64     `json:"unfinished"`
+	AdmissionWaits     int64     `json:"admission_waits"`
+	AdmissionRefused   int64     `json:"admission_refused"`
+	Eligible           bool      `json:"eligible"` // TTFB p95 within the reference and the proxy runs it
+
+	spec sim.Variant
+}
+
+func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
+	files, err := journalFiles(o.Journals)
+	if err != nil {
+		return err
+	}
+	for _, v := range o.Variants {
+		if err := sim.ValidStrategy(v); err != nil {
+			return fmt.Errorf("--variants: %w", err)
+		}
+	}
+	if len(o.Variants) == 0 {
+		return errors.New("--variants: no variant given")
+	}
+	farm, err := tuneFarm(o.Farm)
+	if err != nil {
+		return err
+	}
+	trace, jr, err := loadJournal(files, o.Model)
+	if err != nil {
+		return err
+	}
+	res := &tuneResult{Journal: jr, Farm: farm.Name(), Seed: o.Seed, Rule: strings.Join(strings.Fields(tuneRule), " ")}
+	note, err := checkJournalModel(jr.Model, farm)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		res.Notes = append(res.Notes, note)
+	}
+	rep, err := sim.Run(ctx, sim.Experiment{Farm: farm, Strategies: o.Variants, Trace: trace, SessionReplay: true, Seed: o.Seed})
+	if err != nil {
+		return err
+	}
+	for i, v := range o.Variants {
+		spec, _ := sim.ParseVariant(v)
+		r := rep.Rows[i]
+		res.Variants = append(res.Variants, tuneRow{
+			Variant: v, Name: r.Strategy, Proxy: !spec.Priced, Options: numOptions(spec),
+			PrefixHitPct: r.PrefixHitPct, TTFBP50: r.TTFBP50, TTFBP95: r.TTFBP95,
+			OutputTokensPerMin: r.OutputTokensPerMin, SessionsPerHour: r.SessionsPerHour,
+			Finished: r.Finished, Unfinished: r.Unfinished,
+			AdmissionWaits: r.AdmissionWaits, AdmissionRefused: r.AdmissionRefused,
+			spec: spec,
+		})
+	}
+	if err := recommend(res); err != nil {
+		return err
+	}
+	best := &res.Variants[res.Recommended]
+	// A journal without a model name (a trace from elsewhere) gets the
+	// farm's, as the note says.
+	res.Routing = routingYAML(cmp.Or(jr.Model, farm.Spec.Model), best.spec, routingOf(farm))
+	if err := checkRoutingYAML(res.Routing, farm.Spec.Replicas); err != nil {
+		return fmt.Errorf("tune: the recommended routing does not load in the proxy (a bug): %w", err)
+	}
+	if o.JSON {
+		return writeJSON(out, res)
+	}
+	return writeTune(out, res, farm)
+}
+
+// numOptions counts the options a variant names.
+func numOptions(v sim.Variant) int {
+	n := 0
+	for _, on := range []bool{v.KV, v.Priced, v.Admit} {
+		if on {
+			n++
+		}
+	}
+	return n
+}
+
+// recommend applies tuneRule to res.Variants.
+func recommend(res *tuneResult) error {
+	vs := res.Variants
+	ref, refName := math.Inf(1), ""
+	plain := false
+	for _, v := range vs {
+		if v.Options == 0 {
+			plain = true
+		}
+	}
+	for _, v := range vs {
+		// The reference: the plain strategies, or every variant the proxy
+		// runs when the list has none.
+		if (v.Options == 0 || (!plain && v.Proxy)) && float64(v.TTFBP95) < ref {
+			ref, refName = float64(v.TTFBP95), v.Name
+		}
+	}
+	if math.IsInf(ref, 1) {
+		return errors.New("tune: no variant the proxy runs measured a TTFB (did any request finish?)")
+	}
+	res.Reference, res.ReferenceVariant = sim.Float(ref), refName
+	most := math.Inf(-1)
+	for i := range vs {
+		v := &vs[i]
+		p95, tok := float64(v.TTFBP95), float64(v.OutputTokensPerMin)
+		v.Eligible = v.Proxy && !math.IsNaN(p95) && !math.IsNaN(tok) && p95 <= ref
+		if v.Eligible {
+			most = max(most, tok)
+		}
+	}
+	pick := -1
+	for i := range vs {
+		v := &vs[i]
+		if !v.Eligible || float64(v.OutputTokensPerMin) < most*(1-tuneTie) {
+			continue
+		}
+		if pick < 0 || v.Options < vs[pick].Options {
+			pick = i
+		}
+	}
+	res.Recommended = pick
+	b := &vs[pick]
+	why := fmt.Sprintf("%s: %s output tokens/min (the most is %s), TTFB p95 %s s against %s s of %s, hit %s %%",
+		b.Name, num.Format(float64(b.OutputTokensPerMin), 0), num.Format(most, 0),
+		num.Format(float64(b.TTFBP95), 2), num.Format(ref, 2), refName, num.Format(float64(b.PrefixHitPct), 1))
+	if b.AdmissionWaits > 0 {
+		why += fmt.Sprintf("; %d new conversations waited for admission", b.AdmissionWaits)
+		if b.AdmissionRefused > 0 {
+			why += fmt.Sprintf(" and %d were refused after the timeout (429/529 with Retry-After)", b.AdmissionRefused)
+		}
+	}
+	res.Why = why + "."
+	return nil
+}
+
+// farmRouting is what the farm's routing block gives every variant and the
+// proxy config must say too: the spill threshold, the session TTL and the
+// active window (resolved as placement and the proxy resolve them).
+type farmRouting struct {
+	spill       placement.SpillThreshold
+	ttl, window time.Duration
+}
+
+func routingOf(f *sim.Farm) farmRouting {
+	r := f.Spec.Routing
+	ttl := cmp.Or(time.Duration(r.SessionTTL), placement.DefaultSessionTTL)
+	window := cmp.Or(time.Duration(r.ActiveWindow), placement.DefaultActiveWindow)
+	return farmRouting{spill: f.Spill, ttl: ttl, window: min(window, ttl)}
+}
+
+// routingYAML is the recommended routing as the model's entry under
+// models: in the proxy config (live.ModelCfg's keys), without its url or
+// replicas, which stay as the operator has them.
+func routingYAML(model string, v sim.Variant, fr farmRouting) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "models:\n  - name: %s\n", yamlString(model))
+	fmt.Fprintf(&b, "    strategy: %s\n", v.Strategy)
+	if v.Strategy == placement.StrategyAffinity {
+		fmt.Fprintf(&b, "    spill_threshold: %s\n", fr.spill.String())
+		fmt.Fprintf(&b, "    session_ttl: %s\n    active_window: %s\n", fr.ttl, fr.window)
+		balance := placement.BalanceSessions
+		if v.KV {
+			balance = placement.BalanceKV
+		}
+		fmt.Fprintf(&b, "    balance: %s\n", balance)
+		if v.Admit {
+			timeout := v.AdmissionTimeout
+			if timeout == 0 {
+				timeout = live.DefaultAdmissionTimeout
+			}
+			fmt.Fprintf(&b, "    admission: kv\n    admission_timeout: %s\n", timeout)
+		} else {
+			fmt.Fprintf(&b, "    admission: %q\n", placement.AdmissionOff.String())
+		}
+	}
+	return b.String()
+}
+
+// yamlString writes s as a YAML scalar, quoted when it needs to be.
+func yamlString(s string) string {
+	if s == "" || strings.ContainsAny(s, ":#{}[],&*!|>'\"%@`\n") || strings.TrimSpace(s) != s {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// checkRoutingYAML loads the routing block with the proxy's config loader,
+// in a config that gives it what it leaves out (listen, auth, the model's
+// replicas).
+func checkRoutingYAML(block string, replicas int) error {
+	_, err := live.ParseConfig("recommended routing", []byte(tuneProxyConfig(block, replicas)))
+	return err
+}
+
+// tuneProxyConfig completes the routing block into a whole proxy config:
+// listen, auth passthrough and replicas placeholder URLs.
+func tuneProxyConfig(block string, replicas int) string {
+	urls := make([]string, replicas)
+	for i := range urls {
+		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 8000+i)
+	}
+	return "listen: 127.0.0.1:8080\nauth: passthrough\n" + block + "    replicas: [" + strings.Join(urls, ", ") + "]\n"
+}
+
+// tuneFarm loads the farm with the proxy's routing defaults in place of its
+// routing block (a variant names every option it turns on).
+func tuneFarm(path string) (*sim.Farm, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--farm: %w", err)
+	}
+	return sim.ParseFarmWith(data, path, func(s *sim.FarmSpec) {
+		r := &s.Routing
+		if r.SpillThreshold == "priced" {
+			r.SpillThreshold = "auto"
+		}
+		r.Balance = placement.BalanceSessions.String()
+		r.Admission = placement.AdmissionOff.String()
+		r.AdmissionTimeout = sim.Duration(live.DefaultAdmissionTimeout)
+		r.Balancer = sim.BalancerWarden
+	})
+}
+
+// checkJournalModel compares the journal's model with the farm's: an error
+// when both are in the catalogue and differ, a note when the journal's is
+// not (a served alias).
+func checkJournalModel(model string, farm *sim.Farm) (string, error) {
+	if model == "" {
+		return fmt.Sprintf("the journal names no model: replayed as the farm's %s, which the routing block names", farm.Spec.Model), nil
+	}
+	m, err := hardware.LookupModel(model)
+	if err != nil {
+		return fmt.Sprintf("the journal's model %q is not in the hardware catalogue: replayed as the farm's %s", model, farm.Model.Name), nil
+	}
+	if m.Name != farm.Model.Name {
+		return "", fmt.Errorf("the journal's model %s is not the farm's %s (%s): replay it on a farm of that model, or pick another model's requests with --model",
+			m.Name, farm.Model.Name, farm.Name())
+	}
+	return "", nil
+}
+
+// rotatedRE splits a rotated journal's name, FILE.N, into FILE and N.
+var rotatedRE = regexp.MustCompile(`^(.*)\.([0-9]+)$`)
+
+// journalFiles expands --journal (files, globs, directories) into the
+// files to replay, oldest first: by name, and a rotation FILE.N before
+// FILE.N-1 before FILE.
+func journalFiles(args []string) ([]string, error) {
+	if len(args) == 0 {
+		return nil, errors.New("--journal: no file given")
+	}
+	var files []string
+	for _, a := range args {
+		switch {
+		case strings.ContainsAny(a, "*?["):
+			m, err := filepath.Glob(a)
+			if err != nil {
+				return nil, fmt.Errorf("--journal %s: %w", a, err)
+			}
+			if len(m) == 0 {
+				return nil, fmt.Errorf("--journal %s: no file matches", a)
+			}
+			for _, f := range m {
+				if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() {
+					files = append(files, f)
+				}
+			}
+		default:
+			fi, err := os.Stat(a)
+			if err != nil {
+				return nil, fmt.Errorf("--journal: %w", err)
+			}
+			if !fi.IsDir() {
+				files = append(files, a)
+				continue
+			}
+			entries, err := os.ReadDir(a)
+			if err != nil {
+				return nil, fmt.Errorf("--journal: %w", err)
+			}
+			n := len(files)
+			for _, e := range entries {
+				if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+					files = append(files, filepath.Join(a, e.Name()))
+				}
+			}
+			if len(files) == n {
+				return nil, fmt.Errorf("--journal %s: the directory has no file", a)
+			}
+		}
+	}
+	slices.Sort(files)
+	files = slices.Compact(files)
+	key := func(f string) (string, int) {
+		if m := rotatedRE.FindStringSubmatch(f); m != nil {
+			if n, err := strconv.Atoi(m[2]); err == nil {
+				return m[1], n
+			}
+		}
+		return f, 0
+	}
+	slices.SortStableFunc(files, func(a, b string) int {
+		ba, na := key(a)
+		bb, nb := key(b)
+		if c := strings.Compare(ba, bb); c != 0 {
+			return c
+		}
+		return nb - na // higher N is older
+	})
+	return files, nil
+}
+
+// loadJournal reads the files in order into one trace, each file's times
+// following on from the previous file's last arrival, keeping the requests
+// of model (all when there is one model and model is "").
+func loadJournal(files []string, model string) (*sim.Trace, tuneJournal, error) {
+	jr := tuneJournal{Files: files}
+	t := &sim.Trace{Name: strings.Join(files, ", ")}
+	counts := map[string]int{}
+	var order []string
+	var all []*traces.Request
+	var offset int64
+	first := ""
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil && fi.Size() == 0 && len(files) > 1 {
+			// A proxy killed before its first flush leaves an empty file.
+			jr.Empty = append(jr.Empty, f)
+			continue
+		}
+		ft, err := sim.LoadTrace(f)
+		if err != nil {
+			return nil, jr, err
+		}
+		if first == "" {
+			t.Header, first = ft.Header, f
+		} else if ft.Header.BlockSize != t.Header.BlockSize {
+			return nil, jr, fmt.Errorf("%s:1: block_size: %d, but %s has %d: the files are not one journal", f, ft.Header.BlockSize, first, t.Header.BlockSize)
+		}
+		var last int64
+		for _, r := range ft.Requests {
+			last = r.ArrivalMs
+			r.ArrivalMs += offset
+			if counts[r.Model] == 0 {
+				order = append(order, r.Model)
+			}
+			counts[r.Model]++
+			all = append(all, r)
+		}
+		offset += last
+	}
+	if len(all) == 0 {
+		return nil, jr, fmt.Errorf("journal %s: no request (the proxy writes a line when a request finishes)", t.Name)
+	}
+	switch {
+	case model != "":
+		if counts[model] == 0 {
+			return nil, jr, fmt.Errorf("--model %s: the journal has no request for it (it has %s)", model, modelCounts(order, counts))
+		}
+	case len(order) > 1:
+		return nil, jr, fmt.Errorf("the journal has requests for %d models, %s: pick one with --model", len(order), modelCounts(order, counts))
+	default:
+		model = order[0]
+	}
+	for _, r := range all {
+		if r.Model == model {
+			t.Requests = append(t.Requests, r)
+		} else {
+			jr.Skipped++
+		}
+	}
+	sessions := map[string]struct{}{}
+	for _, r := range t.Requests {
+		sessions[r.Session] = struct{}{}
+	}
+	jr.Model, jr.Requests, jr.Sessions = model, len(t.Requests), len(sessions)
+	jr.DurationS = sim.Float(float64(t.Requests[len(t.Requests)-1].ArrivalMs-t.Requests[0].ArrivalMs) / 1000)
+	return t, jr, nil
+}
+
+// modelCounts is "A (50 requests), B (36 requests)".
+func modelCounts(order []string, counts map[string]int) string {
+	var parts []string
+	for _, m := range order {
+		name := m
+		if name == "" {
+			name = "(no model)"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d requests)", name, counts[m]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// writeTune prints the table, the rule, the recommendation and the block.
+func writeTune(w io.Writer, res *tuneResult, farm *sim.Farm) error {
+	var b bytes.Buffer
+	jr := res.Journal
+	files := jr.Files[0]
+	if n := len(jr.Files); n > 1 {
+		files = fmt.Sprintf("%d files, %s ... %s", n, jr.Files[0], jr.Files[n-1])
+	}
+	fmt.Fprintf(&b, "journal: %s: %s requests of %s sessions over %s s, model %s", files, num.Int(int64(jr.Requests)),
+		num.Int(int64(jr.Sessions)), num.Format(float64(jr.DurationS), 1), cmp.Or(jr.Model, "(none)"))
+	if jr.Skipped > 0 {
+		fmt.Fprintf(&b, " (%d requests of other models left out)", jr.Skipped)
+	}
+	if len(jr.Empty) > 0 {
+		fmt.Fprintf(&b, " (empty, skipped: %s)", strings.Join(jr.Empty, ", "))
+	}
+	fmt.Fprintf(&b, "\nfarm: %s: %d x %s with %s, %s KV blocks of %d tokens per replica; each session replayed from its recorded start, seed %d\n",
+		farm.Name(), farm.Spec.Replicas, farm.GPU.Name, farm.Model.Name, num.Int(int64(farm.NumGPUBlocks)), farm.Spec.VLLM.BlockSize, res.Seed)
+	for _, n := range res.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "variant\tproxy\thit %\tTTFB p50 s\tTTFB p95 s\toutput tok/min\tsessions/h\twaited / refused\tfinished / unfinished\t")
+	for i, v := range res.Variants {
+		proxy := "yes"
+		if !v.Proxy {
+			proxy = "no (priced)"
+		}
+		adm := "-"
+		if v.spec.Admit {
+			adm = fmt.Sprintf("%d / %d", v.AdmissionWaits, v.AdmissionRefused)
+		}
+		mark := ""
+		if i == res.Recommended {
+			mark = "  <- recommended"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d / %d\t%s\n", v.Name, proxy,
+			num.Format(float64(v.PrefixHitPct), 1), num.Format(float64(v.TTFBP50), 2), num.Format(float64(v.TTFBP95), 2),
+			num.Format(float64(v.OutputTokensPerMin), 0), num.Format(float64(v.SessionsPerHour), 0), adm, v.Finished, v.Unfinished, mark)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(&b, "\nrule: %s\nreference: TTFB p95 %s s (%s)\nrecommended: %s\n", res.Rule, num.Format(float64(res.Reference), 2), res.ReferenceVariant, res.Why)
+	fmt.Fprintf(&b, "\nrouting: the keys of this model's entry under models: in the proxy config (keep its url or replicas):\n\n%s", res.Routing)
+	_, err := w.Write(b.Bytes())
+	return err
+}
