@@ -178,10 +178,3 @@ func TestAdmissionConfig(t *testing.T) {
 		}
 	}
 }
-
-func TestSpillPricedRefusedInProxy(t *testing.T) {
-	_, err := ParseConfig("c.yaml", []byte("listen: 127.0.0.1:0\nclient_api_keys: [k]\nmodels:\n  - name: m\n    replicas: [http://127.0.0.1:1]\n    spill_threshold: priced\n"))
-	if err == nil || !strings.Contains(err.Error(), "c.yaml:6: models[0].spill_threshold: priced is not available in the proxy yet") {
-		t.Errorf("error %v, want the proxy to refuse priced, naming the line", err)
-	}
-}

@@ -140,6 +140,41 @@ type ModelCfg struct {
 	// with 429 (OpenAI) or 529 overloaded_error (Anthropic) and
 	// Retry-After. Default 30s.
 	AdmissionTimeout Duration `yaml:"admission_timeout"`
+	// PrefillTokensPerS is how fast each replica computes the uncached
+	// part of a prompt, in tokens per second, for spill_threshold: priced
+	// (required with it): a number, the same for every replica, or
+	// "metrics" to measure each replica's from its vLLM metrics (see
+	// prefillMeter). Unused otherwise.
+	PrefillTokensPerS PrefillRate `yaml:"prefill_tokens_per_s"`
+}
+
+// PrefillRate is a model's prefill_tokens_per_s: a fixed rate (PerS) or
+// measured per replica (Metrics); neither when not given.
+type PrefillRate struct {
+	PerS    float64
+	Metrics bool
+}
+
+// Set reports whether the key was given.
+func (r PrefillRate) Set() bool { return r.Metrics || r.PerS > 0 }
+
+// maxPrefillTokensPerS bounds a configured prefill rate: a thousand times
+// what an H200 computes (about 10^5 tokens/s for a small model), so a
+// typo'd exponent is refused rather than taken.
+const maxPrefillTokensPerS = 1e8
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (r *PrefillRate) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Value == "metrics" {
+		*r = PrefillRate{Metrics: true}
+		return nil
+	}
+	v, err := strconv.ParseFloat(n.Value, 64)
+	if n.Kind != yaml.ScalarNode || err != nil || !(v > 0) || v > maxPrefillTokensPerS {
+		return strictyaml.Bad(n, "want a prefill rate in tokens per second (a number above 0, at most %g) or metrics (measured on each replica from vLLM's metrics), got %q", float64(maxPrefillTokensPerS), n.Value)
+	}
+	*r = PrefillRate{PerS: v}
+	return nil
 }
 
 // DefaultAdmissionTimeout is the longest a new conversation waits for
@@ -197,11 +232,15 @@ func (t *Toggle) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Spill is a spill threshold: "auto" (Auto, a quarter of max_num_seqs) or
-// a number of in-flight requests.
+// Spill is a spill threshold: "auto" (Auto, a quarter of max_num_seqs),
+// a number of in-flight requests, or "priced" (Priced, with Auto: a later
+// turn leaves home when its expected time to first token there exceeds the
+// one elsewhere; auto's number still bounds a subagent on its parent's
+// home).
 type Spill struct {
-	N    int
-	Auto bool
+	N      int
+	Auto   bool
+	Priced bool
 }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
@@ -212,14 +251,14 @@ func (s *Spill) UnmarshalYAML(n *yaml.Node) error {
 	if err != nil {
 		return strictyaml.Bad(n, "%v", err)
 	}
-	if t.Priced() {
-		// A priced spill divides by each replica's prefill rate, which the
-		// proxy is not given yet (the simulator has its step model).
-		return strictyaml.Bad(n, "priced is not available in the proxy yet (it needs a prefill rate per replica): want auto or a positive integer")
-	}
-	if t.Auto() {
+	switch {
+	case t.Priced():
+		// It divides by each replica's prefill rate: validate requires
+		// prefill_tokens_per_s with it.
+		*s = Spill{Auto: true, Priced: true}
+	case t.Auto():
 		*s = Spill{Auto: true}
-	} else {
+	default:
 		*s = Spill{N: t.Resolve(0)}
 	}
 	return nil
@@ -539,6 +578,14 @@ func (c *Config) validate() error {
 		}
 		if _, err := placement.ParseAdmission(m.Admission); err != nil {
 			return verr(p+".admission", "want off or kv, got %q", m.Admission)
+		}
+		if m.SpillThreshold.Priced {
+			if m.EffectiveStrategy() != placement.StrategyAffinity {
+				return verr(p+".spill_threshold", "priced needs strategy affinity (it decides when a later turn leaves its home), got %s", m.EffectiveStrategy())
+			}
+			if !m.PrefillTokensPerS.Set() {
+				return verr(p+".spill_threshold", "priced needs %s.prefill_tokens_per_s: the replicas' prefill rate in tokens per second, or metrics to measure it on each replica (from vllm:request_prefill_time_seconds and the prompt and prefix-cache counters)", p)
+			}
 		}
 	}
 	return nil

@@ -37,6 +37,13 @@ type fakeVLLM struct {
 	status      atomic.Int32  // non-zero: answer inference requests with this status
 	maxNumSeqs  int           // exposed in vllm:cache_config_info if > 0
 	gpuBlocks   int           // num_gpu_blocks in vllm:cache_config_info; 0: 2400, < 0: label absent
+	// prefillRate, if > 0, exposes vllm:request_prefill_time_seconds: each
+	// finished request observes its computed prompt tokens (prompt minus
+	// prefix-cache hits) / prefillRate seconds, as vLLM observes a
+	// request's prefill time when it finishes. (Nothing is slept.)
+	prefillRate float64
+	holdFirst   chan struct{} // non-nil: streams send nothing (not even headers) until closed
+	healthDown  atomic.Bool   // /health answers 503
 
 	canceled chan struct{} // receives when a streaming request's context is cancelled
 
@@ -48,6 +55,8 @@ type fakeVLLM struct {
 	cached   []float64         // prefix_cache_hits_total per engine
 	prompts  []float64         // prompt_tokens_total per engine
 	gens     []float64         // generation_tokens_total per engine
+	pfSum    []float64         // request_prefill_time_seconds sum per engine
+	pfCount  []float64         // and count
 	lastHdr  http.Header
 	extra    []int // added to running (to fake load)
 }
@@ -63,6 +72,8 @@ func newFakeVLLM(t testing.TB, engines int) *fakeVLLM {
 		cached:   make([]float64, engines),
 		prompts:  make([]float64, engines),
 		gens:     make([]float64, engines),
+		pfSum:    make([]float64, engines),
+		pfCount:  make([]float64, engines),
 		extra:    make([]int, engines),
 	}
 	for range engines {
@@ -97,6 +108,10 @@ func (f *fakeVLLM) header() http.Header {
 func (f *fakeVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/health":
+		if f.healthDown.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		w.WriteHeader(http.StatusOK)
 		return
 	case "/metrics":
@@ -143,6 +158,10 @@ func (f *fakeVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		f.mu.Lock()
 		f.running[engine]--
+		if f.prefillRate > 0 && r.URL.Path != "/v1/messages/count_tokens" {
+			f.pfSum[engine] += float64(max(prompt-hit, 0)) / f.prefillRate
+			f.pfCount[engine]++
+		}
 		f.mu.Unlock()
 	}()
 	if r.URL.Path == "/v1/messages/count_tokens" {
@@ -165,6 +184,14 @@ func (f *fakeVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`, prompt, f.tokens, hit)
 		}
 		return
+	}
+	if f.holdFirst != nil {
+		select {
+		case <-f.holdFirst:
+		case <-r.Context().Done():
+			f.canceled <- struct{}{}
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	rc := http.NewResponseController(w)
@@ -273,6 +300,15 @@ func (f *fakeVLLM) metrics() string {
 	series("vllm:prefix_cache_hits_created", "gauge", func(int) float64 { return 1.7e9 })
 	series("vllm:prompt_tokens_total", "counter", func(e int) float64 { return f.prompts[e] })
 	series("vllm:generation_tokens_total", "counter", func(e int) float64 { return f.gens[e] })
+	if f.prefillRate > 0 {
+		fmt.Fprintf(&b, "# HELP vllm:request_prefill_time_seconds fake\n# TYPE vllm:request_prefill_time_seconds histogram\n")
+		for e := range f.engines {
+			l := fmt.Sprintf("engine=\"%d\",model_name=\"m\"", e)
+			fmt.Fprintf(&b, "vllm:request_prefill_time_seconds_bucket{%s,le=\"+Inf\"} %g\n", l, f.pfCount[e])
+			fmt.Fprintf(&b, "vllm:request_prefill_time_seconds_sum{%s} %g\n", l, f.pfSum[e])
+			fmt.Fprintf(&b, "vllm:request_prefill_time_seconds_count{%s} %g\n", l, f.pfCount[e])
+		}
+	}
 	fmt.Fprintf(&b, "# HELP vllm:cache_config_info fake\n# TYPE vllm:cache_config_info gauge\n")
 	for e := range f.engines {
 		extra := ""

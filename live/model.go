@@ -78,6 +78,12 @@ type replicaState struct {
 	upErrors atomic.Int64                // upstream failures seen here
 	base     atomic.Pointer[EngineStats] // counters at the first good scrape, for since-start rates
 
+	// prefillQueue is the uncached prompt tokens of the requests sent
+	// here that have not produced a first token; meter measures the
+	// replica's prefill rate (prefill_tokens_per_s: metrics). prefill.go.
+	prefillQueue atomic.Int64
+	meter        prefillMeter
+
 	failures atomic.Int32 // consecutive ejections without a good response since
 	strikes  atomic.Int32 // consecutive 5xx answers and stream timeouts
 
@@ -334,6 +340,7 @@ func (m *model) record(s *scraper, r *ScrapeResult) {
 		}
 		if e, ok := rep.stats(r); ok {
 			m.hist.observe(m.hist.rows[i].key, e, r.OK)
+			rep.meter.observe(e, r.OK)
 		}
 	}
 }
@@ -345,7 +352,10 @@ func (m *model) newPolicy() error {
 		MaxSessions:  m.cfg.MaxSessions,
 		ActiveWindow: m.cfg.ActiveWindow.D(),
 	}
-	if !m.cfg.SpillThreshold.Auto {
+	switch {
+	case m.cfg.SpillThreshold.Priced:
+		pc.Spill = placement.SpillPriced()
+	case !m.cfg.SpillThreshold.Auto:
 		pc.Spill = placement.SpillAt(m.cfg.SpillThreshold.N)
 	}
 	pc.Balance, _ = placement.ParseBalance(m.cfg.Balance) // validated with the config
@@ -389,7 +399,8 @@ func (m *model) samePolicy(o ModelCfg) bool {
 	return a.EffectiveStrategy() == o.EffectiveStrategy() && a.SpillThreshold == o.SpillThreshold &&
 		a.SessionTTL == o.SessionTTL && a.MaxSessions == o.MaxSessions && a.ActiveWindow == o.ActiveWindow &&
 		a.MaxNumSeqs == o.MaxNumSeqs && a.GPU == o.GPU &&
-		a.Balance == o.Balance && a.Admission == o.Admission
+		a.Balance == o.Balance && a.Admission == o.Admission && a.AdmissionTimeout == o.AdmissionTimeout &&
+		a.PrefillTokensPerS == o.PrefillTokensPerS
 }
 
 // start launches one scrape loop per server.
@@ -509,6 +520,8 @@ func (m *model) fill(now time.Time, sticky bool) {
 		gen += r.Seq
 		inFlight := int(rep.inFlight.Load())
 		pr := placement.Replica{ID: i, InFlight: inFlight, Healthy: r.Healthy && m.admit(rep, now, sticky)}
+		pr.PrefillTokensPerSec, _ = m.prefillRate(rep)
+		pr.PrefillQueueTokens = int(max(rep.prefillQueue.Load(), 0))
 		if st, ok := rep.stats(r); ok && st.NumGPUBlocks > 0 && st.BlockSize > 0 {
 			// vllm:cache_config_info: the cache's size, whatever the freshness.
 			pr.KVCapacityTokens = st.NumGPUBlocks * st.BlockSize
@@ -629,6 +642,9 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 	}
 	rep := m.replicas[d.Replica]
 	rep.inFlight.Add(1)
+	if d.Uncached > 0 {
+		rep.prefillQueue.Add(int64(d.Uncached)) // given back by the attempt (prefill.go)
+	}
 	if !known {
 		home = -1
 	}

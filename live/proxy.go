@@ -76,10 +76,13 @@ type attempt struct {
 	m        *model
 	rep      *replica
 	released atomic.Bool
+	uncached int64       // its share of rep's prefill queue (Decision.Uncached)
+	queued   atomic.Bool // the share is still counted (see prefilled)
 }
 
 func (a *attempt) release() {
 	if a != nil && a.released.CompareAndSwap(false, true) {
+		a.prefilled()
 		a.rep.inFlight.Add(-1)
 	}
 }
@@ -316,7 +319,7 @@ func (s *Server) admitBody(rt *routing, w http.ResponseWriter, r *http.Request, 
 		return nil, errUnavailable, "unavailable", "no replica of " + b.Model + " can take the request now: " + err.Error()
 	}
 	c.m = p.m // m, or its successor if a reload replaced m meanwhile
-	c.cur = &attempt{m: p.m, rep: p.rep}
+	c.cur = newAttempt(p)
 	c.reason = p.Reason.String()
 	c.attempts = 1
 	c.turnKnown = p.home >= 0
@@ -508,7 +511,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	rep := p.rep
 	c.m = p.m
-	c.cur = &attempt{m: p.m, rep: rep}
+	c.cur = newAttempt(p)
 	c.reason = "retried"
 	c.attempts++
 	req2 := req.Clone(req.Context())
@@ -804,6 +807,7 @@ func (b *plainBody) Read(p []byte) (int, error) {
 		if !b.first {
 			b.first = true
 			b.c.ttfb.CompareAndSwap(0, int64(max(time.Since(b.c.start), 1)))
+			b.a.prefilled() // the answer is being sent: its prefill is done
 		}
 		// Keep the body only while it is whole: a skipped chunk would
 		// leave a gap that could still parse.
@@ -848,8 +852,12 @@ type streamBody struct {
 
 func newStreamBody(base bodyBase, idle time.Duration) *streamBody {
 	c := base.c
+	a := base.a
 	return &streamBody{bodyBase: base, idle: idle, rbuf: copyBuffers.Get(),
-		watch: newStreamWatch(c.api, func() { c.ttfb.CompareAndSwap(0, int64(max(time.Since(c.start), 1))) })}
+		watch: newStreamWatch(c.api, func() {
+			c.ttfb.CompareAndSwap(0, int64(max(time.Since(c.start), 1)))
+			a.prefilled()
+		})}
 }
 
 // copyBufferSize is the size of the buffers that carry response bodies:

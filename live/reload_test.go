@@ -473,3 +473,43 @@ func blackhole(t *testing.T) string {
 	}
 	return addr
 }
+
+// TestSamePolicyPerKey: a reload that changes any key the model's routing
+// reads is not taken for the same policy (a kept model keeps its old
+// configuration); admission_timeout and prefill_tokens_per_s included.
+func TestSamePolicyPerKey(t *testing.T) {
+	base := ModelCfg{Name: "m", SpillThreshold: Spill{Auto: true}, SessionTTL: Duration(time.Hour),
+		ActiveWindow: Duration(2 * time.Minute), MaxSessions: 100, AdmissionTimeout: Duration(30 * time.Second),
+		Replicas: []string{"http://127.0.0.1:1"}}
+	m, err := newModel(base, http.DefaultClient, time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.samePolicy(base) {
+		t.Fatal("samePolicy of its own configuration: false")
+	}
+	for _, tt := range []struct {
+		key    string
+		change func(*ModelCfg)
+	}{
+		{"strategy", func(c *ModelCfg) { c.Strategy = "hash" }},
+		{"spill_threshold", func(c *ModelCfg) { c.SpillThreshold = Spill{N: 3} }},
+		{"spill_threshold priced", func(c *ModelCfg) { c.SpillThreshold = Spill{Auto: true, Priced: true} }},
+		{"session_ttl", func(c *ModelCfg) { c.SessionTTL = Duration(time.Minute) }},
+		{"max_sessions", func(c *ModelCfg) { c.MaxSessions = 7 }},
+		{"active_window", func(c *ModelCfg) { c.ActiveWindow = Duration(time.Minute) }},
+		{"max_num_seqs", func(c *ModelCfg) { c.MaxNumSeqs = 8 }},
+		{"gpu", func(c *ModelCfg) { c.GPU = "H100" }},
+		{"balance", func(c *ModelCfg) { c.Balance = "kv" }},
+		{"admission", func(c *ModelCfg) { c.Admission = "kv" }},
+		{"admission_timeout", func(c *ModelCfg) { c.AdmissionTimeout = Duration(time.Second) }},
+		{"prefill_tokens_per_s", func(c *ModelCfg) { c.PrefillTokensPerS = PrefillRate{PerS: 1000} }},
+		{"prefill_tokens_per_s metrics", func(c *ModelCfg) { c.PrefillTokensPerS = PrefillRate{Metrics: true} }},
+	} {
+		c := base
+		tt.change(&c)
+		if m.samePolicy(c) {
+			t.Errorf("%s changed: samePolicy true, want false (the reload would keep the old value)", tt.key)
+		}
+	}
+}

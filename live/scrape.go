@@ -32,6 +32,11 @@ type EngineStats struct {
 	BlockSize        int     // from vllm:cache_config_info, 0 if absent
 	NumGPUBlocks     int     // from vllm:cache_config_info, 0 if absent
 	MaxNumSeqs       int     // a max_num_seqs label of any vllm:*_config_info, 0 if absent
+	// vllm:request_prefill_time_seconds: the sum and count of the
+	// histogram, and whether the server exposes it.
+	PrefillSeconds  float64
+	PrefillRequests float64
+	HasPrefill      bool
 }
 
 // maxMetricsBytes bounds a /metrics page the scraper reads.
@@ -77,6 +82,18 @@ func ParseVLLMMetrics(r io.Reader) ([]EngineStats, error) {
 	add(names.VLLMPrefixCacheHits, func(s *EngineStats) *float64 { return &s.PrefixHits })
 	add(names.VLLMPromptTokens, func(s *EngineStats) *float64 { return &s.PromptTokens })
 	add(names.VLLMGenerationTokens, func(s *EngineStats) *float64 { return &s.GenerationTokens })
+	if f := fams[names.VLLMRequestPrefillTime]; f != nil {
+		for _, m := range f.GetMetric() {
+			e, ok := engineOf(m)
+			if !ok || m.Histogram == nil {
+				continue
+			}
+			s := get(e)
+			s.PrefillSeconds += m.GetHistogram().GetSampleSum()
+			s.PrefillRequests += float64(m.GetHistogram().GetSampleCount())
+			s.HasPrefill = true
+		}
+	}
 	info := make([]string, 0, 4)
 	for name := range fams {
 		if strings.HasPrefix(name, "vllm:") && strings.HasSuffix(name, "_config_info") {
@@ -353,6 +370,9 @@ func (r *ScrapeResult) total() (EngineStats, bool) {
 		t.BlockSize = max(t.BlockSize, e.BlockSize)
 		t.NumGPUBlocks += e.NumGPUBlocks
 		t.MaxNumSeqs = max(t.MaxNumSeqs, e.MaxNumSeqs)
+		t.PrefillSeconds += e.PrefillSeconds
+		t.PrefillRequests += e.PrefillRequests
+		t.HasPrefill = t.HasPrefill || e.HasPrefill
 	}
 	return t, true
 }

@@ -40,6 +40,10 @@ func TestParseVLLMMetricsEdgeCases(t *testing.T) {
 		{"bad engine label skipped", "vllm:num_requests_running{engine=\"x\"} 2\n", nil, false},
 		{"max_num_seqs from a config info", "vllm:scheduler_config_info{engine=\"0\",max_num_seqs=\"32\"} 1\n", []EngineStats{{MaxNumSeqs: 32}}, false},
 		{"two models summed", "vllm:num_requests_waiting{engine=\"0\",model_name=\"a\"} 1\nvllm:num_requests_waiting{engine=\"0\",model_name=\"b\"} 2\n", []EngineStats{{Waiting: 3}}, false},
+		{"prefill time histogram", "# TYPE vllm:request_prefill_time_seconds histogram\n" +
+			"vllm:request_prefill_time_seconds_bucket{engine=\"1\",le=\"0.5\"} 2\nvllm:request_prefill_time_seconds_bucket{engine=\"1\",le=\"+Inf\"} 3\n" +
+			"vllm:request_prefill_time_seconds_sum{engine=\"1\"} 2.25\nvllm:request_prefill_time_seconds_count{engine=\"1\"} 3\n",
+			[]EngineStats{{Engine: 1, PrefillSeconds: 2.25, PrefillRequests: 3, HasPrefill: true}}, false},
 		{"garbage", "vllm:num_requests_running{engine=\"0\" 3\n", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -134,6 +134,9 @@ func (m *model) forgetTurn(p picked, home int) picked {
 // pick).
 func (m *model) unpick(r *placement.Request, p picked) {
 	p.rep.inFlight.Add(-1)
+	if p.Uncached > 0 {
+		p.rep.prefillQueue.Add(-int64(p.Uncached))
+	}
 	m.mu.Lock()
 	m.table.Remove(r.Session)
 	m.mu.Unlock()

@@ -21,12 +21,16 @@ type StatusReport struct {
 
 // Status is the routing state of one model.
 type Status struct {
-	Model            string `json:"model"`
-	Layout           string `json:"layout"`   // "urls" or "data-parallel"
-	Strategy         string `json:"strategy"` // affinity, least-loaded or hash
-	Affinity         bool   `json:"affinity"`
-	SpillThreshold   int    `json:"spill_threshold"` // in flight on the home above which a turn spills
-	SpillAuto        bool   `json:"spill_auto"`      // threshold follows max_num_seqs/4
+	Model          string `json:"model"`
+	Layout         string `json:"layout"`   // "urls" or "data-parallel"
+	Strategy       string `json:"strategy"` // affinity, least-loaded or hash
+	Affinity       bool   `json:"affinity"`
+	SpillThreshold int    `json:"spill_threshold"` // in flight on the home above which a turn spills
+	SpillAuto      bool   `json:"spill_auto"`      // threshold follows max_num_seqs/4
+	// SpillPriced: spill_threshold priced, a later turn leaves home when
+	// its expected time to first token there exceeds the one elsewhere
+	// (SpillThreshold still bounds a subagent on its parent's home).
+	SpillPriced      bool   `json:"spill_priced"`
 	MaxNumSeqs       int    `json:"max_num_seqs"`
 	MaxNumSeqsSource string `json:"max_num_seqs_source"` // config, server, gpu or default
 	// Warnings are the assumptions routing makes that an operator should
@@ -103,6 +107,14 @@ type ReplicaStatus struct {
 	KVCapacityTokens *int `json:"kv_capacity_tokens"`
 	FootprintTokens  int  `json:"footprint_tokens"`
 	HeadroomTokens   *int `json:"kv_headroom_tokens"`
+
+	// The priced spill's inputs (prefill.go): the replica's prefill rate
+	// in tokens per second (null: unknown) and its source, config
+	// (prefill_tokens_per_s) or metrics (measured); and the uncached
+	// prompt tokens of the requests sent here before their first token.
+	PrefillTokensPerSec *float64 `json:"prefill_tokens_per_s"`
+	PrefillSource       string   `json:"prefill_source,omitempty"`
+	PrefillQueueTokens  int64    `json:"prefill_queue_tokens"`
 }
 
 // Status returns the current routing state of every model.
@@ -137,6 +149,7 @@ func (m *model) status(now time.Time) Status {
 		Layout:           "urls",
 		Strategy:         m.cfg.EffectiveStrategy(),
 		SpillAuto:        m.cfg.SpillThreshold.Auto,
+		SpillPriced:      m.cfg.SpillThreshold.Priced,
 		MaxNumSeqs:       maxSeqs,
 		MaxNumSeqsSource: src,
 		LaterTurns:       m.laterTurns.Load(),
@@ -144,6 +157,9 @@ func (m *model) status(now time.Time) Status {
 	}
 	st.Affinity = st.Strategy == "affinity"
 	if w := m.maxNumSeqsWarning(); w != "" {
+		st.Warnings = append(st.Warnings, w)
+	}
+	if w := m.prefillWarning(); w != "" {
 		st.Warnings = append(st.Warnings, w)
 	}
 	if m.cfg.Layout() == LayoutDP {
@@ -203,6 +219,10 @@ func (m *model) status(now time.Time) Status {
 		if c, ok := kvCapacity(r, sr); ok {
 			rs.KVCapacityTokens, rs.HeadroomTokens = ptr(c), ptr(c-rs.FootprintTokens)
 		}
+		if rate, src := m.prefillRate(r); rate > 0 {
+			rs.PrefillTokensPerSec, rs.PrefillSource = ptr(rate), src
+		}
+		rs.PrefillQueueTokens = max(r.prefillQueue.Load(), 0)
 		switch {
 		case sr.OK.IsZero() && sr.Err == "":
 			rs.ScrapeState = "pending"

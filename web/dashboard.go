@@ -213,7 +213,8 @@ var KNOWN = [
   ["kv_headroom_tokens", "KV free<br>of cap", kvHeadroom]
 ];
 var HIDDEN = {id: 1, url: 1, rank: 1, state: 1, scrape_state: 1, scrape_age_s: 1, kv_usage: 1,
-  prefix_hits: 1, prefix_queries: 1, kv_capacity_tokens: 1, footprint_tokens: 1};
+  prefix_hits: 1, prefix_queries: 1, kv_capacity_tokens: 1, footprint_tokens: 1,
+  prefill_tokens_per_s: 1, prefill_queue_tokens: 1};
 // kTok writes a token count compactly: 37.6k, 1.2M.
 function kTok(v) {
   if (typeof v !== "number" || !isFinite(v)) return "";
@@ -300,6 +301,7 @@ function panel(m) {
   var reps = Array.isArray(m.replicas) ? m.replicas : [];
   var t = el("table"); t.className = "routing";
   var spill = typeof m.spill_threshold === "number" ? num(m.spill_threshold) + (m.spill_auto ? " (auto)" : " (fixed)") : "";
+  if (m.spill_priced) spill = "priced" + (spill ? ", else " + spill : "");
   var seqs = typeof m.max_num_seqs === "number" ? num(m.max_num_seqs) + (m.max_num_seqs_source ? " (" + m.max_num_seqs_source + ")" : "") : "";
   var sessions = typeof m.sessions === "number" ? num(m.sessions) + (typeof m.session_cap === "number" ? " of " + num(m.session_cap) : "") : "";
   [["strategy", m.strategy || ""],
