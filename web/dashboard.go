@@ -210,11 +210,12 @@ var KNOWN = [
   ["client_pinned", "client-pinned"], ["running", "running"], ["waiting", "waiting"],
   ["kv_used_pct", "KV used %", function (r) { return typeof r.kv_usage === "number" ? 100 * r.kv_usage : r.kv_used_pct; }],
   ["prefix_hit_pct", "prefix hit %"],
-  ["kv_headroom_tokens", "KV free<br>of cap", kvHeadroom]
+  ["footprint_tokens", "KV held<br>of cap", kvHeld],
+  ["sessions", "sessions<br>all/active/held", sessionCounts]
 ];
 var HIDDEN = {id: 1, url: 1, rank: 1, state: 1, scrape_state: 1, scrape_age_s: 1, kv_usage: 1,
-  prefix_hits: 1, prefix_queries: 1, kv_capacity_tokens: 1, footprint_tokens: 1,
-  prefill_tokens_per_s: 1, prefill_queue_tokens: 1};
+  prefix_hits: 1, prefix_queries: 1, kv_capacity_tokens: 1, kv_headroom_tokens: 1,
+  active_sessions: 1, held_sessions: 1, prefill_tokens_per_s: 1, prefill_queue_tokens: 1};
 // kTok writes a token count compactly: 37.6k, 1.2M.
 function kTok(v) {
   if (typeof v !== "number" || !isFinite(v)) return "";
@@ -223,10 +224,18 @@ function kTok(v) {
   if (a >= 1e3) return (v / 1e3).toFixed(1) + "k";
   return String(Math.round(v));
 }
-// kvHeadroom is "headroom/capacity" in tokens; "" when the server does not expose its cache size.
-function kvHeadroom(r) {
-  if (typeof r.kv_headroom_tokens !== "number") return "";
-  return kTok(r.kv_headroom_tokens) + "/" + kTok(r.kv_capacity_tokens);
+// kvHeld is "held footprint/capacity" in tokens (the headroom admission and the KV balance
+// see is the difference, negative once the conversations held there outgrew the cache);
+// "" when the server does not expose its cache size.
+function kvHeld(r) {
+  if (typeof r.kv_capacity_tokens !== "number") return "";
+  return kTok(r.footprint_tokens || 0) + "/" + kTok(r.kv_capacity_tokens);
+}
+// sessionCounts is a replica's conversations: homed there / seen within the active window /
+// held (a request in flight or expected back within its return timeout).
+function sessionCounts(r) {
+  if (typeof r.sessions !== "number") return "";
+  return [r.sessions, r.active_sessions, r.held_sessions].map(function (v) { return num(v); }).join("/");
 }
 // admissionText summarises a model's admission queue; "" when admission is off.
 function admissionText(a) {

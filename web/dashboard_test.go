@@ -35,6 +35,7 @@ func fakeStatus(call int64) live.StatusReport {
 	}
 	r0 := rep(0, 7, 0.415, 88.5)
 	r0.KVCapacityTokens, r0.FootprintTokens, r0.HeadroomTokens = ptrTo(1_118_000), 1_080_400, ptrTo(37_600)
+	r0.Sessions, r0.Active, r0.Held = 9, 7, 5
 	r1 := rep(1, 5, 0.1225, 71)
 	r1.ScrapeState, r1.ScrapeError = "failed", "connection refused"
 	return live.StatusReport{Models: []live.Status{{
@@ -121,8 +122,8 @@ func TestDashboardRoutingPageShowsLiveNumbers(t *testing.T) {
 		`<tr id="replica-qwen3-coder &lt;b&gt;-0"><td title="0 http://10.0.0.1:8000">0 http://10.0.0.1:8000</td><td>healthy</td><td data-field="in_flight">7</td><td data-field="sticky">40</td><td data-field="spilled_in">0</td><td data-field="client_pinned">0</td><td data-field="running">7</td><td data-field="waiting">0</td><td data-field="kv_used_pct">41.5</td><td data-field="prefix_hit_pct">88.5</td>`,
 		`<td class="bad" title="connection refused">healthy, scrape failed</td><td data-field="in_flight">5</td><td data-field="sticky">41</td><td data-field="spilled_in">3</td><td data-field="client_pinned">1</td><td data-field="running">5</td><td data-field="waiting">1</td><td data-field="kv_used_pct">12.3</td><td data-field="prefix_hit_pct">71</td>`,
 		`<td data-field="retried">1</td>`, // a counter since start, shown in its own column
-		`<td data-field="prefix_hit_pct">88.5</td><td data-field="kv_headroom_tokens">37.6k/1.1M</td>`,
-		`<td data-field="prefix_hit_pct">71</td><td data-field="kv_headroom_tokens"></td>`,
+		`<td data-field="prefix_hit_pct">88.5</td><td data-field="footprint_tokens">1.1M/1.1M</td><td data-field="sessions">9/7/5</td>`,
+		`<td data-field="prefix_hit_pct">71</td><td data-field="footprint_tokens"></td><td data-field="sessions">0/0/0</td>`,
 		`<td data-field="admission">kv: 2 waiting, 9 waited, 1 timed out (timeout 60 s)</td>`,
 		`<td data-field="last spills">0→1 home 9 in flight &gt; 8; 1→0 priced: home 4.1 s vs 1.2 s elsewhere</td>`,
 		`<th>affinity</th><td data-field="affinity">on</td>`,
