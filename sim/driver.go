@@ -244,14 +244,19 @@ func (o *openLoop) idle() bool { return o.next >= len(o.reqs) && o.left == 0 }
 // the speed-up too), as an agent does. The trace gives when conversations
 // begin, their prompts and their pauses; the farm gives the pace of their
 // turns, so a slower routing delays a session's later turns instead of
-// piling them up. A turn rejected (too long for the KV cache) or refused
-// (admission timeout) ends its session: its client gives up, as in the
-// closed loop.
+// piling them up.
 //
-// Unlike the closed loop, and like the proxy, the router is not told when
-// a conversation ends: it finds out when the conversation stays quiet for
-// the active window (placement's table), and only then does admission
-// count its headroom free (live/admission.go has no other signal).
+// As the proxy, the router is told when each request is sent and when it
+// ends (run.turnEnds: Table.Start at its placement, Table.Finish at its
+// end with its prompt + answer tokens, as live/proxy.go's call.finish),
+// never that a conversation has ended: a conversation holds KV headroom
+// while a request of it is in flight and, after, for its return timeout
+// (placement's "Held conversations": RFC 6298's SRTT + 4 RTTVAR of the
+// gaps between its turns, at least placement.MinHold, at most the active
+// window); then admission counts its room free, as the proxy's does.
+//
+// A turn rejected (too long for the KV cache) or refused (admission
+// timeout) ends its session: its client gives up, as in the closed loop.
 type sessionReplay struct {
 	sessions     []traces.Session // in order of first arrival
 	startsUs     []int64

@@ -376,6 +376,7 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		w := e.Workload
 		p := newSessionReplay(e.Trace, e.Speed, micros(w.ClientTurnaround))
 		r.drv = p
+		r.turnEnds = true // as the proxy: Table.Start and Finish around each request
 		r.uplink = func(prompt int) int64 { return micros(w.Uplink(prompt)) }
 		r.downlinkUs = micros(w.Downlink())
 		r.stopWhenIdle = true

@@ -242,9 +242,14 @@ func (k *kvRouter) finished(s *seq) {
 // admits whoever now fits.
 func (k *kvRouter) sessionEnded(r *run, session string) {
 	k.aff.Table().Remove(session)
+	k.wake(r)
+}
+
+// wake makes admission look at the waiting requests again at the current
+// instant, after the events of this instant (a replica may be inside its
+// step's end): admission enqueues on replicas.
+func (k *kvRouter) wake(r *run) {
 	if k.waiting.Len() > 0 && !k.admitQueued {
-		// After the events of this instant (a replica may be inside its
-		// step's end): admission enqueues on replicas.
 		k.admitQueued = true
 		r.ev.push(r.now, evAdmit, 0)
 	}

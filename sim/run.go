@@ -59,6 +59,14 @@ type run struct {
 	kv   *kvRouter
 	name string // the variant's display name (routing.go)
 
+	// turnEnds: the router is told when each request is sent and when it
+	// ends (Table.Start and Table.Finish, as the proxy calls them), so a
+	// conversation holds KV headroom while a request of it is in flight
+	// and for its return timeout after (placement's "Held
+	// conversations"). Without it (the closed and open loops) the table
+	// holds every active conversation, Held == Active.
+	turnEnds bool
+
 	// boundaries: the counters at each scrape that closes a measured step
 	// (and at the first one), for the direct counts of the results.
 	marks []mark
@@ -418,6 +426,11 @@ func (r *run) place(s *seq, d placement.Decision, home *int) {
 		}
 		r.rt.stay.Add(s.turn > 0, *home, rp)
 	}
+	if r.turnEnds && r.table != nil && s.req.Session != "" {
+		// Sent now: held until it ends (onDone) and for its return timeout
+		// after, as the proxy's pick starts it in the table.
+		r.table.Start(s.req.Session, time.UnixMicro(r.now))
+	}
 	rep := r.reps[rp]
 	rep.add(s)
 	if r.kv != nil {
@@ -449,14 +462,36 @@ func (r *run) onDone(s *seq, finished bool) {
 	if finished {
 		r.rt.finished++
 		r.rec.observeFinished(s, r.now)
-		if r.kv != nil {
-			r.kv.finished(s)
-		}
+	}
+	switch {
+	case r.turnEnds && r.table != nil:
+		r.turnEnded(s, finished)
+	case finished && r.kv != nil:
+		r.kv.finished(s)
 	}
 	r.logRequest(s, finished)
 	r.drv.done(r, s, finished)
 	r.seqFree = append(r.seqFree, s)
 	r.checkIdle()
+}
+
+// turnEnded tells the table that s ended now, as the proxy's finish does
+// (live/proxy.go call.finish): with the conversation's footprint, prompt +
+// answer tokens, when it finished, else none (0 keeps the last one). The
+// conversation stays held for its return timeout; as the proxy wakes its
+// front waiter at every request's end, admission looks again.
+func (r *run) turnEnded(s *seq, finished bool) {
+	if s.req.Session == "" {
+		return
+	}
+	tokens := 0
+	if finished {
+		tokens = s.prompt + s.generated
+	}
+	r.table.Finish(s.req.Session, tokens, time.UnixMicro(r.now))
+	if r.kv != nil {
+		r.kv.wake(r)
+	}
 }
 
 // onFirstToken records a request's time to first token (client side and

@@ -8,6 +8,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/traces"
 )
 
@@ -132,43 +133,106 @@ func TestSessionReplayPacesTurns(t *testing.T) {
 	}
 }
 
-// TestSessionReplayRouterLearnsEndsByIdle: as the proxy, the router of a
-// session replay is not told that a conversation ended; a new one waiting
-// for admission is admitted once the ended one has been quiet for the
-// active window, not when its last answer ends.
-func TestSessionReplayRouterLearnsEndsByIdle(t *testing.T) {
+// replayFarm is one H100 replica whose 40 KV blocks (640 tokens) hold one
+// conversation of replayTrace, not two, once the first has had three
+// turns (prompts 208, 304, 400 + 16 out: 416 tokens): a second one then
+// expects the typical footprint (over 224 tokens) and waits for admission
+// while the first is held. routing is the farm's routing block.
+func replayFarm(t *testing.T, routing string) *Farm {
+	t.Helper()
 	f, err := ParseFarm([]byte(`model: Qwen/Qwen3-4B-Instruct-2507
 gpu: H100 SXM
 replicas: 1
 vllm: {num_gpu_blocks: 40, max_num_seqs: 4, max_model_len: 624}
-routing: {admission: kv, active_window: 5s}
+scrape_interval: 100ms
+routing: `+routing+`
 `), "farm.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Session a: prompts 208, 304, 400 (+16 out): ~416 of the 624 tokens.
-	// Session b starts at 1 s with 208 tokens at least (its expected
-	// footprint is the typical one, ~416): it does not fit beside a.
-	tr := replayTrace(2, 3, 1000, 100)
+	return f
+}
+
+// runReplay runs trace tr through affinity on f as a session replay and
+// returns its row and its records by session, in turn order.
+func runReplay(t *testing.T, f *Farm, tr *Trace) (Row, map[string][]RequestRecord) {
+	t.Helper()
 	var buf bytes.Buffer
 	rep, err := Run(context.Background(), Experiment{Farm: f, Strategies: []string{"affinity"}, Trace: tr, SessionReplay: true, Seed: 1, Requests: &buf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if row := rep.Rows[0]; row.AdmissionWaits == 0 || row.Finished != 6 {
-		t.Fatalf("admission waits %d, finished %d; want b to wait, then all 6 to finish", row.AdmissionWaits, row.Finished)
+	return rep.Rows[0], replayRecords(t, &buf)
+}
+
+// firstTokenS is when record r's first token reached its client.
+func firstTokenS(r RequestRecord) float64 { return float64(r.ArrivalS + r.TTFBS) }
+
+// maxGapS is the longest think gap of session rs as its client left it:
+// from one answer's end to the next turn's send.
+func maxGapS(rs []RequestRecord) float64 {
+	g := 0.0
+	for k := 1; k < len(rs); k++ {
+		g = max(g, float64(rs[k].ArrivalS-rs[k-1].FinishS))
 	}
-	recs := replayRecords(t, &buf)
+	return g
+}
+
+// TestSessionReplayReleasesAfterReturnTimeout: as the proxy, the router of
+// a session replay learns when each request is sent and when it ends
+// (Table.Start, Table.Finish), never that a conversation ended: one that
+// has gone quiet stops holding KV headroom after its return timeout (RFC
+// 6298 over its gaps, here under a second, so placement.MinHold) from its
+// last answer's end, not after the active window (30 s here), and a new
+// conversation waiting for admission is admitted then, at the next scrape
+// (100 ms). The old replay, which never told the table of a request's end,
+// held a for the whole active window: b's first token came after 30 s.
+func TestSessionReplayReleasesAfterReturnTimeout(t *testing.T) {
+	f := replayFarm(t, "{admission: kv, active_window: 30s}")
+	// Session a: three turns 100 ms of thinking apart; b starts at 1 s.
+	row, recs := runReplay(t, f, replayTrace(2, 3, 1000, 100))
+	if row.AdmissionWaits != 1 || row.AdmissionRefused != 0 || row.Finished != 6 {
+		t.Fatalf("admission waits %d, refused %d, finished %d; want b to wait once, then all 6 to finish", row.AdmissionWaits, row.AdmissionRefused, row.Finished)
+	}
 	a, b := recs["a"], recs["b"]
 	if len(a) != 3 || len(b) != 3 {
 		t.Fatalf("records a %d, b %d", len(a), len(b))
 	}
-	lastSeen := float64(a[2].ArrivalS)
-	admitted := float64(b[0].ArrivalS + b[0].TTFBS)
-	if admitted < lastSeen+5 {
-		t.Errorf("b's first token at %.2f s, a last seen at %.2f s: b was admitted before a had been quiet for the 5 s active window", admitted, lastSeen)
+	if g := maxGapS(a); g >= placement.MinHold.Seconds()/3 {
+		t.Fatalf("a's gaps reach %.3f s: its return timeout is not MinHold, the test's premise", g)
 	}
-	if admitted > lastSeen+5+2 {
-		t.Errorf("b's first token at %.2f s, a last seen at %.2f s: b waited far past the active window", admitted, lastSeen)
+	lastEnd := float64(a[2].FinishS)
+	admitted := firstTokenS(b[0])
+	if admitted < lastEnd+placement.MinHold.Seconds() {
+		t.Errorf("b's first token at %.2f s, a's last answer ended at %.2f s: b was admitted before a's return timeout (%s) had passed", admitted, lastEnd, placement.MinHold)
+	}
+	if admitted > lastEnd+placement.MinHold.Seconds()+0.5 {
+		t.Errorf("b's first token at %.2f s, a's last answer ended at %.2f s: b waited past a's return timeout (%s) plus a scrape and its prefill (the old replay: past the 30 s active window)", admitted, lastEnd, placement.MinHold)
+	}
+}
+
+// TestSessionReplayHoldsBetweenTurns: a conversation between its turns
+// still holds its KV headroom (its prefix is cached for its return): a new
+// conversation arriving during a's think time waits until a's last turn
+// has ended and its return timeout passed, which the 3 s gaps make about
+// three gaps at most (RFC 6298's first sample: SRTT + 4 x RTTVAR = 3 R),
+// far below the 60 s active window. The old replay held a for the active
+// window, and b, past its 30 s admission timeout, was refused.
+func TestSessionReplayHoldsBetweenTurns(t *testing.T) {
+	f := replayFarm(t, "{admission: kv, admission_timeout: 30s, active_window: 60s}")
+	// Session a: four turns 3 s of thinking apart; b starts at 7 s, in a's
+	// last gap.
+	row, recs := runReplay(t, f, replayTrace(2, 4, 7000, 3000))
+	if row.AdmissionWaits != 1 || row.AdmissionRefused != 0 || row.Finished != 8 {
+		t.Fatalf("admission waits %d, refused %d, finished %d; want b to wait once, then all 8 to finish", row.AdmissionWaits, row.AdmissionRefused, row.Finished)
+	}
+	a, b := recs["a"], recs["b"]
+	lastEnd := float64(a[3].FinishS)
+	admitted := firstTokenS(b[0])
+	if admitted < lastEnd+placement.MinHold.Seconds() {
+		t.Errorf("b's first token at %.2f s, a's last answer ended at %.2f s: b took a's room during a's think time or before its return timeout", admitted, lastEnd)
+	}
+	if limit := lastEnd + 3*maxGapS(a) + 1; admitted > limit {
+		t.Errorf("b's first token at %.2f s, after %.2f s: a was held past three of its gaps after its last answer (%.2f s)", admitted, limit, lastEnd)
 	}
 }
