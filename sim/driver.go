@@ -255,8 +255,11 @@ func (o *openLoop) idle() bool { return o.next >= len(o.reqs) && o.left == 0 }
 // gaps between its turns, at least placement.MinHold, at most the active
 // window); then admission counts its room free, as the proxy's does.
 //
-// A turn rejected (too long for the KV cache) or refused (admission
-// timeout) ends its session: its client gives up, as in the closed loop.
+// A first turn refused after its admission wait (429 / 529 with
+// Retry-After in the proxy) is sent again as the clients' SDKs do
+// (sdkMaxRetries); a turn rejected (too long for the KV cache: a 400,
+// which the SDKs do not retry) or refused once more after the last retry
+// ends its session: its client gives up, as in the closed loop.
 type sessionReplay struct {
 	sessions     []traces.Session // in order of first arrival
 	startsUs     []int64
@@ -266,6 +269,23 @@ type sessionReplay struct {
 	left         int  // sessions not yet ended
 	cut          bool // the run's end cut the requests in flight: send nothing more
 }
+
+// sdkMaxRetries is how many times a session replay's client sends a
+// request again after the proxy refused it for admission, waiting the
+// Retry-After (placement.AdmissionRetryAfter) before each: the default of
+// both SDKs agents are built on. anthropic-sdk-python
+// src/anthropic/_constants.py DEFAULT_MAX_RETRIES = 2, and
+// src/anthropic/_base_client.py: _should_retry retries 408, 409, 429 and
+// every status >= 500 (so 529 overloaded_error) unless x-should-retry says
+// otherwise; _calculate_retry_timeout sleeps the Retry-After (or
+// retry-after-ms) when 0 < it <= 60 s, else an exponential back-off from
+// INITIAL_RETRY_DELAY 0.5 s; the request loop (for retries_taken in
+// range(max_retries + 1)) then raises the last error. openai-python
+// src/openai/_constants.py DEFAULT_MAX_RETRIES = 2 and _base_client.py
+// likewise, honouring a Retry-After up to MAX_RETRY_AFTER_DELAY 120 s.
+// The proxy's 5 s is honoured by both, exactly (no jitter), so a refused
+// first turn is tried three times in all.
+const sdkMaxRetries = 2
 
 func newSessionReplay(t *Trace, speed float64, turnaroundUs int64) *sessionReplay {
 	p := &sessionReplay{sessions: t.sessions(), speed: speed, turnaroundUs: turnaroundUs}

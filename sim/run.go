@@ -66,6 +66,11 @@ type run struct {
 	// conversations"). Without it (the closed and open loops) the table
 	// holds every active conversation, Held == Active.
 	turnEnds bool
+	// clientRetries is how many times a client sends a request again
+	// after it was refused for admission (429/529 with Retry-After): the
+	// SDKs' default for a session replay (sdkMaxRetries), 0 for the closed
+	// and open loops, whose clients (warden bench) do not retry.
+	clientRetries int
 
 	// boundaries: the counters at each scrape that closes a measured step
 	// (and at the first one), for the direct counts of the results.
@@ -85,9 +90,11 @@ type routerStats struct {
 	unfinished        int64
 	rejected          int64
 	// admissionWaits: requests that waited at the router for admission
-	// (admission: kv); admissionRefused: those refused after the timeout.
+	// (admission: kv); admissionRefused: those refused after the timeout;
+	// admissionRetries: those of them their client sent again.
 	admissionWaits   int64
 	admissionRefused int64
+	admissionRetries int64
 }
 
 // outputTokens is warden_output_tokens_total: every token streamed to a
@@ -259,10 +266,14 @@ func (r *run) newSeq(req *traces.Request, client int32, outputCap int) *seq {
 
 // dispatch sends s from the client: it reaches the engine side (the
 // driver's arrive) after the uplink delay, at once when there is none.
-func (r *run) dispatch(s *seq) {
-	d := int64(0)
+func (r *run) dispatch(s *seq) { r.dispatchAfter(s, 0) }
+
+// dispatchAfter is dispatch with the send delayed by wait µs (a client
+// waiting out a Retry-After): until it arrives, s is on its way up.
+func (r *run) dispatchAfter(s *seq, wait int64) {
+	d := wait
 	if r.uplink != nil {
-		d = r.uplink(s.prompt)
+		d += r.uplink(s.prompt)
 	}
 	if d <= 0 {
 		r.drv.arrive(r, s)

@@ -154,7 +154,8 @@ routing: `+routing+`
 }
 
 // runReplay runs trace tr through affinity on f as a session replay and
-// returns its row and its records by session, in turn order.
+// returns its row and its records by session, in turn order (a refused
+// attempt before its retries).
 func runReplay(t *testing.T, f *Farm, tr *Trace) (Row, map[string][]RequestRecord) {
 	t.Helper()
 	var buf bytes.Buffer
@@ -162,7 +163,15 @@ func runReplay(t *testing.T, f *Farm, tr *Trace) (Row, map[string][]RequestRecor
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rep.Rows[0], replayRecords(t, &buf)
+	recs := replayRecords(t, &buf)
+	for _, rs := range recs {
+		for i := 1; i < len(rs); i++ {
+			for k := i; k > 0 && rs[k].Turn == rs[k-1].Turn && rs[k].Attempt < rs[k-1].Attempt; k-- {
+				rs[k], rs[k-1] = rs[k-1], rs[k]
+			}
+		}
+	}
+	return rep.Rows[0], recs
 }
 
 // firstTokenS is when record r's first token reached its client.
@@ -235,4 +244,63 @@ func TestSessionReplayHoldsBetweenTurns(t *testing.T) {
 	if limit := lastEnd + 3*maxGapS(a) + 1; admitted > limit {
 		t.Errorf("b's first token at %.2f s, after %.2f s: a was held past three of its gaps after its last answer (%.2f s)", admitted, limit, lastEnd)
 	}
+}
+
+// TestSessionReplayRetriesRefused: a first turn refused after its
+// admission wait (429/529 with Retry-After in the proxy) is sent again
+// after placement.AdmissionRetryAfter, as the Anthropic and OpenAI SDKs
+// do, at most sdkMaxRetries times; its TTFB counts from its first attempt,
+// as the client's call sees it. Before, the session gave up at the first
+// refusal.
+func TestSessionReplayRetriesRefused(t *testing.T) {
+	retryAfter := placement.AdmissionRetryAfter.Seconds()
+	t.Run("admitted on a retry", func(t *testing.T) {
+		// a's three turns, 1 s of thinking apart, end at about 2.2 s and
+		// hold its room for about 2.5 s more; b, from 2.5 s, is refused
+		// after its 0.5 s wait and admitted on its first retry, 5 s later.
+		f := replayFarm(t, "{admission: kv, admission_timeout: 500ms, active_window: 30s}")
+		row, recs := runReplay(t, f, replayTrace(2, 3, 2500, 1000))
+		if row.AdmissionWaits != 1 || row.AdmissionRefused != 1 || row.AdmissionRetries != 1 || row.Finished != 6 || row.Unfinished != 0 {
+			t.Fatalf("waits %d, refused %d, retries %d, finished %d, unfinished %d; want 1, 1, 1, 6, 0",
+				row.AdmissionWaits, row.AdmissionRefused, row.AdmissionRetries, row.Finished, row.Unfinished)
+		}
+		b := recs["b"]
+		if len(b) != 4 || b[0].Attempt != 0 || b[0].Finished || b[0].Replica != -1 || b[1].Attempt != 1 || !b[1].Finished {
+			t.Fatalf("b's records %+v: want the refused attempt, then its retry and two more turns", b)
+		}
+		if b[1].ArrivalS != b[0].ArrivalS || float64(b[1].TTFBS) < 0.5+retryAfter {
+			t.Errorf("retry sent (call begun) at %v s with TTFB %v s: want the first attempt's %v s and a TTFB past its wait and the %v s Retry-After",
+				b[1].ArrivalS, b[1].TTFBS, b[0].ArrivalS, retryAfter)
+		}
+		if got, want := firstTokenS(b[1]), float64(b[0].ArrivalS)+0.5+retryAfter; got < want || got > want+0.5 {
+			t.Errorf("b's first token at %.2f s, want about %.2f s (refused after 0.5 s, sent again %v s later)", got, want, retryAfter)
+		}
+	})
+	t.Run("gives up after the SDK's retries", func(t *testing.T) {
+		// a thinks 8 s between three turns, ends at about 16.2 s and holds
+		// its room for about 20 s more (gaps of 8 s); b, from 17 s, is
+		// refused three times and its session ends.
+		f := replayFarm(t, "{admission: kv, admission_timeout: 500ms, active_window: 60s}")
+		row, recs := runReplay(t, f, replayTrace(2, 3, 17000, 8000))
+		if row.AdmissionWaits != sdkMaxRetries+1 || row.AdmissionRefused != sdkMaxRetries+1 || row.AdmissionRetries != sdkMaxRetries ||
+			row.Finished != 3 || row.Unfinished != 1 {
+			t.Fatalf("waits %d, refused %d, retries %d, finished %d, unfinished %d; want %d, %d, %d, 3, 1", row.AdmissionWaits, row.AdmissionRefused,
+				row.AdmissionRetries, row.Finished, row.Unfinished, sdkMaxRetries+1, sdkMaxRetries+1, sdkMaxRetries)
+		}
+		b := recs["b"]
+		if len(b) != sdkMaxRetries+1 {
+			t.Fatalf("b has %d records, want its %d attempts", len(b), sdkMaxRetries+1)
+		}
+		for k, r := range b {
+			if r.Attempt != k || r.Turn != 0 || r.Finished || r.ArrivalS != b[0].ArrivalS {
+				t.Errorf("attempt %d: %+v", k, r)
+			}
+		}
+		// The last refusal counts the whole call in its TTFB: three waits
+		// and two Retry-Afters.
+		last := float64(b[sdkMaxRetries].TTFBS)
+		if want := 3*0.5 + 2*retryAfter; last < want || last > want+1 {
+			t.Errorf("the give-up's TTFB %.2f s, want about %.2f s", last, want)
+		}
+	})
 }
