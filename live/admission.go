@@ -131,9 +131,9 @@ func (q *admissionQueue) wake() {
 }
 
 // admissionRetryAfter is the Retry-After, in seconds, of a request
-// refused after its admission wait: conversations end in seconds to
-// minutes.
-const admissionRetryAfter = 5
+// refused after its admission wait (placement.AdmissionRetryAfter, which
+// the simulator's replay retries after too).
+const admissionRetryAfter = int(placement.AdmissionRetryAfter / time.Second)
 
 // errMustWait is pick's answer for a request that must wait.
 var errMustWait = errors.New("wait for admission")

@@ -98,6 +98,12 @@ const (
 	AdmissionKV                   // wait while its expected footprint fits nowhere
 )
 
+// AdmissionRetryAfter is the Retry-After of a new conversation refused
+// after its admission wait (the proxy's 429 / 529, live/admission.go):
+// conversations end in seconds to minutes. The simulator's session
+// replay retries after it, as the clients' SDKs do.
+const AdmissionRetryAfter = 5 * time.Second
+
 // ParseAdmission reads "off" (or "") and "kv".
 func ParseAdmission(s string) (Admission, error) {
 	switch s {

@@ -37,8 +37,11 @@
 //     boundaries of measured steps.
 //  7. driver.go: the clients: a closed loop of N sessions (next turn when
 //     the answer is read plus the client's turnaround and think time, a new
-//     session when one ends; steps start or retire sessions) and an
-//     open-loop replay of a trace at its recorded arrival times.
+//     session when one ends; steps start or retire sessions), an
+//     open-loop replay of a trace at its recorded arrival times, and a
+//     session replay (each session from its recorded start, turns paced by
+//     the farm; the router told of each request's start and end as the
+//     proxy's is, refused first turns retried as the SDKs do).
 //     frontend.go: vLLM's DP front end, which routes least-loaded.
 //     requests.go: the per-request records of --requests.
 //  8. record.go: the vllm:* and warden_* series written into a

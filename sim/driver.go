@@ -244,14 +244,22 @@ func (o *openLoop) idle() bool { return o.next >= len(o.reqs) && o.left == 0 }
 // the speed-up too), as an agent does. The trace gives when conversations
 // begin, their prompts and their pauses; the farm gives the pace of their
 // turns, so a slower routing delays a session's later turns instead of
-// piling them up. A turn rejected (too long for the KV cache) or refused
-// (admission timeout) ends its session: its client gives up, as in the
-// closed loop.
+// piling them up.
 //
-// Unlike the closed loop, and like the proxy, the router is not told when
-// a conversation ends: it finds out when the conversation stays quiet for
-// the active window (placement's table), and only then does admission
-// count its headroom free (live/admission.go has no other signal).
+// As the proxy, the router is told when each request is sent and when it
+// ends (run.turnEnds: Table.Start at its placement, Table.Finish at its
+// end with its prompt + answer tokens, as live/proxy.go's call.finish),
+// never that a conversation has ended: a conversation holds KV headroom
+// while a request of it is in flight and, after, for its return timeout
+// (placement's "Held conversations": RFC 6298's SRTT + 4 RTTVAR of the
+// gaps between its turns, at least placement.MinHold, at most the active
+// window); then admission counts its room free, as the proxy's does.
+//
+// A first turn refused after its admission wait (429 / 529 with
+// Retry-After in the proxy) is sent again as the clients' SDKs do
+// (sdkMaxRetries); a turn rejected (too long for the KV cache: a 400,
+// which the SDKs do not retry) or refused once more after the last retry
+// ends its session: its client gives up, as in the closed loop.
 type sessionReplay struct {
 	sessions     []traces.Session // in order of first arrival
 	startsUs     []int64
@@ -261,6 +269,23 @@ type sessionReplay struct {
 	left         int  // sessions not yet ended
 	cut          bool // the run's end cut the requests in flight: send nothing more
 }
+
+// sdkMaxRetries is how many times a session replay's client sends a
+// request again after the proxy refused it for admission, waiting the
+// Retry-After (placement.AdmissionRetryAfter) before each: the default of
+// both SDKs agents are built on. anthropic-sdk-python
+// src/anthropic/_constants.py DEFAULT_MAX_RETRIES = 2, and
+// src/anthropic/_base_client.py: _should_retry retries 408, 409, 429 and
+// every status >= 500 (so 529 overloaded_error) unless x-should-retry says
+// otherwise; _calculate_retry_timeout sleeps the Retry-After (or
+// retry-after-ms) when 0 < it <= 60 s, else an exponential back-off from
+// INITIAL_RETRY_DELAY 0.5 s; the request loop (for retries_taken in
+// range(max_retries + 1)) then raises the last error. openai-python
+// src/openai/_constants.py DEFAULT_MAX_RETRIES = 2 and _base_client.py
+// likewise, honouring a Retry-After up to MAX_RETRY_AFTER_DELAY 120 s.
+// The proxy's 5 s is honoured by both, exactly (no jitter), so a refused
+// first turn is tried three times in all.
+const sdkMaxRetries = 2
 
 func newSessionReplay(t *Trace, speed float64, turnaroundUs int64) *sessionReplay {
 	p := &sessionReplay{sessions: t.sessions(), speed: speed, turnaroundUs: turnaroundUs}

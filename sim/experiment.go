@@ -376,6 +376,8 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		w := e.Workload
 		p := newSessionReplay(e.Trace, e.Speed, micros(w.ClientTurnaround))
 		r.drv = p
+		r.turnEnds = true // as the proxy: Table.Start and Finish around each request
+		r.clientRetries = sdkMaxRetries
 		r.uplink = func(prompt int) int64 { return micros(w.Uplink(prompt)) }
 		r.downlinkUs = micros(w.Downlink())
 		r.stopWhenIdle = true
@@ -473,6 +475,7 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 
 		AdmissionWaits:   t.router.admissionWaits - s.router.admissionWaits,
 		AdmissionRefused: t.router.admissionRefused - s.router.admissionRefused,
+		AdmissionRetries: t.router.admissionRetries - s.router.admissionRetries,
 	}
 	d := &row.direct
 	d.laterTurns = t.router.stay.Later - s.router.stay.Later

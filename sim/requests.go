@@ -32,6 +32,11 @@ type RequestRecord struct {
 	Finished     bool   `json:"finished"`
 	Censored     bool   `json:"censored"` // still waiting for its first token when its step closed
 	Reason       string `json:"reason"`   // the placement reason ("" when rejected)
+	// Attempt numbers a client's retries of a request refused for
+	// admission (a session replay's clients retry as their SDKs do): 0,
+	// omitted, for the first. A retry's ArrivalS is its first attempt's,
+	// when the client's call began; its TTFB counts from there.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // requestLog buffers one strategy's records as JSON lines.
@@ -64,6 +69,7 @@ func (l *requestLog) add(r *run, s *seq, finished bool) {
 		OutputTokens: s.generated,
 		Finished:     finished,
 		Censored:     s.censored,
+		Attempt:      int(s.attempt),
 	}
 	if s.rejected || s.replica < 0 {
 		rec.Replica = -1

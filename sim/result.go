@@ -50,10 +50,15 @@ type Row struct {
 	Preemptions int64 `json:"preemptions"`
 	// AdmissionWaits counts the requests (first turns of new
 	// conversations) that waited at the router for KV headroom (admission:
-	// kv); AdmissionRefused those of them refused after the admission
-	// timeout (429/529 in the proxy), also in Unfinished.
+	// kv), each attempt once; AdmissionRefused those of them refused after
+	// the admission timeout (429/529 in the proxy); AdmissionRetries those
+	// of the refused that their client sent again after the Retry-After
+	// (a session replay's clients, as their SDKs do). The others,
+	// AdmissionRefused - AdmissionRetries, are turns given up, also in
+	// Unfinished.
 	AdmissionWaits   int64         `json:"admission_waits,omitempty"`
 	AdmissionRefused int64         `json:"admission_refused,omitempty"`
+	AdmissionRetries int64         `json:"admission_retries,omitempty"`
 	direct           directColumns // the same columns counted without PromQL (tests)
 }
 

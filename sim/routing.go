@@ -242,9 +242,14 @@ func (k *kvRouter) finished(s *seq) {
 // admits whoever now fits.
 func (k *kvRouter) sessionEnded(r *run, session string) {
 	k.aff.Table().Remove(session)
+	k.wake(r)
+}
+
+// wake makes admission look at the waiting requests again at the current
+// instant, after the events of this instant (a replica may be inside its
+// step's end): admission enqueues on replicas.
+func (k *kvRouter) wake(r *run) {
 	if k.waiting.Len() > 0 && !k.admitQueued {
-		// After the events of this instant (a replica may be inside its
-		// step's end): admission enqueues on replicas.
 		k.admitQueued = true
 		r.ev.push(r.now, evAdmit, 0)
 	}
@@ -277,6 +282,13 @@ func (k *kvRouter) admit(r *run) {
 			r.seqFree = append(r.seqFree, s)
 			continue
 		}
+		if int(s.attempt) < r.clientRetries {
+			// Refused (429/529 with Retry-After); its client sends it again.
+			r.rt.admissionRefused++
+			r.rt.admissionRetries++
+			r.retry(s)
+			continue
+		}
 		// Refused after its wait (429/529 in the proxy): the wait counts
 		// in its TTFB, as a client would see it, in the exact quantiles
 		// and the KPIs' histogram alike; once: a wait already counted
@@ -299,6 +311,21 @@ func (k *kvRouter) admit(r *run) {
 	if len(k.expired) > 0 {
 		r.checkIdle()
 	}
+}
+
+// retry records the refused attempt s and sends it again as its client's
+// SDK does (sdkMaxRetries): the refusal reaches the client, which sleeps
+// the proxy's Retry-After and sends the same call again. The turn's TTFB,
+// as the client sees it, keeps running from its first attempt
+// (clientSentUs); the retry waits its own admission timeout at the router
+// (from its arrival), at the back of the queue as the proxy's would.
+func (r *run) retry(s *seq) {
+	r.logRequest(s, false) // the refused attempt, with no replica and no TTFB
+	s.logged = false
+	s.attempt++
+	s.id = r.nextID // a new request, in send order
+	r.nextID++
+	r.dispatchAfter(s, r.downlinkUs+micros(placement.AdmissionRetryAfter))
 }
 
 // each calls f for every request waiting for admission.

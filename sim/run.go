@@ -59,6 +59,19 @@ type run struct {
 	kv   *kvRouter
 	name string // the variant's display name (routing.go)
 
+	// turnEnds: the router is told when each request is sent and when it
+	// ends (Table.Start and Table.Finish, as the proxy calls them), so a
+	// conversation holds KV headroom while a request of it is in flight
+	// and for its return timeout after (placement's "Held
+	// conversations"). Without it (the closed and open loops) the table
+	// holds every active conversation, Held == Active.
+	turnEnds bool
+	// clientRetries is how many times a client sends a request again
+	// after it was refused for admission (429/529 with Retry-After): the
+	// SDKs' default for a session replay (sdkMaxRetries), 0 for the closed
+	// and open loops, whose clients (warden bench) do not retry.
+	clientRetries int
+
 	// boundaries: the counters at each scrape that closes a measured step
 	// (and at the first one), for the direct counts of the results.
 	marks []mark
@@ -77,9 +90,11 @@ type routerStats struct {
 	unfinished        int64
 	rejected          int64
 	// admissionWaits: requests that waited at the router for admission
-	// (admission: kv); admissionRefused: those refused after the timeout.
+	// (admission: kv); admissionRefused: those refused after the timeout;
+	// admissionRetries: those of them their client sent again.
 	admissionWaits   int64
 	admissionRefused int64
+	admissionRetries int64
 }
 
 // outputTokens is warden_output_tokens_total: every token streamed to a
@@ -251,10 +266,14 @@ func (r *run) newSeq(req *traces.Request, client int32, outputCap int) *seq {
 
 // dispatch sends s from the client: it reaches the engine side (the
 // driver's arrive) after the uplink delay, at once when there is none.
-func (r *run) dispatch(s *seq) {
-	d := int64(0)
+func (r *run) dispatch(s *seq) { r.dispatchAfter(s, 0) }
+
+// dispatchAfter is dispatch with the send delayed by wait µs (a client
+// waiting out a Retry-After): until it arrives, s is on its way up.
+func (r *run) dispatchAfter(s *seq, wait int64) {
+	d := wait
 	if r.uplink != nil {
-		d = r.uplink(s.prompt)
+		d += r.uplink(s.prompt)
 	}
 	if d <= 0 {
 		r.drv.arrive(r, s)
@@ -418,6 +437,11 @@ func (r *run) place(s *seq, d placement.Decision, home *int) {
 		}
 		r.rt.stay.Add(s.turn > 0, *home, rp)
 	}
+	if r.turnEnds && r.table != nil && s.req.Session != "" {
+		// Sent now: held until it ends (onDone) and for its return timeout
+		// after, as the proxy's pick starts it in the table.
+		r.table.Start(s.req.Session, time.UnixMicro(r.now))
+	}
 	rep := r.reps[rp]
 	rep.add(s)
 	if r.kv != nil {
@@ -449,14 +473,36 @@ func (r *run) onDone(s *seq, finished bool) {
 	if finished {
 		r.rt.finished++
 		r.rec.observeFinished(s, r.now)
-		if r.kv != nil {
-			r.kv.finished(s)
-		}
+	}
+	switch {
+	case r.turnEnds && r.table != nil:
+		r.turnEnded(s, finished)
+	case finished && r.kv != nil:
+		r.kv.finished(s)
 	}
 	r.logRequest(s, finished)
 	r.drv.done(r, s, finished)
 	r.seqFree = append(r.seqFree, s)
 	r.checkIdle()
+}
+
+// turnEnded tells the table that s ended now, as the proxy's finish does
+// (live/proxy.go call.finish): with the conversation's footprint, prompt +
+// answer tokens, when it finished, else none (0 keeps the last one). The
+// conversation stays held for its return timeout; as the proxy wakes its
+// front waiter at every request's end, admission looks again.
+func (r *run) turnEnded(s *seq, finished bool) {
+	if s.req.Session == "" {
+		return
+	}
+	tokens := 0
+	if finished {
+		tokens = s.prompt + s.generated
+	}
+	r.table.Finish(s.req.Session, tokens, time.UnixMicro(r.now))
+	if r.kv != nil {
+		r.kv.wake(r)
+	}
 }
 
 // onFirstToken records a request's time to first token (client side and

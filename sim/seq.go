@@ -36,6 +36,7 @@ type seq struct {
 	ttfbUs       int64 // client-side TTFB as counted (censored: the wait then); -1 before
 	stepSessions int   // the level of the step its TTFB counts in
 	reason       uint8 // placement.Reason of its routing
+	attempt      uint8 // 0, then 1, 2 for its client's retries after a refusal (run.retry)
 	logged       bool  // its RequestRecord is written
 	apiServer    int32 // the vLLM API server its connection reached (least-loaded), -1: none
 

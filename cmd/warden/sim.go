@@ -77,7 +77,11 @@ With --trace, sim replays a trace file instead: at its recorded arrival times
 (concurrency from the trace header, or the first --sessions value), or with
 --session-replay session by session: each session from its recorded start,
 each later turn after the previous answer plus its recorded think time (what
-warden tune replays a proxy's journal with).`,
+warden tune replays a proxy's journal with). In a session replay the router is
+told when each request starts and ends, as the proxy's is, so a conversation
+holds KV headroom for its return timeout after a turn, and a first turn
+refused for admission is sent again after the Retry-After, at most twice, as
+the Anthropic and OpenAI SDKs do.`,
 		Example: `  warden sim
   warden sim --farm examples/rtx5090-gemma3-27b-int4.yaml --sessions 13,26 --duration 10m
   warden sim --strategies hash,least-loaded,affinity --sessions 8,16 --json

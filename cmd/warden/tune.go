@@ -71,22 +71,25 @@ func newTuneCmd() *cobra.Command {
 		Long: `Replay the proxy's request journal (journal: in its config) on a farm, once per
 routing variant, and print each variant's prefix hit %, TTFB p50 and p95 (as the
 client sees it: an admission wait counts), output tokens per minute and, with
-admission, the requests that waited for KV headroom and those refused after the
-timeout (429/529). Then it prints the recommended routing as the keys of the
-model's entry under models: in the proxy config, checked by the proxy's own
-config loader.
+admission, the requests that waited for KV headroom, those refused after the
+timeout (429/529) and those of them the client sent again. Then it prints the
+recommended routing as the keys of the model's entry under models: in the
+proxy config, checked by the proxy's own config loader.
 
 The replay keeps the journal's sessions, prompt sizes, block hashes (equal
 prefixes hit as equal prefixes) and think times, and when each session began:
 a session starts at its first request's recorded arrival, and each later turn
 is sent when the previous answer has reached the client plus its recorded
 think time, as an agent sends it (warden sim --trace FILE --session-replay),
-so a slower routing delays the later turns rather than piling them up. A
-turn refused after the admission timeout ends its session. As in the proxy,
-the router learns that a conversation ended only when it stays quiet for the
-active window (active_window, 2 minutes by default), and only then does admission count its
-KV headroom free: on a short journal admission may refuse many conversations,
-as the proxy would.
+so a slower routing delays the later turns rather than piling them up. As
+in the proxy, the router learns when each request is sent and when it ends,
+never that a conversation ended: a conversation holds KV headroom while a
+request of it runs and, after, for its return timeout (the gaps it left
+between its turns, smoothed as TCP times a retransmission: at least 1 s, at
+most active_window), then admission counts its room free. A first turn
+refused after the admission timeout is sent again after the proxy's
+Retry-After (5 s), at most twice, as the Anthropic and OpenAI SDKs do by
+default (max_retries 2); refused a third time, its session ends.
 
 --journal takes a file, several (repeat the flag or separate by commas), a
 glob ("journal.jsonl*", quoted or not) or a directory (every file in it). The
@@ -183,7 +186,8 @@ type tuneRow struct {
 	Unfinished         int64     `json:"unfinished"`
 	AdmissionWaits     int64     `json:"admission_waits"`
 	AdmissionRefused   int64     `json:"admission_refused"`
-	Eligible           bool      `json:"eligible"` // TTFB p95 within the reference and the proxy runs it
+	AdmissionRetries   int64     `json:"admission_retries"` // of the refused, sent again after Retry-After
+	Eligible           bool      `json:"eligible"`          // TTFB p95 within the reference and the proxy runs it
 
 	spec sim.Variant
 }
@@ -229,7 +233,7 @@ func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
 			PrefixHitPct: r.PrefixHitPct, TTFBP50: r.TTFBP50, TTFBP95: r.TTFBP95,
 			OutputTokensPerMin: r.OutputTokensPerMin, SessionsPerHour: r.SessionsPerHour,
 			Finished: r.Finished, Unfinished: r.Unfinished,
-			AdmissionWaits: r.AdmissionWaits, AdmissionRefused: r.AdmissionRefused,
+			AdmissionWaits: r.AdmissionWaits, AdmissionRefused: r.AdmissionRefused, AdmissionRetries: r.AdmissionRetries,
 			spec: spec,
 		})
 	}
@@ -306,9 +310,10 @@ func recommend(res *tuneResult) error {
 		b.Name, num.Format(float64(b.OutputTokensPerMin), 0), num.Format(most, 0),
 		num.Format(float64(b.TTFBP95), 2), num.Format(ref, 2), refName, num.Format(float64(b.PrefixHitPct), 1))
 	if b.AdmissionWaits > 0 {
-		why += fmt.Sprintf("; %d new conversations waited for admission", b.AdmissionWaits)
+		why += fmt.Sprintf("; %d requests of new conversations waited for admission", b.AdmissionWaits)
 		if b.AdmissionRefused > 0 {
-			why += fmt.Sprintf(" and %d were refused after the timeout (429/529 with Retry-After)", b.AdmissionRefused)
+			why += fmt.Sprintf(", %d were refused after the timeout (429/529 with Retry-After), %d of them sent again by their client",
+				b.AdmissionRefused, b.AdmissionRetries)
 		}
 	}
 	res.Why = why + "."
@@ -595,7 +600,7 @@ func writeTune(w io.Writer, res *tuneResult, farm *sim.Farm) error {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "variant\tproxy\thit %\tTTFB p50 s\tTTFB p95 s\toutput tok/min\tsessions/h\twaited / refused\tfinished / unfinished\t")
+	fmt.Fprintln(tw, "variant\tproxy\thit %\tTTFB p50 s\tTTFB p95 s\toutput tok/min\tsessions/h\twaited / refused / retried\tfinished / unfinished\t")
 	for i, v := range res.Variants {
 		proxy := "yes"
 		if !v.Proxy {
@@ -603,7 +608,7 @@ func writeTune(w io.Writer, res *tuneResult, farm *sim.Farm) error {
 		}
 		adm := "-"
 		if v.spec.Admit {
-			adm = fmt.Sprintf("%d / %d", v.AdmissionWaits, v.AdmissionRefused)
+			adm = fmt.Sprintf("%d / %d / %d", v.AdmissionWaits, v.AdmissionRefused, v.AdmissionRetries)
 		}
 		mark := ""
 		if i == res.Recommended {

@@ -70,6 +70,19 @@ func TestTuneGolden(t *testing.T) {
 			t.Errorf("%s has more output tokens/min (%v) than the recommended %s (%v) within the TTFB reference", v.Name, v.OutputTokensPerMin, best.Name, best.OutputTokensPerMin)
 		}
 	}
+	// Refused first turns are sent again, twice each at most, as the SDKs
+	// do: a turn given up (unfinished) was refused three times.
+	retried := false
+	for _, v := range res.Variants {
+		gaveUp := v.AdmissionRefused - v.AdmissionRetries
+		if v.AdmissionRetries < 0 || gaveUp < 0 || gaveUp > v.Unfinished || 3*gaveUp > v.AdmissionRefused {
+			t.Errorf("%s: waited %d, refused %d, retried %d, unfinished %d: not an SDK's retries", v.Name, v.AdmissionWaits, v.AdmissionRefused, v.AdmissionRetries, v.Unfinished)
+		}
+		retried = retried || v.AdmissionRetries > 0
+	}
+	if !retried {
+		t.Error("no variant retried a refused first turn on the test journal")
+	}
 	if !strings.Contains(text, res.Routing) || !strings.HasSuffix(text, res.Routing) {
 		t.Errorf("the text does not end with the routing block:\n%s", text)
 	}
