@@ -39,9 +39,9 @@ type tuneOptions struct {
 
 // defaultTuneVariants are the routings `warden tune` compares: the three
 // strategies, then affinity's options one by one and combined. Admission
-// is tried at three timeouts around the proxy's default (30 s); priced is
-// simulated but never recommended (the proxy refuses it: it has no
-// prefill rate per replica yet).
+// is tried at three timeouts around the proxy's default (30 s); priced
+// runs in the proxy with prefill_tokens_per_s: metrics (each replica's
+// rate measured from vLLM's prefill-time histogram).
 var defaultTuneVariants = []string{
 	"hash", "least-loaded", "affinity",
 	"affinity+kv",
@@ -56,12 +56,13 @@ var defaultTuneVariants = []string{
 const tuneTie = 0.01
 
 // tuneRule is the recommendation rule, said in the help and the output.
-const tuneRule = `the most output tokens/min among the variants the proxy runs whose TTFB p95
+const tuneRule = `the most output tokens/min among the variants whose TTFB p95
 is no worse than the best plain strategy's (hash, least-loaded, affinity);
 within 1 % of the most counts as a tie, and a tie goes to the variant with
-fewer options (kv, admit), then to the earlier one in the list. Priced
-variants are shown, not recommended: the proxy has no prefill rate per
-replica yet and refuses spill_threshold: priced.`
+fewer options (kv, priced, admit), then to the earlier one in the list.
+A priced variant's block sets prefill_tokens_per_s: metrics, the rate the
+proxy measures on each replica (the simulator prices with its step-time
+model).`
 
 func newTuneCmd() *cobra.Command {
 	opts := &tuneOptions{}
@@ -174,8 +175,6 @@ type tuneJournal struct {
 type tuneRow struct {
 	Variant string `json:"variant"` // as given: affinity+kv+admit=30s
 	Name    string `json:"name"`    // as tables name it: affinity (kv, admit 30s)
-	// Proxy says whether the proxy can run it (priced: not yet).
-	Proxy              bool      `json:"proxy"`
 	Options            int       `json:"options"` // options named: kv, priced, admit
 	PrefixHitPct       sim.Float `json:"prefix_hit_pct"`
 	TTFBP50            sim.Float `json:"ttfb_p50_s"`
@@ -187,7 +186,7 @@ type tuneRow struct {
 	AdmissionWaits     int64     `json:"admission_waits"`
 	AdmissionRefused   int64     `json:"admission_refused"`
 	AdmissionRetries   int64     `json:"admission_retries"` // of the refused, sent again after Retry-After
-	Eligible           bool      `json:"eligible"`          // TTFB p95 within the reference and the proxy runs it
+	Eligible           bool      `json:"eligible"`          // TTFB p95 within the reference
 
 	spec sim.Variant
 }
@@ -229,7 +228,7 @@ func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
 		spec, _ := sim.ParseVariant(v)
 		r := rep.Rows[i]
 		res.Variants = append(res.Variants, tuneRow{
-			Variant: v, Name: r.Strategy, Proxy: !spec.Priced, Options: numOptions(spec),
+			Variant: v, Name: r.Strategy, Options: numOptions(spec),
 			PrefixHitPct: r.PrefixHitPct, TTFBP50: r.TTFBP50, TTFBP95: r.TTFBP95,
 			OutputTokensPerMin: r.OutputTokensPerMin, SessionsPerHour: r.SessionsPerHour,
 			Finished: r.Finished, Unfinished: r.Unfinished,
@@ -275,21 +274,21 @@ func recommend(res *tuneResult) error {
 		}
 	}
 	for _, v := range vs {
-		// The reference: the plain strategies, or every variant the proxy
-		// runs when the list has none.
-		if (v.Options == 0 || (!plain && v.Proxy)) && float64(v.TTFBP95) < ref {
+		// The reference: the plain strategies, or every variant when the
+		// list has none.
+		if (v.Options == 0 || !plain) && float64(v.TTFBP95) < ref {
 			ref, refName = float64(v.TTFBP95), v.Name
 		}
 	}
 	if math.IsInf(ref, 1) {
-		return errors.New("tune: no variant the proxy runs measured a TTFB (did any request finish?)")
+		return errors.New("tune: no variant measured a TTFB (did any request finish?)")
 	}
 	res.Reference, res.ReferenceVariant = sim.Float(ref), refName
 	most := math.Inf(-1)
 	for i := range vs {
 		v := &vs[i]
 		p95, tok := float64(v.TTFBP95), float64(v.OutputTokensPerMin)
-		v.Eligible = v.Proxy && !math.IsNaN(p95) && !math.IsNaN(tok) && p95 <= ref
+		v.Eligible = !math.IsNaN(p95) && !math.IsNaN(tok) && p95 <= ref
 		if v.Eligible {
 			most = max(most, tok)
 		}
@@ -343,7 +342,17 @@ func routingYAML(model string, v sim.Variant, fr farmRouting) string {
 	fmt.Fprintf(&b, "models:\n  - name: %s\n", yamlString(model))
 	fmt.Fprintf(&b, "    strategy: %s\n", v.Strategy)
 	if v.Strategy == placement.StrategyAffinity {
-		fmt.Fprintf(&b, "    spill_threshold: %s\n", fr.spill.String())
+		spill := fr.spill
+		if v.Priced {
+			spill = placement.SpillPriced()
+		}
+		fmt.Fprintf(&b, "    spill_threshold: %s\n", spill.String())
+		if spill.Priced() {
+			// The rate the proxy measures on each replica from vLLM's
+			// prefill-time histogram, as the simulator's step-time model
+			// stands for the farm's.
+			b.WriteString("    prefill_tokens_per_s: metrics\n")
+		}
 		fmt.Fprintf(&b, "    session_ttl: %s\n    active_window: %s\n", fr.ttl, fr.window)
 		balance := placement.BalanceSessions
 		if v.KV {
@@ -600,12 +609,8 @@ func writeTune(w io.Writer, res *tuneResult, farm *sim.Farm) error {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "variant\tproxy\thit %\tTTFB p50 s\tTTFB p95 s\toutput tok/min\tsessions/h\twaited / refused / retried\tfinished / unfinished\t")
+	fmt.Fprintln(tw, "variant\thit %\tTTFB p50 s\tTTFB p95 s\toutput tok/min\tsessions/h\twaited / refused / retried\tfinished / unfinished\t")
 	for i, v := range res.Variants {
-		proxy := "yes"
-		if !v.Proxy {
-			proxy = "no (priced)"
-		}
 		adm := "-"
 		if v.spec.Admit {
 			adm = fmt.Sprintf("%d / %d / %d", v.AdmissionWaits, v.AdmissionRefused, v.AdmissionRetries)
@@ -614,7 +619,7 @@ func writeTune(w io.Writer, res *tuneResult, farm *sim.Farm) error {
 		if i == res.Recommended {
 			mark = "  <- recommended"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d / %d\t%s\n", v.Name, proxy,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d / %d\t%s\n", v.Name,
 			num.Format(float64(v.PrefixHitPct), 1), num.Format(float64(v.TTFBP50), 2), num.Format(float64(v.TTFBP95), 2),
 			num.Format(float64(v.OutputTokensPerMin), 0), num.Format(float64(v.SessionsPerHour), 0), adm, v.Finished, v.Unfinished, mark)
 	}

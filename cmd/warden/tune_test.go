@@ -62,11 +62,11 @@ func TestTuneGolden(t *testing.T) {
 	}
 	// The recommendation follows the rule, checked here from the rows.
 	best := res.Variants[res.Recommended]
-	if !best.Proxy || float64(best.TTFBP95) > float64(res.Reference) {
-		t.Errorf("recommended %s: proxy %v, TTFB p95 %v against the reference %v", best.Name, best.Proxy, best.TTFBP95, res.Reference)
+	if float64(best.TTFBP95) > float64(res.Reference) {
+		t.Errorf("recommended %s: TTFB p95 %v against the reference %v", best.Name, best.TTFBP95, res.Reference)
 	}
 	for _, v := range res.Variants {
-		if v.Proxy && float64(v.TTFBP95) <= float64(res.Reference) && float64(v.OutputTokensPerMin) > float64(best.OutputTokensPerMin)*(1+tuneTie) {
+		if float64(v.TTFBP95) <= float64(res.Reference) && float64(v.OutputTokensPerMin) > float64(best.OutputTokensPerMin)*(1+tuneTie) {
 			t.Errorf("%s has more output tokens/min (%v) than the recommended %s (%v) within the TTFB reference", v.Name, v.OutputTokensPerMin, best.Name, best.OutputTokensPerMin)
 		}
 	}
@@ -139,7 +139,7 @@ func loadRouting(t *testing.T, block string) (*live.ModelCfg, error) {
 // TestTuneRoutingLoadsInProxy: the block tune prints loads with the
 // proxy's own config loader and sets what the variant says; for every
 // variant the proxy runs, and for the one recommended on the test journal.
-// A priced variant's block does not load: why tune never recommends it.
+// A priced variant's block sets the proxy's measured prefill rate.
 func TestTuneRoutingLoadsInProxy(t *testing.T) {
 	text, err := runWarden(t, "tune", "--journal", tuneJournalDir, "--farm", tuneFarmFile, "--variants", "least-loaded,affinity+kv+admit=20s")
 	if err != nil {
@@ -165,7 +165,8 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 		{variant: "affinity+admit", spill: "auto", strategy: "affinity", balance: "sessions", admit: "kv", timeout: live.DefaultAdmissionTimeout},
 		{variant: "affinity+kv+admit=10s", spill: "auto", strategy: "affinity", balance: "kv", admit: "kv", timeout: 10 * time.Second},
 		{variant: "affinity+kv+admit=1m30s", spill: "auto", strategy: "affinity", balance: "kv", admit: "kv", timeout: 90 * time.Second},
-		{variant: "affinity+priced", spill: "auto", err: "priced is not available in the proxy"},
+		{variant: "affinity+priced", spill: "auto", strategy: "affinity", balance: "sessions", admit: "off"},
+		{variant: "affinity+kv+priced+admit=30s", spill: "auto", strategy: "affinity", balance: "kv", admit: "kv", timeout: 30 * time.Second},
 	} {
 		t.Run(tt.variant+"/"+tt.spill, func(t *testing.T) {
 			v, err := sim.ParseVariant(tt.variant)
@@ -206,9 +207,12 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 			if tt.admit == "kv" && m.AdmissionTimeout.D() != tt.timeout {
 				t.Errorf("admission_timeout %s, want %s", m.AdmissionTimeout.D(), tt.timeout)
 			}
-			wantSpill := live.Spill{Auto: tt.spill == "auto"}
+			wantSpill := live.Spill{Auto: tt.spill == "auto", Priced: v.Priced}
 			if !wantSpill.Auto {
 				wantSpill.N = 6
+			}
+			if v.Priced && !m.PrefillTokensPerS.Metrics {
+				t.Errorf("a priced block must measure the prefill rate (prefill_tokens_per_s: metrics):\n%s", block)
 			}
 			if m.SpillThreshold != wantSpill {
 				t.Errorf("spill %+v, want %+v", m.SpillThreshold, wantSpill)
@@ -416,7 +420,7 @@ func TestTuneRecommend(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tuneRow{Variant: variant, Name: v.Label(), Proxy: !v.Priced, Options: numOptions(v),
+		return tuneRow{Variant: variant, Name: v.Label(), Options: numOptions(v),
 			TTFBP95: sim.Float(p95), OutputTokensPerMin: sim.Float(tok), spec: v}
 	}
 	nan := math.NaN()
@@ -430,9 +434,9 @@ func TestTuneRecommend(t *testing.T) {
 		{"a tie goes to fewer options", []tuneRow{row("least-loaded", 2, 1000), row("affinity", 1.9, 1100), row("affinity+kv+admit", 1.8, 1105)}, "affinity", 1.9},
 		{"past the tie, more options win", []tuneRow{row("affinity", 2, 1000), row("affinity+kv+admit", 1.8, 1020)}, "affinity (kv, admit)", 2},
 		{"a tie among plain ones goes to the first", []tuneRow{row("least-loaded", 2, 1000), row("affinity", 2, 1000)}, "least-loaded", 2},
-		{"priced is never recommended", []tuneRow{row("affinity", 2, 1000), row("affinity+priced", 1, 2000)}, "affinity", 2},
+		{"priced is recommended on its merits", []tuneRow{row("affinity", 2, 1000), row("affinity+priced", 1, 2000)}, "affinity (priced)", 2},
 		{"no measure is no candidate", []tuneRow{row("affinity", nan, nan), row("least-loaded", 3, 900)}, "least-loaded", 3},
-		{"without plain strategies, the reference is the proxy's variants", []tuneRow{row("affinity+kv", 4, 900), row("affinity+admit=10s", 2, 800), row("affinity+priced", 1, 900)}, "affinity (admit 10s)", 2},
+		{"without plain strategies, the reference is the variants'", []tuneRow{row("affinity+kv", 4, 900), row("affinity+admit=10s", 2, 800), row("affinity+priced", 1, 700)}, "affinity (priced)", 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			res := &tuneResult{Variants: tt.rows}
