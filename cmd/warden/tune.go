@@ -173,8 +173,8 @@ type tuneJournal struct {
 
 // tuneRow is one variant's replay.
 type tuneRow struct {
-	Variant string `json:"variant"` // as given: affinity+kv+admit=30s
-	Name    string `json:"name"`    // as tables name it: affinity (kv, admit 30s)
+	Variant            string    `json:"variant"` // as given: affinity+kv+admit=30s
+	Name               string    `json:"name"`    // as tables name it: affinity (kv, admit 30s)
 	Options            int       `json:"options"` // options named: kv, priced, admit
 	PrefixHitPct       sim.Float `json:"prefix_hit_pct"`
 	TTFBP50            sim.Float `json:"ttfb_p50_s"`
