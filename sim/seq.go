@@ -21,6 +21,9 @@ type seq struct {
 
 	blocks       []int32 // block table
 	cachedBlocks int     // leading blocks already in the prefix cache
+	// hashEnd is the first block without a known hash (blockHash fails
+	// from there on), once replica.cacheKnown met it; math.MaxInt before.
+	hashEnd      int
 	preemptions  int
 	cachedTokens int   // prompt tokens served from the prefix cache at the first admission
 	admitted     bool  // admitted at least once (its first lookup is counted)
