@@ -2,6 +2,7 @@ package traces
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"unicode/utf8"
 )
@@ -206,47 +207,32 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 	for {
 		start := p.i
 		var v uint64
-		// Eight digits at a time, twice at most, then one at a time: 19
-		// digits never overflow.
-		for p.i+8 <= len(p.b) && p.i-start <= 8 {
-			x := binary.LittleEndian.Uint64(p.b[p.i:])
-			if !eightDigits(x) {
-				break
-			}
-			v = v*1e8 + parseEight(x)
-			p.i += 8
+		var ok bool
+		if p.i+24 <= len(p.b) {
+			v, ok = p.uintWords()
+		} else {
+			v, ok = p.uintBytes()
 		}
-		for p.i < len(p.b) && p.i-start < 19 {
-			c := p.b[p.i] - '0'
-			if c > 9 {
-				break
-			}
-			v = v*10 + uint64(c)
-			p.i++
-		}
-		if p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-			// A 20th digit: it may overflow; a 21st always does.
-			d := uint64(p.b[p.i] - '0')
-			if v > (1<<64-1-d)/10 {
-				return dst, false
-			}
-			v = v*10 + d
-			p.i++
-			if p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-				return dst, false
-			}
-		}
-		n := p.i - start
-		if n == 0 || (n > 1 && p.b[start] == '0') {
+		if !ok {
 			return dst, false
 		}
-		if p.i < len(p.b) {
-			switch p.b[p.i] {
-			case '.', 'e', 'E':
-				return dst, false
-			}
+		if n := p.i - start; n == 0 || (n > 1 && p.b[start] == '0') {
+			return dst, false
 		}
 		dst = append(dst, v)
+		if p.i < len(p.b) {
+			switch p.b[p.i] {
+			case ',':
+				p.i++
+				p.ws()
+				continue
+			case ']':
+				p.i++
+				return dst, true
+			}
+		}
+		// Anything else after the digits: white space, or not an integer
+		// (a fraction, an exponent), or bad syntax.
 		p.ws()
 		if p.byte(']') {
 			return dst, true
@@ -258,11 +244,78 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 	}
 }
 
-// eightDigits reports whether the eight bytes of x (little-endian) are all
-// ASCII digits: each is 0x30 to 0x3f, and adding 6 keeps it below 0x40.
-func eightDigits(x uint64) bool {
-	const hi, thirties, sixes = 0xf0f0f0f0f0f0f0f0, 0x3030303030303030, 0x0606060606060606
-	return x&hi == thirties && (x+sixes)&hi == thirties
+// pow10 are the powers of ten up to 10^8.
+var pow10 = [9]uint64{1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000}
+
+// uintWords reads the digits at p.i, eight bytes at a time; at least 24
+// bytes must follow p.i. It reports false on more than 20 digits or a value
+// past 2^64-1; no digit at all reads as 0 with p.i unmoved.
+func (p *fastParser) uintWords() (uint64, bool) {
+	b := p.b[p.i : p.i+24]
+	x := binary.LittleEndian.Uint64(b)
+	n := leadingDigits(x)
+	if n < 8 {
+		p.i += n
+		return parseEight(x << (64 - 8*n)), true // the digits moved to the top, zeros below
+	}
+	v := parseEight(x)
+	x = binary.LittleEndian.Uint64(b[8:])
+	n = leadingDigits(x)
+	if n < 8 {
+		p.i += 8 + n
+		return v*pow10[n] + parseEight(x<<(64-8*n)), true
+	}
+	v = v*1e8 + parseEight(x)
+	x = binary.LittleEndian.Uint64(b[16:])
+	n = leadingDigits(x)
+	if n > 4 {
+		return 0, false // 21 digits or more
+	}
+	hi, lo := bits.Mul64(v, pow10[n]) // v < 10^16: only 20 digits may overflow
+	sum, carry := bits.Add64(lo, parseEight(x<<(64-8*n)), 0)
+	if hi != 0 || carry != 0 {
+		return 0, false
+	}
+	p.i += 16 + n
+	return sum, true
+}
+
+// uintBytes is uintWords one byte at a time, near the end of the line.
+func (p *fastParser) uintBytes() (uint64, bool) {
+	start := p.i
+	var v uint64
+	for p.i < len(p.b) && p.i-start < 19 {
+		c := p.b[p.i] - '0'
+		if c > 9 {
+			return v, true
+		}
+		v = v*10 + uint64(c)
+		p.i++
+	}
+	if p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		// A 20th digit: it may overflow; a 21st always does.
+		d := uint64(p.b[p.i] - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+		p.i++
+		if p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+			return 0, false
+		}
+	}
+	return v, true
+}
+
+// leadingDigits returns how many of the eight bytes of x (little-endian:
+// the first byte low) are ASCII digits before the first that is not.
+// Subtracting '0' from each byte leaves a digit at 0 to 9; a byte below
+// '0' wraps to 0x80 or more, one above '9' reaches 0x80 once 0x76 is
+// added; the borrows and carries only move up, past the first non-digit.
+func leadingDigits(x uint64) int {
+	const zeros, sevens, highs = 0x3030303030303030, 0x7676767676767676, 0x8080808080808080
+	d := x - zeros
+	return bits.TrailingZeros64((d|(d+sevens))&highs) >> 3
 }
 
 // parseEight is the value of eight ASCII digits loaded little-endian (the
