@@ -1,5 +1,7 @@
 package sim
 
+import "math/bits"
+
 // This file mirrors vLLM V1's KV block pool (vllm/v1/core/block_pool.py)
 // and its free queue (FreeKVCacheBlockQueue in kv_cache_utils.py):
 //
@@ -325,6 +327,15 @@ func (e *everSet) slot(hash uint64) int {
 		}
 		i = (i + 1) & mask
 	}
+}
+
+// reserve makes room for n hashes without growing, in an empty table.
+func (e *everSet) reserve(n int) {
+	if e.n > 0 || 2*n <= len(e.slots) {
+		return
+	}
+	b := uint(bits.Len(uint(2*n - 1)))
+	e.slots, e.shift = make([]everSlot, 1<<b), 64-b
 }
 
 // add records that replica rep cached hash.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"time"
@@ -63,6 +64,11 @@ type Experiment struct {
 	// caller can evaluate any PromQL on the series, as calibration does.
 	// Calls come from the strategies' goroutines, possibly concurrently.
 	OnStore func(strategy string, st *metrics.Store)
+
+	// everHint is about how many distinct block hashes Trace holds
+	// (Trace.hashCount), 0 when unknown: room reserved up front in each
+	// run's record of the hashes ever cached.
+	everHint int
 }
 
 // Trace is a trace file in memory.
@@ -70,6 +76,51 @@ type Trace struct {
 	Name     string
 	Header   traces.Header
 	Requests []*traces.Request // in file order
+}
+
+// hashCount estimates the number of distinct block hashes of t's requests
+// (prompt and output) by linear counting (Whang, Vander-Zanden and Taylor,
+// "A linear-time probabilistic counting algorithm for database
+// applications", 1990): each id, mixed, marks one bit of a map of m bits,
+// at least as many as there are ids, and n distinct ids leave about
+// m e^(-n/m) bits clear, so n = m ln(m/clear). Its error is a fraction of
+// a percent here; it only sizes a table.
+func (t *Trace) hashCount() int {
+	total := 0
+	for _, r := range t.Requests {
+		total += len(r.HashIDs) + len(r.OutputHashIDs)
+	}
+	if total == 0 {
+		return 0
+	}
+	b := min(bits.Len(uint(total)), 24) // m > total, up to 2 MiB of map
+	m := uint64(1) << b
+	bitmap := make([]uint64, max(m/64, 1))
+	mark := func(ids []uint64) {
+		for _, id := range ids {
+			// Ids need not be uniform: murmur3's finaliser spreads them.
+			id ^= id >> 33
+			id *= 0xff51afd7ed558ccd
+			id ^= id >> 33
+			id *= 0xc4ceb9fe1a85ec53
+			id ^= id >> 33
+			k := id >> (64 - b)
+			bitmap[k/64] |= 1 << (k % 64)
+		}
+	}
+	for _, r := range t.Requests {
+		mark(r.HashIDs)
+		mark(r.OutputHashIDs)
+	}
+	set := 0
+	for _, w := range bitmap {
+		set += bits.OnesCount64(w)
+	}
+	zeros := m - uint64(set)
+	if zeros == 0 {
+		return total
+	}
+	return min(total, int(math.Ceil(float64(m)*math.Log(float64(m)/float64(zeros)))))
 }
 
 // LoadTrace reads a whole trace file (JSONL, optionally gzipped).
@@ -171,6 +222,9 @@ func Run(ctx context.Context, e Experiment) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if e.Trace != nil {
+		e.everHint = e.Trace.hashCount()
+	}
 	prog := newProgress(e)
 	rows := make([][]Row, len(e.Strategies))
 	errs := make([]error, len(e.Strategies))
@@ -264,6 +318,11 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	r, err := newRun(e.Farm, strategy, *e.Spill)
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(r.reps) > 0 && r.reps[0].pool.ever != nil {
+		// A 1.5 M-id trace has some 200 k distinct: growing to them costs
+		// a tenth of the run (rehashing and fresh memory).
+		r.reps[0].pool.ever.reserve(e.everHint + e.everHint/8)
 	}
 	if r.kv != nil && e.Trace == nil {
 		r.kv.shared = e.Workload.SystemPromptTokens // the synthetic sessions' common system prompt
