@@ -123,25 +123,19 @@ func (t *Trace) hashCount() int {
 	return min(total, int(math.Ceil(float64(m)*math.Log(float64(m)/float64(zeros)))))
 }
 
-// LoadTrace reads a whole trace file (JSONL, optionally gzipped).
+// LoadTrace reads a whole trace file (JSONL, optionally gzipped), its
+// lines parsed on several goroutines (traces.Reader.ReadAll).
 func LoadTrace(path string) (*Trace, error) {
 	rd, err := traces.Open(path, traces.ReaderOptions{})
 	if err != nil {
 		return nil, err
 	}
 	defer rd.Close()
-	t := &Trace{Name: path, Header: rd.Header()}
-	for {
-		req, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			return t, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		c := req.Clone() // the reader reuses its Request
-		t.Requests = append(t.Requests, &c)
+	reqs, err := rd.ReadAll()
+	if err != nil {
+		return nil, err
 	}
+	return &Trace{Name: path, Header: rd.Header(), Requests: reqs}, nil
 }
 
 // sessions groups the trace's requests by session, in order of first
