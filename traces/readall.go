@@ -11,7 +11,7 @@ import (
 
 // readAllBatchBytes is about how many bytes of lines ReadAll hands a
 // parsing goroutine at once (tests make it small).
-var readAllBatchBytes = 1 << 20
+var readAllBatchBytes = 256 << 10
 
 // lineBatch is a run of consecutive non-blank lines that ReadAll's reading
 // goroutine cut, and what a parsing goroutine made of them.
