@@ -287,14 +287,10 @@ func usToSec(us int64) float64 { return float64(us) / usPerSec }
 // stepScheduled observes the step rep scheduled at now: its tokens, and
 // the first scheduling time of its requests (vLLM's scheduled_ts).
 func (h *EngineHistograms) stepScheduled(rep *replica, now int64) {
-	tokens := 0
-	for i, s := range rep.batch {
-		tokens += rep.chunks[i].n
-		if s.scheduledUs < 0 {
-			s.scheduledUs = now
-		}
+	for _, s := range rep.fresh {
+		s.scheduledUs = now
 	}
-	h.iterTokens.Observe(float64(tokens))
+	h.iterTokens.Observe(float64(rep.stepTokens))
 }
 
 // firstToken observes a request's first token (s.firstTokenUs is set).
