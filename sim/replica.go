@@ -189,7 +189,7 @@ func (r *replica) schedule() int {
 			// A decode whose token fits the blocks it holds: allocate_slots
 			// takes no block and cannot fail (allocateSlots with no hits
 			// and no new block), only caching a block the token completes.
-			if full := (s.computed + 1) / bs; full > s.cachedBlocks && s.cachedBlocks < s.hashEnd {
+			if full := (s.computed + 1) / bs; full > s.cachedBlocks && (s.hashEnd == 0 || s.cachedBlocks < s.hashEnd-1) {
 				r.cacheKnown(s, full)
 			}
 			r.batch = append(r.batch, s)
@@ -443,7 +443,7 @@ func (r *replica) cacheKnown(s *seq, full int) {
 	for k := s.cachedBlocks; k < full; k++ {
 		h, ok := s.blockHash(k, bs)
 		if !ok {
-			s.hashEnd = k // and every later block: a decode past it skips the call
+			s.hashEnd = k + 1 // and every later block: a decode past it skips the call
 			break
 		}
 		r.pool.cacheBlock(s.blocks[k], h)

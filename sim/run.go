@@ -3,7 +3,6 @@ package sim
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/lm-warden/warden/placement"
@@ -325,7 +324,6 @@ func makeSeq(id int, req *traces.Request, client int32, outputCap int, now int64
 		memoReplica:  -1,
 		firstTokenUs: -1,
 		scheduledUs:  -1,
-		hashEnd:      math.MaxInt,
 		lengthCapped: outputCap > 0 && out >= outputCap,
 	}
 }

@@ -20,8 +20,8 @@ type seq struct {
 	firstTokenUs int64   // -1 until the first token
 	lastTokenUs  int64   // the latest token (inter-token latency)
 	blocks       []int32 // block table
-	// hashEnd is the first block without a known hash (blockHash fails
-	// from there on), once replica.cacheKnown met it; math.MaxInt before.
+	// hashEnd is 1 + the first block without a known hash (blockHash
+	// fails from there on), once replica.cacheKnown met it; 0 before.
 	hashEnd     int
 	scheduledUs int64 // first scheduled, -1 before (vLLM's scheduled_ts)
 	aborted     bool  // cut at a step end; removed when its step ends
