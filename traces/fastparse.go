@@ -209,7 +209,9 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 		var v uint64
 		var ok bool
 		if p.i+24 <= len(p.b) {
-			v, ok = p.uintWords()
+			var n int
+			v, n, ok = uintWords(p.b[p.i : p.i+24])
+			p.i += n
 		} else {
 			v, ok = p.uintBytes()
 		}
@@ -224,7 +226,9 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 			switch p.b[p.i] {
 			case ',':
 				p.i++
-				p.ws()
+				if p.i < len(p.b) && p.b[p.i]-'0' > 9 {
+					p.ws()
+				}
 				continue
 			case ']':
 				p.i++
@@ -247,40 +251,38 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 // pow10 are the powers of ten up to 10^8.
 var pow10 = [9]uint64{1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000}
 
-// uintWords reads the digits at p.i, eight bytes at a time; at least 24
-// bytes must follow p.i. It reports false on more than 20 digits or a value
-// past 2^64-1; no digit at all reads as 0 with p.i unmoved.
-func (p *fastParser) uintWords() (uint64, bool) {
-	b := p.b[p.i : p.i+24]
+// uintWords reads the digits at the start of b (24 bytes or more), eight
+// bytes at a time, and returns their value and count. It reports false on
+// more than 20 digits or a value past 2^64-1; no digit at all is 0 digits.
+func uintWords(b []byte) (v uint64, n int, ok bool) {
+	b = b[:24]
 	x := binary.LittleEndian.Uint64(b)
-	n := leadingDigits(x)
+	n = leadingDigits(x)
 	if n < 8 {
-		p.i += n
-		return parseEight(x << (64 - 8*n)), true // the digits moved to the top, zeros below
+		return parseEight(x << (64 - 8*n)), n, true // the digits moved to the top, zeros below
 	}
-	v := parseEight(x)
+	v = parseEight(x)
 	x = binary.LittleEndian.Uint64(b[8:])
 	n = leadingDigits(x)
 	if n < 8 {
-		p.i += 8 + n
-		return v*pow10[n] + parseEight(x<<(64-8*n)), true
+		return v*pow10[n] + parseEight(x<<(64-8*n)), 8 + n, true
 	}
 	v = v*1e8 + parseEight(x)
 	x = binary.LittleEndian.Uint64(b[16:])
 	n = leadingDigits(x)
 	if n > 4 {
-		return 0, false // 21 digits or more
+		return 0, 0, false // 21 digits or more
 	}
 	hi, lo := bits.Mul64(v, pow10[n]) // v < 10^16: only 20 digits may overflow
 	sum, carry := bits.Add64(lo, parseEight(x<<(64-8*n)), 0)
 	if hi != 0 || carry != 0 {
-		return 0, false
+		return 0, 0, false
 	}
-	p.i += 16 + n
-	return sum, true
+	return sum, 16 + n, true
 }
 
-// uintBytes is uintWords one byte at a time, near the end of the line.
+// uintBytes reads the digits at p.i one byte at a time, near the end of
+// the line, as uintWords does.
 func (p *fastParser) uintBytes() (uint64, bool) {
 	start := p.i
 	var v uint64
