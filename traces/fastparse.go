@@ -1,6 +1,7 @@
 package traces
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math/bits"
 	"strconv"
@@ -16,8 +17,11 @@ import (
 // false, leaving r partly filled, and the caller decodes the line with
 // encoding/json, whose errors name the field. A trace of long prompts is
 // mostly hash ids, which encoding/json reads an order of magnitude slower.
-func parseFast(line []byte, r *Request) bool {
-	p := fastParser{b: line}
+//
+// memo, when not nil, remembers the hash-id arrays of the lines parsed
+// with it (see idMemo).
+func parseFast(line []byte, r *Request, memo *idMemo) bool {
+	p := fastParser{b: line, memo: memo}
 	p.ws()
 	if !p.byte('{') {
 		return false
@@ -79,8 +83,65 @@ func parseFast(line []byte, r *Request) bool {
 }
 
 type fastParser struct {
-	b []byte
-	i int
+	b    []byte
+	i    int
+	memo *idMemo
+}
+
+// idMemo holds the hash-id arrays of recent lines, as written and as read,
+// by their first id. Requests that share a prefix repeat its ids line
+// after line (a system prompt, the earlier turns of a conversation), and
+// comparing the text with a line before is an order of magnitude faster
+// than reading the numbers again: the ids up to the last comma of the
+// text both lines share are those read before.
+type idMemo struct {
+	// Two ways for each of 32 sets, the set by the first id (hashed): a
+	// trace's few shared prefixes rarely meet three in a set.
+	slots [64]idMemoSlot
+	tick  uint64
+}
+
+type idMemoSlot struct {
+	raw  []byte   // an array's text, from its first id up to its closing bracket
+	ids  []uint64 // what it reads as
+	used uint64   // the memo's tick when it was last found or written
+}
+
+// find returns the slot that holds an array starting with the id first,
+// or nil and the slot to write one in (of its set's two, the one used
+// least recently).
+func (m *idMemo) find(first uint64) (hit, victim *idMemoSlot) {
+	m.tick++
+	set := m.slots[2*((first*0x9e3779b97f4a7c15)>>59):][:2]
+	for i := range set {
+		if sl := &set[i]; len(sl.ids) > 0 && sl.ids[0] == first {
+			sl.used = m.tick
+			return sl, sl
+		}
+	}
+	if set[1].used < set[0].used {
+		return nil, &set[1]
+	}
+	return nil, &set[0]
+}
+
+// idMemoMin is the fewest ids an array must hold to be remembered.
+const idMemoMin = 8
+
+// commonPrefix returns the length of the common prefix of a and b: 64
+// bytes at a time (bytes.Equal is the runtime's vector compare), then one
+// at a time.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	a, b = a[:n], b[:n]
+	i := 0
+	for i+64 <= n && bytes.Equal(a[i:i+64], b[i:i+64]) {
+		i += 64
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
 }
 
 // ws skips JSON white space.
@@ -204,6 +265,7 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 	if p.byte(']') {
 		return dst, true
 	}
+	first, remembered := p.i, (*idMemoSlot)(nil)
 	for {
 		start := p.i
 		var v uint64
@@ -222,6 +284,22 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 			return dst, false
 		}
 		dst = append(dst, v)
+		if len(dst) == 1 && p.memo != nil {
+			// The ids another line shares with this one, read before: those
+			// followed by a comma inside the common text.
+			sl, victim := p.memo.find(v)
+			remembered = victim // this array replaces the slot's when it is read
+			if sl != nil {
+				if shared := sl.raw[:commonPrefix(sl.raw, p.b[first:])]; len(shared) > 0 {
+					if n := bytes.Count(shared, comma); n > 1 {
+						dst = append(dst[:0], sl.ids[:n]...)
+						p.i = first + bytes.LastIndexByte(shared, ',') + 1
+						p.ws()
+						continue
+					}
+				}
+			}
+		}
 		if p.i < len(p.b) {
 			switch p.b[p.i] {
 			case ',':
@@ -231,6 +309,7 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 				}
 				continue
 			case ']':
+				p.remember(remembered, first, dst)
 				p.i++
 				return dst, true
 			}
@@ -238,7 +317,9 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 		// Anything else after the digits: white space, or not an integer
 		// (a fraction, an exponent), or bad syntax.
 		p.ws()
-		if p.byte(']') {
+		if p.i < len(p.b) && p.b[p.i] == ']' {
+			p.remember(remembered, first, dst)
+			p.i++
 			return dst, true
 		}
 		if !p.byte(',') {
@@ -246,6 +327,19 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 		}
 		p.ws()
 	}
+}
+
+var comma = []byte{','}
+
+// remember keeps the array just read, from first up to the closing
+// bracket at p.i, and its ids in the memo's slot sl (nil: none).
+func (p *fastParser) remember(sl *idMemoSlot, first int, ids []uint64) {
+	if sl == nil || len(ids) < idMemoMin {
+		return
+	}
+	sl.raw = append(sl.raw[:0], p.b[first:p.i]...)
+	sl.ids = append(sl.ids[:0], ids...)
+	sl.used = p.memo.tick
 }
 
 // pow10 are the powers of ten up to 10^8.

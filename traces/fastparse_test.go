@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -79,7 +80,7 @@ func TestParseFastAgreesWithEncodingJSON(t *testing.T) {
 	prev := Request{HashIDs: make([]uint64, 3, 8)}
 	for _, c := range fastParseCases {
 		fast, ref := freshRequest(&prev), freshRequest(&Request{HashIDs: make([]uint64, 3, 8)})
-		got := parseFast([]byte(c.line), &fast)
+		got := parseFast([]byte(c.line), &fast, nil)
 		if got != c.fast {
 			t.Errorf("%s: parseFast %v, want %v", c.line, got, c.fast)
 		}
@@ -98,7 +99,7 @@ func FuzzParseFast(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) {
 		prev := Request{HashIDs: []uint64{1, 2}}
 		fast, ref := freshRequest(&prev), freshRequest(&Request{HashIDs: []uint64{3}})
-		if !parseFast(line, &fast) {
+		if !parseFast(line, &fast, nil) {
 			return
 		}
 		if !jsonParse(line, &ref) {
@@ -193,4 +194,79 @@ func TestParseEight(t *testing.T) {
 			t.Fatalf("%q: leadingDigits %d, want %d", b, got, want)
 		}
 	}
+}
+
+// memoLines are lines read one after the other with one idMemo: arrays that
+// share prefixes of their text (up to the middle of an id, with and
+// without white space), differ after them, turn invalid after them, are
+// a prefix of the one before or extend it, and first ids that share a
+// memo slot.
+func memoLines() []string {
+	ids := func(xs ...string) string {
+		return `{"t_ms":1,"session":"s","prompt_tokens":1,"hash_ids":[` + strings.Join(xs, ",") + `],"output_hash_ids":[` + strings.Join(xs[:len(xs)/2], ",") + `]}`
+	}
+	base := []string{"11", "22", "333", "4444", "55555", "666666", "7777777", "88888888", "999999999", "18446744073709551615", "12345678901234567890", "5"}
+	with := func(i int, v string) []string {
+		xs := append([]string(nil), base...)
+		xs[i] = v
+		return xs
+	}
+	return []string{
+		ids(base...),
+		ids(base...),                            // the same line
+		ids(with(5, "666667")...),               // differs inside an id
+		ids(with(5, "6666661")...),              // one digit more
+		ids(with(5, "66666")...),                // one digit less
+		ids(with(9, "18446744073709551616")...), // overflow after the shared ids
+		ids(with(7, "088888888")...),            // a leading zero after them
+		ids(with(7, "8.5")...),                  // a fraction
+		ids(base[:9]...),                        // a prefix of the line before
+		ids(append(base, "13", "14")...),        // longer
+		`{"t_ms":1,"session":"s","prompt_tokens":1,"hash_ids":[11 , 22,333 ,4444,55555,666666,7777777,88888888,999999999]}`,
+		ids(with(0, "27")...), // first id 27 = 11 mod 16: the slot changes hands
+		ids(base...),
+		ids(with(11, "")...), // an empty last element: bad syntax
+		ids(base...),
+	}
+}
+
+// TestParseFastMemo reads memoLines with one memo and checks every line
+// against encoding/json and against parseFast without a memo.
+func TestParseFastMemo(t *testing.T) {
+	memo := new(idMemo)
+	for _, l := range memoLines() {
+		prev := Request{HashIDs: make([]uint64, 3, 8)}
+		withMemo, without, ref := freshRequest(&prev), freshRequest(&Request{}), freshRequest(&Request{})
+		got, want := parseFast([]byte(l), &withMemo, memo), parseFast([]byte(l), &without, nil)
+		if got != want {
+			t.Errorf("%s: parseFast %v with the memo, %v without", l, got, want)
+		}
+		if got && (!jsonParse([]byte(l), &ref) || !reflect.DeepEqual(withMemo, ref)) {
+			t.Errorf("%s: parseFast with the memo gives %+v, encoding/json %+v", l, withMemo, ref)
+		}
+	}
+}
+
+// FuzzParseFastMemo checks the second of two lines read with one memo
+// against encoding/json.
+func FuzzParseFastMemo(f *testing.F) {
+	ls := memoLines()
+	for i := 1; i < len(ls); i++ {
+		f.Add([]byte(ls[i-1]), []byte(ls[i]))
+	}
+	f.Fuzz(func(t *testing.T, first, second []byte) {
+		memo := new(idMemo)
+		var a Request
+		parseFast(first, &a, memo)
+		fast, ref := freshRequest(&Request{}), freshRequest(&Request{})
+		if !parseFast(second, &fast, memo) {
+			return
+		}
+		if !jsonParse(second, &ref) {
+			t.Fatalf("parseFast accepted %q after %q, encoding/json rejects it", second, first)
+		}
+		if !reflect.DeepEqual(fast, ref) {
+			t.Fatalf("%q after %q: parseFast %+v, encoding/json %+v", second, first, fast, ref)
+		}
+	})
 }

@@ -115,6 +115,7 @@ type Reader struct {
 	prevMs  int64
 	skipped int
 	req     Request
+	memo    idMemo
 }
 
 // NewReader reads the header of a trace from r (gzip-compressed or not: it
@@ -240,17 +241,18 @@ func (r *Reader) Next() (*Request, error) {
 }
 
 func (r *Reader) parse(line []byte) (field, reason string) {
-	field, reason, _ = parseRequest(line, &r.req, r.hdr.BlockSize, r.prevMs)
+	field, reason, _ = parseRequest(line, &r.req, &r.memo, r.hdr.BlockSize, r.prevMs)
 	return field, reason
 }
 
 // parseRequest decodes a request line into req, reusing its slices'
-// memory, and checks it (prevMs: the previous request's arrival). decoded
+// memory (and memo: parseFast), and checks it (prevMs: the previous
+// request's arrival). decoded
 // reports whether the line was a request object at all: when only the
 // checks failed, req holds what it said.
-func parseRequest(line []byte, req *Request, blockSize int, prevMs int64) (field, reason string, decoded bool) {
+func parseRequest(line []byte, req *Request, memo *idMemo, blockSize int, prevMs int64) (field, reason string, decoded bool) {
 	resetRequest(req)
-	if parseFast(line, req) {
+	if parseFast(line, req, memo) {
 		field, reason = checkRequest(req, blockSize, prevMs)
 		return field, reason, true
 	}

@@ -72,8 +72,9 @@ func (r *Reader) ReadAll() ([]*Request, error) {
 	for range workers {
 		wg.Go(func() {
 			var scratch Request
+			memo := new(idMemo)
 			for b := range work {
-				b.parse(&scratch, r.hdr.BlockSize)
+				b.parse(&scratch, memo, r.hdr.BlockSize)
 				close(b.done)
 			}
 		})
@@ -179,9 +180,9 @@ func (r *Reader) cutBatches(free <-chan []byte, stop <-chan struct{}, send func(
 }
 
 // parse parses every line of b as Reader.parse does, but for the order of
-// arrivals, with scratch as the reused Request; the hash ids of all of
-// them share one array.
-func (b *lineBatch) parse(scratch *Request, blockSize int) {
+// arrivals, with scratch as the reused Request and memo as the parser's
+// (its worker's); the hash ids of all of them share one array.
+func (b *lineBatch) parse(scratch *Request, memo *idMemo, blockSize int) {
 	b.reqs = make([]Request, len(b.ends))
 	b.res = make([]lineResult, len(b.ends))
 	// Every array of k ids holds k-1 commas; a line has two arrays.
@@ -190,7 +191,7 @@ func (b *lineBatch) parse(scratch *Request, blockSize int) {
 	for i, end := range b.ends {
 		line := b.buf[start:end]
 		start = end
-		field, reason, decoded := parseRequest(line, scratch, blockSize, math.MinInt64)
+		field, reason, decoded := parseRequest(line, scratch, memo, blockSize, math.MinInt64)
 		b.res[i] = lineResult{field, reason, decoded}
 		if !decoded {
 			continue
