@@ -329,13 +329,12 @@ func (e *everSet) slot(hash uint64) int {
 	}
 }
 
-// reserve makes room for n hashes without growing, in an empty table.
+// reserve makes room for n hashes in all without growing again.
 func (e *everSet) reserve(n int) {
-	if e.n > 0 || 2*n <= len(e.slots) {
+	if 2*n <= len(e.slots) {
 		return
 	}
-	b := uint(bits.Len(uint(2*n - 1)))
-	e.slots, e.shift = make([]everSlot, 1<<b), 64-b
+	e.resize(uint(bits.Len(uint(2*n - 1))))
 }
 
 // add records that replica rep cached hash.
@@ -363,10 +362,12 @@ func (e *everSet) add(hash uint64, rep int) {
 }
 
 // grow doubles the table.
-func (e *everSet) grow() {
+func (e *everSet) grow() { e.resize(64 - e.shift + 1) }
+
+// resize moves the hashes to a table of 2^b slots.
+func (e *everSet) resize(b uint) {
 	old := e.slots
-	e.slots = make([]everSlot, 2*len(old))
-	e.shift--
+	e.slots, e.shift = make([]everSlot, 1<<b), 64-b
 	for _, sl := range old {
 		if sl.val != 0 {
 			e.slots[e.slot(sl.hash)] = sl

@@ -12,14 +12,18 @@ import (
 // map per replica and one for the farm), through growth, with one word of
 // replica bits and with several, and with room reserved up front.
 func TestEverSetAgainstMaps(t *testing.T) {
-	for _, c := range []struct{ replicas, reserve int }{{1, 0}, {4, 0}, {64, 0}, {65, 0}, {130, 0}, {4, 40000}} {
+	// reserve: room reserved after at operations.
+	for _, c := range []struct{ replicas, reserve, at int }{{1, 0, 0}, {4, 0, 0}, {64, 0, 0}, {65, 0, 0}, {130, 0, 0}, {4, 40000, 0}, {4, 40000, 9000}} {
 		replicas := c.replicas
 		e := newEverSet(replicas)
-		e.reserve(c.reserve)
-		if len(e.slots) < 2*c.reserve {
-			t.Fatalf("%d slots reserved for %d hashes", len(e.slots), c.reserve)
+		reserved := 0
+		reserve := func() {
+			e.reserve(c.reserve)
+			if len(e.slots) < 2*c.reserve {
+				t.Fatalf("%d slots reserved for %d hashes", len(e.slots), c.reserve)
+			}
+			reserved = len(e.slots)
 		}
-		reserved := len(e.slots)
 		here := make([]map[uint64]bool, replicas)
 		for i := range here {
 			here[i] = map[uint64]bool{}
@@ -32,7 +36,10 @@ func TestEverSetAgainstMaps(t *testing.T) {
 			}
 			return rng.Uint64N(40000) << 40
 		}
-		for range 50000 {
+		for i := range 50000 {
+			if i == c.at {
+				reserve()
+			}
 			h, rep := hash(), rng.IntN(replicas)
 			if rng.IntN(3) == 0 {
 				e.add(h, rep)

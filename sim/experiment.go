@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -65,10 +66,27 @@ type Experiment struct {
 	// Calls come from the strategies' goroutines, possibly concurrently.
 	OnStore func(strategy string, st *metrics.Store)
 
-	// everHint is about how many distinct block hashes Trace holds
-	// (Trace.hashCount), 0 when unknown: room reserved up front in each
-	// run's record of the hashes ever cached.
-	everHint int
+	// everHint will hold about how many distinct block hashes Trace holds
+	// (Trace.hashCount), nil when unknown: room each run reserves in its
+	// record of the hashes ever cached once it is known.
+	everHint *hashHint
+}
+
+// hashHint is an estimate made on another goroutine: n is set when done
+// is closed.
+type hashHint struct {
+	done chan struct{}
+	n    int
+}
+
+// ready returns the estimate once it is made.
+func (h *hashHint) ready() (int, bool) {
+	select {
+	case <-h.done:
+		return h.n, true
+	default:
+		return 0, false
+	}
 }
 
 // Trace is a trace file in memory.
@@ -218,14 +236,22 @@ func Run(ctx context.Context, e Experiment) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	var wg sync.WaitGroup
 	if e.Trace != nil {
-		e.everHint = e.Trace.hashCount()
+		// Counting reads every hash id once more: on a core of its own
+		// when there is one, while the runs start.
+		e.everHint = &hashHint{done: make(chan struct{})}
+		count := func() { e.everHint.n = e.Trace.hashCount(); close(e.everHint.done) }
+		if runtime.GOMAXPROCS(0) > 1 {
+			wg.Go(count)
+		} else {
+			count()
+		}
 	}
 	prog := newProgress(e)
 	rows := make([][]Row, len(e.Strategies))
 	errs := make([]error, len(e.Strategies))
 	logs := make([]*requestLog, len(e.Strategies))
-	var wg sync.WaitGroup
 	for i, s := range e.Strategies {
 		wg.Go(func() {
 			var r *run
@@ -318,7 +344,8 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	if len(r.reps) > 0 && r.reps[0].pool.ever != nil {
 		// A 1.5 M-id trace has some 200 k distinct: growing to them costs
 		// a tenth of the run (rehashing and fresh memory).
-		r.reps[0].pool.ever.reserve(e.everHint + e.everHint/8)
+		r.everHint = e.everHint
+		r.reserveEver()
 	}
 	if r.kv != nil && e.Trace == nil {
 		r.kv.shared = e.Workload.SystemPromptTokens // the synthetic sessions' common system prompt

@@ -62,6 +62,23 @@ type run struct {
 	// boundaries: the counters at each scrape that closes a measured step
 	// (and at the first one), for the direct counts of the results.
 	marks []mark
+
+	// everHint, until it is used, will tell how many hashes the record of
+	// those ever cached is to hold (reserveEver).
+	everHint *hashHint
+}
+
+// reserveEver makes room in the record of hashes ever cached once the
+// estimate of how many there will be is known (at each scrape). Its
+// contents, hence the run's outputs, do not depend on its size.
+func (r *run) reserveEver() {
+	if r.everHint == nil {
+		return
+	}
+	if n, ok := r.everHint.ready(); ok {
+		r.reps[0].pool.ever.reserve(n + n/8)
+		r.everHint = nil
+	}
 }
 
 // routerStats are the router's cumulative counters: the source of the
@@ -192,6 +209,7 @@ func (r *run) loop(ctx context.Context, until int64) error {
 			if r.lastScrape != r.now {
 				r.scrape()
 			}
+			r.reserveEver()
 			r.ev.push(r.now+r.scrapeUs, evScrape, 0)
 		case evStop:
 			r.stopped = true
