@@ -265,7 +265,7 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 	if p.byte(']') {
 		return dst, true
 	}
-	first, remembered := p.i, (*idMemoSlot)(nil)
+	first, remembered, reused := p.i, (*idMemoSlot)(nil), 0
 	for {
 		start := p.i
 		var v uint64
@@ -295,6 +295,7 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 						dst = append(dst[:0], sl.ids[:n]...)
 						p.i = first + bytes.LastIndexByte(shared, ',') + 1
 						p.ws()
+						reused = n
 						continue
 					}
 				}
@@ -309,7 +310,7 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 				}
 				continue
 			case ']':
-				p.remember(remembered, first, dst)
+				p.remember(remembered, first, dst, reused)
 				p.i++
 				return dst, true
 			}
@@ -318,7 +319,7 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 		// (a fraction, an exponent), or bad syntax.
 		p.ws()
 		if p.i < len(p.b) && p.b[p.i] == ']' {
-			p.remember(remembered, first, dst)
+			p.remember(remembered, first, dst, reused)
 			p.i++
 			return dst, true
 		}
@@ -332,9 +333,13 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 var comma = []byte{','}
 
 // remember keeps the array just read, from first up to the closing
-// bracket at p.i, and its ids in the memo's slot sl (nil: none).
-func (p *fastParser) remember(sl *idMemoSlot, first int, ids []uint64) {
-	if sl == nil || len(ids) < idMemoMin {
+// bracket at p.i, and its ids in the memo's slot sl (nil: none), unless
+// the first reused ids, taken from the slot, are three quarters of it or
+// more: the slot then serves the next line about as well (the same
+// prefix, another tail) and is not copied again; a line that extends it
+// further (a conversation's next turn) replaces it.
+func (p *fastParser) remember(sl *idMemoSlot, first int, ids []uint64, reused int) {
+	if sl == nil || len(ids) < idMemoMin || 4*reused >= 3*len(ids) {
 		return
 	}
 	sl.raw = append(sl.raw[:0], p.b[first:p.i]...)
