@@ -9,6 +9,7 @@ import (
 	"math"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -194,6 +195,31 @@ func Expand(expr, model string, window time.Duration) string {
 // naming it. The KPIs are evaluated on up to GOMAXPROCS goroutines: q must
 // answer concurrent queries (a [Store] does while nothing appends to it).
 func (e *Evaluator) KPIValues(ctx context.Context, q storage.Queryable, model string, end time.Time, window time.Duration) (map[string]float64, error) {
+	return e.kpiValues(ctx, q, model, end, window, kpis)
+}
+
+// KPIValuesFor is [Evaluator.KPIValues] for the KPIs named only (in the
+// table's order), for a caller that needs no others; a name that is not a
+// KPI's is an error.
+func (e *Evaluator) KPIValuesFor(ctx context.Context, q storage.Queryable, model string, end time.Time, window time.Duration, names ...string) (map[string]float64, error) {
+	list := make([]KPI, 0, len(names))
+	for _, k := range kpis {
+		if slices.Contains(names, k.Name) {
+			list = append(list, k)
+		}
+	}
+	if len(list) != len(names) {
+		for _, n := range names {
+			if !slices.ContainsFunc(kpis, func(k KPI) bool { return k.Name == n }) {
+				return nil, fmt.Errorf("metrics: no KPI %q in %s", n, kpiFileName)
+			}
+		}
+		return nil, fmt.Errorf("metrics: KPIs %q named twice", names)
+	}
+	return e.kpiValues(ctx, q, model, end, window, list)
+}
+
+func (e *Evaluator) kpiValues(ctx context.Context, q storage.Queryable, model string, end time.Time, window time.Duration, kpis []KPI) (map[string]float64, error) {
 	if window < time.Millisecond {
 		return nil, fmt.Errorf("metrics: KPI window %v, want at least 1ms", window)
 	}
