@@ -66,6 +66,10 @@ type Experiment struct {
 	// Calls come from the strategies' goroutines, possibly concurrently.
 	OnStore func(strategy string, st *metrics.Store)
 
+	// lean: the runs' stores are read by nobody but Run (OnStore is nil),
+	// which needs only the series of rowKPIs.
+	lean bool
+
 	// everHint will hold about how many distinct block hashes Trace holds
 	// (Trace.hashCount), nil when unknown: room each run reserves in its
 	// record of the hashes ever cached once it is known.
@@ -236,6 +240,7 @@ func Run(ctx context.Context, e Experiment) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.lean = e.OnStore == nil
 	var wg sync.WaitGroup
 	if e.Trace != nil {
 		// Counting reads every hash id once more: on a core of its own
@@ -337,7 +342,7 @@ const progressQuantum = 5 * usPerSec
 // runStrategy runs one strategy of e and returns its rows and, for tests,
 // the run in its final state.
 func runStrategy(ctx context.Context, e Experiment, strategy string, progress func(time.Duration)) ([]Row, *run, error) {
-	r, err := newRun(e.Farm, strategy, *e.Spill)
+	r, err := newRunLean(e.Farm, strategy, *e.Spill, e.lean)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -480,6 +485,13 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	return rows, r, nil
 }
 
+// rowKPIs are the KPIs of metrics/kpi.promql a Row holds. A lean
+// recorder writes the series they read: vllm:prefix_cache_queries_total
+// and _hits_total, warden_in_flight, warden_output_tokens_total,
+// warden_sessions_completed_total, warden_later_turns_total and
+// _home_total, warden_ttfb_seconds (TestLeanRunsAgree).
+var rowKPIs = []string{"sessions_per_hour", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s", "replicas_busy", "prefix_hit_pct", "stayed_pct"}
+
 // expectedScrapes is about how many scrape instants a run of e writes (a
 // replay's is a guess: its last arrival), at most maxReservedScrapes:
 // room the recorder reserves in every series up front.
@@ -578,7 +590,7 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 		row.ReplicasBusy, row.PrefixHitPct, row.StayedPct = nan, nan, nan
 		return row, nil
 	}
-	kpi, err := ev.KPIValues(ctx, r.rec.store, r.model, time.UnixMilli(t.atUs/usPerMs), time.Duration(winMs)*time.Millisecond)
+	kpi, err := ev.KPIValuesFor(ctx, r.rec.store, r.model, time.UnixMilli(t.atUs/usPerMs), time.Duration(winMs)*time.Millisecond, rowKPIs...)
 	if err != nil {
 		return row, err
 	}

@@ -122,6 +122,12 @@ type driver interface {
 }
 
 func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, error) {
+	return newRunLean(f, strategy, spill, false)
+}
+
+// newRunLean is newRun, with a lean recorder when lean is set (its store
+// holds only the series of rowKPIs).
+func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean bool) (*run, error) {
 	vr, err := newVariant(f, strategy, spill)
 	if err != nil {
 		return nil, err
@@ -153,12 +159,14 @@ func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, err
 	for i := range n {
 		r.reps[i] = newReplica(i, &r.cfg, ever)
 		r.reps[i].firstToken = r.onFirstToken
-		r.reps[i].nextTokens = r.onNextTokens
+		if !lean { // inter-token latencies go to an engine histogram only
+			r.reps[i].nextTokens = r.onNextTokens
+		}
 		r.snap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
 		r.rt.requests[i] = make([]int64, numReasons)
 	}
 	r.doneFn = r.onDone
-	r.rec = newRecorder(r)
+	r.rec = newRecorder(r, lean)
 	r.initKV(vr, 0)
 	return r, nil
 }
