@@ -334,7 +334,22 @@ func (e *everSet) reserve(n int) {
 	if 2*n <= len(e.slots) {
 		return
 	}
-	e.resize(uint(bits.Len(uint(2*n - 1))))
+	e.moveTo(make([]everSlot, 1<<bits.Len(uint(2*n-1))))
+}
+
+// moveTo moves the hashes to slots, an empty table of a power of two
+// slots, when it is larger than the one they are in.
+func (e *everSet) moveTo(slots []everSlot) {
+	if len(slots) <= len(e.slots) {
+		return
+	}
+	old := e.slots
+	e.slots, e.shift = slots, uint(64-bits.Len(uint(len(slots)-1)))
+	for _, sl := range old {
+		if sl.val != 0 {
+			e.slots[e.slot(sl.hash)] = sl
+		}
+	}
 }
 
 // add records that replica rep cached hash.
@@ -362,18 +377,7 @@ func (e *everSet) add(hash uint64, rep int) {
 }
 
 // grow doubles the table.
-func (e *everSet) grow() { e.resize(64 - e.shift + 1) }
-
-// resize moves the hashes to a table of 2^b slots.
-func (e *everSet) resize(b uint) {
-	old := e.slots
-	e.slots, e.shift = make([]everSlot, 1<<b), 64-b
-	for _, sl := range old {
-		if sl.val != 0 {
-			e.slots[e.slot(sl.hash)] = sl
-		}
-	}
-}
+func (e *everSet) grow() { e.moveTo(make([]everSlot, 2*len(e.slots))) }
 
 // seen reports whether replica rep ever cached hash, and whether any
 // replica did.

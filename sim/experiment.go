@@ -76,20 +76,44 @@ type Experiment struct {
 	everHint *hashHint
 }
 
-// hashHint is an estimate made on another goroutine: n is set when done
-// is closed.
+// hashHint is an estimate of a trace's distinct block hashes made on
+// another goroutine, and for each run a table of everSet slots sized for
+// them, its pages already touched (so that the run does not stop for the
+// kernel to map 8 MB of them as it fills the table).
 type hashHint struct {
-	done chan struct{}
-	n    int
+	tables chan []everSlot
 }
 
-// ready returns the estimate once it is made.
-func (h *hashHint) ready() (int, bool) {
+// newHashHint returns a hint for runs runs, to prepare.
+func newHashHint(runs int) *hashHint {
+	return &hashHint{tables: make(chan []everSlot, runs)}
+}
+
+// prepare counts t's hashes and makes the runs' tables.
+func (h *hashHint) prepare(t *Trace, runs int) {
+	n := t.hashCount()
+	n += n / 8
+	if n == 0 {
+		close(h.tables)
+		return
+	}
+	for range runs {
+		slots := make([]everSlot, 1<<bits.Len(uint(2*n-1)))
+		for i := 0; i < len(slots); i += 4096 / 16 {
+			slots[i].val = 0 // a page is mapped at its first write
+		}
+		h.tables <- slots
+	}
+	close(h.tables)
+}
+
+// take returns a table once one is prepared (nil, true when none is).
+func (h *hashHint) take() ([]everSlot, bool) {
 	select {
-	case <-h.done:
-		return h.n, true
+	case t := <-h.tables:
+		return t, true
 	default:
-		return 0, false
+		return nil, false
 	}
 }
 
@@ -245,8 +269,8 @@ func Run(ctx context.Context, e Experiment) (*Report, error) {
 	if e.Trace != nil {
 		// Counting reads every hash id once more: on a core of its own
 		// when there is one, while the runs start.
-		e.everHint = &hashHint{done: make(chan struct{})}
-		count := func() { e.everHint.n = e.Trace.hashCount(); close(e.everHint.done) }
+		e.everHint = newHashHint(len(e.Strategies))
+		count := func() { e.everHint.prepare(e.Trace, len(e.Strategies)) }
 		if runtime.GOMAXPROCS(0) > 1 {
 			wg.Go(count)
 		} else {

@@ -75,8 +75,8 @@ func (r *run) reserveEver() {
 	if r.everHint == nil {
 		return
 	}
-	if n, ok := r.everHint.ready(); ok {
-		r.reps[0].pool.ever.reserve(n + n/8)
+	if slots, ok := r.everHint.take(); ok {
+		r.reps[0].pool.ever.moveTo(slots)
 		r.everHint = nil
 	}
 }
