@@ -189,8 +189,9 @@ func (r *replica) schedule() int {
 			// A decode whose token fits the blocks it holds: allocate_slots
 			// takes no block and cannot fail (allocateSlots with no hits
 			// and no new block), only caching a block the token completes.
-			if full := (s.computed + 1) / bs; full > s.cachedBlocks && (s.hashEnd == 0 || s.cachedBlocks < s.hashEnd-1) {
-				r.cacheKnown(s, full)
+			// (computed+1)/bs > cachedBlocks, without a division.
+			if s.computed+1 >= (s.cachedBlocks+1)*bs && (s.hashEnd == 0 || s.cachedBlocks < s.hashEnd-1) {
+				r.cacheKnown(s, (s.computed+1)/bs)
 			}
 			r.batch = append(r.batch, s)
 			r.chunks = append(r.chunks, chunk{start: s.computed, n: 1})
