@@ -8,10 +8,15 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/storage"
 )
 
@@ -186,14 +191,59 @@ func Expand(expr, model string, window time.Duration) string {
 // A KPI whose result has no labels is stored under its name; one with labels
 // (the _by_ KPIs) under name plus the label set, e.g.
 // `prefix_hit_pct_by_engine{engine="0"}`. A KPI without data is NaN under its
-// name. The first failing KPI aborts with an error naming it.
+// name. The first failing KPI (in the table's order) aborts with an error
+// naming it. The KPIs are evaluated on up to GOMAXPROCS goroutines: q must
+// answer concurrent queries (a [Store] does while nothing appends to it).
 func (e *Evaluator) KPIValues(ctx context.Context, q storage.Queryable, model string, end time.Time, window time.Duration) (map[string]float64, error) {
+	return e.kpiValues(ctx, q, model, end, window, kpis)
+}
+
+// KPIValuesFor is [Evaluator.KPIValues] for the KPIs named only (in the
+// table's order), for a caller that needs no others; a name that is not a
+// KPI's is an error.
+func (e *Evaluator) KPIValuesFor(ctx context.Context, q storage.Queryable, model string, end time.Time, window time.Duration, names ...string) (map[string]float64, error) {
+	list := make([]KPI, 0, len(names))
+	for _, k := range kpis {
+		if slices.Contains(names, k.Name) {
+			list = append(list, k)
+		}
+	}
+	if len(list) != len(names) {
+		for _, n := range names {
+			if !slices.ContainsFunc(kpis, func(k KPI) bool { return k.Name == n }) {
+				return nil, fmt.Errorf("metrics: no KPI %q in %s", n, kpiFileName)
+			}
+		}
+		return nil, fmt.Errorf("metrics: KPIs %q named twice", names)
+	}
+	return e.kpiValues(ctx, q, model, end, window, list)
+}
+
+func (e *Evaluator) kpiValues(ctx context.Context, q storage.Queryable, model string, end time.Time, window time.Duration, kpis []KPI) (map[string]float64, error) {
 	if window < time.Millisecond {
 		return nil, fmt.Errorf("metrics: KPI window %v, want at least 1ms", window)
 	}
+	vecs := make([]promql.Vector, len(kpis))
+	errs := make([]error, len(kpis))
+	var next atomic.Int32
+	eval := func() {
+		for {
+			i := int(next.Add(1)) - 1
+			if i >= len(kpis) {
+				return
+			}
+			vecs[i], errs[i] = e.Instant(ctx, q, Expand(kpis[i].Expr, model, window), end)
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(kpis)) - 1 {
+		wg.Go(eval)
+	}
+	eval()
+	wg.Wait()
 	out := make(map[string]float64, len(kpis)+8)
-	for _, k := range kpis {
-		v, err := e.Instant(ctx, q, Expand(k.Expr, model, window), end)
+	for i, k := range kpis {
+		v, err := vecs[i], errs[i]
 		if err != nil {
 			return nil, fmt.Errorf("metrics: KPI %s: %w", k.Name, err)
 		}

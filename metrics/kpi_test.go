@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -387,5 +388,37 @@ func TestKPIGolden(t *testing.T) {
 	}
 	if diff := cmp.Diff(string(want), b.String()); diff != "" {
 		t.Errorf("%s differs (-want +got); rerun with -update if the change is intended:\n%s", path, diff)
+	}
+}
+
+// TestKPIValuesFor checks that the KPIs asked for give what KPIValues
+// gives for them, and nothing else; unknown and repeated names are errors.
+func TestKPIValuesFor(t *testing.T) {
+	st, _ := newFarm(t, farmEngines, farmSeconds)
+	ev := NewEvaluator()
+	w := farmWindows[0]
+	all, err := ev.KPIValues(context.Background(), st, farmModel, w.end, w.window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, names := range [][]string{{"prefix_hit_pct"}, {"ttfb_p95_s", "prefix_hit_pct_by_engine", "stayed_pct"}, {}} {
+		got, err := ev.KPIValuesFor(context.Background(), st, farmModel, w.end, w.window, names...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]float64{}
+		for key, v := range all {
+			if name, _, _ := strings.Cut(key, "{"); slices.Contains(names, name) {
+				want[key] = v
+			}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%q: %v, want %v", names, got, want)
+		}
+	}
+	for _, names := range [][]string{{"prefix_hit_pct", "nonesuch"}, {"stayed_pct", "stayed_pct"}} {
+		if _, err := ev.KPIValuesFor(context.Background(), st, farmModel, w.end, w.window, names...); err == nil {
+			t.Errorf("%q: no error", names)
+		}
 	}
 }

@@ -1,5 +1,7 @@
 package sim
 
+import "math/bits"
+
 // This file mirrors vLLM V1's KV block pool (vllm/v1/core/block_pool.py)
 // and its free queue (FreeKVCacheBlockQueue in kv_cache_utils.py):
 //
@@ -327,6 +329,29 @@ func (e *everSet) slot(hash uint64) int {
 	}
 }
 
+// reserve makes room for n hashes in all without growing again.
+func (e *everSet) reserve(n int) {
+	if 2*n <= len(e.slots) {
+		return
+	}
+	e.moveTo(make([]everSlot, 1<<bits.Len(uint(2*n-1))))
+}
+
+// moveTo moves the hashes to slots, an empty table of a power of two
+// slots, when it is larger than the one they are in.
+func (e *everSet) moveTo(slots []everSlot) {
+	if len(slots) <= len(e.slots) {
+		return
+	}
+	old := e.slots
+	e.slots, e.shift = slots, uint(64-bits.Len(uint(len(slots)-1)))
+	for _, sl := range old {
+		if sl.val != 0 {
+			e.slots[e.slot(sl.hash)] = sl
+		}
+	}
+}
+
 // add records that replica rep cached hash.
 func (e *everSet) add(hash uint64, rep int) {
 	i := e.slot(hash)
@@ -352,16 +377,7 @@ func (e *everSet) add(hash uint64, rep int) {
 }
 
 // grow doubles the table.
-func (e *everSet) grow() {
-	old := e.slots
-	e.slots = make([]everSlot, 2*len(old))
-	e.shift--
-	for _, sl := range old {
-		if sl.val != 0 {
-			e.slots[e.slot(sl.hash)] = sl
-		}
-	}
-}
+func (e *everSet) grow() { e.moveTo(make([]everSlot, 2*len(e.slots))) }
 
 // seen reports whether replica rep ever cached hash, and whether any
 // replica did.

@@ -45,7 +45,9 @@
 //     frontend.go: vLLM's DP front end, which routes least-loaded.
 //     requests.go: the per-request records of --requests.
 //  8. record.go: the vllm:* and warden_* series written into a
-//     metrics.Store at every scrape instant, as a real farm exposes them.
+//     metrics.Store at every scrape instant, as a real farm exposes them
+//     (all of them when Experiment.OnStore reads the store, else only
+//     those of the KPIs a Row holds).
 //  9. experiment.go and result.go: Run, the public entry point: strategies
 //     in parallel, each on a fresh farm, steps back to back on a warm one;
 //     rows whose headline columns are the KPIs of metrics/kpi.promql
@@ -92,11 +94,17 @@
 // allocate_slots' bookkeeping, a batch's inter-token latencies reach the
 // histogram in runs, a request blocked at the head of the queue reuses its
 // lookup and its count of evictable hits while they hold, and every series
-// reserves its samples up front. stepByStep turns the fast paths off;
-// TestFastPathEquivalence compares both on a set of workloads (farms,
-// replay and closed loop, overload, preemption, prefix sharing, steps),
-// report, request records and every sample of every series. The
-// benchmarks of issue 16's workload are in speed_bench_test.go.
+// reserves its samples up front. A replay counts its trace's distinct
+// hashes (linear counting) on another goroutine, which also makes each
+// run's record of them at that size; a run whose store nobody reads
+// records only the series its rows' KPIs read (TestLeanRunsAgree), and
+// rows evaluate only those KPIs. LoadTrace parses on several goroutines
+// (traces.Reader.ReadAll), reusing the ids a line shares with one before.
+// stepByStep turns the fast paths off; TestFastPathEquivalence compares
+// both on a set of workloads (farms, replay and closed loop, overload,
+// preemption, prefix sharing, steps), report, request records and every
+// sample of every series. The benchmarks of issue 16's workload are in
+// speed_bench_test.go.
 //
 // # Determinism
 //

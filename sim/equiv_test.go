@@ -187,3 +187,68 @@ func TestFastPathEquivalence(t *testing.T) {
 		})
 	}
 }
+
+// TestLeanRunsAgree runs every equivalence workload with a full recorder
+// (OnStore set: every series at every scrape) and with a lean one (no
+// OnStore: the series of rowKPIs only), and compares the reports and the
+// request records; and checks that the lean store holds the series the
+// rowKPIs read, and no others.
+func TestLeanRunsAgree(t *testing.T) {
+	for _, c := range equivCases() {
+		t.Run(c.name, func(t *testing.T) {
+			e := c.e(t)
+			run := func(onStore func(string, *metrics.Store)) string {
+				var reqs bytes.Buffer
+				e.Requests, e.OnStore = &reqs, onStore
+				rep, err := Run(context.Background(), e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				js, err := json.MarshalIndent(rep, "", " ")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return string(js) + "\n" + reqs.String()
+			}
+			full, lean := run(func(string, *metrics.Store) {}), run(nil)
+			if full != lean {
+				a, b := strings.Split(full, "\n"), strings.Split(lean, "\n")
+				for i := range min(len(a), len(b)) {
+					if a[i] != b[i] {
+						t.Fatalf("line %d differs:\nfull: %.300s\nlean: %.300s", i+1, a[i], b[i])
+					}
+				}
+				t.Fatalf("outputs differ in length: %d and %d lines", len(a), len(b))
+			}
+		})
+	}
+	e := equivCases()[0].e(t)
+	e, err := e.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.lean = true
+	_, r, err := runStrategy(context.Background(), e, e.Strategies[0], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, s := range strings.Split(dumpStore(t, r.rec.store), "\n") {
+		if name, _, ok := strings.Cut(strings.TrimPrefix(s, `{__name__="`), `"`); ok {
+			names[name] = true
+		}
+	}
+	want := []string{metrics.VLLMPrefixCacheQueries, metrics.VLLMPrefixCacheHits, metrics.WardenInFlight,
+		metrics.WardenOutputTokens, metrics.WardenSessionsCompleted, metrics.WardenLaterTurns, metrics.WardenLaterTurnsHome}
+	for _, n := range want {
+		if !names[n] {
+			t.Errorf("the lean store has no %s", n)
+		}
+		delete(names, n)
+	}
+	for n := range names {
+		if !strings.HasPrefix(n, metrics.WardenTTFB) {
+			t.Errorf("the lean store holds %s, which no row KPI reads", n)
+		}
+	}
+}

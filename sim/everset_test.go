@@ -1,16 +1,29 @@
 package sim
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/lm-warden/warden/traces"
 )
 
 // TestEverSetAgainstMaps checks the table against the sets it replaced (a
 // map per replica and one for the farm), through growth, with one word of
-// replica bits and with several.
+// replica bits and with several, and with room reserved up front.
 func TestEverSetAgainstMaps(t *testing.T) {
-	for _, replicas := range []int{1, 4, 64, 65, 130} {
+	// reserve: room reserved after at operations.
+	for _, c := range []struct{ replicas, reserve, at int }{{1, 0, 0}, {4, 0, 0}, {64, 0, 0}, {65, 0, 0}, {130, 0, 0}, {4, 40000, 0}, {4, 40000, 9000}} {
+		replicas := c.replicas
 		e := newEverSet(replicas)
+		reserved := 0
+		reserve := func() {
+			e.reserve(c.reserve)
+			if len(e.slots) < 2*c.reserve {
+				t.Fatalf("%d slots reserved for %d hashes", len(e.slots), c.reserve)
+			}
+			reserved = len(e.slots)
+		}
 		here := make([]map[uint64]bool, replicas)
 		for i := range here {
 			here[i] = map[uint64]bool{}
@@ -23,7 +36,10 @@ func TestEverSetAgainstMaps(t *testing.T) {
 			}
 			return rng.Uint64N(40000) << 40
 		}
-		for range 50000 {
+		for i := range 50000 {
+			if i == c.at {
+				reserve()
+			}
 			h, rep := hash(), rng.IntN(replicas)
 			if rng.IntN(3) == 0 {
 				e.add(h, rep)
@@ -37,6 +53,9 @@ func TestEverSetAgainstMaps(t *testing.T) {
 		}
 		if e.n != len(anywhere) {
 			t.Errorf("%d replicas: %d hashes in the table, want %d", replicas, e.n, len(anywhere))
+		}
+		if c.reserve > 0 && len(e.slots) != reserved {
+			t.Errorf("%d hashes grew a table reserved for %d: %d slots, then %d", e.n, c.reserve, reserved, len(e.slots))
 		}
 	}
 }
@@ -79,6 +98,60 @@ func TestBlockIndexAgainstMap(t *testing.T) {
 			if got := x.get(h); got != b {
 				t.Fatalf("%d blocks: get(%#x) = %d at the end, want %d", blocks, h, got, b)
 			}
+		}
+	}
+}
+
+// TestHashCount checks the estimate of a trace's distinct block hashes
+// that sizes the record of hashes ever cached, against an exact count:
+// random ids, small dense ids, prefixes shared by many requests, output
+// hash ids, and none.
+func TestHashCount(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	trace := func(requests, prefixes, prefixLen, tail int, ids func(int) uint64, output bool) *Trace {
+		tr := &Trace{}
+		next := 0
+		for range requests {
+			r := &traces.Request{}
+			p := rng.IntN(max(prefixes, 1))
+			for k := range prefixLen {
+				r.HashIDs = append(r.HashIDs, ids(1<<30+p*prefixLen+k))
+			}
+			for range tail {
+				r.HashIDs = append(r.HashIDs, ids(next))
+				next++
+			}
+			if output {
+				r.OutputHashIDs = append(r.OutputHashIDs, ids(next))
+				next++
+			}
+			tr.Requests = append(tr.Requests, r)
+		}
+		return tr
+	}
+	random := func(i int) uint64 { return rand.New(rand.NewPCG(uint64(i), 5)).Uint64() }
+	dense := func(i int) uint64 { return uint64(i) }
+	for _, c := range []struct {
+		name string
+		tr   *Trace
+	}{
+		{"shared prefixes, random ids", trace(5000, 8, 128, 16, random, false)},
+		{"shared prefixes, dense ids", trace(5000, 8, 128, 16, dense, true)},
+		{"no sharing", trace(2000, 0, 0, 50, random, true)},
+		{"all shared", trace(3000, 1, 300, 0, dense, false)},
+		{"one request", trace(1, 0, 0, 1, dense, false)},
+		{"no ids", &Trace{Requests: []*traces.Request{{}}}},
+		{"empty", &Trace{}},
+	} {
+		exact := map[uint64]bool{}
+		for _, r := range c.tr.Requests {
+			for _, h := range append(append([]uint64(nil), r.HashIDs...), r.OutputHashIDs...) {
+				exact[h] = true
+			}
+		}
+		got, want := c.tr.hashCount(), len(exact)
+		if math.Abs(float64(got-want)) > 0.02*float64(want)+1 {
+			t.Errorf("%s: estimate %d, exact %d", c.name, got, want)
 		}
 	}
 }

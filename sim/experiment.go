@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -68,6 +70,56 @@ type Experiment struct {
 	// caller can evaluate any PromQL on the series, as calibration does.
 	// Calls come from the strategies' goroutines, possibly concurrently.
 	OnStore func(strategy string, st *metrics.Store)
+
+	// lean: the runs' stores are read by nobody but Run (OnStore is nil),
+	// which needs only the series of rowKPIs.
+	lean bool
+
+	// everHint will hold about how many distinct block hashes Trace holds
+	// (Trace.hashCount), nil when unknown: room each run reserves in its
+	// record of the hashes ever cached once it is known.
+	everHint *hashHint
+}
+
+// hashHint is an estimate of a trace's distinct block hashes made on
+// another goroutine, and for each run a table of everSet slots sized for
+// them, its pages already touched (so that the run does not stop for the
+// kernel to map 8 MB of them as it fills the table).
+type hashHint struct {
+	tables chan []everSlot
+}
+
+// newHashHint returns a hint for runs runs, to prepare.
+func newHashHint(runs int) *hashHint {
+	return &hashHint{tables: make(chan []everSlot, runs)}
+}
+
+// prepare counts t's hashes and makes the runs' tables.
+func (h *hashHint) prepare(t *Trace, runs int) {
+	n := t.hashCount()
+	n += n / 8
+	if n == 0 {
+		close(h.tables)
+		return
+	}
+	for range runs {
+		slots := make([]everSlot, 1<<bits.Len(uint(2*n-1)))
+		for i := 0; i < len(slots); i += 4096 / 16 {
+			slots[i].val = 0 // a page is mapped at its first write
+		}
+		h.tables <- slots
+	}
+	close(h.tables)
+}
+
+// take returns a table once one is prepared (nil, true when none is).
+func (h *hashHint) take() ([]everSlot, bool) {
+	select {
+	case t := <-h.tables:
+		return t, true
+	default:
+		return nil, false
+	}
 }
 
 // Trace is a trace file in memory.
@@ -77,25 +129,66 @@ type Trace struct {
 	Requests []*traces.Request // in file order
 }
 
-// LoadTrace reads a whole trace file (JSONL, optionally gzipped).
+// hashCount estimates the number of distinct block hashes of t's requests
+// (prompt and output) by linear counting (Whang, Vander-Zanden and Taylor,
+// "A linear-time probabilistic counting algorithm for database
+// applications", 1990): each id, mixed, marks one bit of a map of m bits,
+// and n distinct ids leave about m e^(-n/m) bits clear, so
+// n = m ln(m/clear). Its error is a fraction of a percent here; it only
+// sizes a table. At a load of 20 and more, no bit is left clear: the ids
+// are counted then.
+func (t *Trace) hashCount() int {
+	total := 0
+	for _, r := range t.Requests {
+		total += len(r.HashIDs) + len(r.OutputHashIDs)
+	}
+	if total == 0 {
+		return 0
+	}
+	// m at least a quarter of the ids (a load up to 4 keeps 2 % of the
+	// bits clear: a fine estimate), at most 2^18 bits: 32 KiB, a first-level
+	// cache, where random bits cost least.
+	b := uint(min(max(bits.Len(uint(total/4)), 12), 18))
+	m := uint64(1) << b
+	var bitmap [1 << 18 / 64]uint64
+	for _, r := range t.Requests {
+		for _, ids := range [2][]uint64{r.HashIDs, r.OutputHashIDs} {
+			for _, id := range ids {
+				// Ids need not be uniform: murmur3's finaliser spreads them.
+				id ^= id >> 33
+				id *= 0xff51afd7ed558ccd
+				id ^= id >> 33
+				id *= 0xc4ceb9fe1a85ec53
+				id ^= id >> 33
+				k := id >> (64 - b)
+				bitmap[k/64] |= 1 << (k % 64)
+			}
+		}
+	}
+	set := 0
+	for _, w := range bitmap[:max(m/64, 1)] {
+		set += bits.OnesCount64(w)
+	}
+	zeros := m - uint64(set)
+	if zeros == 0 {
+		return total
+	}
+	return min(total, int(math.Ceil(float64(m)*math.Log(float64(m)/float64(zeros)))))
+}
+
+// LoadTrace reads a whole trace file (JSONL, optionally gzipped), its
+// lines parsed on several goroutines (traces.Reader.ReadAll).
 func LoadTrace(path string) (*Trace, error) {
 	rd, err := traces.Open(path, traces.ReaderOptions{})
 	if err != nil {
 		return nil, err
 	}
 	defer rd.Close()
-	t := &Trace{Name: path, Header: rd.Header()}
-	for {
-		req, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			return t, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		c := req.Clone() // the reader reuses its Request
-		t.Requests = append(t.Requests, &c)
+	reqs, err := rd.ReadAll()
+	if err != nil {
+		return nil, err
 	}
+	return &Trace{Name: path, Header: rd.Header(), Requests: reqs}, nil
 }
 
 // sessions groups the trace's requests by session, in order of first
@@ -179,11 +272,23 @@ func Run(ctx context.Context, e Experiment) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.lean = e.OnStore == nil
+	var wg sync.WaitGroup
+	if e.Trace != nil {
+		// Counting reads every hash id once more: on a core of its own
+		// when there is one, while the runs start.
+		e.everHint = newHashHint(len(e.Strategies))
+		count := func() { e.everHint.prepare(e.Trace, len(e.Strategies)) }
+		if runtime.GOMAXPROCS(0) > 1 {
+			wg.Go(count)
+		} else {
+			count()
+		}
+	}
 	prog := newProgress(e)
 	rows := make([][]Row, len(e.Strategies))
 	errs := make([]error, len(e.Strategies))
 	logs := make([]*requestLog, len(e.Strategies))
-	var wg sync.WaitGroup
 	for i, s := range e.Strategies {
 		wg.Go(func() {
 			var r *run
@@ -269,9 +374,15 @@ const progressQuantum = 5 * usPerSec
 // runStrategy runs one strategy of e and returns its rows and, for tests,
 // the run in its final state.
 func runStrategy(ctx context.Context, e Experiment, strategy string, progress func(time.Duration)) ([]Row, *run, error) {
-	r, err := newRun(e.Farm, strategy, *e.Spill)
+	r, err := newRunLean(e.Farm, strategy, *e.Spill, e.lean)
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(r.reps) > 0 && r.reps[0].pool.ever != nil {
+		// A 1.5 M-id trace has some 200 k distinct: growing to them costs
+		// a tenth of the run (rehashing and fresh memory).
+		r.everHint = e.everHint
+		r.reserveEver()
 	}
 	if r.kv != nil && e.Trace == nil {
 		r.kv.shared = e.Workload.SystemPromptTokens // the synthetic sessions' common system prompt
@@ -430,6 +541,13 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	return rows, r, nil
 }
 
+// rowKPIs are the KPIs of metrics/kpi.promql a Row holds. A lean
+// recorder writes the series they read: vllm:prefix_cache_queries_total
+// and _hits_total, warden_in_flight, warden_output_tokens_total,
+// warden_sessions_completed_total, warden_later_turns_total and
+// _home_total, warden_ttfb_seconds (TestLeanRunsAgree).
+var rowKPIs = []string{"sessions_per_hour", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s", "replicas_busy", "prefix_hit_pct", "stayed_pct"}
+
 // expectedScrapes is about how many scrape instants a run of e writes (a
 // replay's is a guess: its last arrival), at most maxReservedScrapes:
 // room the recorder reserves in every series up front.
@@ -532,7 +650,7 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 		row.ReplicasBusy, row.PrefixHitPct, row.StayedPct = nan, nan, nan
 		return row, nil
 	}
-	kpi, err := ev.KPIValues(ctx, r.rec.store, r.model, time.UnixMilli(t.atUs/usPerMs), time.Duration(winMs)*time.Millisecond)
+	kpi, err := ev.KPIValuesFor(ctx, r.rec.store, r.model, time.UnixMilli(t.atUs/usPerMs), time.Duration(winMs)*time.Millisecond, rowKPIs...)
 	if err != nil {
 		return row, err
 	}

@@ -13,8 +13,13 @@ import (
 // and warden's own, into a metrics.Store at every scrape instant. Every
 // series gets a sample at every scrape, so that the KPI expressions of
 // metrics/kpi.promql see exact values at both ends of a step.
+//
+// A lean recorder writes only the series of rowKPIs, for a run whose
+// store nobody else reads (Experiment.OnStore nil): the same samples of
+// those, none of the others, and no engine histograms.
 type recorder struct {
 	run    *run
+	lean   bool
 	store  *metrics.Store
 	eng    []engineSeries
 	rt     []routerSeries
@@ -50,9 +55,9 @@ type routerSeries struct {
 	active   *metrics.Series // what placement balances (Snapshot.Sessions)
 }
 
-func newRecorder(r *run) *recorder {
+func newRecorder(r *run, lean bool) *recorder {
 	st := metrics.NewStore()
-	rec := &recorder{run: r, store: st}
+	rec := &recorder{run: r, lean: lean, store: st}
 	n := len(r.reps)
 	rec.kvSum = make([]float64, n)
 	rec.kvMax = make([]float64, n)
@@ -63,6 +68,13 @@ func newRecorder(r *run) *recorder {
 		vl := func(name string, extra ...string) *metrics.Series {
 			kv := append([]string{metrics.LabelName, name, metrics.LabelModelName, model, metrics.LabelEngine, eng}, extra...)
 			return st.Series(labels.FromStrings(kv...))
+		}
+		if lean {
+			rec.eng = append(rec.eng, engineSeries{queries: vl(metrics.VLLMPrefixCacheQueries), hits: vl(metrics.VLLMPrefixCacheHits)})
+			rec.rt = append(rec.rt, routerSeries{
+				inFlight: st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenInFlight, metrics.LabelModel, model, metrics.LabelReplica, eng)),
+			})
+			continue
 		}
 		rec.eng = append(rec.eng, engineSeries{
 			running: vl(metrics.VLLMNumRequestsRunning),
@@ -124,7 +136,9 @@ func (rec *recorder) observeFirstToken(s *seq, ttfbS float64) {
 	if ttfbS >= 0 {
 		rec.ttfb.Observe(ttfbS)
 	}
-	rec.eng[s.replica].obs.firstToken(s)
+	if !rec.lean {
+		rec.eng[s.replica].obs.firstToken(s)
+	}
 }
 
 // observeCensoredTTFB records the wait so far of a request that had no
@@ -143,12 +157,16 @@ func (rec *recorder) observeNextTokens(rep int, itlUs int64, n int) {
 
 // observeStep records the step rep just scheduled at now.
 func (rec *recorder) observeStep(rep *replica, now int64) {
-	rec.eng[rep.id].obs.stepScheduled(rep, now)
+	if !rec.lean {
+		rec.eng[rep.id].obs.stepScheduled(rep, now)
+	}
 }
 
 // observeFinished records a request that finished at now.
 func (rec *recorder) observeFinished(s *seq, now int64) {
-	rec.eng[s.replica].obs.finished(s, now)
+	if !rec.lean {
+		rec.eng[s.replica].obs.finished(s, now)
+	}
 }
 
 // append writes one sample of every series at tMs.
@@ -159,6 +177,17 @@ func (rec *recorder) append(tMs int64) {
 		e := &rec.eng[i]
 		p := r.snap.Replicas[i]
 		st := &rep.stats
+		rec.kvSum[i] += p.KVUsage
+		rec.kvMax[i] = max(rec.kvMax[i], p.KVUsage)
+		if r.rt.inFlight[i] > 0 {
+			busy++
+		}
+		if rec.lean {
+			e.queries.Append(tMs, float64(st.queries))
+			e.hits.Append(tMs, float64(st.hits))
+			rec.rt[i].inFlight.Append(tMs, float64(r.rt.inFlight[i]))
+			continue
+		}
 		e.running.Append(tMs, float64(p.Running))
 		e.waiting.Append(tMs, float64(p.Waiting))
 		e.kvUsage.Append(tMs, p.KVUsage)
@@ -185,12 +214,6 @@ func (rec *recorder) append(tMs int64) {
 		}
 		rs.sessions.Append(tMs, float64(homed))
 		rs.active.Append(tMs, float64(p.Sessions))
-
-		rec.kvSum[i] += p.KVUsage
-		rec.kvMax[i] = max(rec.kvMax[i], p.KVUsage)
-		if r.rt.inFlight[i] > 0 {
-			busy++
-		}
 	}
 	rec.later.Append(tMs, float64(r.rt.stay.Later))
 	rec.home.Append(tMs, float64(r.rt.stay.Home))
@@ -291,14 +314,10 @@ func usToSec(us int64) float64 { return float64(us) / usPerSec }
 // stepScheduled observes the step rep scheduled at now: its tokens, and
 // the first scheduling time of its requests (vLLM's scheduled_ts).
 func (h *EngineHistograms) stepScheduled(rep *replica, now int64) {
-	tokens := 0
-	for i, s := range rep.batch {
-		tokens += rep.chunks[i].n
-		if s.scheduledUs < 0 {
-			s.scheduledUs = now
-		}
+	for _, s := range rep.fresh {
+		s.scheduledUs = now
 	}
-	h.iterTokens.Observe(float64(tokens))
+	h.iterTokens.Observe(float64(rep.stepTokens))
 }
 
 // firstToken observes a request's first token (s.firstTokenUs is set).

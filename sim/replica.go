@@ -116,6 +116,8 @@ type replica struct {
 	abortPending bool    // running requests were aborted during the step in flight
 	batch        []*seq  // the requests scheduled in the step in flight
 	chunks       []chunk // their work, aligned with batch
+	stepTokens   int     // the tokens of chunks
+	fresh        []*seq  // the requests of batch scheduled for the first time
 	hitBuf       []int32
 	// firstToken, when set, is told of every request's first token;
 	// nextToken of every later one, before s.lastTokenUs moves to now.
@@ -172,6 +174,8 @@ func (r *replica) schedule() int {
 	bs := r.cfg.blockSize
 	budget := r.cfg.maxNumBatchedTokens
 	r.batch, r.chunks = r.batch[:0], r.chunks[:0]
+	clear(r.fresh)
+	r.fresh = r.fresh[:0]
 	preempted := false
 
 	for i := 0; i < len(r.running) && budget > 0; {
@@ -185,8 +189,9 @@ func (r *replica) schedule() int {
 			// A decode whose token fits the blocks it holds: allocate_slots
 			// takes no block and cannot fail (allocateSlots with no hits
 			// and no new block), only caching a block the token completes.
-			if full := (s.computed + 1) / bs; full > s.cachedBlocks {
-				r.cacheKnown(s, full)
+			// (computed+1)/bs > cachedBlocks, without a division.
+			if s.computed+1 >= (s.cachedBlocks+1)*bs && (s.hashEnd == 0 || s.cachedBlocks < s.hashEnd-1) {
+				r.cacheKnown(s, (s.computed+1)/bs)
 			}
 			r.batch = append(r.batch, s)
 			r.chunks = append(r.chunks, chunk{start: s.computed, n: 1})
@@ -246,6 +251,10 @@ func (r *replica) schedule() int {
 				break
 			}
 			s.memoReplica = -1 // admitted: the blocks are its own now
+			if s.scheduledUs < 0 {
+				// Only here: a running request was in an earlier step.
+				r.fresh = append(r.fresh, s)
+			}
 			var miss MissTokens
 			if !s.admitted {
 				miss = r.classifyMisses(s, len(hits)) // before allocation caches new blocks
@@ -268,6 +277,7 @@ func (r *replica) schedule() int {
 		}
 		s.computed += c.n
 	}
+	r.stepTokens = r.cfg.maxNumBatchedTokens - budget
 	return len(r.batch)
 }
 
@@ -434,6 +444,7 @@ func (r *replica) cacheKnown(s *seq, full int) {
 	for k := s.cachedBlocks; k < full; k++ {
 		h, ok := s.blockHash(k, bs)
 		if !ok {
+			s.hashEnd = k + 1 // and every later block: a decode past it skips the call
 			break
 		}
 		r.pool.cacheBlock(s.blocks[k], h)

@@ -75,6 +75,23 @@ type run struct {
 	// boundaries: the counters at each scrape that closes a measured step
 	// (and at the first one), for the direct counts of the results.
 	marks []mark
+
+	// everHint, until it is used, will tell how many hashes the record of
+	// those ever cached is to hold (reserveEver).
+	everHint *hashHint
+}
+
+// reserveEver makes room in the record of hashes ever cached once the
+// estimate of how many there will be is known (at each scrape). Its
+// contents, hence the run's outputs, do not depend on its size.
+func (r *run) reserveEver() {
+	if r.everHint == nil {
+		return
+	}
+	if slots, ok := r.everHint.take(); ok {
+		r.reps[0].pool.ever.moveTo(slots)
+		r.everHint = nil
+	}
 }
 
 // routerStats are the router's cumulative counters: the source of the
@@ -124,6 +141,12 @@ type driver interface {
 }
 
 func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, error) {
+	return newRunLean(f, strategy, spill, false)
+}
+
+// newRunLean is newRun, with a lean recorder when lean is set (its store
+// holds only the series of rowKPIs).
+func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean bool) (*run, error) {
 	vr, err := newVariant(f, strategy, spill)
 	if err != nil {
 		return nil, err
@@ -155,12 +178,14 @@ func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, err
 	for i := range n {
 		r.reps[i] = newReplica(i, &r.cfg, ever)
 		r.reps[i].firstToken = r.onFirstToken
-		r.reps[i].nextTokens = r.onNextTokens
+		if !lean { // inter-token latencies go to an engine histogram only
+			r.reps[i].nextTokens = r.onNextTokens
+		}
 		r.snap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
 		r.rt.requests[i] = make([]int64, numReasons)
 	}
 	r.doneFn = r.onDone
-	r.rec = newRecorder(r)
+	r.rec = newRecorder(r, lean)
 	r.initKV(vr, 0)
 	return r, nil
 }
@@ -211,6 +236,7 @@ func (r *run) loop(ctx context.Context, until int64) error {
 			if r.lastScrape != r.now {
 				r.scrape()
 			}
+			r.reserveEver()
 			r.ev.push(r.now+r.scrapeUs, evScrape, 0)
 		case evStop:
 			r.stopped = true

@@ -5,26 +5,36 @@ import "github.com/lm-warden/warden/traces"
 // seq is one request inside a replica: vLLM's Request as far as the
 // scheduler and the KV cache manager see it.
 type seq struct {
+	// The fields every engine step reads and writes come first, in two
+	// cache lines: a seq is 320 bytes, a multiple of 64, so it starts at a
+	// line (replica.schedule, EngineHistograms.stepScheduled,
+	// replica.finishStep).
+	numTokens int // prompt + generated so far (vLLM request.num_tokens)
+	computed  int // tokens whose KV is computed or scheduled (num_computed_tokens)
+	generated int
+	output    int // tokens to generate (>= 1)
+	// admitTokens is numTokens at the last admission: the prefill ends
+	// when computed reaches it.
+	admitTokens  int
+	cachedBlocks int     // leading blocks already in the prefix cache
+	firstTokenUs int64   // -1 until the first token
+	lastTokenUs  int64   // the latest token (inter-token latency)
+	blocks       []int32 // block table
+	// hashEnd is 1 + the first block without a known hash (blockHash
+	// fails from there on), once replica.cacheKnown met it; 0 before.
+	hashEnd     int
+	scheduledUs int64 // first scheduled, -1 before (vLLM's scheduled_ts)
+	aborted     bool  // cut at a step end; removed when its step ends
+
 	id     int // run-wide request number, in send order
 	req    *traces.Request
 	client int32 // closed loop: client slot; open loop: -1
 	turn   int
 
-	prompt    int // prompt tokens
-	output    int // tokens to generate (>= 1)
-	numTokens int // prompt + generated so far (vLLM request.num_tokens)
-	computed  int // tokens whose KV is computed or scheduled (num_computed_tokens)
-	generated int
-	// admitTokens is numTokens at the last admission: the prefill ends
-	// when computed reaches it.
-	admitTokens int
-
-	blocks       []int32 // block table
-	cachedBlocks int     // leading blocks already in the prefix cache
+	prompt       int // prompt tokens
 	preemptions  int
 	cachedTokens int   // prompt tokens served from the prefix cache at the first admission
 	admitted     bool  // admitted at least once (its first lookup is counted)
-	aborted      bool  // cut at a step end; removed when its step ends
 	lengthCapped bool  // output == the workload's max_output_tokens (finished_reason "length")
 	rejected     bool  // never fitted in a replica's KV cache: not routed
 	epoch        int32 // closed loop: the step that sent it
@@ -50,9 +60,6 @@ type seq struct {
 	// when the pool's refFlips was memoFlips (replica.evictableFor).
 	memoEvictable, memoEvN int
 	memoFlips              int64
-	firstTokenUs           int64 // -1 until the first token
-	scheduledUs            int64 // first scheduled, -1 before (vLLM's scheduled_ts)
-	lastTokenUs            int64 // the latest token (inter-token latency)
 	uncached               int32 // the router's prefill estimate (Decision.Uncached) until its first token
 }
 

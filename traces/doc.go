@@ -7,6 +7,9 @@
 //   - record.go: Request and Session, the contract shared with sim and live.
 //   - format.go: Header, Reader (streaming, constant memory, gzip, line-
 //     numbered errors) and Writer. FORMAT.md documents the file format.
+//     fastparse.go reads the usual lines without encoding/json, reusing
+//     the hash ids a line shares with a recent one; readall.go is
+//     Reader.ReadAll, the whole file parsed on several goroutines.
 //   - workload.go and synth.go: Workload (the shape of agent sessions, loaded
 //     from strict YAML) and Generator, an endless deterministic SessionSource
 //     of synthetic sessions whose block ids chain as vLLM's prefix cache

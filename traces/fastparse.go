@@ -1,7 +1,9 @@
 package traces
 
 import (
+	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"unicode/utf8"
 )
@@ -15,8 +17,11 @@ import (
 // false, leaving r partly filled, and the caller decodes the line with
 // encoding/json, whose errors name the field. A trace of long prompts is
 // mostly hash ids, which encoding/json reads an order of magnitude slower.
-func parseFast(line []byte, r *Request) bool {
-	p := fastParser{b: line}
+//
+// memo, when not nil, remembers the hash-id arrays of the lines parsed
+// with it (see idMemo).
+func parseFast(line []byte, r *Request, memo *idMemo) bool {
+	p := fastParser{b: line, memo: memo}
 	p.ws()
 	if !p.byte('{') {
 		return false
@@ -78,8 +83,65 @@ func parseFast(line []byte, r *Request) bool {
 }
 
 type fastParser struct {
-	b []byte
-	i int
+	b    []byte
+	i    int
+	memo *idMemo
+}
+
+// idMemo holds the hash-id arrays of recent lines, as written and as read,
+// by their first id. Requests that share a prefix repeat its ids line
+// after line (a system prompt, the earlier turns of a conversation), and
+// comparing the text with a line before is an order of magnitude faster
+// than reading the numbers again: the ids up to the last comma of the
+// text both lines share are those read before.
+type idMemo struct {
+	// Two ways for each of 32 sets, the set by the first id (hashed): a
+	// trace's few shared prefixes rarely meet three in a set.
+	slots [64]idMemoSlot
+	tick  uint64
+}
+
+type idMemoSlot struct {
+	raw  []byte   // an array's text, from its first id up to its closing bracket
+	ids  []uint64 // what it reads as
+	used uint64   // the memo's tick when it was last found or written
+}
+
+// find returns the slot that holds an array starting with the id first,
+// or nil and the slot to write one in (of its set's two, the one used
+// least recently).
+func (m *idMemo) find(first uint64) (hit, victim *idMemoSlot) {
+	m.tick++
+	set := m.slots[2*((first*0x9e3779b97f4a7c15)>>59):][:2]
+	for i := range set {
+		if sl := &set[i]; len(sl.ids) > 0 && sl.ids[0] == first {
+			sl.used = m.tick
+			return sl, sl
+		}
+	}
+	if set[1].used < set[0].used {
+		return nil, &set[1]
+	}
+	return nil, &set[0]
+}
+
+// idMemoMin is the fewest ids an array must hold to be remembered.
+const idMemoMin = 8
+
+// commonPrefix returns the length of the common prefix of a and b: 64
+// bytes at a time (bytes.Equal is the runtime's vector compare), then one
+// at a time.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	a, b = a[:n], b[:n]
+	i := 0
+	for i+64 <= n && bytes.Equal(a[i:i+64], b[i:i+64]) {
+		i += 64
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
 }
 
 // ws skips JSON white space.
@@ -203,52 +265,62 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 	if p.byte(']') {
 		return dst, true
 	}
+	first, remembered, reused := p.i, (*idMemoSlot)(nil), 0
 	for {
 		start := p.i
 		var v uint64
-		// Eight digits at a time, twice at most, then one at a time: 19
-		// digits never overflow.
-		for p.i+8 <= len(p.b) && p.i-start <= 8 {
-			x := binary.LittleEndian.Uint64(p.b[p.i:])
-			if !eightDigits(x) {
-				break
-			}
-			v = v*1e8 + parseEight(x)
-			p.i += 8
+		var ok bool
+		if p.i+24 <= len(p.b) {
+			var n int
+			v, n, ok = uintWords(p.b[p.i : p.i+24])
+			p.i += n
+		} else {
+			v, ok = p.uintBytes()
 		}
-		for p.i < len(p.b) && p.i-start < 19 {
-			c := p.b[p.i] - '0'
-			if c > 9 {
-				break
-			}
-			v = v*10 + uint64(c)
-			p.i++
-		}
-		if p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-			// A 20th digit: it may overflow; a 21st always does.
-			d := uint64(p.b[p.i] - '0')
-			if v > (1<<64-1-d)/10 {
-				return dst, false
-			}
-			v = v*10 + d
-			p.i++
-			if p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
-				return dst, false
-			}
-		}
-		n := p.i - start
-		if n == 0 || (n > 1 && p.b[start] == '0') {
+		if !ok {
 			return dst, false
+		}
+		if n := p.i - start; n == 0 || (n > 1 && p.b[start] == '0') {
+			return dst, false
+		}
+		dst = append(dst, v)
+		if len(dst) == 1 && p.memo != nil {
+			// The ids another line shares with this one, read before: those
+			// followed by a comma inside the common text.
+			sl, victim := p.memo.find(v)
+			remembered = victim // this array replaces the slot's when it is read
+			if sl != nil {
+				if shared := sl.raw[:commonPrefix(sl.raw, p.b[first:])]; len(shared) > 0 {
+					if n := bytes.Count(shared, comma); n > 1 {
+						dst = append(dst[:0], sl.ids[:n]...)
+						p.i = first + bytes.LastIndexByte(shared, ',') + 1
+						p.ws()
+						reused = n
+						continue
+					}
+				}
+			}
 		}
 		if p.i < len(p.b) {
 			switch p.b[p.i] {
-			case '.', 'e', 'E':
-				return dst, false
+			case ',':
+				p.i++
+				if p.i < len(p.b) && p.b[p.i]-'0' > 9 {
+					p.ws()
+				}
+				continue
+			case ']':
+				p.remember(remembered, first, dst, reused)
+				p.i++
+				return dst, true
 			}
 		}
-		dst = append(dst, v)
+		// Anything else after the digits: white space, or not an integer
+		// (a fraction, an exponent), or bad syntax.
 		p.ws()
-		if p.byte(']') {
+		if p.i < len(p.b) && p.b[p.i] == ']' {
+			p.remember(remembered, first, dst, reused)
+			p.i++
 			return dst, true
 		}
 		if !p.byte(',') {
@@ -258,11 +330,93 @@ func (p *fastParser) uints(dst []uint64) ([]uint64, bool) {
 	}
 }
 
-// eightDigits reports whether the eight bytes of x (little-endian) are all
-// ASCII digits: each is 0x30 to 0x3f, and adding 6 keeps it below 0x40.
-func eightDigits(x uint64) bool {
-	const hi, thirties, sixes = 0xf0f0f0f0f0f0f0f0, 0x3030303030303030, 0x0606060606060606
-	return x&hi == thirties && (x+sixes)&hi == thirties
+var comma = []byte{','}
+
+// remember keeps the array just read, from first up to the closing
+// bracket at p.i, and its ids in the memo's slot sl (nil: none), unless
+// the first reused ids, taken from the slot, are three quarters of it or
+// more: the slot then serves the next line about as well (the same
+// prefix, another tail) and is not copied again; a line that extends it
+// further (a conversation's next turn) replaces it.
+func (p *fastParser) remember(sl *idMemoSlot, first int, ids []uint64, reused int) {
+	if sl == nil || len(ids) < idMemoMin || 4*reused >= 3*len(ids) {
+		return
+	}
+	sl.raw = append(sl.raw[:0], p.b[first:p.i]...)
+	sl.ids = append(sl.ids[:0], ids...)
+	sl.used = p.memo.tick
+}
+
+// pow10 are the powers of ten up to 10^8.
+var pow10 = [9]uint64{1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000}
+
+// uintWords reads the digits at the start of b (24 bytes or more), eight
+// bytes at a time, and returns their value and count. It reports false on
+// more than 20 digits or a value past 2^64-1; no digit at all is 0 digits.
+func uintWords(b []byte) (v uint64, n int, ok bool) {
+	b = b[:24]
+	x := binary.LittleEndian.Uint64(b)
+	n = leadingDigits(x)
+	if n < 8 {
+		return parseEight(x << (64 - 8*n)), n, true // the digits moved to the top, zeros below
+	}
+	v = parseEight(x)
+	x = binary.LittleEndian.Uint64(b[8:])
+	n = leadingDigits(x)
+	if n < 8 {
+		return v*pow10[n] + parseEight(x<<(64-8*n)), 8 + n, true
+	}
+	v = v*1e8 + parseEight(x)
+	x = binary.LittleEndian.Uint64(b[16:])
+	n = leadingDigits(x)
+	if n > 4 {
+		return 0, 0, false // 21 digits or more
+	}
+	hi, lo := bits.Mul64(v, pow10[n]) // v < 10^16: only 20 digits may overflow
+	sum, carry := bits.Add64(lo, parseEight(x<<(64-8*n)), 0)
+	if hi != 0 || carry != 0 {
+		return 0, 0, false
+	}
+	return sum, 16 + n, true
+}
+
+// uintBytes reads the digits at p.i one byte at a time, near the end of
+// the line, as uintWords does.
+func (p *fastParser) uintBytes() (uint64, bool) {
+	start := p.i
+	var v uint64
+	for p.i < len(p.b) && p.i-start < 19 {
+		c := p.b[p.i] - '0'
+		if c > 9 {
+			return v, true
+		}
+		v = v*10 + uint64(c)
+		p.i++
+	}
+	if p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		// A 20th digit: it may overflow; a 21st always does.
+		d := uint64(p.b[p.i] - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+		p.i++
+		if p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+			return 0, false
+		}
+	}
+	return v, true
+}
+
+// leadingDigits returns how many of the eight bytes of x (little-endian:
+// the first byte low) are ASCII digits before the first that is not.
+// Subtracting '0' from each byte leaves a digit at 0 to 9; a byte below
+// '0' wraps to 0x80 or more, one above '9' reaches 0x80 once 0x76 is
+// added; the borrows and carries only move up, past the first non-digit.
+func leadingDigits(x uint64) int {
+	const zeros, sevens, highs = 0x3030303030303030, 0x7676767676767676, 0x8080808080808080
+	d := x - zeros
+	return bits.TrailingZeros64((d|(d+sevens))&highs) >> 3
 }
 
 // parseEight is the value of eight ASCII digits loaded little-endian (the

@@ -115,7 +115,7 @@ type Reader struct {
 	prevMs  int64
 	skipped int
 	req     Request
-	lr      bytes.Reader
+	memo    idMemo
 }
 
 // NewReader reads the header of a trace from r (gzip-compressed or not: it
@@ -241,30 +241,42 @@ func (r *Reader) Next() (*Request, error) {
 }
 
 func (r *Reader) parse(line []byte) (field, reason string) {
-	r.resetReq()
-	if parseFast(line, &r.req) {
-		return checkRequest(&r.req, r.hdr.BlockSize, r.prevMs)
-	}
-	r.resetReq()
-	r.lr.Reset(line)
-	dec := json.NewDecoder(&r.lr)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r.req); err != nil {
-		return jsonErrorField(err)
-	}
-	if trailing(dec, line) {
-		return "", "unexpected data after the JSON object (one request per line)"
-	}
-	return checkRequest(&r.req, r.hdr.BlockSize, r.prevMs)
+	field, reason, _ = parseRequest(line, &r.req, &r.memo, r.hdr.BlockSize, r.prevMs)
+	return field, reason
 }
 
-// resetReq empties r.req for the next line, keeping its slices' memory.
-func (r *Reader) resetReq() {
-	r.req = Request{
+// parseRequest decodes a request line into req, reusing its slices'
+// memory (and memo: parseFast), and checks it (prevMs: the previous
+// request's arrival). decoded
+// reports whether the line was a request object at all: when only the
+// checks failed, req holds what it said.
+func parseRequest(line []byte, req *Request, memo *idMemo, blockSize int, prevMs int64) (field, reason string, decoded bool) {
+	resetRequest(req)
+	if parseFast(line, req, memo) {
+		field, reason = checkRequest(req, blockSize, prevMs)
+		return field, reason, true
+	}
+	resetRequest(req)
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		field, reason = jsonErrorField(err)
+		return field, reason, false
+	}
+	if trailing(dec, line) {
+		return "", "unexpected data after the JSON object (one request per line)", false
+	}
+	field, reason = checkRequest(req, blockSize, prevMs)
+	return field, reason, true
+}
+
+// resetRequest empties req for the next line, keeping its slices' memory.
+func resetRequest(req *Request) {
+	*req = Request{
 		CachedTokens:  -1,
 		Replica:       -1,
-		HashIDs:       r.req.HashIDs[:0],
-		OutputHashIDs: r.req.OutputHashIDs[:0],
+		HashIDs:       req.HashIDs[:0],
+		OutputHashIDs: req.OutputHashIDs[:0],
 	}
 }
 
