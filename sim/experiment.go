@@ -419,6 +419,17 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		}
 		return nil
 	}
+	// runFor runs until dur (0: until idle or the end of the trace) from
+	// now, with a stop event at the end.
+	runFor := func(dur int64) error {
+		until := int64(math.MaxInt64)
+		if dur > 0 {
+			until = r.now + dur
+			r.ev.push(until, evStop, 0)
+		}
+		r.checkIdle()
+		return advance(until)
+	}
 
 	r.rec.store.Grow(expectedScrapes(e, r.scrapeUs))
 	r.scrape()
@@ -468,13 +479,7 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 				c.resize(r, n)
 			}
 			r.stopped, r.stopQueued = false, false
-			until := int64(math.MaxInt64)
-			if dur > 0 {
-				until = r.now + dur
-				r.ev.push(until, evStop, 0)
-			}
-			r.checkIdle()
-			if err := advance(until); err != nil {
+			if err := runFor(dur); err != nil {
 				return nil, nil, err
 			}
 			if i < len(steps)-1 {
@@ -494,13 +499,7 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		r.stopWhenIdle = true
 		r.stepSessions = len(p.sessions)
 		p.begin(r)
-		until := int64(math.MaxInt64)
-		if dur > 0 {
-			until = dur
-			r.ev.push(until, evStop, 0)
-		}
-		r.checkIdle()
-		if err := advance(until); err != nil {
+		if err := runFor(dur); err != nil {
 			return nil, nil, err
 		}
 		closeWindow(len(p.sessions), func() int {
@@ -514,13 +513,7 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		sessions := countSessions(e.Trace.Requests)
 		r.stepSessions = sessions
 		o.begin(r)
-		until := int64(math.MaxInt64)
-		if dur > 0 {
-			until = dur
-			r.ev.push(until, evStop, 0)
-		}
-		r.checkIdle()
-		if err := advance(until); err != nil {
+		if err := runFor(dur); err != nil {
 			return nil, nil, err
 		}
 		closeWindow(sessions, func() int {

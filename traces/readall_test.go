@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"runtime"
 	"strings"
 	"testing"
@@ -12,23 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 )
-
-// readAllByNext is what ReadAll must give: Next up to io.EOF, a Clone of
-// each request, the first error.
-func readAllByNext(r *Reader) ([]*Request, error) {
-	var out []*Request
-	for {
-		req, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		c := req.Clone()
-		out = append(out, &c)
-	}
-}
 
 // failingReader returns its data, then err.
 type failingReader struct {
@@ -106,7 +88,7 @@ func TestReadAllAgreesWithNext(t *testing.T) {
 					return r
 				}
 				ref, got := open(), open()
-				want, wantErr := readAllByNext(ref)
+				want, wantErr := ref.readAllSerial()
 				have, haveErr := got.ReadAll()
 				name := fmt.Sprintf("%s, skip %v, batch %d", c.name, skip, batch)
 				if fmt.Sprint(haveErr) != fmt.Sprint(wantErr) {
@@ -137,7 +119,7 @@ func TestReadAllAgreesWithNext(t *testing.T) {
 			}
 			return r
 		}
-		_, wantErr := readAllByNext(open())
+		_, wantErr := open().readAllSerial()
 		_, haveErr := open().ReadAll()
 		if wantErr == nil || fmt.Sprint(haveErr) != fmt.Sprint(wantErr) {
 			t.Errorf("read error, skip %v: %v, want %v", skip, haveErr, wantErr)
