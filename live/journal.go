@@ -236,7 +236,7 @@ func (j *Journal) skip(t journalTicket) {
 
 // record journals a finished call.
 func (j *Journal) record(c *call, _ time.Duration) {
-	text := promptText(c.body, c.api)
+	text := promptText(c.rb.data, c.api)
 	promptTokens := traces.TextTokens(text)
 	if c.usage.PromptTokens > 0 {
 		promptTokens = c.usage.PromptTokens

@@ -49,8 +49,7 @@ type call struct {
 	m         *model
 	api       API
 	path      string
-	body      []byte   // the request body, rb's data: valid until finish
-	rb        *reqBody // its buffer, given back at finish
+	rb        *reqBody // the request body (rb.data), given back at finish
 	stream    bool
 	req       placement.Request // Session/Parent are keyed hashes
 	source    string            // where the session id came from
@@ -153,7 +152,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer c.finish()
 	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
 	r.Body = c.rb.reader()
-	r.ContentLength = int64(len(c.body))
+	r.ContentLength = int64(len(c.rb.data))
 	s.proxy.ServeHTTP(w, r)
 }
 
@@ -286,7 +285,7 @@ func (s *Server) admitBody(rt *routing, w http.ResponseWriter, r *http.Request, 
 		return nil, errInvalid, "session_id", err.Error()
 	}
 	c := &call{
-		srv: s, m: m, api: api, path: r.URL.Path, body: data, rb: rb, stream: b.Stream, start: start,
+		srv: s, m: m, api: api, path: r.URL.Path, rb: rb, stream: b.Stream, start: start,
 		source: id.Source, status: http.StatusOK, usage: unknownUsage(), aux: r.URL.Path == countTokensPath,
 		req: placement.Request{
 			Session: s.keyer.Sum(id.Session),
