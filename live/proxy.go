@@ -638,7 +638,13 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 	// timeouts.response_header, per attempt so that a reload applies it.
 	var noHeaders atomic.Bool
 	headers := time.AfterFunc(to.ResponseHeader.D(), func() { noHeaders.Store(true); cancel() })
-	res, err := t.base.RoundTrip(req.WithContext(ctx))
+	var res *http.Response
+	var err error
+	if up, ok := t.base.(*upstream); ok {
+		res, err = up.do(req.WithContext(ctx), c.rb)
+	} else {
+		res, err = t.base.RoundTrip(req.WithContext(ctx))
+	}
 	headers.Stop()
 	stopDown()
 	if err != nil {

@@ -39,6 +39,7 @@ type Server struct {
 	obs     *observer
 	proxy   *httputil.ReverseProxy
 	base    *http.Transport // to the backends
+	up      *upstream       // to the backends: the proxied calls (base for what it does not handle)
 	scrapeC *http.Client    // for /metrics and /health
 	journal *Journal        // nil: none
 
@@ -117,6 +118,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	s.base.IdleConnTimeout = 90 * time.Second
 	s.base.ExpectContinueTimeout = time.Second
 	s.base.DisableCompression = true // bodies pass through untouched: no transparent gzip
+	s.up = newUpstream(dial, s.base)
 	s.scrapeC = &http.Client{Transport: &http.Transport{
 		DialContext:         dial,
 		MaxIdleConnsPerHost: 4,
@@ -124,7 +126,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	}}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:       s.rewrite,
-		Transport:     &transport{srv: s, base: s.base},
+		Transport:     &transport{srv: s, base: s.up},
 		FlushInterval: -1, // flush every write: each SSE event goes out as it arrives
 		BufferPool:    &copyBuffers,
 		ErrorHandler:  s.errorHandler,
@@ -392,6 +394,8 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 			err = e
 		}
 	}
+	s.up.Close()
+	s.base.CloseIdleConnections()
 	s.mu.Lock()
 	s.stopped = true
 	stopScrapers()
