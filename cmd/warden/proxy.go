@@ -8,10 +8,14 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
+	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lm-warden/warden/internal/procs"
 	"github.com/lm-warden/warden/live"
 	"github.com/lm-warden/warden/web"
 )
@@ -21,6 +25,10 @@ type proxyOptions struct {
 	Config   string
 	Check    bool
 	LogLevel string
+	// Procs: "auto" sizes GOMAXPROCS to the load (internal/procs), unless
+	// GOMAXPROCS is set in the environment; "" leaves it as it is (tests
+	// that run the proxy in their own process).
+	Procs string
 }
 
 func newProxyCmd() *cobra.Command {
@@ -60,6 +68,7 @@ See live/testdata/proxy.yaml for every configuration key.`,
 	f.StringVar(&opts.Config, "config", "", "proxy configuration (YAML) (required)")
 	f.BoolVar(&opts.Check, "check", false, "validate the configuration and exit")
 	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+	f.StringVar(&opts.Procs, "procs", "auto", "threads running Go code at once (GOMAXPROCS): auto sizes them to the load, from 1 up to the CPUs (idle ones cost CPU to wake); N fixes them; auto leaves a GOMAXPROCS environment variable as it is")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
@@ -74,6 +83,14 @@ func dashboard() live.Option {
 }
 
 func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) error {
+	fixed := 0
+	if opts.Procs != "" && opts.Procs != "auto" {
+		n, err := strconv.Atoi(opts.Procs)
+		if err != nil || n < 1 {
+			return fmt.Errorf("--procs %q: want auto or a number of threads from 1", opts.Procs)
+		}
+		fixed = n
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(opts.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
@@ -112,6 +129,14 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var governor sync.WaitGroup
+	defer governor.Wait()
+	defer cancel() // before the Wait above
+	if fixed > 0 {
+		runtime.GOMAXPROCS(fixed)
+	} else if opts.Procs == "auto" && procs.Auto() {
+		governor.Go(func() { procs.Run(ctx, procs.Options{Log: logger}) })
+	}
 	go func() {
 		for {
 			select {
