@@ -81,7 +81,19 @@ func TestSpeed(t *testing.T) {
 		n, errs         int
 	}
 	var rows []row
-	for _, size := range []int{64 << 10, 256 << 10} {
+	sizes := []int{64 << 10, 256 << 10}
+	if v := os.Getenv("WARDEN_SPEED_SIZES"); v != "" { // KiB, comma-separated
+		sizes = nil
+		for _, f := range strings.Split(v, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || k <= 0 {
+				t.Fatalf("WARDEN_SPEED_SIZES=%q: %q is not a size in KiB", v, f)
+			}
+			sizes = append(sizes, k<<10)
+		}
+	}
+	only := os.Getenv("WARDEN_SPEED_TARGETS") // comma-separated names; direct always runs
+	for _, size := range sizes {
 		bodies := speedBodies(sessions, size)
 		targets := []*speedTarget{{name: "direct", url: func(s int) string { return backends[s%len(backends)] }}}
 		if haproxy != nil {
@@ -89,10 +101,15 @@ func TestSpeed(t *testing.T) {
 		}
 		targets = append(targets, floor, warden)
 		for _, tg := range targets {
+			if only != "" && tg.name != "direct" && !slices.Contains(strings.Split(only, ","), tg.name) {
+				continue
+			}
 			openLoop(t, tg, bodies, rate, warm) // warm-up, discarded
+			stopPerf := perfRecord(t, tg, size)
 			c0 := tg.cpu(t)
 			res := openLoop(t, tg, bodies, rate, dur)
 			c1 := tg.cpu(t)
+			stopPerf()
 			cpu := -1.0
 			if tg.pid > 0 {
 				cpu = float64(c1-c0) / float64(res.n) * 1e6
@@ -182,6 +199,26 @@ func (s *speedTarget) cpu(t *testing.T) float64 {
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on Linux
 // whatever the kernel's HZ.
 const clockTicks = 100
+
+// perfRecord profiles tg's process with perf(1) over the measured window
+// when WARDEN_SPEED_PERF names a folder (perf record -g, one file per
+// target and size, for perf report); it returns what stops it.
+func perfRecord(t *testing.T, tg *speedTarget, size int) func() {
+	t.Helper()
+	dir := os.Getenv("WARDEN_SPEED_PERF")
+	if dir == "" || tg.pid <= 0 {
+		return func() {}
+	}
+	out := filepath.Join(dir, fmt.Sprintf("%s-%dk.data", tg.name, size>>10))
+	cmd := exec.Command("perf", "record", "-g", "-q", "-o", out, "-p", strconv.Itoa(tg.pid))
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("WARDEN_SPEED_PERF: %v", err)
+	}
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Wait()
+	}
+}
 
 func envFloat(t *testing.T, name string, def float64) float64 {
 	v := os.Getenv(name)
@@ -343,6 +380,9 @@ func freeAddr(t *testing.T) string {
 func startProcess(t *testing.T, name string, url string, argv ...string) *speedTarget {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
+	if v := os.Getenv("WARDEN_SPEED_GOMAXPROCS"); v != "" && name != "haproxy" {
+		cmd.Env = append(os.Environ(), "GOMAXPROCS="+v) // the Go proxies' only, not this process's
+	}
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
