@@ -14,14 +14,15 @@ import (
 // garbage collector's work and the zeroing of large objects that come
 // with it were a fifth of its CPU (BenchmarkProxyPath, issue 13 item 12).
 //
-// A buffer goes back to its pool when the call finishes. The outgoing
-// request's body may still be read after that: net/http's Transport
-// writes it from its own goroutine, which can outlive the handler
-// (ReverseProxy's note on issue 46866), and a retry or a write error can
-// leave it reading. So attempts never read the buffer directly: each reads
-// through a bodyReader that holds the body's lock while it copies and
-// finds the body released once the call is over. A late reader gets an
-// error, never the bytes of the next request that took the buffer.
+// A buffer goes back to its pool when the call finishes. The proxy's own
+// client (upstream.go) writes a body synchronously, under the body's lock,
+// so it never reads one late; but an https replica goes through net/http's
+// Transport, which writes the body from its own goroutine, one that can
+// outlive the handler (ReverseProxy's note on issue 46866). So attempts
+// never read the buffer without the lock: each reads through a bodyReader
+// (or send) that holds it while it copies and finds the body released once
+// the call is over. A late reader gets an error, never the bytes of the
+// next request that took the buffer.
 
 // Buffers come in size classes of powers of two from 4 KiB to 16 MiB (the
 // default limits.max_body_bytes); a larger body gets a buffer of its own.

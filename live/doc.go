@@ -26,6 +26,15 @@
 //     client byte once on another replica; its response body passes on
 //     whole SSE events only, so a stream that dies midway ends with the
 //     API's own error event (sse.go, apierr.go).
+//   - upstream.go: the HTTP/1.1 client for the replicas. The body is in
+//     memory, so an attempt is synchronous on the handler's goroutine: one
+//     writev of head and body, the response head read with
+//     http.ReadResponse, an idle pool per replica, a request that meets a
+//     connection the replica closed meanwhile sent again on a new one;
+//     https replicas go through net/http's Transport. Together with
+//     `warden proxy --procs auto` (internal/procs: GOMAXPROCS sized to the
+//     load) it is what brought the CPU a request costs towards HAProxy's
+//     (issue 13 item 12, `make speed`).
 //   - model.go: per-model state. In-flight counts are atomics, released
 //     exactly once per attempt; the policy, its session table and the
 //     ejection state sit behind one mutex, the only lock of the request

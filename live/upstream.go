@@ -112,7 +112,18 @@ func (u *upstream) put(pc *upConn) {
 		_ = pc.nc.Close()
 		return
 	}
-	u.idle[pc.host] = append(u.idle[pc.host], pc)
+	list := u.idle[pc.host]
+	// The oldest are first: those past the idle timeout go now, not at
+	// the next get (the replica has closed them, or soon will).
+	stale := 0
+	for stale < len(list) && pc.idleAt.Sub(list[stale].idleAt) >= u.idleTimeout {
+		_ = list[stale].nc.Close()
+		stale++
+	}
+	if stale > 0 {
+		list = append(list[:0], list[stale:]...)
+	}
+	u.idle[pc.host] = append(list, pc)
 	u.mu.Unlock()
 }
 

@@ -458,3 +458,35 @@ func FuzzRequestHead(f *testing.F) {
 		}
 	})
 }
+
+// TestUpstreamPrunesIdle: connections idle past the timeout are closed
+// when another is given back, not kept open until the next request.
+func TestUpstreamPrunesIdle(t *testing.T) {
+	srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
+		writeOK(w, "")
+		return true
+	})
+	u := testUpstream(t)
+	u.idleTimeout = 50 * time.Millisecond
+	host := srv.ln.Addr().String()
+	// Two connections at once, both given back.
+	r1, err := u.RoundTrip(upReq(t, context.Background(), srv.url(), "{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := u.RoundTrip(upReq(t, context.Background(), srv.url(), "{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(r1.Body)
+	r1.Body.Close()
+	time.Sleep(80 * time.Millisecond)
+	io.ReadAll(r2.Body)
+	r2.Body.Close() // r1's connection is past the timeout now
+	u.mu.Lock()
+	n := len(u.idle[host])
+	u.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d idle connections, want 1 (the stale one closed)", n)
+	}
+}

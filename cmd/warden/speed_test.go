@@ -42,6 +42,12 @@ import (
 // of the proxy's process (/proc/PID/stat) over the measured window divided
 // by its requests.
 //
+// To look closer: WARDEN_SPEED_TARGETS (e.g. "haproxy,warden"; direct
+// always runs) and WARDEN_SPEED_SIZES (KiB, e.g. "64") narrow the run,
+// WARDEN_SPEED_GOMAXPROCS fixes the Go proxies' GOMAXPROCS (warden's
+// default is --procs auto), and WARDEN_SPEED_PERF=DIR records a perf(1)
+// profile of each target over its window (perf adds its own CPU).
+//
 // It measures, it does not judge (the numbers depend on the machine and on
 // what else runs there), so it runs only with WARDEN_SPEED=1: `make speed`.
 // It fails if a request fails. Without HAProxy its rows say so and the
@@ -123,8 +129,12 @@ func TestSpeed(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback, GOMAXPROCS of the proxy: its default (%d CPUs)\n",
-		rate, dur, sessions, runtime.NumCPU())
+	procs := fmt.Sprintf("warden --procs auto, go-floor Go's default (%d CPUs)", runtime.NumCPU())
+	if v := os.Getenv("WARDEN_SPEED_GOMAXPROCS"); v != "" {
+		procs = "GOMAXPROCS=" + v + " for warden and go-floor"
+	}
+	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback; %s\n",
+		rate, dur, sessions, procs)
 	fmt.Fprintf(&b, "%-8s %-8s %9s %9s %10s %10s %11s %8s %7s\n", "body", "target", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "CPU µs/req", "requests", "failed")
 	var base row
 	for _, r := range rows {
