@@ -11,7 +11,6 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,7 +48,8 @@ type call struct {
 	m         *model
 	api       API
 	path      string
-	rb        *reqBody // the request body (rb.data), given back at finish
+	in        *http.Request // the client's request (with the call in its context), for a retry's outgoing one
+	rb        *reqBody      // the request body (rb.data), given back at finish
 	stream    bool
 	req       placement.Request // Session/Parent are keyed hashes
 	source    string            // where the session id came from
@@ -151,9 +151,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer c.finish()
 	r = r.WithContext(context.WithValue(r.Context(), callKey{}, c))
-	r.Body = c.rb.reader()
-	r.ContentLength = int64(len(c.rb.data))
-	s.proxy.ServeHTTP(w, r)
+	c.in = r
+	s.forward(w, r, c)
 }
 
 // isJSONContentType reports whether a request's Content-Type values say
@@ -450,35 +449,6 @@ func reasonIndex(reason string) int {
 // shortID abbreviates a keyed session hash for logs.
 func shortID(h string) string { return h[:min(len(h), 12)] }
 
-// rewrite points the outgoing request at the attempt's replica and sets
-// the headers the proxy owns: X-data-parallel-rank (only ever the proxy's),
-// the backend credentials, and no trusted pin header.
-func (s *Server) rewrite(pr *httputil.ProxyRequest) {
-	c := callFrom(pr.In.Context())
-	pr.SetURL(c.cur.rep.target)
-	pr.SetXForwarded()
-	s.setHeaders(pr.Out, c)
-}
-
-func (s *Server) setHeaders(out *http.Request, c *call) {
-	rt := s.state.Load()
-	h := out.Header
-	h.Del("X-data-parallel-rank")
-	if c.cur.rep.rank != "" {
-		h.Set("X-data-parallel-rank", c.cur.rep.rank)
-	}
-	if p := rt.cfg.TrustedPinHeader; p != "" {
-		h.Del(p)
-	}
-	if rt.cfg.Auth != "passthrough" || rt.cfg.BackendAPIKey != "" {
-		h.Del("Authorization")
-		h.Del("x-api-key")
-	}
-	if rt.cfg.BackendAPIKey != "" {
-		h.Set("Authorization", "Bearer "+rt.cfg.BackendAPIKey)
-	}
-}
-
 // transport sends each attempt, retries a failure that reached no client
 // byte once on another replica, and wraps the response body.
 type transport struct {
@@ -508,19 +478,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	rep := p.rep
 	c.m = p.m
 	c.cur = newAttempt(p)
 	c.reason = "retried"
 	c.attempts++
-	req2 := req.Clone(req.Context())
-	req2.Body = c.rb.reader()
-	req2.GetBody = nil
-	req2.URL.Scheme, req2.URL.Host = rep.target.Scheme, rep.target.Host
-	req2.URL.Path, req2.URL.RawPath = joinPath(rep.target.Path, c.path), ""
-	req2.Host = ""
-	t.srv.setHeaders(req2, c)
-	return t.try(c, req2)
+	return t.try(c, t.srv.outgoing(c.in, c))
 }
 
 func joinPath(base, p string) string {
@@ -866,11 +828,10 @@ func newStreamBody(base bodyBase, idle time.Duration) *streamBody {
 }
 
 // copyBufferSize is the size of the buffers that carry response bodies:
-// the ReverseProxy's copy to the client and a stream's reads.
+// forward's copy to the client and a stream's reads.
 const copyBufferSize = 32 << 10
 
-// bufferPool recycles the copy buffers (32 KB a response otherwise); it is
-// the ReverseProxy's BufferPool.
+// bufferPool recycles the copy buffers (32 KB a response otherwise).
 type bufferPool struct{ p sync.Pool }
 
 func (b *bufferPool) Get() []byte {
@@ -1025,7 +986,7 @@ func (s *Server) serveModels(w http.ResponseWriter, r *http.Request, rt *routing
 	_, _ = w.Write(buf.Bytes())
 }
 
-// logWriter adapts the ReverseProxy's log.Logger to slog at debug level
+// logWriter adapts the http.Server's log.Logger to slog at debug level
 // (it reports client disconnects, which are routine).
 type logWriter struct{ log *slog.Logger }
 

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"slices"
 	"strings"
 	"sync"
@@ -37,7 +36,7 @@ type Server struct {
 	keyer   *Keyer
 	store   sessionStore // session_store; nil: none
 	obs     *observer
-	proxy   *httputil.ReverseProxy
+	tr      *transport
 	base    *http.Transport // to the backends
 	up      *upstream       // to the backends: the proxied calls (base for what it does not handle)
 	scrapeC *http.Client    // for /metrics and /health
@@ -124,14 +123,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,
 	}}
-	s.proxy = &httputil.ReverseProxy{
-		Rewrite:       s.rewrite,
-		Transport:     &transport{srv: s, base: s.up},
-		FlushInterval: -1, // flush every write: each SSE event goes out as it arrives
-		BufferPool:    &copyBuffers,
-		ErrorHandler:  s.errorHandler,
-		ErrorLog:      log.New(logWriter{s.log}, "", 0),
-	}
+	s.tr = &transport{srv: s, base: s.up}
 	s.obs = newObserver(s.state.Load)
 	if cfg.SessionStore != "" {
 		st, err := openRedisStore(cfg.SessionStore, cfg.SessionStorePasswordEnv, cfg.SessionStoreTimeout.D())
