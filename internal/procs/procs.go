@@ -7,14 +7,19 @@
 // it finds nothing), and those thread switches, not the proxy's own work,
 // were the larger part of its CPU: at 1,000 requests/s of 64 KiB on two
 // cores, warden burnt 488 µs a request with GOMAXPROCS=2 and 364 µs with
-// GOMAXPROCS=1, at no cost in latency (issue 13, item 12; `make speed`).
+// GOMAXPROCS=1 (issue 13, item 12; `make speed`).
 // One P is not enough for every load, though, so the governor measures
-// the CPU the process uses (getrusage) and keeps each P about half busy:
-// a P more as soon as the load passes 60 % of the Ps, one less once it has
-// stayed under 50 % of one fewer for 3 s (the load on fewer Ps is no more
-// than on more, so the one cannot undo the other), from 1 up to the CPUs
-// Go sees. A server saturated at its current Ps doubles them at once,
-// since its true demand cannot be read off a saturated P.
+// the CPU the process uses (getrusage) and keeps each P at most three
+// quarters busy (there a request waits about one and a half times its own
+// CPU time for the P, some 0.3 ms: more Ps cost more than that saves). A
+// P more once the load has passed 75 % of the Ps for half a second (twice
+// as many if they were saturated: demand cannot be read off a saturated
+// P); one less once its mean over 3 s is under 70 % of one fewer; from 1
+// up to the CPUs Go sees. The load on fewer Ps is no more than on more
+// (there are fewer to wake), so a step down is never undone by the same
+// load; and since the load read at more Ps includes their wake-ups, a step
+// down is taken while the load still looks nearly full, or a load that
+// fits on one fewer would never move back.
 //
 // It is what GOMAXPROCS=N in the environment overrides (Auto says so).
 package procs
@@ -28,31 +33,51 @@ import (
 	"time"
 )
 
-// Thresholds of the decision, in busy cores per P.
+// Thresholds of the decision, in busy cores per P, and how long a load
+// must last to move the Ps.
 const (
-	upAt       = 0.6 // more Ps once the load passes this share of them
-	downAt     = 0.5 // fewer once it stays under this share of one fewer
-	saturated  = 0.9 // this busy, demand is unknown: double the Ps
-	holdDown   = 12  // intervals under downAt before a P is taken away
+	upAt       = 0.75 // more Ps once the load passes this share of them
+	downAt     = 0.7  // fewer once its mean stays under this share of one fewer
+	saturated  = 0.9  // this busy, demand is unknown: double the Ps
+	holdUp     = 2    // intervals in a row over upAt before a P is added
+	holdDown   = 12   // intervals whose mean decides a step down
 	defaultTic = 250 * time.Millisecond
 )
 
+// State is what Next remembers between intervals: how many in a row the
+// load has been high enough to add a P, and the intervals (N, their load
+// summed) of the window that decides a step down.
+type State struct {
+	High int
+	N    int
+	Sum  float64
+}
+
 // Next returns the Ps for a load of busy cores (CPU seconds per second of
-// wall time) at cur Ps, between 1 and maxProcs, and how many intervals in
-// a row the load has been low enough to take one away (low, updated).
-func Next(cur, maxProcs int, busy float64, low int) (next, lowNext int) {
-	switch {
-	case cur < maxProcs && busy >= saturated*float64(cur):
-		return min(2*cur, maxProcs), 0
-	case cur < maxProcs && busy > upAt*float64(cur):
-		return cur + 1, 0
-	case cur > 1 && busy < downAt*float64(cur-1):
-		if low+1 >= holdDown {
-			return cur - 1, 0
+// wall time) at cur Ps, between 1 and maxProcs. A load must last holdUp
+// intervals to add Ps (a burst of new connections at the start of a load
+// is not one); a step down is decided on the mean of holdDown intervals.
+func Next(cur, maxProcs int, busy float64, st State) (int, State) {
+	if cur < maxProcs && busy > upAt*float64(cur) {
+		if st.High+1 < holdUp {
+			return cur, State{High: st.High + 1}
 		}
-		return cur, low + 1
+		if busy >= saturated*float64(cur) {
+			return min(2*cur, maxProcs), State{}
+		}
+		return cur + 1, State{}
 	}
-	return cur, 0
+	if cur <= 1 {
+		return cur, State{}
+	}
+	st = State{N: st.N + 1, Sum: st.Sum + busy}
+	if st.N < holdDown {
+		return cur, st
+	}
+	if st.Sum/float64(st.N) < downAt*float64(cur-1) {
+		return cur - 1, State{}
+	}
+	return cur, State{}
 }
 
 // Options of Run. Zero fields take the defaults.
@@ -88,7 +113,7 @@ func Run(ctx context.Context, o Options) {
 	if o.Max <= 1 {
 		return
 	}
-	cur, low := 1, 0
+	cur, st := 1, State{}
 	o.Set(cur)
 	t := time.NewTicker(o.Interval)
 	defer t.Stop()
@@ -105,8 +130,8 @@ func Run(ctx context.Context, o Options) {
 			}
 			busy := float64(c-lastCPU) / float64(wall)
 			lastCPU, lastAt = c, now
-			next, l := Next(cur, o.Max, busy, low)
-			low = l
+			var next int
+			next, st = Next(cur, o.Max, busy, st)
 			if next != cur {
 				if o.Log != nil {
 					o.Log.Debug("GOMAXPROCS", "from", cur, "to", next, "busy_cores", busy)

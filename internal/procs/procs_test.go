@@ -11,41 +11,52 @@ import (
 
 func TestNext(t *testing.T) {
 	tests := []struct {
-		name          string
-		cur, max, low int
-		busy          float64
-		want, wantLow int
+		name      string
+		cur, max  int
+		busy      float64
+		st        State
+		want      int
+		wantState State
 	}{
-		{"light load stays on one", 1, 8, 0, 0.36, 1, 0},
-		{"past 60 % of one: two", 1, 8, 0, 0.65, 2, 0},
-		{"saturated one: double", 1, 8, 0, 0.95, 2, 0},
-		{"saturated four: eight", 4, 8, 0, 3.8, 8, 0},
-		{"saturated at the most: stays", 8, 8, 0, 7.9, 8, 0},
-		{"past 60 % of three: four", 3, 8, 5, 1.9, 4, 0},
-		{"under 50 % of one fewer: counts", 2, 8, 3, 0.4, 2, 4},
-		{"under 50 % long enough: one fewer", 2, 8, holdDown - 1, 0.4, 1, 0},
-		{"between the thresholds: resets the count", 3, 8, 7, 1.1, 3, 0},
-		{"never under one", 1, 8, holdDown, 0, 1, 0},
-		{"one CPU", 1, 1, 0, 1, 1, 0},
+		{"light load stays on one", 1, 8, 0.36, State{}, 1, State{}},
+		{"under 75 % of one: stays", 1, 8, 0.7, State{}, 1, State{}},
+		{"past 75 % of one, once: waits", 1, 8, 0.8, State{}, 1, State{High: 1}},
+		{"past 75 % of one, twice: two", 1, 8, 0.8, State{High: 1}, 2, State{}},
+		{"a burst, once: waits", 1, 8, 1.2, State{}, 1, State{High: 1}},
+		{"saturated one, twice: double", 1, 8, 0.95, State{High: 1}, 2, State{}},
+		{"saturated four, twice: eight", 4, 8, 3.8, State{High: 1}, 8, State{}},
+		{"saturated at the most: stays", 8, 8, 7.9, State{High: 5}, 8, State{N: 1, Sum: 7.9}},
+		{"past 75 % of three: four", 3, 8, 2.3, State{High: 1}, 4, State{}},
+		{"the step-down window fills", 2, 8, 0.6, State{N: 3, Sum: 1.8}, 2, State{N: 4, Sum: 2.4}},
+		{"its mean under 70 % of one fewer: one fewer", 2, 8, 0.6, State{N: holdDown - 1, Sum: 0.65 * (holdDown - 1)}, 1, State{}},
+		{"its mean over 70 % of one fewer: stays, a new window", 2, 8, 0.6, State{N: holdDown - 1, Sum: 0.8 * (holdDown - 1)}, 2, State{}},
+		{"a high interval empties the window", 3, 8, 2.5, State{N: 7, Sum: 7}, 3, State{High: 1}},
+		{"never under one", 1, 8, 0, State{}, 1, State{}},
+		{"one CPU", 1, 1, 1, State{High: 3}, 1, State{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, gotLow := Next(tt.cur, tt.max, tt.busy, tt.low)
-			if got != tt.want || gotLow != tt.wantLow {
-				t.Errorf("Next(%d, %d, %.2f, %d) = %d, %d; want %d, %d", tt.cur, tt.max, tt.busy, tt.low, got, gotLow, tt.want, tt.wantLow)
+			got, gotState := Next(tt.cur, tt.max, tt.busy, tt.st)
+			if got != tt.want || gotState != tt.wantState {
+				t.Errorf("Next(%d, %d, %.2f, %+v) = %d, %+v; want %d, %+v", tt.cur, tt.max, tt.busy, tt.st, got, gotState, tt.want, tt.wantState)
 			}
 		})
 	}
 }
 
-// TestNoOscillation: whatever the load, a change is never undone at the
-// next interval by the same load (what is dropped to is below upAt).
+// TestNoOscillation: a step down is never undone by the same load (what
+// it steps down to is under upAt), however long that load lasts.
 func TestNoOscillation(t *testing.T) {
 	for cur := 2; cur <= 16; cur++ {
 		for busy := 0.0; busy < float64(cur); busy += 0.01 {
-			next, _ := Next(cur, 16, busy, holdDown)
-			if next < cur {
-				if back, _ := Next(next, 16, busy, 0); back > next {
+			next, _ := Next(cur, 16, busy, State{N: holdDown - 1, Sum: busy * (holdDown - 1)})
+			if next >= cur {
+				continue
+			}
+			st := State{}
+			for range 2 * holdUp {
+				var back int
+				if back, st = Next(next, 16, busy, st); back > next {
 					t.Fatalf("at %.2f busy cores: %d -> %d -> %d", busy, cur, next, back)
 				}
 			}
@@ -100,7 +111,7 @@ func TestRun(t *testing.T) {
 	}
 	wait(1) // it starts on one
 	mu.Lock()
-	load = 5 // well over what one P can show: it doubles
+	load = 1.5 // past what one P can hold
 	mu.Unlock()
 	wait(2)
 	mu.Lock()
