@@ -40,13 +40,17 @@ import (
 // or WARDEN_BIN). Added p50/p99 are
 // the target's minus the baseline's; CPU per request is the utime+stime
 // of the proxy's process (/proc/PID/stat) over the measured window divided
-// by its requests.
+// by its requests, and cs/req its threads' context switches
+// (/proc/PID/task/*/status) likewise: on a virtual machine a switch costs
+// tens of µs, and they are where a Go proxy's CPU beyond HAProxy's goes.
 //
 // To look closer: WARDEN_SPEED_TARGETS (e.g. "haproxy,warden"; direct
 // always runs) and WARDEN_SPEED_SIZES (KiB, e.g. "64") narrow the run,
 // WARDEN_SPEED_GOMAXPROCS fixes the Go proxies' GOMAXPROCS (warden's
-// default is --procs auto), and WARDEN_SPEED_PERF=DIR records a perf(1)
-// profile of each target over its window (perf adds its own CPU).
+// default is --procs auto) and WARDEN_SPEED_GODEBUG their GODEBUG (e.g.
+// gctrace=1), WARDEN_SPEED_LOGS=DIR keeps each proxy's output there, and
+// WARDEN_SPEED_PERF=DIR records a perf(1) profile of each target over its
+// window (perf adds its own CPU).
 //
 // It measures, it does not judge (the numbers depend on the machine and on
 // what else runs there), so it runs only with WARDEN_SPEED=1: `make speed`.
@@ -84,6 +88,7 @@ func TestSpeed(t *testing.T) {
 	type row struct {
 		size, target    string
 		p50, p99, cpuUS float64 // ms, ms, µs per request (-1: none)
+		switches        float64 // context switches per request (-1: none)
 		n, errs         int
 	}
 	var rows []row
@@ -112,16 +117,17 @@ func TestSpeed(t *testing.T) {
 			}
 			openLoop(t, tg, bodies, rate, warm) // warm-up, discarded
 			stopPerf := perfRecord(t, tg, size)
-			c0 := tg.cpu(t)
+			c0, s0 := tg.cpu(t), tg.switches(t)
 			res := openLoop(t, tg, bodies, rate, dur)
-			c1 := tg.cpu(t)
+			c1, s1 := tg.cpu(t), tg.switches(t)
 			stopPerf()
-			cpu := -1.0
+			cpu, cs := -1.0, -1.0
 			if tg.pid > 0 {
 				cpu = float64(c1-c0) / float64(res.n) * 1e6
+				cs = float64(s1-s0) / float64(res.n)
 			}
 			r := row{size: fmt.Sprintf("%d KiB", size>>10), target: tg.name, n: res.n, errs: res.errs,
-				p50: quantileMS(res.lat, 0.5), p99: quantileMS(res.lat, 0.99), cpuUS: cpu}
+				p50: quantileMS(res.lat, 0.5), p99: quantileMS(res.lat, 0.99), cpuUS: cpu, switches: cs}
 			rows = append(rows, r)
 			if res.errs > 0 {
 				t.Errorf("%s %s: %d of %d requests failed, first: %v", r.size, r.target, res.errs, res.n, res.firstErr)
@@ -135,20 +141,23 @@ func TestSpeed(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback; %s\n",
 		rate, dur, sessions, procs)
-	fmt.Fprintf(&b, "%-8s %-8s %9s %9s %10s %10s %11s %8s %7s\n", "body", "target", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "CPU µs/req", "requests", "failed")
+	fmt.Fprintf(&b, "%-8s %-8s %9s %9s %10s %10s %11s %7s %8s %7s\n", "body", "target", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "CPU µs/req", "cs/req", "requests", "failed")
 	var base row
 	for _, r := range rows {
 		if r.target == "direct" {
 			base = r
 		}
-		add50, add99, cpu := "-", "-", "-"
+		add50, add99, cpu, cs := "-", "-", "-", "-"
 		if r.target != "direct" {
 			add50, add99 = fmt.Sprintf("%+.2f", r.p50-base.p50), fmt.Sprintf("%+.2f", r.p99-base.p99)
 		}
 		if r.cpuUS >= 0 {
 			cpu = fmt.Sprintf("%.0f", r.cpuUS)
 		}
-		fmt.Fprintf(&b, "%-8s %-8s %9.2f %9.2f %10s %10s %11s %8d %7d\n", r.size, r.target, r.p50, r.p99, add50, add99, cpu, r.n, r.errs)
+		if r.switches >= 0 {
+			cs = fmt.Sprintf("%.1f", r.switches)
+		}
+		fmt.Fprintf(&b, "%-8s %-8s %9.2f %9.2f %10s %10s %11s %7s %8d %7d\n", r.size, r.target, r.p50, r.p99, add50, add99, cpu, cs, r.n, r.errs)
 	}
 	for _, size := range []string{"64 KiB", "256 KiB"} {
 		var h, w, g float64
@@ -184,6 +193,34 @@ type speedTarget struct {
 	name string
 	url  func(session int) string
 	pid  int
+}
+
+// switches returns the context switches of the process's threads so far
+// (voluntary and not, from /proc/PID/task/*/status; a thread that has
+// exited is not counted, so a window's difference is a floor), 0 when
+// there is no process.
+func (s *speedTarget) switches(t *testing.T) int64 {
+	if s.pid == 0 {
+		return 0
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", s.pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("%s: no threads in /proc: %v", s.name, err)
+	}
+	var n int64
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
 }
 
 // cpu returns the process's user+system CPU so far, in seconds (0 when
@@ -390,8 +427,13 @@ func freeAddr(t *testing.T) string {
 func startProcess(t *testing.T, name string, url string, argv ...string) *speedTarget {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	if v := os.Getenv("WARDEN_SPEED_GOMAXPROCS"); v != "" && name != "haproxy" {
-		cmd.Env = append(os.Environ(), "GOMAXPROCS="+v) // the Go proxies' only, not this process's
+	if name != "haproxy" { // the Go proxies' only, not this process's
+		if v := os.Getenv("WARDEN_SPEED_GOMAXPROCS"); v != "" {
+			cmd.Env = append(os.Environ(), "GOMAXPROCS="+v)
+		}
+		if v := os.Getenv("WARDEN_SPEED_GODEBUG"); v != "" {
+			cmd.Env = append(cmd.Environ(), "GODEBUG="+v)
+		}
 	}
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
@@ -408,6 +450,9 @@ func startProcess(t *testing.T, name string, url string, argv ...string) *speedT
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
 			<-exited
+		}
+		if dir := os.Getenv("WARDEN_SPEED_LOGS"); dir != "" {
+			_ = os.WriteFile(filepath.Join(dir, name+".log"), stderr.Bytes(), 0o644)
 		}
 	})
 	body := speedBodies(1, 1024)[0]
