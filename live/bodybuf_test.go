@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -189,4 +190,42 @@ func TestProxyBodiesNeverMix(t *testing.T) {
 	for _, b := range bad {
 		t.Error(b)
 	}
+}
+
+// TestFreeBodies: a buffer given back is the next one of its class taken,
+// even after garbage collections (a sync.Pool would have dropped it), and
+// no more than maxFreeBody bytes are kept idle.
+func TestFreeBodies(t *testing.T) {
+	const n = 256 << 10
+	bp := getBodyBuf(n)
+	*bp = append(*bp, "x"...)
+	putBodyBuf(bp)
+	runtime.GC()
+	runtime.GC()
+	if got := getBodyBuf(n); got != bp || len(*got) != 0 {
+		t.Fatalf("after two collections: a fresh buffer (%p, len %d), want the kept %p, empty", got, len(*got), bp)
+	}
+	var held []*[]byte
+	for range 2 * maxFreeBody / n {
+		held = append(held, getBodyBuf(n))
+	}
+	for _, b := range held {
+		putBodyBuf(b)
+	}
+	freeBodies.mu.Lock()
+	kept := freeBodies.bytes
+	freeBodies.mu.Unlock()
+	if kept > maxFreeBody || kept < maxFreeBody-n {
+		t.Errorf("%d bytes kept, want at most %d and near it", kept, maxFreeBody)
+	}
+	// A buffer of no class, or of a size not its class's, is not kept.
+	odd := make([]byte, 0, 5000)
+	putBodyBuf(&odd)
+	freeBodies.mu.Lock()
+	for _, b := range freeBodies.bufs[1] {
+		if b == &odd {
+			t.Error("kept a buffer of 5000 bytes in the 8 KiB class")
+		}
+	}
+	freeBodies.mu.Unlock()
 }

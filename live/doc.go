@@ -21,11 +21,15 @@
 //     "model" included, is refused with 400, since the proxy and vLLM
 //     would read different values), finds the
 //     session (session.go), asks placement for a replica (model.go) and
-//     hands the original bytes to an httputil.ReverseProxy (Rewrite,
-//     FlushInterval -1). Its transport retries a failure that reached no
-//     client byte once on another replica; its response body passes on
-//     whole SSE events only, so a stream that dies midway ends with the
-//     API's own error event (sse.go, apierr.go).
+//     forwards the original bytes (forward.go: the client's headers less
+//     the hop-by-hop ones and the proxy's own, an event stream flushed
+//     event by event, a torn answer ending the client's connection). Its
+//     transport retries a failure that reached no client byte once on
+//     another replica; its response body passes on whole SSE events only,
+//     so a stream that dies midway ends with the API's own error event
+//     (sse.go, apierr.go). Request bodies and copy buffers are recycled
+//     through a free list that garbage collection does not empty
+//     (bodybuf.go).
 //   - upstream.go: the HTTP/1.1 client for the replicas. The body is in
 //     memory, so an attempt is synchronous on the handler's goroutine: one
 //     writev of head and body, the response head read with

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -831,20 +830,19 @@ func newStreamBody(base bodyBase, idle time.Duration) *streamBody {
 // forward's copy to the client and a stream's reads.
 const copyBufferSize = 32 << 10
 
-// bufferPool recycles the copy buffers (32 KB a response otherwise).
-type bufferPool struct{ p sync.Pool }
+// bufferPool hands out the copy buffers (32 KB a response otherwise),
+// kept with the request bodies' (freeBodies).
+type bufferPool struct{}
 
-func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
-	}
-	return make([]byte, copyBufferSize)
+func (bufferPool) Get() []byte {
+	bp := getBodyBuf(copyBufferSize)
+	return (*bp)[:copyBufferSize]
 }
 
-func (b *bufferPool) Put(buf []byte) {
+func (bufferPool) Put(buf []byte) {
 	if cap(buf) == copyBufferSize {
-		buf = buf[:copyBufferSize]
-		b.p.Put(&buf)
+		buf = buf[:0]
+		putBodyBuf(&buf)
 	}
 }
 
