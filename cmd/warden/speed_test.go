@@ -44,7 +44,9 @@ import (
 // (/proc/PID/task/*/status) likewise: on a virtual machine a switch costs
 // tens of µs, and they are where a Go proxy's CPU beyond HAProxy's goes.
 //
-// To look closer: WARDEN_SPEED_TARGETS (e.g. "haproxy,warden"; direct
+// Each figure is the median of WARDEN_SPEED_RUNS runs (default 3), the
+// targets measured in turn within a run. To look closer:
+// WARDEN_SPEED_TARGETS (e.g. "haproxy,warden"; direct
 // always runs) and WARDEN_SPEED_SIZES (KiB, e.g. "64") narrow the run,
 // WARDEN_SPEED_GOMAXPROCS fixes the Go proxies' GOMAXPROCS (warden's
 // default is --procs auto) and WARDEN_SPEED_GODEBUG their GODEBUG (e.g.
@@ -85,13 +87,7 @@ func TestSpeed(t *testing.T) {
 		haproxy = startHAProxy(t, haproxyPath, backends)
 	}
 
-	type row struct {
-		size, target    string
-		p50, p99, cpuUS float64 // ms, ms, µs per request (-1: none)
-		switches        float64 // context switches per request (-1: none)
-		n, errs         int
-	}
-	var rows []row
+	var rows []speedRow
 	sizes := []int{64 << 10, 256 << 10}
 	if v := os.Getenv("WARDEN_SPEED_SIZES"); v != "" { // KiB, comma-separated
 		sizes = nil
@@ -104,6 +100,7 @@ func TestSpeed(t *testing.T) {
 		}
 	}
 	only := os.Getenv("WARDEN_SPEED_TARGETS") // comma-separated names; direct always runs
+	runs := int(envFloat(t, "WARDEN_SPEED_RUNS", 3))
 	for _, size := range sizes {
 		bodies := speedBodies(sessions, size)
 		targets := []*speedTarget{{name: "direct", url: func(s int) string { return backends[s%len(backends)] }}}
@@ -111,27 +108,41 @@ func TestSpeed(t *testing.T) {
 			targets = append(targets, haproxy)
 		}
 		targets = append(targets, floor, warden)
-		for _, tg := range targets {
-			if only != "" && tg.name != "direct" && !slices.Contains(strings.Split(only, ","), tg.name) {
-				continue
+		targets = slices.DeleteFunc(targets, func(tg *speedTarget) bool {
+			return only != "" && tg.name != "direct" && !slices.Contains(strings.Split(only, ","), tg.name)
+		})
+		// Each run measures every target in turn, so that what drifts on
+		// the machine meanwhile falls on all of them; a row is the median
+		// run of each figure.
+		got := make([][]speedRow, len(targets))
+		for run := range runs {
+			for i, tg := range targets {
+				openLoop(t, tg, bodies, rate, warm) // warm-up, discarded
+				var stopPerf func()
+				if run == 0 {
+					stopPerf = perfRecord(t, tg, size)
+				}
+				c0, s0 := tg.cpu(t), tg.switches(t)
+				res := openLoop(t, tg, bodies, rate, dur)
+				c1, s1 := tg.cpu(t), tg.switches(t)
+				if stopPerf != nil {
+					stopPerf()
+				}
+				cpu, cs := -1.0, -1.0
+				if tg.pid > 0 {
+					cpu = float64(c1-c0) / float64(res.n) * 1e6
+					cs = float64(s1-s0) / float64(res.n)
+				}
+				r := speedRow{size: fmt.Sprintf("%d KiB", size>>10), target: tg.name, n: res.n, errs: res.errs,
+					p50: quantileMS(res.lat, 0.5), p99: quantileMS(res.lat, 0.99), cpuUS: cpu, switches: cs}
+				got[i] = append(got[i], r)
+				if res.errs > 0 {
+					t.Errorf("%s %s: %d of %d requests failed, first: %v", r.size, r.target, res.errs, res.n, res.firstErr)
+				}
 			}
-			openLoop(t, tg, bodies, rate, warm) // warm-up, discarded
-			stopPerf := perfRecord(t, tg, size)
-			c0, s0 := tg.cpu(t), tg.switches(t)
-			res := openLoop(t, tg, bodies, rate, dur)
-			c1, s1 := tg.cpu(t), tg.switches(t)
-			stopPerf()
-			cpu, cs := -1.0, -1.0
-			if tg.pid > 0 {
-				cpu = float64(c1-c0) / float64(res.n) * 1e6
-				cs = float64(s1-s0) / float64(res.n)
-			}
-			r := row{size: fmt.Sprintf("%d KiB", size>>10), target: tg.name, n: res.n, errs: res.errs,
-				p50: quantileMS(res.lat, 0.5), p99: quantileMS(res.lat, 0.99), cpuUS: cpu, switches: cs}
-			rows = append(rows, r)
-			if res.errs > 0 {
-				t.Errorf("%s %s: %d of %d requests failed, first: %v", r.size, r.target, res.errs, res.n, res.firstErr)
-			}
+		}
+		for _, rs := range got {
+			rows = append(rows, medianRow(rs))
 		}
 	}
 	var b strings.Builder
@@ -139,10 +150,10 @@ func TestSpeed(t *testing.T) {
 	if v := os.Getenv("WARDEN_SPEED_GOMAXPROCS"); v != "" {
 		procs = "GOMAXPROCS=" + v + " for warden and go-floor"
 	}
-	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback; %s\n",
-		rate, dur, sessions, procs)
+	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback; %s; the median of %d runs\n",
+		rate, dur, sessions, procs, runs)
 	fmt.Fprintf(&b, "%-8s %-8s %9s %9s %10s %10s %11s %7s %8s %7s\n", "body", "target", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "CPU µs/req", "cs/req", "requests", "failed")
-	var base row
+	var base speedRow
 	for _, r := range rows {
 		if r.target == "direct" {
 			base = r
@@ -185,6 +196,37 @@ func TestSpeed(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// speedRow is one target at one body size.
+type speedRow struct {
+	size, target    string
+	p50, p99, cpuUS float64 // ms, ms, µs per request (-1: none)
+	switches        float64 // context switches per request (-1: none)
+	n, errs         int     // requests and failures, over all runs in a median row
+}
+
+// medianRow is the median of each figure over the runs rs of one target.
+func medianRow(rs []speedRow) speedRow {
+	med := func(f func(speedRow) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	m := rs[0]
+	m.p50 = med(func(r speedRow) float64 { return r.p50 })
+	m.p99 = med(func(r speedRow) float64 { return r.p99 })
+	m.cpuUS = med(func(r speedRow) float64 { return r.cpuUS })
+	m.switches = med(func(r speedRow) float64 { return r.switches })
+	m.n, m.errs = 0, 0
+	for _, r := range rs {
+		m.n += r.n
+		m.errs += r.errs
+	}
+	return m
 }
 
 // speedTarget is where the generator sends: a URL per session, and the
