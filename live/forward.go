@@ -19,7 +19,7 @@ import (
 // each write of a body whose length is known (an event stream, or a body
 // of unknown length, is still flushed as it comes).
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
-	res, err := s.tr.RoundTrip(s.outgoing(r, c))
+	res, err := s.tr.roundTrip(c, s.outgoing(r, c))
 	if err != nil {
 		s.errorHandler(w, r, err)
 		return
@@ -107,7 +107,7 @@ var hopByHop = map[string]bool{
 func connectionNamed(conn []string, k string) bool {
 	for _, v := range conn {
 		for f := range strings.SplitSeq(v, ",") {
-			if textproto.TrimString(f) != "" && http.CanonicalHeaderKey(textproto.TrimString(f)) == k {
+			if f = textproto.TrimString(f); f != "" && http.CanonicalHeaderKey(f) == k {
 				return true
 			}
 		}

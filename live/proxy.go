@@ -451,15 +451,13 @@ func shortID(h string) string { return h[:min(len(h), 12)] }
 // transport sends each attempt, retries a failure that reached no client
 // byte once on another replica, and wraps the response body.
 type transport struct {
-	srv  *Server
-	base http.RoundTripper
+	srv *Server
+	up  *upstream
 }
 
-func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	c := callFrom(req.Context())
-	if c == nil {
-		return t.base.RoundTrip(req)
-	}
+// roundTrip sends c's attempt req, and once more on another replica when
+// it failed before any response byte.
+func (t *transport) roundTrip(c *call, req *http.Request) (*http.Response, error) {
 	res, err := t.try(c, req)
 	if !retryable(res, err) || req.Context().Err() != nil {
 		return res, err
@@ -599,13 +597,7 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 	// timeouts.response_header, per attempt so that a reload applies it.
 	var noHeaders atomic.Bool
 	headers := time.AfterFunc(to.ResponseHeader.D(), func() { noHeaders.Store(true); cancel() })
-	var res *http.Response
-	var err error
-	if up, ok := t.base.(*upstream); ok {
-		res, err = up.do(req.WithContext(ctx), c.rb)
-	} else {
-		res, err = t.base.RoundTrip(req.WithContext(ctx))
-	}
+	res, err := t.up.do(req.WithContext(ctx), c.rb)
 	headers.Stop()
 	stopDown()
 	if err != nil {

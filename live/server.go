@@ -123,7 +123,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,
 	}}
-	s.tr = &transport{srv: s, base: s.up}
+	s.tr = &transport{srv: s, up: s.up}
 	s.obs = newObserver(s.state.Load)
 	if cfg.SessionStore != "" {
 		st, err := openRedisStore(cfg.SessionStore, cfg.SessionStorePasswordEnv, cfg.SessionStoreTimeout.D())

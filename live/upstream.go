@@ -164,14 +164,10 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	return u.do(req, rb)
 }
 
-// do sends req with the body rb (nil: none), whatever req.Body is: the
-// proxy's calls pass their body here, since ReverseProxy hands the
-// transport the client's body wrapped.
+// do sends req with the body rb (nil: none), which req.Body reads too
+// (for the fallback).
 func (u *upstream) do(req *http.Request, rb *reqBody) (*http.Response, error) {
 	if req.URL.Scheme != "http" {
-		if rb != nil {
-			req.Body, req.GetBody = rb.reader(), nil
-		}
 		return u.fallback.RoundTrip(req)
 	}
 	ctx := req.Context()

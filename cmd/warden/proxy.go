@@ -57,6 +57,7 @@ timeouts.drain).
 
 See live/testdata/proxy.yaml for every configuration key.`,
 		Example: `  warden proxy --config proxy.yaml
+  warden proxy --config proxy.yaml --procs 4   # GOMAXPROCS fixed at 4, not sized to the load
   warden proxy --config live/testdata/proxy.yaml --check
   kill -HUP $(pidof warden)      # reload proxy.yaml`,
 		Args: cobra.NoArgs,
@@ -130,8 +131,7 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var governor sync.WaitGroup
-	defer governor.Wait()
-	defer cancel() // before the Wait above
+	defer func() { cancel(); governor.Wait() }()
 	if fixed > 0 {
 		runtime.GOMAXPROCS(fixed)
 	} else if opts.Procs == "auto" && procs.Auto() {
