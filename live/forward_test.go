@@ -19,6 +19,17 @@ func probeOK(w *bufio.Writer, req *http.Request) bool {
 	return false
 }
 
+// postChat sends a chat request and returns the response unread, for the
+// tests that look at its trailers or at how its body ends.
+func postChat(h *harness) (*http.Response, error) {
+	req, err := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(chatBody(testModel, "s", 0, false)))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	return h.client.Do(req)
+}
+
 // TestForwardHeaders: what the replica gets of the client's headers (the
 // hop-by-hop ones and those the proxy owns are not passed on, its own
 // are set) and what the client gets of the replica's.
@@ -94,9 +105,7 @@ func TestForwardTrailers(t *testing.T) {
 		return true
 	})
 	h := startProxy(t, modelsYAML("", urlsModel(srv.url())))
-	req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(chatBody(testModel, "s", 0, false)))
-	req.Header.Set("Authorization", "Bearer "+testKey)
-	res, err := h.client.Do(req)
+	res, err := postChat(h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,9 +137,7 @@ func TestForwardTornBody(t *testing.T) {
 				return false
 			})
 			h := startProxy(t, modelsYAML("", urlsModel(srv.url())))
-			req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", strings.NewReader(chatBody(testModel, "s", 0, false)))
-			req.Header.Set("Authorization", "Bearer "+testKey)
-			res, err := h.client.Do(req)
+			res, err := postChat(h)
 			if err != nil {
 				return // the connection broke before the head: as good
 			}

@@ -34,6 +34,17 @@ func TestProxyBadConfig(t *testing.T) {
 	}
 }
 
+// TestProxyBadProcs: --procs takes auto or a count from 1, and says so
+// before anything starts.
+func TestProxyBadProcs(t *testing.T) {
+	for _, v := range []string{"0", "-2", "many", "2.5"} {
+		err := runProxy(context.Background(), &proxyOptions{Config: "../../live/testdata/proxy.yaml", LogLevel: "info", Procs: v}, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "--procs") || !strings.Contains(err.Error(), v) {
+			t.Errorf("--procs %s: err = %v, want one naming --procs and the value", v, err)
+		}
+	}
+}
+
 // syncBuffer is a bytes.Buffer safe for one writer and one reader.
 type syncBuffer struct {
 	mu sync.Mutex
