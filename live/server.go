@@ -350,7 +350,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	}
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(rawListener{ln}) }()
 	if adminLn != nil {
 		admin := &http.Server{Handler: s.Admin(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: srv.ErrorLog}
 		servers = append(servers, admin)

@@ -99,6 +99,7 @@ func (u *upstream) dialConn(ctx context.Context, host string) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	nc = wrapRaw(nc)
 	return &upConn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), host: host}, nil
 }
 
@@ -217,9 +218,7 @@ func send(nc net.Conn, head []byte, rb *reqBody) error {
 	if rb.released {
 		return errBodyReleased
 	}
-	bufs := net.Buffers{head, rb.data}
-	_, err := bufs.WriteTo(nc)
-	return err
+	return writeBufs(nc, head, rb.data)
 }
 
 // errNothingRead marks a failure on a connection before any byte of the
