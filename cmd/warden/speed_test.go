@@ -183,8 +183,12 @@ func TestSpeed(t *testing.T) {
 				g = r.cpuUS
 			}
 		}
-		if h > 0 {
-			fmt.Fprintf(&b, "%s: warden CPU per request = %.2fx HAProxy's; Go's bare ReverseProxy (go-floor) = %.2fx\n", size, w/h, g/h)
+		if h > 0 && w > 0 {
+			fmt.Fprintf(&b, "%s: warden CPU per request = %.2fx HAProxy's", size, w/h)
+			if g > 0 {
+				fmt.Fprintf(&b, "; Go's bare ReverseProxy (go-floor) = %.2fx", g/h)
+			}
+			b.WriteString("\n")
 		}
 	}
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
