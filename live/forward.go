@@ -44,6 +44,14 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	w.WriteHeader(res.StatusCode)
 	flush := res.ContentLength < 0 || strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
 	err = copyBody(w, res.Body, flush)
+	if err == nil && len(res.Trailer) == 0 {
+		// The answer is whole: send it now, not when the handler returns,
+		// after the body's bookkeeping (usage, metrics, the journal), which
+		// the client need not wait for.
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
 	res.Body.Close() // before the trailers: the body's end reads them
 	if err != nil {
 		// The client holds part of an answer: end its connection, so that
