@@ -177,6 +177,31 @@ func scanBody(data []byte) (body, error) {
 	return b, fieldErr
 }
 
+// memberValue returns the raw value of the top-level member name of the
+// JSON object data (the last, if it is sent twice, as encoding/json reads
+// it), and false when data is not one valid object or has no such member.
+// It reads a response's usage without decoding the rest of the answer.
+func memberValue(data []byte, name string) ([]byte, bool) {
+	s := &scanner{data: data}
+	s.ws()
+	if s.pos >= len(data) || data[s.pos] != '{' {
+		return nil, false
+	}
+	var val []byte
+	found := false
+	if err := s.members(1, func(quotedKey, v []byte) {
+		if isKey(quotedKey, name) {
+			val, found = v, true
+		}
+	}); err != nil {
+		return nil, false
+	}
+	if s.ws(); s.pos != len(data) {
+		return nil, false
+	}
+	return val, found
+}
+
 // members scans the object at s.pos (which must be '{'), calling visit with
 // each member's key (quoted, escapes as sent) and raw value, in order;
 // depth is that of the values. visit == nil only validates.

@@ -198,15 +198,17 @@ func (w *streamWatch) responsesEvent(event, data []byte) {
 // bodyUsage reads the usage of a non-streamed JSON response.
 func bodyUsage(api API, data []byte) Usage {
 	u := unknownUsage()
-	var v struct {
-		Usage *usageJSON `json:"usage"`
-	}
-	if json.Unmarshal(data, &v) != nil || v.Usage == nil {
+	raw, ok := memberValue(data, "usage")
+	if !ok {
 		return u
 	}
-	v.Usage.merge(&u)
-	if api == APIAnthropic && v.Usage.CacheReadTokens != nil && u.PromptTokens >= 0 {
-		u.PromptTokens += *v.Usage.CacheReadTokens
+	var v *usageJSON
+	if json.Unmarshal(raw, &v) != nil || v == nil {
+		return u
+	}
+	v.merge(&u)
+	if api == APIAnthropic && v.CacheReadTokens != nil && u.PromptTokens >= 0 {
+		u.PromptTokens += *v.CacheReadTokens
 	}
 	return u
 }
