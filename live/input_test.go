@@ -123,6 +123,41 @@ func TestDuplicateKeysRefused(t *testing.T) {
 	}
 }
 
+// TestInvalidUTF8Refused: a body that is not UTF-8 is refused with 400 in
+// the client's shape, wherever the bad byte is, and before any syntax
+// error it has; raw UTF-8 passes.
+func TestInvalidUTF8Refused(t *testing.T) {
+	a := newFakeVLLM(t, 1)
+	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
+	long := strings.Repeat("x", 100)
+	for _, body := range []string{
+		"{\"model\":\"qwen\",\"user\":\"\xff\"}",
+		"{\"model\":\"qwen\",\"user\":\"" + long + "\xc3\"}",
+		"{\"model\":\"qwen\",\"user\":\"" + long + "\xed\xa0\x80" + long + "\"}", // a surrogate
+		"{\"model\":\"qwen\",\"k\xff\":1}",
+		"{\"model\":\"qwen\",\"user\":\"\xff\"", // and malformed
+		"{\"model\":\"qwen\"}\xff",              // outside the object
+	} {
+		for _, c := range apiCases {
+			t.Run(c.name+"/"+fmt.Sprintf("%.40q", body), func(t *testing.T) {
+				r := h.do("POST", c.path, body, c.headers(nil))
+				checkAPIError(t, c.api, r, 400, "invalid_request_error", "invalid_request")
+				if _, _, msg, _ := apiError(c.api, r.body); !strings.Contains(msg, "UTF-8") {
+					t.Errorf("message %q does not say the body is not UTF-8", msg)
+				}
+			})
+		}
+	}
+	for _, body := range []string{`{"model":"qwen","user":"é"}`, `{"model":"qwen","user":"` + long + `日本` + long + `"}`} {
+		if r := h.do("POST", "/v1/chat/completions", body, nil); r.status != 200 {
+			t.Errorf("%.40q: status %d %s, want 200", body, r.status, r.body)
+		}
+	}
+	if n := a.hits.Load(); n != 2 {
+		t.Errorf("the backend received %d inference requests, want only the 2 valid ones", n)
+	}
+}
+
 // gateBackend answers every inference request only once total requests
 // have arrived across all the gateBackends sharing its counter, so that
 // they are all in flight together; it counts the requests it got.

@@ -19,6 +19,11 @@ func TestScanBody(t *testing.T) {
 			body{Model: "m", Stream: true, User: "u", PromptCacheKey: "k", Metadata: &metadata{"x"}}, ""},
 		{` {"model" : "a\"b\u00e9\n" } `, body{Model: "a\"bé\n"}, ""},
 		{`{"Model":"case matters"}`, body{}, ""},
+		// Raw non-ASCII, in the first 16 bytes of a string, past them, in a key.
+		{`{"model":"é"}`, body{Model: "é"}, ""},
+		{`{"model":"` + strings.Repeat("a", 50) + `é"}`, body{Model: strings.Repeat("a", 50) + "é"}, ""},
+		{`{"model":"` + strings.Repeat("a", 20) + `é` + strings.Repeat("b", 70) + `"}`, body{Model: strings.Repeat("a", 20) + "é" + strings.Repeat("b", 70)}, ""},
+		{`{"ké":1}`, body{}, ""},
 		{`{"model":"a","model":"b"}`, body{}, `duplicate key "model"`},
 		// Keys match after unescaping, exactly, as Python's json does.
 		{`{"mod\u0065l":"a"}`, body{Model: "a"}, ""},
