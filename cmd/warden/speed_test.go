@@ -32,9 +32,12 @@ import (
 // time whatever the others do and its latency measured from that time
 // (so queueing anywhere, the generator's included, is not hidden:
 // coordinated omission); bodies of 64 KiB and 256 KiB, non-streamed chat
-// requests of 64 sessions, each with its X-Claude-Code-Session-Id. Four
+// requests of 64 sessions, each with its X-Claude-Code-Session-Id. Five
 // targets in turn for each size: the backends directly (the baseline; a
-// session goes to backend session mod 4), HAProxy, Go's bare
+// session goes to backend session mod 4), HAProxy (the goal's reference,
+// which streams the body to the server it picked by the header),
+// haproxy-body (the same waiting for the whole body first, as a proxy
+// that routes by the body must: see startHAProxy), Go's bare
 // httputil.ReverseProxy (testdata/speedfloor: the floor of any proxy on
 // net/http), and the warden binary (`warden proxy`, built from this tree
 // or WARDEN_BIN). Added p50/p99 are
@@ -80,11 +83,12 @@ func TestSpeed(t *testing.T) {
 	warden := startWardenProxy(t, bin, backends)
 	floor := startFloorProxy(t, backends)
 	const haproxyPath = "/usr/sbin/haproxy"
-	var haproxy *speedTarget
+	var haproxy, haproxyBody *speedTarget
 	if _, err := os.Stat(haproxyPath); err != nil {
 		t.Logf("HAProxy absent (%s: %v): its rows are skipped; apt-get install haproxy for the reference", haproxyPath, err)
 	} else {
-		haproxy = startHAProxy(t, haproxyPath, backends)
+		haproxy = startHAProxy(t, "haproxy", haproxyPath, backends, false)
+		haproxyBody = startHAProxy(t, "haproxy-body", haproxyPath, backends, true)
 	}
 
 	var rows []speedRow
@@ -105,7 +109,7 @@ func TestSpeed(t *testing.T) {
 		bodies := speedBodies(sessions, size)
 		targets := []*speedTarget{{name: "direct", url: func(s int) string { return backends[s%len(backends)] }}}
 		if haproxy != nil {
-			targets = append(targets, haproxy)
+			targets = append(targets, haproxy, haproxyBody)
 		}
 		targets = append(targets, floor, warden)
 		targets = slices.DeleteFunc(targets, func(tg *speedTarget) bool {
@@ -152,7 +156,7 @@ func TestSpeed(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback; %s; the median of %d runs\n",
 		rate, dur, sessions, procs, runs)
-	fmt.Fprintf(&b, "%-8s %-8s %9s %9s %10s %10s %11s %7s %8s %7s\n", "body", "target", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "CPU µs/req", "cs/req", "requests", "failed")
+	fmt.Fprintf(&b, "%-8s %-12s %9s %9s %10s %10s %11s %7s %8s %7s\n", "body", "target", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "CPU µs/req", "cs/req", "requests", "failed")
 	var base speedRow
 	for _, r := range rows {
 		if r.target == "direct" {
@@ -168,7 +172,7 @@ func TestSpeed(t *testing.T) {
 		if r.switches >= 0 {
 			cs = fmt.Sprintf("%.1f", r.switches)
 		}
-		fmt.Fprintf(&b, "%-8s %-8s %9.2f %9.2f %10s %10s %11s %7s %8d %7d\n", r.size, r.target, r.p50, r.p99, add50, add99, cpu, cs, r.n, r.errs)
+		fmt.Fprintf(&b, "%-8s %-12s %9.2f %9.2f %10s %10s %11s %7s %8d %7d\n", r.size, r.target, r.p50, r.p99, add50, add99, cpu, cs, r.n, r.errs)
 	}
 	for _, size := range []string{"64 KiB", "256 KiB"} {
 		var h, w, g float64
@@ -473,7 +477,7 @@ func freeAddr(t *testing.T) string {
 func startProcess(t *testing.T, name string, url string, argv ...string) *speedTarget {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	if name != "haproxy" { // the Go proxies' only, not this process's
+	if !strings.HasPrefix(name, "haproxy") { // the Go proxies' only, not this process's
 		if v := os.Getenv("WARDEN_SPEED_GOMAXPROCS"); v != "" {
 			cmd.Env = append(os.Environ(), "GOMAXPROCS="+v)
 		}
@@ -552,19 +556,29 @@ func startFloorProxy(t *testing.T, backends []string) *speedTarget {
 	return startProcess(t, "go-floor", "http://"+listen, append([]string{bin, listen}, backends...)...)
 }
 
-func startHAProxy(t *testing.T, bin string, backends []string) *speedTarget {
+// startHAProxy runs the reference: HAProxy balancing on the session
+// header. wholeBody makes it wait for the whole request body before it
+// picks a server and forwards a byte (option http-buffer-request, with
+// buffers that hold a 256 KiB body), as any proxy that routes by the body
+// must: the row that shows what reading the body first costs, apart from
+// the rest of what a proxy does.
+func startHAProxy(t *testing.T, name, bin string, backends []string, wholeBody bool) *speedTarget {
 	t.Helper()
 	listen := freeAddr(t)
 	var servers strings.Builder
 	for i, b := range backends {
 		fmt.Fprintf(&servers, "  server b%d %s\n", i, strings.TrimPrefix(b, "http://"))
 	}
-	cfg := "global\n  maxconn 4096\n\ndefaults\n  mode http\n  timeout connect 2s\n  timeout client 60s\n  timeout server 60s\n" +
-		"  option http-keep-alive\n  http-reuse safe\n\nfrontend fe\n  bind " + listen + "\n  default_backend be\n\n" +
+	global, buffer := "", ""
+	if wholeBody {
+		global, buffer = "  tune.bufsize 327680\n", "  option http-buffer-request\n"
+	}
+	cfg := "global\n  maxconn 4096\n" + global + "\ndefaults\n  mode http\n  timeout connect 2s\n  timeout client 60s\n  timeout server 60s\n" +
+		"  option http-keep-alive\n  http-reuse safe\n" + buffer + "\nfrontend fe\n  bind " + listen + "\n  default_backend be\n\n" +
 		"backend be\n  balance hdr(X-Claude-Code-Session-Id)\n" + servers.String()
-	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+	path := filepath.Join(t.TempDir(), name+".cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return startProcess(t, "haproxy", "http://"+listen, bin, "-f", path, "-db")
+	return startProcess(t, name, "http://"+listen, bin, "-f", path, "-db")
 }
