@@ -105,6 +105,12 @@ func putBodyBuf(bp *[]byte) {
 // initialBodyBuf is the most readBody takes before the bytes arrive.
 const initialBodyBuf = 64 << 10
 
+// bodyGrowth is the factor a full body buffer grows by. Each growth copies
+// what has arrived: at 2 a 256 KiB body was copied 192 KiB over (64 and
+// 128), at 4 it is 64 KiB, and a buffer is still never more than 4 times
+// the bytes that have arrived (issue 13, items 5 and 12).
+const bodyGrowth = 4
+
 // reqBody is a request body read whole. data is valid until release.
 type reqBody struct {
 	data []byte
@@ -118,8 +124,8 @@ type reqBody struct {
 var errBodyReleased = errors.New("request body read after its request finished")
 
 // readBody reads a whole request body (net/http never returns more than
-// Content-Length). It takes buffers as the bytes come, doubling up to the
-// declared length, never the declared length up front: a client that
+// Content-Length). It takes buffers as the bytes come, growing by
+// bodyGrowth up to the declared length, never the declared length up front: a client that
 // declares 16 MiB and sends little costs little. A body of unknown length
 // (chunked) is read with io.ReadAll and not pooled.
 func readBody(r io.Reader, length int64) (*reqBody, error) {
@@ -134,7 +140,7 @@ func readBody(r io.Reader, length int64) (*reqBody, error) {
 	buf := *bp
 	for int64(len(buf)) < length {
 		if len(buf) == cap(buf) {
-			nbp := getBodyBuf(int(min(2*int64(cap(buf)), length)))
+			nbp := getBodyBuf(int(min(bodyGrowth*int64(cap(buf)), length)))
 			nb := append(*nbp, buf...)
 			*bp = buf
 			putBodyBuf(bp)

@@ -229,3 +229,60 @@ func TestFreeBodies(t *testing.T) {
 	}
 	freeBodies.mu.Unlock()
 }
+
+// boundReader gives n bytes in pieces of at most piece, then EOF, and
+// checks that the space readBody offers never makes its buffer more than
+// bodyGrowth times the bytes that have arrived (or initialBodyBuf).
+type boundReader struct {
+	t             *testing.T
+	n, piece, got int
+	buffers       int
+	last          *byte
+}
+
+func (r *boundReader) Read(p []byte) (int, error) {
+	if total := r.got + len(p); total > bodyGrowth*max(r.got, initialBodyBuf) {
+		r.t.Fatalf("after %d bytes the buffer holds %d", r.got, total)
+	}
+	if len(p) > 0 && &p[0] != r.last {
+		r.buffers++ // a new buffer, not the rest of the last one
+	}
+	k := min(len(p), r.piece, r.n-r.got)
+	if k == 0 {
+		return 0, io.EOF
+	}
+	r.got += k
+	if k < len(p) {
+		r.last = &p[k]
+	} else {
+		r.last = nil
+	}
+	return k, nil
+}
+
+func TestReadBodyGrowth(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		declared, sent    int64
+		piece, maxBuffers int
+	}{
+		{"256 KiB in one read after the first: one growth", 256 << 10, 256 << 10, 256 << 10, 2},
+		{"1 MiB in 32 KiB pieces", 1 << 20, 1 << 20, 32 << 10, 3},
+		{"declares 16 MiB, sends 1 MiB", 16 << 20, 1 << 20, 32 << 10, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &boundReader{t: t, n: int(tc.sent), piece: tc.piece}
+			rb, err := readBody(r, tc.declared)
+			if tc.sent < tc.declared {
+				if err == nil {
+					t.Fatal("a short body was read without error")
+				}
+			} else if err != nil || len(rb.data) != int(tc.sent) {
+				t.Fatalf("read %d bytes, %v; want %d", len(rb.data), err, tc.sent)
+			}
+			if r.buffers > tc.maxBuffers {
+				t.Errorf("%d buffers, want at most %d", r.buffers, tc.maxBuffers)
+			}
+		})
+	}
+}
