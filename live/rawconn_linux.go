@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -26,7 +27,22 @@ import (
 // netpoller, through syscall.RawConn: deadlines and Close work unchanged.
 type rawConn struct {
 	*net.TCPConn
-	rc syscall.RawConn
+	rc     syscall.RawConn
+	rd, wr rawOp
+}
+
+// rawOp is the state of the connection's read, or of its write: one at a
+// time each, as on a net.Conn (mu), through a function bound once, since a
+// closure made at each call, with the variables it captures, was eight
+// allocations a request.
+type rawOp struct {
+	mu    sync.Mutex
+	fn    func(fd uintptr) bool
+	buf   []byte          // a read's buffer
+	vec   []syscall.Iovec // a write's buffers still to go (in iov when they fit)
+	iov   [4]syscall.Iovec
+	n     int
+	errno syscall.Errno
 }
 
 // wrapRaw returns c as a rawConn when it is a TCP connection, else c.
@@ -39,7 +55,9 @@ func wrapRaw(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &rawConn{TCPConn: tc, rc: rc}
+	r := &rawConn{TCPConn: tc, rc: rc}
+	r.rd.fn, r.wr.fn = r.readFD, r.writeFD
+	return r
 }
 
 func (c *rawConn) opError(op string, errno syscall.Errno) error {
@@ -51,21 +69,13 @@ func (c *rawConn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait in the netpoller
-			}
-			n, errno = int(r), e
-			return true
-		}
-	})
+	op := &c.rd
+	op.mu.Lock()
+	op.buf, op.n, op.errno = b, 0, 0
+	err := c.rc.Read(op.fn)
+	n, errno := op.n, op.errno
+	op.buf = nil
+	op.mu.Unlock()
 	switch {
 	case err != nil: // deadline or close, already a *net.OpError
 		return 0, err
@@ -75,6 +85,22 @@ func (c *rawConn) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// readFD is one try of Read on the socket: false to wait in the netpoller.
+func (c *rawConn) readFD(fd uintptr) bool {
+	op := &c.rd
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&op.buf[0])), uintptr(len(op.buf)))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		op.n, op.errno = int(r), e
+		return true
+	}
 }
 
 // writeBufs writes the buffers to c in order, with one writev where the
@@ -97,52 +123,61 @@ func (c *rawConn) Write(b []byte) (int, error) {
 // writev writes the buffers in order, all of them or an error, with one
 // writev syscall when the socket takes them at once.
 func (c *rawConn) writev(bufs ...[]byte) (int, error) {
-	var iov [4]syscall.Iovec
-	vec := iov[:0]
+	op := &c.wr
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.vec = op.iov[:0]
 	for _, b := range bufs {
 		if len(b) == 0 {
 			continue
 		}
 		v := syscall.Iovec{Base: &b[0]}
 		v.SetLen(len(b))
-		vec = append(vec, v)
+		op.vec = append(op.vec, v)
 	}
-	if len(vec) == 0 {
+	if len(op.vec) == 0 {
 		return 0, nil
 	}
-	total := 0
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for len(vec) > 0 {
-			r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&vec[0])), uintptr(len(vec)))
-			switch e {
-			case 0:
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // the send buffer is full: wait in the netpoller
-			default:
-				errno = e
-				return true
-			}
-			n := int(r)
-			total += n
-			for len(vec) > 0 && n >= int(vec[0].Len) {
-				n -= int(vec[0].Len)
-				vec = vec[1:]
-			}
-			if n > 0 {
-				vec[0].Base = (*byte)(unsafe.Add(unsafe.Pointer(vec[0].Base), n))
-				vec[0].SetLen(int(vec[0].Len) - n)
-			}
-		}
-		return true
-	})
+	op.n, op.errno = 0, 0
+	err := c.rc.Write(op.fn)
+	n, errno := op.n, op.errno
+	clear(op.iov[:])
+	op.vec = nil
 	switch {
 	case err != nil:
-		return total, err
+		return n, err
 	case errno != 0:
-		return total, c.opError("write", errno)
+		return n, c.opError("write", errno)
 	}
-	return total, nil
+	return n, nil
+}
+
+// writeFD is one try of writev on the socket: false to wait in the
+// netpoller for room.
+func (c *rawConn) writeFD(fd uintptr) bool {
+	op := &c.wr
+	for len(op.vec) > 0 {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&op.vec[0])), uintptr(len(op.vec)))
+		switch e {
+		case 0:
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // the send buffer is full
+		default:
+			op.errno = e
+			return true
+		}
+		n := int(r)
+		op.n += n
+		for len(op.vec) > 0 && n >= int(op.vec[0].Len) {
+			n -= int(op.vec[0].Len)
+			op.vec = op.vec[1:]
+		}
+		if n > 0 {
+			op.vec[0].Base = (*byte)(unsafe.Add(unsafe.Pointer(op.vec[0].Base), n))
+			op.vec[0].SetLen(int(op.vec[0].Len) - n)
+		}
+	}
+	return true
 }
