@@ -37,8 +37,10 @@
 //     connection the replica closed meanwhile sent again on a new one;
 //     https replicas go through net/http's Transport. Together with
 //     `warden proxy --procs auto` (internal/procs: GOMAXPROCS sized to the
-//     load) it is what brought the CPU a request costs towards HAProxy's
-//     (issue 13 item 12, `make speed`).
+//     load) and rawconn_linux.go (client and replica sockets read and
+//     written with RawSyscall, so that the runtime's sysmon thread is not
+//     woken at each busy stretch) it is what brought the CPU a request
+//     costs within 1.5 times HAProxy's (issue 13 item 12, `make speed`).
 //   - model.go: per-model state. In-flight counts are atomics, released
 //     exactly once per attempt; the policy, its session table and the
 //     ejection state sit behind one mutex, the only lock of the request
