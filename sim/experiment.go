@@ -464,7 +464,8 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		w := e.Workload
 		c := &closedLoop{src: src, outputCap: outputCap, turnaroundUs: micros(w.ClientTurnaround)}
 		r.drv = c
-		r.uplink = func(prompt int) int64 { return micros(w.Uplink(prompt)) }
+		r.netUpUs = micros(w.NetworkRTT / 2)
+		r.apiUs = func(prompt int) int64 { return micros(w.APIWork(prompt)) }
 		r.downlinkUs = micros(w.Downlink())
 		steps := e.Sessions
 		if e.Trace != nil {
@@ -494,7 +495,8 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		r.drv = p
 		r.turnEnds = true // as the proxy: Table.Start and Finish around each request
 		r.clientRetries = sdkMaxRetries
-		r.uplink = func(prompt int) int64 { return micros(w.Uplink(prompt)) }
+		r.netUpUs = micros(w.NetworkRTT / 2)
+		r.apiUs = func(prompt int) int64 { return micros(w.APIWork(prompt)) }
 		r.downlinkUs = micros(w.Downlink())
 		r.stopWhenIdle = true
 		r.stepSessions = len(p.sessions)

@@ -39,10 +39,15 @@ type run struct {
 	stopQueued   bool
 
 	// The client side's delays (traces.Workload): a request sent at t
-	// reaches the engine at t + uplink(prompt), an event the engine emits
-	// at t reaches the client at t + downlinkUs. pending holds the requests
-	// on their way up, by slot (an evArrive's arg).
-	uplink      func(prompt int) int64
+	// reaches its server (the router, or vLLM's API server behind a
+	// data-parallel front end) at t + netUpUs; an event the engine emits at
+	// t reaches the client at t + downlinkUs. On its way to the engine it
+	// then queues for its API server, which works on one request at a time
+	// for apiUs(prompt) (apiserver.go). pending holds the requests on their
+	// way up, by slot (the arg of an evArrive or evTokenised).
+	netUpUs     int64
+	apiUs       func(prompt int) int64 // nil: no API server time (a replay)
+	apiFreeUs   []int64                // per API server: when its queued work ends
 	downlinkUs  int64
 	pending     []*seq
 	pendingFree []int32
@@ -241,15 +246,13 @@ func (r *run) loop(ctx context.Context, until int64) error {
 		case evStop:
 			r.stopped = true
 		case evArrive:
-			s := r.pending[e.arg]
-			r.pending[e.arg] = nil
-			r.pendingFree = append(r.pendingFree, e.arg)
-			if s.aborted {
-				r.seqFree = append(r.seqFree, s)
-				break
+			if s := r.unhold(e.arg); s != nil {
+				r.reachServer(s)
 			}
-			s.sentUs = r.now
-			r.drv.arrive(r, s)
+		case evTokenised:
+			if s := r.unhold(e.arg); s != nil {
+				r.reachEngine(s)
+			}
 		}
 	}
 	return r.err
@@ -290,31 +293,18 @@ func (r *run) newSeq(req *traces.Request, client int32, outputCap int) *seq {
 	return s
 }
 
-// dispatch sends s from the client: it reaches the engine side (the
-// driver's arrive) after the uplink delay, at once when there is none.
+// dispatch sends s from the client: it reaches its server after the
+// network's half round trip, at once when there is none.
 func (r *run) dispatch(s *seq) { r.dispatchAfter(s, 0) }
 
 // dispatchAfter is dispatch with the send delayed by wait µs (a client
 // waiting out a Retry-After): until it arrives, s is on its way up.
 func (r *run) dispatchAfter(s *seq, wait int64) {
-	d := wait
-	if r.uplink != nil {
-		d += r.uplink(s.prompt)
-	}
-	if d <= 0 {
-		r.drv.arrive(r, s)
+	if d := wait + r.netUpUs; d > 0 {
+		r.ev.push(r.now+d, evArrive, r.hold(s))
 		return
 	}
-	var slot int32
-	if n := len(r.pendingFree); n > 0 {
-		slot = r.pendingFree[n-1]
-		r.pendingFree = r.pendingFree[:n-1]
-		r.pending[slot] = s
-	} else {
-		slot = int32(len(r.pending))
-		r.pending = append(r.pending, s)
-	}
-	r.ev.push(r.now+d, evArrive, slot)
+	r.reachServer(s)
 }
 
 // censorTTFBs counts, in the step closing now, the wait so far of every
@@ -434,9 +424,7 @@ func (r *run) pick(s *seq) (placement.Decision, error) {
 		r.table.Fill(&r.snap)
 	}
 	if r.front != nil {
-		if s.apiServer < 0 {
-			s.apiServer = r.front.connect(nil) // a replay: one connection per request
-		}
+		r.connect(s)
 		return r.front.pick(s.apiServer, req, r.now)
 	}
 	return r.policy.Pick(req, &r.snap, time.UnixMicro(r.now))
@@ -468,11 +456,16 @@ func (r *run) place(s *seq, d placement.Decision, home *int) {
 		// after, as the proxy's pick starts it in the table.
 		r.table.Start(s.req.Session, time.UnixMicro(r.now))
 	}
-	rep := r.reps[rp]
-	rep.add(s)
 	if r.kv != nil {
 		r.kv.routed(r, s, d)
 	}
+	if r.front == nil && r.apiUs != nil {
+		s.replica = rp // in flight there from now, as the router counts it
+		r.tokenise(rp, s)
+		return
+	}
+	rep := r.reps[rp]
+	rep.add(s)
 	r.kick(rep)
 }
 
@@ -572,8 +565,16 @@ func (r *run) abortAll() int {
 	for _, c := range r.rt.inFlight {
 		n += c
 	}
-	for _, s := range r.pending {
-		if s != nil && !s.aborted {
+	for i, s := range r.pending {
+		switch {
+		case s == nil || s.aborted:
+		case s.replica >= 0:
+			// Routed, with its API server: counted in flight above, it
+			// leaves as a waiting request does.
+			r.pending[i] = nil // the slot is freed when its event fires
+			s.aborted = true
+			r.doneFn(s, false)
+		default:
 			s.aborted = true // dropped when it arrives
 			n++
 			r.logRequest(s, false)

@@ -121,10 +121,12 @@ const (
 	OutputLognormal = "lognormal"
 )
 
-// Uplink is the time from a client's send to the engine seeing a request
-// of prompt tokens: half the round trip plus the API server's work.
-func (w Workload) Uplink(prompt int) time.Duration {
-	return w.NetworkRTT/2 + w.APIServerTime + time.Duration(float64(w.APIServerPerKToken)*float64(prompt)/1000)
+// APIWork is vLLM's API server's work on a request of prompt tokens
+// before its engine sees it: templating and tokenising. A server works on
+// one request at a time, so concurrent requests queue for it (package
+// sim's apiserver.go).
+func (w Workload) APIWork(prompt int) time.Duration {
+	return w.APIServerTime + time.Duration(float64(w.APIServerPerKToken)*float64(prompt)/1000)
 }
 
 // Downlink is the time from the engine emitting an event to the client
