@@ -12,15 +12,15 @@ const (
 type eventKind uint8
 
 const (
-	evStepEnd eventKind = iota // a replica's engine step ends (arg: replica)
-	evSend                     // a client sends a request (arg: client slot or trace index)
-	evScrape                   // scrape instant: refresh the snapshot, append metric samples
-	evStop                     // stop the event loop (end of a measured step)
-	evKick                     // an idle replica looks at its queues (arg: replica)
-	evArrive                   // a sent request reaches its server (arg: pending slot)
-	evPublish                  // the DP coordinator publishes the engines' counts
-	evAdmit                    // the router admits waiting conversations (routing.go)
-	evTokenised                // an API server is done with a request (arg: pending slot)
+	evStepEnd   eventKind = iota // a replica's engine step ends (arg: replica)
+	evSend                       // a client sends a request (arg: client slot or trace index)
+	evScrape                     // scrape instant: refresh the snapshot, append metric samples
+	evStop                       // stop the event loop (end of a measured step)
+	evKick                       // an idle replica looks at its queues (arg: replica)
+	evArrive                     // a sent request reaches its server (arg: pending slot)
+	evPublish                    // the DP coordinator publishes the engines' counts
+	evAdmit                      // the router admits waiting conversations (routing.go)
+	evTokenised                  // an API server is done with a request (arg: pending slot)
 )
 
 // event is one entry of the event heap. Ties in time are broken by seq, the
