@@ -43,12 +43,12 @@ func simulatedPrometheus(t *testing.T) promOptions {
 			panic(err)
 		}
 		_, err = sim.Run(context.Background(), sim.Experiment{Farm: farm, Strategies: []string{placement.StrategyAffinity},
-			Sessions: []int{6, 8}, Duration: 3 * time.Minute, Seed: 5,
+			Sessions: []int{6, 6, 8}, Duration: 3 * time.Minute, Seed: 5,
 			OnStore: func(_ string, s *metrics.Store) { promStore = s }})
 		if err != nil {
 			panic(err)
 		}
-		promEnd = time.UnixMilli(0).Add(6 * time.Minute)
+		promEnd = time.UnixMilli(0).Add(9 * time.Minute)
 	})
 	return promOptions{
 		Prometheus: "sim://truth", Model: promModel, Since: 6 * time.Minute, Windows: 2,
