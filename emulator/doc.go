@@ -24,6 +24,9 @@
 //     answer, whose decode blocks a following turn hits.
 //   - server.go and shapes.go: the endpoints and vLLM's JSON and SSE shapes;
 //     responses.go: the Responses API's (/v1/responses); metrics.go: /metrics.
+//   - apiserver.go: vLLM's API server, which templates and tokenises one
+//     request at a time before the engine sees it (Options.APIServerTime,
+//     APIServerPerKToken; the simulator's own queue, in model time).
 //   - fault.go: Faults (--fault): stall-after-headers, error-503,
 //     die-mid-stream and slow-metrics, drawn per request from the seed.
 //

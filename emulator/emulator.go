@@ -58,6 +58,12 @@ type Options struct {
 	Seed uint64
 	// Faults are the failures the replicas inject (none by default).
 	Faults Faults
+	// APIServerTime and APIServerPerKToken are vLLM's API server's work
+	// on a request before its engine sees it, in model time: a fixed part
+	// plus this much per 1,000 prompt tokens (traces.Workload's fields of
+	// the same names). 0 takes traces.DefaultWorkload's; negative: none.
+	APIServerTime      time.Duration
+	APIServerPerKToken time.Duration
 }
 
 // RankHeader is the header by which a client picks a data-parallel rank.
@@ -94,6 +100,18 @@ func New(f *sim.Farm, opts Options) (*Emulator, error) {
 	}
 	if !(opts.Speed >= 1e-3) || opts.Speed > 1e6 {
 		return nil, fmt.Errorf("speed %g: want a factor in [0.001, 1e6]", opts.Speed)
+	}
+	def := traces.DefaultWorkload()
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&opts.APIServerTime, def.APIServerTime}, {&opts.APIServerPerKToken, def.APIServerPerKToken}} {
+		switch {
+		case *d.v == 0:
+			*d.v = d.def
+		case *d.v < 0:
+			*d.v = 0
+		}
 	}
 	bs := f.Spec.VLLM.BlockSize
 	if bs%traces.TextBlockTokens != 0 {

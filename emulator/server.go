@@ -26,11 +26,20 @@ type server struct {
 	engines []*engine
 	mux     *http.ServeMux
 	nextID  atomic.Uint64
+	apis    []*apiServer // vLLM's API servers (apiserver.go)
+	nextAPI atomic.Uint64
 	faultN  atomic.Uint64 // inference requests that drew their faults
 }
 
 func (e *Emulator) newServer(engines []*engine) http.Handler {
 	s := &server{e: e, engines: engines, mux: http.NewServeMux()}
+	n := 1
+	if len(engines) > 1 {
+		n = max(1, e.farm.Spec.VLLM.APIServerCount)
+	}
+	for range n {
+		s.apis = append(s.apis, new(apiServer))
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newCollector(e, engines))
 	s.mux.Handle("GET /metrics", s.slowMetrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
@@ -106,6 +115,12 @@ func (s *server) infer(api API) http.Handler {
 		case faultStall:
 			s.stall(w, r.Context(), req.Stream)
 			return
+		}
+		if err := s.tokenise(r.Context(), req.PromptTokens); err != nil {
+			if errors.Is(err, errStopping) {
+				writeError(w, api, &APIError{Status: http.StatusServiceUnavailable, Message: "the server is shutting down"})
+			}
+			return // else the client went away
 		}
 		c, aerr := s.start(api, req, r.Header)
 		if aerr != nil {

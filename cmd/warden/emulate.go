@@ -7,12 +7,14 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lm-warden/warden/emulator"
 	"github.com/lm-warden/warden/examples"
 	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/traces"
 )
 
 // emulateOptions are the flags of `warden emulate`.
@@ -23,6 +25,10 @@ type emulateOptions struct {
 	Speed  float64
 	Seed   uint64
 	Fault  string
+	// APIServerTime and APIServerPerK are vLLM's API server's work on a
+	// request (0: none).
+	APIServerTime time.Duration
+	APIServerPerK time.Duration
 
 	// ready, when set, is called once every listener is open (tests).
 	ready func(urls []string)
@@ -74,6 +80,9 @@ with --fault on other ports.`,
 	f.StringVar(&opts.Layout, "layout", "urls", "urls (one port per replica) or dp (one server, X-data-parallel-rank)")
 	f.Float64Var(&opts.Speed, "speed", 1, "time factor: the model runs this many times faster than the wall clock")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the answers' text and of the faults' draws")
+	def := traces.DefaultWorkload()
+	f.DurationVar(&opts.APIServerTime, "api-server-time", def.APIServerTime, "vLLM's API server's work on a request before its engine sees it (templating, tokenising), one request at a time; 0: none")
+	f.DurationVar(&opts.APIServerPerK, "api-server-per-1k-tokens", def.APIServerPerKToken, "the API server's further work per 1,000 prompt tokens")
 	f.StringVar(&opts.Fault, "fault", "", "faults to inject: stall-after-headers=P,error-503=P,die-mid-stream=P (probabilities), slow-metrics=D (a duration)")
 	return cmd
 }
@@ -99,7 +108,17 @@ func runEmulate(ctx context.Context, opts *emulateOptions, out io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("--fault: %w", err)
 	}
-	e, err := emulator.New(farm, emulator.Options{Layout: layout, Speed: opts.Speed, Seed: opts.Seed, Faults: faults})
+	api := [2]time.Duration{opts.APIServerTime, opts.APIServerPerK}
+	for i, flag := range []string{"--api-server-time", "--api-server-per-1k-tokens"} {
+		switch {
+		case api[i] < 0 || api[i] > time.Minute:
+			return fmt.Errorf("%s %s: want a duration in [0s, 1m]", flag, api[i])
+		case api[i] == 0:
+			api[i] = -1 // none (emulator.Options: 0 is the default)
+		}
+	}
+	e, err := emulator.New(farm, emulator.Options{Layout: layout, Speed: opts.Speed, Seed: opts.Seed, Faults: faults,
+		APIServerTime: api[0], APIServerPerKToken: api[1]})
 	if err != nil {
 		return err
 	}

@@ -75,6 +75,8 @@ func TestEmulateBadFlags(t *testing.T) {
 		{[]string{"--farm", "does-not-exist.yaml"}, "does-not-exist.yaml"},
 		{[]string{"--speed", "-2"}, "speed"},
 		{[]string{"--fault", "error-503=0.1,stall=1"}, `--fault: item 2 "stall=1": unknown fault`},
+		{[]string{"--api-server-time", "-1ms"}, "--api-server-time -1ms: want a duration in [0s, 1m]"},
+		{[]string{"--api-server-per-1k-tokens", "2m"}, "--api-server-per-1k-tokens 2m0s: want a duration in [0s, 1m]"},
 		{[]string{"--fault", "die-mid-stream=2"}, `--fault: item 1 "die-mid-stream=2": die-mid-stream wants a probability in [0, 1]`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
