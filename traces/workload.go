@@ -56,7 +56,8 @@ type Workload struct {
 	NetworkRTT time.Duration `yaml:"network_rtt"`
 	// APIServerTime is the OpenAI server's work on a request before its
 	// engine sees it (chat templating, tokenising the whole prompt): a
-	// fixed part plus APIServerPerKToken for every 1,000 prompt tokens.
+	// fixed part plus APIServerPerKToken for every 1,000 prompt tokens. A
+	// server does it for one request at a time (APIWork).
 	APIServerTime      time.Duration `yaml:"api_server_time"`
 	APIServerPerKToken time.Duration `yaml:"api_server_per_1k_tokens"`
 	// Connections is how the client's requests map onto connections, which

@@ -30,9 +30,10 @@ var (
 )
 
 // simulatedPrometheus is a farm with known parameters (2 x RTX A4000,
-// num_gpu_blocks 2500, prefill 0.35, bandwidth 0.6, affinity, 6 then 8
-// sessions for 3 minutes each) whose series stand in for a Prometheus
-// server: the commands read it through calibrate.Store.
+// num_gpu_blocks 2500, prefill 0.35, bandwidth 0.6, affinity; 6 then 8
+// sessions for 3 minutes each after a 3-minute warm-up at 6, as a running
+// farm has no cold start) whose series stand in for a Prometheus server:
+// the commands read the last 6 minutes through calibrate.Store.
 func simulatedPrometheus(t *testing.T) promOptions {
 	t.Helper()
 	promOnce.Do(func() {
