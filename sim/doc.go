@@ -43,6 +43,8 @@
 //     the farm; the router told of each request's start and end as the
 //     proxy's is, refused first turns retried as the SDKs do).
 //     frontend.go: vLLM's DP front end, which routes least-loaded.
+//     apiserver.go: the way up, past vLLM's API server, which templates
+//     and tokenises one request at a time (a FIFO per server).
 //     requests.go: the per-request records of --requests.
 //  8. record.go: the vllm:* and warden_* series written into a
 //     metrics.Store at every scrape instant, as a real farm exposes them
