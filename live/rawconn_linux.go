@@ -157,11 +157,7 @@ func (c *rawConn) writev(bufs ...[]byte) (int, error) {
 func (c *rawConn) writeFD(fd uintptr) bool {
 	op := &c.wr
 	for len(op.vec) > 0 {
-		sys := syscall.RawSyscall
-		if vecLen(op.vec) > rawMaxCopy {
-			sys = syscall.Syscall // a long copy: let the runtime hand the P on
-		}
-		r, _, e := sys(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&op.vec[0])), uintptr(len(op.vec)))
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&op.vec[0])), uintptr(len(op.vec)))
 		switch e {
 		case 0:
 		case syscall.EINTR:
@@ -184,27 +180,4 @@ func (c *rawConn) writeFD(fd uintptr) bool {
 		}
 	}
 	return true
-}
-
-// rawMaxCopy bounds the writes made with RawSyscall. A RawSyscall keeps
-// its P for the whole call: right for a call shorter than the 20 µs after
-// which sysmon would retake the P of a thread in a syscall (runtime/proc.go
-// retake), since no other goroutine could have run meanwhile anyway, but a
-// longer one (a 256 KiB body written to a replica: the kernel copies it
-// and, on loopback, runs the receiving side too) holds up every other
-// goroutine of a one-P proxy for its length. Such a write goes through
-// syscall.Syscall, whose P the runtime hands on while it runs. Measured
-// with `make speed` (1,000 req/s of 256 KiB, median of 3 runs, one P):
-// added p99 4.96 ms with every write raw, 4.28 ms with writes over
-// 128 KiB through Syscall (HAProxy 2.73 and 3.49 ms in the same runs), at
-// 1.25x HAProxy's CPU a request instead of 1.13x; 64 KiB bodies are
-// unchanged.
-const rawMaxCopy = 128 << 10
-
-func vecLen(v []syscall.Iovec) int {
-	n := 0
-	for i := range v {
-		n += int(v[i].Len)
-	}
-	return n
 }
