@@ -24,16 +24,7 @@ import (
 // two vLLM servers (affinity), each has its own, two conversations each:
 // 1, 1, 2 and 2 s.
 func TestAPIServerWorksOnOneRequestAtATime(t *testing.T) {
-	spec := mustDefaultFarm(t).Spec
-	spec.Replicas = 2
-	spec.VLLM.APIServerCount = 1
-	farm, err := Resolve(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := traces.DefaultWorkload()
-	w.SystemPromptTokens, w.FirstMessageTokens, w.Turns = 0, 200, 1
-	w.NetworkRTT, w.APIServerTime, w.APIServerPerKToken = 0, time.Second, 0
+	farm, w := slowAPIServer(t, 1)
 	for _, tc := range []struct {
 		strategy string
 		want     []float64 // the API server work before each first token, s
@@ -79,15 +70,7 @@ func TestAPIServerWorksOnOneRequestAtATime(t *testing.T) {
 // unfinished record, counted censored with the wait it had, and the table
 // counts every cut request unfinished.
 func TestCutWhileAtTheAPIServer(t *testing.T) {
-	spec := mustDefaultFarm(t).Spec
-	spec.Replicas = 2
-	farm, err := Resolve(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := traces.DefaultWorkload()
-	w.SystemPromptTokens, w.FirstMessageTokens, w.Turns = 0, 200, 1
-	w.NetworkRTT, w.APIServerTime, w.APIServerPerKToken = 0, time.Second, 0
+	farm, w := slowAPIServer(t, 0)
 	var buf bytes.Buffer
 	e := Experiment{Farm: farm, Strategies: []string{placement.StrategyAffinity}, Workload: w, Sessions: []int{8}, Duration: 2500 * time.Millisecond, Seed: 1, Requests: &buf}
 	rep, err := Run(context.Background(), e)
@@ -120,4 +103,22 @@ func TestCutWhileAtTheAPIServer(t *testing.T) {
 	if got := int(rep.Rows[0].Unfinished); got != unfinished {
 		t.Errorf("table counts %d unfinished, records %d", got, unfinished)
 	}
+}
+
+// slowAPIServer is two replicas of the default farm (apiServers API servers
+// behind vLLM's DP front end, 0: the DP size) and short one-turn sessions
+// whose API server work is 1 s a request, with no network time.
+func slowAPIServer(t *testing.T, apiServers int) (*Farm, traces.Workload) {
+	t.Helper()
+	spec := mustDefaultFarm(t).Spec
+	spec.Replicas = 2
+	spec.VLLM.APIServerCount = apiServers
+	farm, err := Resolve(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := traces.DefaultWorkload()
+	w.SystemPromptTokens, w.FirstMessageTokens, w.Turns = 0, 200, 1
+	w.NetworkRTT, w.APIServerTime, w.APIServerPerKToken = 0, time.Second, 0
+	return farm, w
 }
