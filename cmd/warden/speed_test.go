@@ -92,6 +92,7 @@ func TestSpeed(t *testing.T) {
 	}
 
 	var rows []speedRow
+	var verdicts []string
 	sizes := []int{64 << 10, 256 << 10}
 	if v := os.Getenv("WARDEN_SPEED_SIZES"); v != "" { // KiB, comma-separated
 		sizes = nil
@@ -120,7 +121,8 @@ func TestSpeed(t *testing.T) {
 		// run of each figure.
 		got := make([][]speedRow, len(targets))
 		for run := range runs {
-			for i, tg := range targets {
+			for _, i := range runOrder(len(targets), run) {
+				tg := targets[i]
 				openLoop(t, tg, bodies, rate, warm) // warm-up, discarded
 				var stopPerf func()
 				if run == 0 {
@@ -147,6 +149,13 @@ func TestSpeed(t *testing.T) {
 		}
 		for _, rs := range got {
 			rows = append(rows, medianRow(rs))
+		}
+		if h := slices.IndexFunc(targets, func(tg *speedTarget) bool { return tg.name == "haproxy" }); h >= 0 {
+			for i, tg := range targets {
+				if tg.name != "direct" && tg.name != "haproxy" {
+					verdicts = append(verdicts, pairedVerdict(fmt.Sprintf("%d KiB", size>>10), tg.name, got[i], got[h]))
+				}
+			}
 		}
 	}
 	var b strings.Builder
@@ -195,6 +204,9 @@ func TestSpeed(t *testing.T) {
 			b.WriteString("\n")
 		}
 	}
+	for _, v := range verdicts {
+		b.WriteString(v)
+	}
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Fprintf(&b, "load average at the end: %s", la)
 	}
@@ -204,6 +216,68 @@ func TestSpeed(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// runOrder is the order in which run measures n targets: direct (0)
+// first, the others in turn, reversed on every other run, so that a
+// drift of the machine within a run (or a target that measures better
+// for coming after another) falls on each side of a comparison alike.
+func runOrder(n, run int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	if run%2 == 1 && n > 2 {
+		slices.Reverse(order[1:])
+	}
+	return order
+}
+
+// pairedVerdict compares a target (name, its runs ws) with HAProxy run by
+// run (ws[i] and hs[i] were measured in the same run, one after the
+// other, against the same backends): the median difference of p50 and of
+// p99, its range and in how many runs the target was no worse, and the
+// median CPU ratio; for warden, whether the medians meet issue 13's goal
+// (p50 and p99 no worse than HAProxy's, CPU per request at most 1.5x).
+// Subtracting the same direct baseline from both leaves the difference of
+// the added latencies unchanged, so it is the difference of the raw ones.
+func pairedVerdict(size, name string, ws, hs []speedRow) string {
+	n := min(len(ws), len(hs))
+	d50, d99, ratio := make([]float64, n), make([]float64, n), make([]float64, 0, n)
+	ahead50, ahead99 := 0, 0
+	for i := range n {
+		d50[i], d99[i] = ws[i].p50-hs[i].p50, ws[i].p99-hs[i].p99
+		if d50[i] <= 0 {
+			ahead50++
+		}
+		if d99[i] <= 0 {
+			ahead99++
+		}
+		if hs[i].cpuUS > 0 && ws[i].cpuUS >= 0 {
+			ratio = append(ratio, ws[i].cpuUS/hs[i].cpuUS)
+		}
+	}
+	for _, v := range [][]float64{d50, d99, ratio} {
+		slices.Sort(v)
+	}
+	med := func(v []float64) float64 { return v[len(v)/2] }
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s, %s - haproxy over %d runs (median, range, runs no worse): p50 %+.2f ms (%+.2f..%+.2f, %d of %d), p99 %+.2f ms (%+.2f..%+.2f, %d of %d)",
+		size, name, n, med(d50), d50[0], d50[n-1], ahead50, n, med(d99), d99[0], d99[n-1], ahead99, n)
+	met := med(d50) <= 0 && med(d99) <= 0
+	if len(ratio) > 0 {
+		fmt.Fprintf(&b, ", CPU %.2fx (%.2f..%.2f)", med(ratio), ratio[0], ratio[len(ratio)-1])
+		met = met && med(ratio) <= 1.5
+	}
+	switch {
+	case name != "warden":
+	case met:
+		b.WriteString("; goal met")
+	default:
+		b.WriteString("; goal not met")
+	}
+	b.WriteString("\n")
+	return b.String()
 }
 
 // speedRow is one target at one body size.
@@ -581,4 +655,63 @@ func startHAProxy(t *testing.T, name, bin string, backends []string, wholeBody b
 		t.Fatal(err)
 	}
 	return startProcess(t, name, "http://"+listen, bin, "-f", path, "-db")
+}
+
+func TestRunOrder(t *testing.T) {
+	tests := []struct {
+		n, run int
+		want   []int
+	}{
+		{1, 0, []int{0}},
+		{2, 1, []int{0, 1}},
+		{4, 0, []int{0, 1, 2, 3}},
+		{4, 1, []int{0, 3, 2, 1}},
+		{4, 2, []int{0, 1, 2, 3}},
+	}
+	for _, tt := range tests {
+		if got := runOrder(tt.n, tt.run); !slices.Equal(got, tt.want) {
+			t.Errorf("runOrder(%d, %d) = %v; want %v", tt.n, tt.run, got, tt.want)
+		}
+	}
+}
+
+func TestPairedVerdict(t *testing.T) {
+	row := func(p50, p99, cpu float64) speedRow { return speedRow{p50: p50, p99: p99, cpuUS: cpu} }
+	tests := []struct {
+		name   string
+		target string
+		ws, hs []speedRow
+		want   string
+	}{
+		{"ahead in every run", "warden",
+			[]speedRow{row(1.0, 3.0, 150), row(1.1, 2.0, 160), row(0.9, 4.0, 140)},
+			[]speedRow{row(1.1, 3.5, 100), row(1.2, 2.5, 100), row(1.0, 4.1, 100)},
+			"64 KiB, warden - haproxy over 3 runs (median, range, runs no worse): p50 -0.10 ms (-0.10..-0.10, 3 of 3), p99 -0.50 ms (-0.50..-0.10, 3 of 3), CPU 1.50x (1.40..1.60); goal met\n"},
+		// The medians of the differences, not the differences of the medians:
+		// warden's median p99 (3.0) is under HAProxy's (3.5), but it was
+		// worse in two of three runs.
+		{"paired, not medians apart", "warden",
+			[]speedRow{row(1, 3.0, 100), row(1, 9.0, 100), row(1, 2.0, 100)},
+			[]speedRow{row(1, 2.5, 100), row(1, 3.5, 100), row(1, 9.0, 100)},
+			"64 KiB, warden - haproxy over 3 runs (median, range, runs no worse): p50 +0.00 ms (+0.00..+0.00, 3 of 3), p99 +0.50 ms (-7.00..+5.50, 1 of 3), CPU 1.00x (1.00..1.00); goal not met\n"},
+		{"CPU over 1.5x", "warden",
+			[]speedRow{row(1, 1, 200)},
+			[]speedRow{row(2, 2, 100)},
+			"64 KiB, warden - haproxy over 1 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 1 of 1), p99 -1.00 ms (-1.00..-1.00, 1 of 1), CPU 2.00x (2.00..2.00); goal not met\n"},
+		{"no CPU figure: latency alone", "warden",
+			[]speedRow{row(1, 1, -1)},
+			[]speedRow{row(2, 2, 100)},
+			"64 KiB, warden - haproxy over 1 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 1 of 1), p99 -1.00 ms (-1.00..-1.00, 1 of 1); goal met\n"},
+		{"not warden: no goal", "haproxy-body",
+			[]speedRow{row(1, 1, 200)},
+			[]speedRow{row(2, 2, 100)},
+			"64 KiB, haproxy-body - haproxy over 1 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 1 of 1), p99 -1.00 ms (-1.00..-1.00, 1 of 1), CPU 2.00x (2.00..2.00)\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := pairedVerdict("64 KiB", tt.target, tt.ws, tt.hs); got != tt.want {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+		})
+	}
 }
