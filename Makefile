@@ -63,7 +63,7 @@ bench: ## run every benchmark once at a sensible size
 SPEED_RATE ?= 1000
 SPEED_DURATION ?= 10s
 SPEED_RUNS ?= 3
-speed: build ## the proxy's added latency and CPU per request vs HAProxy (streaming, and waiting for the whole body) and Go's bare ReverseProxy: open loop, SPEED_RATE req/s (1000), 64/256 KiB bodies, median of SPEED_RUNS (~6 min)
+speed: build ## the proxy's added latency and CPU per request vs HAProxy (streaming, and waiting for the whole body) and Go's bare ReverseProxy: open loop, SPEED_RATE req/s (1000), 64/256 KiB bodies, median of SPEED_RUNS, and each against HAProxy run by run (~6 min)
 	WARDEN_SPEED=1 WARDEN_BIN=$(CURDIR)/$(BIN) WARDEN_SPEED_RATE=$(SPEED_RATE) WARDEN_SPEED_DURATION=$(SPEED_DURATION) WARDEN_SPEED_RUNS=$(SPEED_RUNS) \
 	  $(GO) test -count=1 -timeout 20m -run '^TestSpeed$$' -v ./cmd/warden/
 
