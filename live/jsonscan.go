@@ -520,7 +520,7 @@ func indexFrom(d []byte, from int, c byte) int {
 
 // str skips a string starting at s.pos (which must be '"'), validating
 // escapes and rejecting raw control characters. The prompts in a body are
-// long strings, most of its bytes: see nextSpecial.
+// long strings, most of its bytes: see nextSpecial and escapeRun.
 func (s *scanner) str() error {
 	d := s.data
 	if s.pos >= len(d) || d[s.pos] != '"' {
@@ -541,25 +541,105 @@ func (s *scanner) str() error {
 			s.pos++
 			return nil
 		}
-		s.pos++ // the backslash
-		if s.pos >= len(d) {
-			return s.fail("unterminated escape")
+		n, err := s.escape(end)
+		if err != nil {
+			return err
 		}
-		switch d[s.pos] {
-		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			s.pos++
-		case 'u':
-			if len(d)-s.pos < 5 {
-				return s.fail("short \\u escape")
-			}
-			for _, h := range d[s.pos+1 : s.pos+5] {
-				if !(isDigit(h) || (h|0x20) >= 'a' && (h|0x20) <= 'f') {
-					return s.fail("invalid \\u escape")
-				}
-			}
-			s.pos += 5
-		default:
-			return s.fail("invalid escape")
+		s.pos = end + n
+		if done, err := s.escapeRun(); done || err != nil {
+			return err
 		}
 	}
+}
+
+// escapeRunGap is how many words in a row without an escape end an
+// escape run: a line of code has a stretch of a few words between its
+// escapes, which went back and forth to the sparse search at one.
+const escapeRunGap = 4
+
+// escLen is the length of an escape by the byte after its backslash: 2,
+// 6 for \u (four hex digits follow), 0 for none (RFC 8259 section 7).
+var escLen = [256]uint8{'"': 2, '\\': 2, '/': 2, 'b': 2, 'f': 2, 'n': 2, 'r': 2, 't': 2, 'u': 6}
+
+// escape validates the escape whose backslash is at i and returns its
+// length. A fault is reported at the byte after the backslash.
+func (s *scanner) escape(i int) (int, error) {
+	d := s.data
+	if i+1 >= len(d) {
+		s.pos = i + 1
+		return 0, s.fail("unterminated escape")
+	}
+	switch escLen[d[i+1]] {
+	case 2:
+		return 2, nil
+	case 6:
+		if len(d)-(i+1) < 5 {
+			s.pos = i + 1
+			return 0, s.fail("short \\u escape")
+		}
+		for _, h := range d[i+2 : i+6] {
+			if !(isDigit(h) || (h|0x20) >= 'a' && (h|0x20) <= 'f') {
+				s.pos = i + 1
+				return 0, s.fail("invalid \\u escape")
+			}
+		}
+		return 6, nil
+	}
+	s.pos = i + 1
+	return 0, s.fail("invalid escape")
+}
+
+// escapeRun goes on from s.pos, just past an escape, while escapes stay
+// dense: in source code and tool output one comes every few bytes (a
+// newline, a tab, a quote), and finding each with nextSpecial cost more
+// than the rest of the scan. It takes the string 8 bytes at a time and
+// handles every flagged byte of a word in turn (special's flags above
+// the lowest may be false, so each is read: a byte that is none of the
+// three is passed over), skipping the bytes an escape consumed. It stops
+// at the string's end (done), at a fault, after escapeRunGap words in a
+// row with nothing to flag (the sparse search takes over after them) or
+// near the end of the data.
+func (s *scanner) escapeRun() (done bool, err error) {
+	d := s.data
+	p, skip := s.pos, s.pos // skip: the bytes before it are consumed
+	clean := 0              // words in a row with nothing flagged
+	for p+8 <= len(d) {
+		m := special(binary.LittleEndian.Uint64(d[p:]))
+		if m == 0 {
+			if clean++; clean == escapeRunGap {
+				s.pos = p + 8
+				return false, nil
+			}
+			p += 8
+			continue
+		}
+		clean = 0
+		for ; m != 0; m &= m - 1 {
+			i := p + bits.TrailingZeros64(m)/8
+			if i < skip {
+				continue
+			}
+			switch c := d[i]; {
+			case c == '"':
+				s.pos = i + 1
+				return true, nil
+			case c == '\\':
+				if i+1 < len(d) && escLen[d[i+1]] == 2 { // the usual escape, inline
+					skip = i + 2
+					break
+				}
+				n, err := s.escape(i)
+				if err != nil {
+					return false, err
+				}
+				skip = i + n
+			case c < 0x20:
+				s.pos = i
+				return false, s.fail("control character in a string")
+			}
+		}
+		p = max(p+8, skip)
+	}
+	s.pos = p
+	return false, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -72,6 +73,56 @@ func TestScanBody(t *testing.T) {
 	}
 }
 
+// TestScanEscapeRuns holds the dense-escape path (escapeRun) to
+// encoding/json's reading of the model, and its faults to the byte they
+// are at, with each case shifted by 0 to 15 bytes so that every escape
+// and fault falls at every place in a word.
+func TestScanEscapeRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		val  string // the model's JSON string, after `{"model":"` and the shift
+		// wantAt is the fault's offset in val (-1: valid), want its words.
+		wantAt int
+		want   string
+	}{
+		{"code", `\tif err != nil {\n\t\treturn fmt.Errorf(\"step %d: %w\", n, err)\n\t}\n"}`, -1, ""},
+		{"escaped backslashes and quotes", `\n\\\"\\\\\"\\"}`, -1, ""},
+		{"flags that are not specials", `\n\"#\\]\n!"}`, -1, ""},
+		{"unicode escapes in a run", `\n\u0041\t\u00e9\uD83D\uDE00\n"}`, -1, ""},
+		{"a long clean stretch then more", `\n\n` + strings.Repeat("a", 45) + `\t\"` + strings.Repeat("b", 20) + `"}`, -1, ""},
+		{"ends at a word's edge", `\n\n\n"}`, -1, ""},
+		{"control character in a run", "\\n\\tab\x01c\"}", 6, "control character in a string"},
+		{"control character after a clean stretch", `\n` + strings.Repeat("a", 30) + "\n\"}", 32, "control character in a string"},
+		{"invalid escape in a run", `\n\t\n\q"}`, 7, "invalid escape"},
+		{"invalid unicode escape in a run", `\n\t\u00zz"}`, 5, "invalid \\u escape"},
+		{"short unicode escape at the end", `\n\n\u00`, 5, "short \\u escape"},
+		{"backslash at the end", `\n\n\n\n\n\n\`, 13, "unterminated escape"},
+		{"unterminated in a run", `\n\n\n\n\n\n\n\n\n`, 18, "unterminated string"},
+	} {
+		for shift := range 16 {
+			in := `{"model":"` + strings.Repeat("x", shift) + tc.val
+			got, err := scanBody([]byte(in))
+			if tc.wantAt < 0 {
+				var want struct{ Model string }
+				if jerr := json.Unmarshal([]byte(in), &want); jerr != nil {
+					t.Fatalf("%s: the case is not valid JSON: %v", tc.name, jerr)
+				}
+				if err != nil || got.Model != want.Model {
+					t.Errorf("%s, shift %d: model %q, %v; want %q", tc.name, shift, got.Model, err, want.Model)
+				}
+				continue
+			}
+			if json.Valid([]byte(in)) {
+				t.Fatalf("%s: the case is valid JSON", tc.name)
+			}
+			want := fmt.Sprintf("malformed JSON at byte %d: %s", len(`{"model":"`)+shift+tc.wantAt, tc.want)
+			if err == nil || err.Error() != want {
+				t.Errorf("%s, shift %d: err %v, want %q", tc.name, shift, err, want)
+			}
+		}
+	}
+}
+
 // FuzzScanBody checks scanBody against encoding/json: the same inputs are
 // valid JSON objects; a duplicate key is one that encoding/json decodes to
 // the same name twice, and only for the keys the proxy reads; without one,
@@ -79,6 +130,8 @@ func TestScanBody(t *testing.T) {
 func FuzzScanBody(f *testing.F) {
 	for _, s := range []string{`{"model":"m","stream":true}`, `{"a":[1,{"b":null}],"user":"\u0041"}`, `{"x":1e+5,"y":-0.5}`,
 		`{"metadata":{"user_id":"q"},"metadata":null}`, `{"a":"` + strings.Repeat("xy\\n", 9) + `"}`,
+		// Dense escapes, as in code (escapeRun), with a \u and a clean stretch.
+		`{"model":"\tif x {\n\t\treturn \"\u00e9\\\"` + strings.Repeat("a", 40) + `\n\t}\n"}`,
 		// Escaped keys: each decodes to a key the proxy reads.
 		`{"model":"a","mod\u0065l":"b"}`, `{"\u006dodel":"a"}`, `{"us\u0065r":"a","user":"b"}`,
 		`{"prompt\u005fcache_key":"k"}`, `{"metadata":{"user\u005fid":"a","user_id":"b"}}`,
