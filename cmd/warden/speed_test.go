@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -53,7 +55,8 @@ import (
 // always runs) and WARDEN_SPEED_SIZES (KiB, e.g. "64") narrow the run,
 // WARDEN_SPEED_GOMAXPROCS fixes the Go proxies' GOMAXPROCS (warden's
 // default is --procs auto) and WARDEN_SPEED_GODEBUG their GODEBUG (e.g.
-// gctrace=1), WARDEN_SPEED_LOGS=DIR keeps each proxy's output there, and
+// gctrace=1), WARDEN_SPEED_BODY=code fills the bodies with escaped source
+// code instead of prose, WARDEN_SPEED_LOGS=DIR keeps each proxy's output there, and
 // WARDEN_SPEED_PERF=DIR records a perf(1) profile of each target over its
 // window (perf adds its own CPU).
 //
@@ -106,8 +109,12 @@ func TestSpeed(t *testing.T) {
 	}
 	only := os.Getenv("WARDEN_SPEED_TARGETS") // comma-separated names; direct always runs
 	runs := int(envFloat(t, "WARDEN_SPEED_RUNS", 3))
+	kind := cmp.Or(os.Getenv("WARDEN_SPEED_BODY"), "prose")
+	if _, ok := speedFillers[kind]; !ok {
+		t.Fatalf("WARDEN_SPEED_BODY=%q: want prose or code", kind)
+	}
 	for _, size := range sizes {
-		bodies := speedBodies(sessions, size)
+		bodies := speedBodies(sessions, size, kind)
 		targets := []*speedTarget{{name: "direct", url: func(s int) string { return backends[s%len(backends)] }}}
 		if haproxy != nil {
 			targets = append(targets, haproxy, haproxyBody)
@@ -163,8 +170,8 @@ func TestSpeed(t *testing.T) {
 	if v := os.Getenv("WARDEN_SPEED_GOMAXPROCS"); v != "" {
 		procs = "GOMAXPROCS=" + v + " for warden and go-floor"
 	}
-	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback; %s; the median of %d runs\n",
-		rate, dur, sessions, procs, runs)
+	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback, %s bodies; %s; the median of %d runs\n",
+		rate, dur, sessions, kind, procs, runs)
 	fmt.Fprintf(&b, "%-8s %-12s %9s %9s %10s %10s %11s %7s %8s %7s\n", "body", "target", "p50 ms", "p99 ms", "+p50 ms", "+p99 ms", "CPU µs/req", "cs/req", "requests", "failed")
 	var base speedRow
 	for _, r := range rows {
@@ -422,14 +429,29 @@ type speedBody struct {
 	body    []byte
 }
 
-func speedBodies(n, size int) []speedBody {
+// speedFillers are the prompt texts a body is filled with
+// (WARDEN_SPEED_BODY): prose, with nothing to escape, and code, as a
+// coding agent sends it (source and tool output: a newline, tabs and
+// quotes on every line, each escaped in JSON), which costs a proxy that
+// reads the body more to scan.
+var speedFillers = map[string]string{
+	"prose": "lorem ipsum ",
+	"code":  `\tif err := run(\"step\", n); err != nil {\n\t\treturn fmt.Errorf(\"step %d: %w\", n, err)\n\t}\n`,
+}
+
+// speedBodies returns n sessions' bodies of size bytes, filled with
+// speedFillers[kind] in whole copies (a cut one could end in half an
+// escape) and spaces.
+func speedBodies(n, size int, kind string) []speedBody {
+	fill := speedFillers[kind]
 	out := make([]speedBody, n)
 	for i := range out {
 		id := fmt.Sprintf("5e0c3a1b-%04x-4f7e-9d2a-%012x", i, i*7919)
 		head := `{"model":"bench","max_tokens":1,"stream":false,"messages":[{"role":"user","content":"session ` + id + " "
 		tail := `"}]}`
 		pad := size - len(head) - len(tail)
-		out[i] = speedBody{session: id, body: []byte(head + strings.Repeat("lorem ipsum ", pad/12+1)[:pad] + tail)}
+		k := pad / len(fill)
+		out[i] = speedBody{session: id, body: []byte(head + strings.Repeat(fill, k) + strings.Repeat(" ", pad-k*len(fill)) + tail)}
 	}
 	return out
 }
@@ -579,7 +601,7 @@ func startProcess(t *testing.T, name string, url string, argv ...string) *speedT
 			_ = os.WriteFile(filepath.Join(dir, name+".log"), stderr.Bytes(), 0o644)
 		}
 	})
-	body := speedBodies(1, 1024)[0]
+	body := speedBodies(1, 1024, "prose")[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
@@ -655,6 +677,28 @@ func startHAProxy(t *testing.T, name, bin string, backends []string, wholeBody b
 		t.Fatal(err)
 	}
 	return startProcess(t, name, "http://"+listen, bin, "-f", path, "-db")
+}
+
+// TestSpeedBodies: every body is one valid chat request of exactly the
+// size asked, whatever the filler, so that the sizes compared are the
+// sizes sent and no proxy refuses one.
+func TestSpeedBodies(t *testing.T) {
+	for kind := range speedFillers {
+		for _, size := range []int{1 << 10, 64<<10 + 7, 256 << 10} {
+			for _, b := range speedBodies(3, size, kind) {
+				var req struct {
+					Model    string
+					Messages []struct{ Content string }
+				}
+				if err := json.Unmarshal(b.body, &req); err != nil {
+					t.Fatalf("%s, %d bytes: %v", kind, size, err)
+				}
+				if len(b.body) != size || req.Model != "bench" || len(req.Messages) != 1 || !strings.Contains(req.Messages[0].Content, b.session) {
+					t.Errorf("%s: %d bytes (want %d), model %q, %d messages", kind, len(b.body), size, req.Model, len(req.Messages))
+				}
+			}
+		}
+	}
 }
 
 func TestRunOrder(t *testing.T) {
