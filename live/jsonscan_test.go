@@ -75,9 +75,10 @@ func TestScanBody(t *testing.T) {
 
 // TestScanEscapeRuns holds the dense-escape path (escapeRun) to
 // encoding/json's reading of the model, and its faults to the byte they
-// are at, with each case shifted by 0 to 15 bytes so that every escape
+// are at, with each case shifted by 0 to 63 bytes so that every escape
 // and fault falls at every place in a word.
 func TestScanEscapeRuns(t *testing.T) {
+	const codeLine = `\tif err != nil {\n\t\treturn fmt.Errorf(\"step %d: %w\", n, err)\n\t}\n`
 	for _, tc := range []struct {
 		name string
 		val  string // the model's JSON string, after `{"model":"` and the shift
@@ -98,8 +99,16 @@ func TestScanEscapeRuns(t *testing.T) {
 		{"short unicode escape at the end", `\n\n\u00`, 5, "short \\u escape"},
 		{"backslash at the end", `\n\n\n\n\n\n\`, 13, "unterminated escape"},
 		{"unterminated in a run", `\n\n\n\n\n\n\n\n\n`, 18, "unterminated string"},
+		// Long runs, their ends and faults far in.
+		{"code over blocks", strings.Repeat(codeLine, 5) + `"}`, -1, ""},
+		{"backslash runs over blocks", `\n` + strings.Repeat(`\\`, 40) + `\"` + strings.Repeat(`\\`, 33) + `\\"}`, -1, ""},
+		{"unicode escapes over blocks", strings.Repeat(`\u00e9\n`, 30) + `"}`, -1, ""},
+		{"a quote escaped over blocks", strings.Repeat(`\"`, 70) + `"}`, -1, ""},
+		{"control character past a block", strings.Repeat(codeLine, 3) + "\x1f" + codeLine + `"}`, 3 * len(codeLine), "control character in a string"},
+		{"invalid escape past a block", strings.Repeat(codeLine, 3) + `\v` + codeLine + `"}`, 3*len(codeLine) + 1, "invalid escape"},
+		{"unterminated past a block", strings.Repeat(codeLine, 3), 3 * len(codeLine), "unterminated string"},
 	} {
-		for shift := range 16 {
+		for shift := range 64 {
 			in := `{"model":"` + strings.Repeat("x", shift) + tc.val
 			got, err := scanBody([]byte(in))
 			if tc.wantAt < 0 {
