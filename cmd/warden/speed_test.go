@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -70,6 +71,10 @@ func TestSpeed(t *testing.T) {
 	}
 	rate := envFloat(t, "WARDEN_SPEED_RATE", 1000)
 	dur := envDuration(t, "WARDEN_SPEED_DURATION", 10*time.Second)
+	kind := cmp.Or(os.Getenv("WARDEN_SPEED_BODY"), "prose")
+	if _, ok := speedFillers[kind]; !ok {
+		t.Fatalf("WARDEN_SPEED_BODY=%q: want one of %s", kind, strings.Join(slices.Sorted(maps.Keys(speedFillers)), ", "))
+	}
 	const warm, sessions = 2 * time.Second, 64
 
 	var backends []string
@@ -109,10 +114,6 @@ func TestSpeed(t *testing.T) {
 	}
 	only := os.Getenv("WARDEN_SPEED_TARGETS") // comma-separated names; direct always runs
 	runs := int(envFloat(t, "WARDEN_SPEED_RUNS", 3))
-	kind := cmp.Or(os.Getenv("WARDEN_SPEED_BODY"), "prose")
-	if _, ok := speedFillers[kind]; !ok {
-		t.Fatalf("WARDEN_SPEED_BODY=%q: want prose or code", kind)
-	}
 	for _, size := range sizes {
 		bodies := speedBodies(sessions, size, kind)
 		targets := []*speedTarget{{name: "direct", url: func(s int) string { return backends[s%len(backends)] }}}
