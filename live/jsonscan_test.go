@@ -146,11 +146,21 @@ func FuzzScanBody(f *testing.F) {
 		`{"prompt\u005fcache_key":"k"}`, `{"metadata":{"user\u005fid":"a","user_id":"b"}}`,
 		`{"m\u0065tadata":{"user_id":"a"}}`, `{"str\u0065am":true,"stream":false}`, `{"Model":"a","\u004dodel":"b"}`,
 		`{"\u017ftream":true}`, `{"mod\u0065l\u0000":"a"}`, `{"m\u0065ssages":[],"input":"x","inp\u0075t":"y"}`,
+		// Strings long enough for the block path (strBlocks).
+		`{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat(`\tif err != nil {\n\t\treturn \"\u00e9\\\"\n\t}\n`, 5) + `"}]}`,
+		`{"prompt":"` + strings.Repeat(`\\`, 40) + `\\\"` + strings.Repeat("z", 70) + `\u00e9"}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		got, err := scanBody(data)
+		// The block path and the word-at-a-time one agree, to the byte
+		// of a fault.
+		for _, blocks := range []bool{true, false} {
+			if b, e := scanBodyWith(data, blocks); errString(e) != errString(err) || !reflect.DeepEqual(b, got) {
+				t.Fatalf("blocks %v: %+v, %v; scanBody %+v, %v", blocks, b, e, got, err)
+			}
+		}
 		var se *syntaxError
 		syntaxOK := !errors.As(err, &se)
 		trimmed := bytes.TrimLeft(data, " \t\r\n")

@@ -1,0 +1,11 @@
+//go:build !amd64 || purego
+
+package live
+
+// blockScan is off without a vector unit to compute the block masks: the
+// word-at-a-time scanner is faster than blockMasksGo.
+var blockScan = false
+
+func blockMasks(d []byte, off int, out *[blockBatch]blockMask) (next, n int) {
+	return blockMasksGo(d, off, out)
+}
