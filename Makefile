@@ -33,7 +33,11 @@ test: test-deps vet ## vet, gofmt check, every test under -race (the README comm
 	@# Timing-sensitive checks (emulator vs simulator fidelity) run again
 	@# without the race detector, whose slowdown swamps the model's latencies;
 	@# so do the README's commands (two minutes of plans under -race).
-	$(GO) test -count=1 -run 'TestLoopAffinityBeatsBalancer' ./bench/
+	@# Its emulated TTFB holds the loop's own wall-clock work times the
+	@# emulator's speed (0.10-0.11 s of farm time for a 0.15 s bound, once
+	@# 0.1501 in seven runs on a 2-core machine): one retry, said aloud.
+	$(GO) test -count=1 -run 'TestLoopAffinityBeatsBalancer' ./bench/ || \
+	  { echo "TestLoopAffinityBeatsBalancer failed once; retrying (timing-sensitive)"; $(GO) test -count=1 -run 'TestLoopAffinityBeatsBalancer' ./bench/; }
 	$(GO) test -count=1 -run '^TestREADMECommands$$' ./cmd/warden/
 	@# The fitted prefill_efficiency of this wall-clock run scatters around
 	@# its 15 % bound (0.38-0.46 for 0.35 on a quiet 2-core machine, the
