@@ -2,7 +2,21 @@
 
 package live
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// jsonblock_amd64.s writes blockBatch (8) blockMasks of 40 bytes, five
+// uint64 in order: the build fails if either changes without it.
+const (
+	_ = uint(blockBatch - 8)
+	_ = uint(8 - blockBatch)
+	_ = uint(unsafe.Sizeof(blockMask{}) - 40)
+	_ = uint(40 - unsafe.Sizeof(blockMask{}))
+	_ = uint(unsafe.Offsetof(blockMask{}.u) - 32)
+)
 
 // blockScan: long strings are scanned a block at a time, the masks
 // computed with AVX2.
