@@ -76,9 +76,7 @@ func escaped(b uint64) (esc uint64, last bool) {
 	evenEnds := (b + starts&evenBits) &^ b
 	oddEnds := (b + starts&^evenBits) &^ b
 	esc = evenEnds&^evenBits | oddEnds&evenBits
-	if top := bits.LeadingZeros64(^b); top&1 == 1 {
-		last = true // a run of odd length reaching the last byte
-	}
+	last = bits.LeadingZeros64(^b)&1 == 1 // a run of odd length reaching the last byte
 	return esc, last
 }
 
@@ -138,17 +136,4 @@ func (s *scanner) strBlocks() (done bool) {
 			p-- // start again at the backslash
 		}
 	}
-}
-
-// hex4 reports whether d holds four hex digits at i.
-func hex4(d []byte, i int) bool {
-	if i+4 > len(d) {
-		return false
-	}
-	for _, h := range d[i : i+4] {
-		if !(isDigit(h) || (h|0x20) >= 'a' && (h|0x20) <= 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -595,16 +595,27 @@ func (s *scanner) escape(i int) (int, error) {
 			s.pos = i + 1
 			return 0, s.fail("short \\u escape")
 		}
-		for _, h := range d[i+2 : i+6] {
-			if !(isDigit(h) || (h|0x20) >= 'a' && (h|0x20) <= 'f') {
-				s.pos = i + 1
-				return 0, s.fail("invalid \\u escape")
-			}
+		if !hex4(d, i+2) {
+			s.pos = i + 1
+			return 0, s.fail("invalid \\u escape")
 		}
 		return 6, nil
 	}
 	s.pos = i + 1
 	return 0, s.fail("invalid escape")
+}
+
+// hex4 reports whether d holds four hex digits at i.
+func hex4(d []byte, i int) bool {
+	if i+4 > len(d) {
+		return false
+	}
+	for _, h := range d[i : i+4] {
+		if !(isDigit(h) || (h|0x20) >= 'a' && (h|0x20) <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // escapeRun goes on from s.pos, just past an escape, while escapes stay
