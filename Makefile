@@ -67,8 +67,9 @@ bench: ## run every benchmark once at a sensible size
 SPEED_RATE ?= 1000
 SPEED_DURATION ?= 10s
 SPEED_RUNS ?= 3
-speed: build ## the proxy's added latency and CPU per request vs HAProxy (streaming, and waiting for the whole body) and Go's bare ReverseProxy: open loop, SPEED_RATE req/s (1000), 64/256 KiB bodies, median of SPEED_RUNS, and each against HAProxy run by run (~6 min)
-	WARDEN_SPEED=1 WARDEN_BIN=$(CURDIR)/$(BIN) WARDEN_SPEED_RATE=$(SPEED_RATE) WARDEN_SPEED_DURATION=$(SPEED_DURATION) WARDEN_SPEED_RUNS=$(SPEED_RUNS) \
+SPEED_BASE ?=
+speed: build ## the proxy's added latency and CPU per request vs HAProxy (streaming, and waiting for the whole body), Go's bare ReverseProxy and two bare Go relays that read the body first (go-raw; go-http, the same behind net/http's server): open loop, SPEED_RATE req/s (1000), 64/256 KiB bodies, median of SPEED_RUNS, each against HAProxy run by run; SPEED_BASE=BINARY adds a second warden for an A/B (~9 min)
+	WARDEN_SPEED=1 WARDEN_BIN=$(CURDIR)/$(BIN) WARDEN_SPEED_BASE=$(SPEED_BASE) WARDEN_SPEED_RATE=$(SPEED_RATE) WARDEN_SPEED_DURATION=$(SPEED_DURATION) WARDEN_SPEED_RUNS=$(SPEED_RUNS) \
 	  $(GO) test -count=1 -timeout 20m -run '^TestSpeed$$' -v ./cmd/warden/
 
 loop-order: ## issue 14's emulator-loop check: 24 sessions, least-loaded / affinity / affinity (kv, admit), emulated vs simulated order (~4 min)

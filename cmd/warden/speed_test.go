@@ -35,15 +35,20 @@ import (
 // time whatever the others do and its latency measured from that time
 // (so queueing anywhere, the generator's included, is not hidden:
 // coordinated omission); bodies of 64 KiB and 256 KiB, non-streamed chat
-// requests of 64 sessions, each with its X-Claude-Code-Session-Id. Five
+// requests of 64 sessions, each with its X-Claude-Code-Session-Id. The
 // targets in turn for each size: the backends directly (the baseline; a
 // session goes to backend session mod 4), HAProxy (the goal's reference,
 // which streams the body to the server it picked by the header),
 // haproxy-body (the same waiting for the whole body first, as a proxy
 // that routes by the body must: see startHAProxy), Go's bare
 // httputil.ReverseProxy (testdata/speedfloor: the floor of any proxy on
-// net/http), and the warden binary (`warden proxy`, built from this tree
-// or WARDEN_BIN). Added p50/p99 are
+// net/http), go-raw (testdata/speedraw: a relay on bare connections that
+// reads each body whole first, as warden must, and does nothing else: the
+// floor of any Go proxy that routes by the body), go-http (the same relay
+// behind net/http's server: what that server adds to it), and the warden binary (`warden proxy`, built from this tree
+// or WARDEN_BIN), and with WARDEN_SPEED_BASE=BINARY a second warden
+// (warden-base, e.g. main's build) for an A/B in the same runs, paired
+// as warden is with HAProxy. Added p50/p99 are
 // the target's minus the baseline's; CPU per request is the utime+stime
 // of the proxy's process (/proc/PID/stat) over the measured window divided
 // by its requests, and cs/req its threads' context switches
@@ -88,8 +93,14 @@ func TestSpeed(t *testing.T) {
 			t.Fatalf("go build: %v\n%s", err, out)
 		}
 	}
-	warden := startWardenProxy(t, bin, backends)
-	floor := startFloorProxy(t, backends)
+	warden := startWardenProxy(t, "warden", bin, backends)
+	var wardenBase *speedTarget
+	if base := os.Getenv("WARDEN_SPEED_BASE"); base != "" {
+		wardenBase = startWardenProxy(t, "warden-base", base, backends)
+	}
+	floor := startFloorProxy(t, "go-floor", "speedfloor", backends)
+	raw := startFloorProxy(t, "go-raw", "speedraw", backends)
+	rawHTTP := startFloorProxy(t, "go-http", "speedraw", backends, "-http")
 	const haproxyPath = "/usr/sbin/haproxy"
 	var haproxy, haproxyBody *speedTarget
 	if _, err := os.Stat(haproxyPath); err != nil {
@@ -120,7 +131,10 @@ func TestSpeed(t *testing.T) {
 		if haproxy != nil {
 			targets = append(targets, haproxy, haproxyBody)
 		}
-		targets = append(targets, floor, warden)
+		targets = append(targets, floor, raw, rawHTTP, warden)
+		if wardenBase != nil {
+			targets = append(targets, wardenBase)
+		}
 		targets = slices.DeleteFunc(targets, func(tg *speedTarget) bool {
 			return only != "" && tg.name != "direct" && !slices.Contains(strings.Split(only, ","), tg.name)
 		})
@@ -161,9 +175,13 @@ func TestSpeed(t *testing.T) {
 		if h := slices.IndexFunc(targets, func(tg *speedTarget) bool { return tg.name == "haproxy" }); h >= 0 {
 			for i, tg := range targets {
 				if tg.name != "direct" && tg.name != "haproxy" {
-					verdicts = append(verdicts, pairedVerdict(fmt.Sprintf("%d KiB", size>>10), tg.name, got[i], got[h]))
+					verdicts = append(verdicts, pairedVerdict(fmt.Sprintf("%d KiB", size>>10), tg.name, "haproxy", got[i], got[h]))
 				}
 			}
+		}
+		w := slices.IndexFunc(targets, func(tg *speedTarget) bool { return tg.name == "warden" })
+		if b := slices.IndexFunc(targets, func(tg *speedTarget) bool { return tg.name == "warden-base" }); b >= 0 && w >= 0 {
+			verdicts = append(verdicts, pairedVerdict(fmt.Sprintf("%d KiB", size>>10), "warden", "warden-base", got[w], got[b]))
 		}
 	}
 	var b strings.Builder
@@ -249,7 +267,7 @@ func runOrder(n, run int) []int {
 // (p50 and p99 no worse than HAProxy's, CPU per request at most 1.5x).
 // Subtracting the same direct baseline from both leaves the difference of
 // the added latencies unchanged, so it is the difference of the raw ones.
-func pairedVerdict(size, name string, ws, hs []speedRow) string {
+func pairedVerdict(size, name, ref string, ws, hs []speedRow) string {
 	n := min(len(ws), len(hs))
 	d50, d99, ratio := make([]float64, n), make([]float64, n), make([]float64, 0, n)
 	ahead50, ahead99 := 0, 0
@@ -270,15 +288,15 @@ func pairedVerdict(size, name string, ws, hs []speedRow) string {
 	}
 	med := func(v []float64) float64 { return v[len(v)/2] }
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s, %s - haproxy over %d runs (median, range, runs no worse): p50 %+.2f ms (%+.2f..%+.2f, %d of %d), p99 %+.2f ms (%+.2f..%+.2f, %d of %d)",
-		size, name, n, med(d50), d50[0], d50[n-1], ahead50, n, med(d99), d99[0], d99[n-1], ahead99, n)
+	fmt.Fprintf(&b, "%s, %s - %s over %d runs (median, range, runs no worse): p50 %+.2f ms (%+.2f..%+.2f, %d of %d), p99 %+.2f ms (%+.2f..%+.2f, %d of %d)",
+		size, name, ref, n, med(d50), d50[0], d50[n-1], ahead50, n, med(d99), d99[0], d99[n-1], ahead99, n)
 	met := med(d50) <= 0 && med(d99) <= 0
 	if len(ratio) > 0 {
 		fmt.Fprintf(&b, ", CPU %.2fx (%.2f..%.2f)", med(ratio), ratio[0], ratio[len(ratio)-1])
 		met = met && med(ratio) <= 1.5
 	}
 	switch {
-	case name != "warden":
+	case name != "warden" || ref != "haproxy":
 	case met:
 		b.WriteString("; goal met")
 	default:
@@ -629,7 +647,7 @@ func startProcess(t *testing.T, name string, url string, argv ...string) *speedT
 	return &speedTarget{name: name, url: func(int) string { return url }, pid: cmd.Process.Pid}
 }
 
-func startWardenProxy(t *testing.T, bin string, backends []string) *speedTarget {
+func startWardenProxy(t *testing.T, name, bin string, backends []string) *speedTarget {
 	t.Helper()
 	listen, admin := freeAddr(t), freeAddr(t)
 	cfg := fmt.Sprintf("listen: %s\nadmin: %s\nauth: passthrough\ntimeouts: {drain: 2s}\nmodels:\n  - name: bench\n    max_num_seqs: 256\n    replicas: [%s]\n",
@@ -638,19 +656,22 @@ func startWardenProxy(t *testing.T, bin string, backends []string) *speedTarget 
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return startProcess(t, "warden", "http://"+listen, bin, "proxy", "--config", path, "--log-level", "warn")
+	return startProcess(t, name, "http://"+listen, bin, "proxy", "--config", path, "--log-level", "warn")
 }
 
-// startFloorProxy runs testdata/speedfloor: Go's httputil.ReverseProxy
-// and nothing else, the floor of any proxy written on net/http.
-func startFloorProxy(t *testing.T, backends []string) *speedTarget {
+// startFloorProxy runs one of the floors, built from testdata/DIR:
+// speedfloor (go-floor), Go's httputil.ReverseProxy and nothing else, the
+// floor of any proxy written on net/http; speedraw (go-raw), a
+// store-and-forward relay on bare connections, the floor of any Go proxy
+// that reads the body before it routes.
+func startFloorProxy(t *testing.T, name, dir string, backends []string, flags ...string) *speedTarget {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "speedfloor")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/speedfloor").CombinedOutput(); err != nil {
-		t.Fatalf("go build speedfloor: %v\n%s", err, out)
+	bin := filepath.Join(t.TempDir(), dir)
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/"+dir).CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", dir, err, out)
 	}
 	listen := freeAddr(t)
-	return startProcess(t, "go-floor", "http://"+listen, append([]string{bin, listen}, backends...)...)
+	return startProcess(t, name, "http://"+listen, append(append(append([]string{bin}, flags...), listen), backends...)...)
 }
 
 // startHAProxy runs the reference: HAProxy balancing on the session
@@ -751,10 +772,19 @@ func TestPairedVerdict(t *testing.T) {
 			[]speedRow{row(1, 1, 200)},
 			[]speedRow{row(2, 2, 100)},
 			"64 KiB, haproxy-body - haproxy over 1 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 1 of 1), p99 -1.00 ms (-1.00..-1.00, 1 of 1), CPU 2.00x (2.00..2.00)\n"},
+		// An A/B of two wardens (WARDEN_SPEED_BASE) is no verdict on the goal.
+		{"warden against warden-base: no goal", "warden",
+			[]speedRow{row(1, 1, 100)},
+			[]speedRow{row(2, 2, 100)},
+			"64 KiB, warden - warden-base over 1 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 1 of 1), p99 -1.00 ms (-1.00..-1.00, 1 of 1), CPU 1.00x (1.00..1.00)\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := pairedVerdict("64 KiB", tt.target, tt.ws, tt.hs); got != tt.want {
+			ref := "haproxy"
+			if strings.HasSuffix(tt.name, "warden-base: no goal") {
+				ref = "warden-base"
+			}
+			if got := pairedVerdict("64 KiB", tt.target, ref, tt.ws, tt.hs); got != tt.want {
 				t.Errorf("got  %q\nwant %q", got, tt.want)
 			}
 		})

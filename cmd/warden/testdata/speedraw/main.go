@@ -1,0 +1,250 @@
+// Command speedraw is TestSpeed's second floor: the least a Go proxy that
+// routes by the body can do. It reads each request's head and whole body
+// (as warden must, and HAProxy need not), picks a backend by the session
+// header's hash, sends head and body in one writev on a kept-alive
+// connection, and relays the response (Content-Length only), all on the
+// client connection's goroutine: no net/http, no parsing of the body, no
+// goroutine hand-off a request. What it adds beyond HAProxy is what Go's
+// runtime and a store-and-forward cost on this machine, whatever the
+// proxy on top; what warden adds beyond it is warden's HTTP server and
+// its work.
+//
+// With -http, net/http's server reads the requests and writes the
+// answers instead (the relay to the backends is the same): what
+// net/http's server adds to a relay that does nothing else. (Not what it
+// adds to warden: a server of warden's own in its place, tried, measured
+// no faster in paired runs; warden pays most of the same costs, a parsed
+// http.Request and the rest, in its own work.)
+//
+//	speedraw [-http] LISTEN BACKEND...
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"hash/fnv"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+type backend struct {
+	addr string
+	mu   sync.Mutex
+	idle []*bconn
+}
+
+type bconn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func (b *backend) get() (*bconn, error) {
+	b.mu.Lock()
+	if n := len(b.idle); n > 0 {
+		c := b.idle[n-1]
+		b.idle = b.idle[:n-1]
+		b.mu.Unlock()
+		return c, nil
+	}
+	b.mu.Unlock()
+	c, err := net.Dial("tcp", b.addr)
+	if err != nil {
+		return nil, err
+	}
+	return &bconn{c: c, br: bufio.NewReaderSize(c, 16<<10)}, nil
+}
+
+func (b *backend) put(c *bconn) {
+	b.mu.Lock()
+	b.idle = append(b.idle, c)
+	b.mu.Unlock()
+}
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+func main() {
+	args := os.Args[1:]
+	useHTTP := len(args) > 0 && args[0] == "-http"
+	if useHTTP {
+		args = args[1:]
+	}
+	if len(args) < 2 {
+		log.Fatal("usage: speedraw [-http] LISTEN BACKEND...")
+	}
+	var backends []*backend
+	for _, b := range args[1:] {
+		backends = append(backends, &backend{addr: strings.TrimPrefix(b, "http://")})
+	}
+	ln, err := net.Listen("tcp", args[0])
+	if err != nil {
+		log.Fatal(err)
+	}
+	if useHTTP {
+		log.Fatal(http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := relayHTTP(w, r, backends); err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+			}
+		})))
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			log.Fatal(err)
+		}
+		go serve(c, backends)
+	}
+}
+
+// head reads a message head from br into buf: the start line and the
+// headers, up to the blank line.
+func head(br *bufio.Reader, buf []byte) ([]byte, error) {
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return buf, err
+		}
+		buf = append(buf, line...)
+		if len(line) <= 2 {
+			return buf, nil
+		}
+	}
+}
+
+// field returns the value of header name (lower case) in a head.
+func field(h []byte, name string) string {
+	for line := range bytes.Lines(h) {
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if ok && strings.EqualFold(string(k), name) {
+			return string(bytes.TrimSpace(v))
+		}
+	}
+	return ""
+}
+
+func serve(c net.Conn, backends []*backend) {
+	defer c.Close()
+	br := bufio.NewReaderSize(c, 16<<10)
+	for {
+		bp := bufs.Get().(*[]byte)
+		err := relay(c, br, backends, bp)
+		bufs.Put(bp)
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				log.Print(err)
+			}
+			return
+		}
+	}
+}
+
+func relay(c net.Conn, br *bufio.Reader, backends []*backend, bp *[]byte) error {
+	h, err := head(br, (*bp)[:0])
+	if err != nil {
+		return err
+	}
+	n, err := strconv.Atoi(field(h, "content-length"))
+	if err != nil {
+		return errors.New("no content-length")
+	}
+	hn := len(h)
+	buf := h
+	if cap(buf)-hn < n {
+		buf = append(make([]byte, 0, hn+n), h...)
+	}
+	buf = buf[:hn+n]
+	if _, err := io.ReadFull(br, buf[hn:]); err != nil {
+		return err
+	}
+	*bp = buf
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(field(h, "x-claude-code-session-id")))
+	b := backends[f.Sum32()%uint32(len(backends))]
+	bc, err := b.get()
+	if err != nil {
+		return err
+	}
+	if _, err := bc.c.Write(buf); err != nil {
+		bc.c.Close()
+		return err
+	}
+	rh, err := head(bc.br, make([]byte, 0, 512))
+	if err != nil {
+		bc.c.Close()
+		return err
+	}
+	m, err := strconv.Atoi(field(rh, "content-length"))
+	if err != nil {
+		bc.c.Close()
+		return errors.New("response without content-length")
+	}
+	out := append(rh, make([]byte, m)...)
+	if _, err := io.ReadFull(bc.br, out[len(rh):]); err != nil {
+		bc.c.Close()
+		return err
+	}
+	b.put(bc)
+	_, err = c.Write(out)
+	return err
+}
+
+// relayHTTP is relay with net/http's server on the client's side: the
+// body read whole, the same head and body sent in one write, the answer
+// copied back.
+func relayHTTP(w http.ResponseWriter, r *http.Request, backends []*backend) error {
+	bp := bufs.Get().(*[]byte)
+	defer bufs.Put(bp)
+	buf := append((*bp)[:0], r.Method+" "+r.RequestURI+" HTTP/1.1\r\nHost: "+r.Host+"\r\n"...)
+	for k, vv := range r.Header {
+		for _, v := range vv {
+			buf = append(buf, k+": "+v+"\r\n"...)
+		}
+	}
+	buf = append(buf, "\r\n"...)
+	hn := len(buf)
+	if n := int(r.ContentLength); cap(buf)-hn < n {
+		buf = append(make([]byte, 0, hn+n), buf...)
+	}
+	buf = buf[:hn+int(r.ContentLength)]
+	if _, err := io.ReadFull(r.Body, buf[hn:]); err != nil {
+		return err
+	}
+	*bp = buf
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(r.Header.Get("X-Claude-Code-Session-Id")))
+	b := backends[f.Sum32()%uint32(len(backends))]
+	bc, err := b.get()
+	if err != nil {
+		return err
+	}
+	if _, err := bc.c.Write(buf); err != nil {
+		bc.c.Close()
+		return err
+	}
+	rh, err := head(bc.br, make([]byte, 0, 512))
+	if err != nil {
+		bc.c.Close()
+		return err
+	}
+	m, err := strconv.Atoi(field(rh, "content-length"))
+	if err != nil {
+		bc.c.Close()
+		return errors.New("response without content-length")
+	}
+	out := make([]byte, m)
+	if _, err := io.ReadFull(bc.br, out); err != nil {
+		bc.c.Close()
+		return err
+	}
+	b.put(bc)
+	w.Header().Set("Content-Type", field(rh, "content-type"))
+	w.Header().Set("Content-Length", strconv.Itoa(m))
+	_, err = w.Write(out)
+	return err
+}
