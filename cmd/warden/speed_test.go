@@ -185,9 +185,9 @@ func TestSpeed(t *testing.T) {
 		}
 	}
 	var b strings.Builder
-	procs := fmt.Sprintf("warden --procs auto, go-floor Go's default (%d CPUs)", runtime.NumCPU())
+	procs := fmt.Sprintf("warden --procs auto, the go-* floors Go's default (%d CPUs)", runtime.NumCPU())
 	if v := os.Getenv("WARDEN_SPEED_GOMAXPROCS"); v != "" {
-		procs = "GOMAXPROCS=" + v + " for warden and go-floor"
+		procs = "GOMAXPROCS=" + v + " for warden and the go-* floors"
 	}
 	fmt.Fprintf(&b, "open loop %g req/s for %v, %d sessions, 4 backends on loopback, %s bodies; %s; the median of %d runs\n",
 		rate, dur, sessions, kind, procs, runs)
@@ -671,7 +671,7 @@ func startFloorProxy(t *testing.T, name, dir string, backends []string, flags ..
 		t.Fatalf("go build %s: %v\n%s", dir, err, out)
 	}
 	listen := freeAddr(t)
-	return startProcess(t, name, "http://"+listen, append(append(append([]string{bin}, flags...), listen), backends...)...)
+	return startProcess(t, name, "http://"+listen, slices.Concat([]string{bin}, flags, []string{listen}, backends)...)
 }
 
 // startHAProxy runs the reference: HAProxy balancing on the session

@@ -153,43 +153,15 @@ func relay(c net.Conn, br *bufio.Reader, backends []*backend, bp *[]byte) error 
 	if err != nil {
 		return errors.New("no content-length")
 	}
-	hn := len(h)
-	buf := h
-	if cap(buf)-hn < n {
-		buf = append(make([]byte, 0, hn+n), h...)
-	}
-	buf = buf[:hn+n]
-	if _, err := io.ReadFull(br, buf[hn:]); err != nil {
-		return err
-	}
+	buf, err := readBody(h, n, br)
 	*bp = buf
-	f := fnv.New32a()
-	_, _ = f.Write([]byte(field(h, "x-claude-code-session-id")))
-	b := backends[f.Sum32()%uint32(len(backends))]
-	bc, err := b.get()
 	if err != nil {
 		return err
 	}
-	if _, err := bc.c.Write(buf); err != nil {
-		bc.c.Close()
-		return err
-	}
-	rh, err := head(bc.br, make([]byte, 0, 512))
+	out, _, err := pick(backends, field(h, "x-claude-code-session-id")).exchange(buf)
 	if err != nil {
-		bc.c.Close()
 		return err
 	}
-	m, err := strconv.Atoi(field(rh, "content-length"))
-	if err != nil {
-		bc.c.Close()
-		return errors.New("response without content-length")
-	}
-	out := append(rh, make([]byte, m)...)
-	if _, err := io.ReadFull(bc.br, out[len(rh):]); err != nil {
-		bc.c.Close()
-		return err
-	}
-	b.put(bc)
 	_, err = c.Write(out)
 	return err
 }
@@ -206,45 +178,67 @@ func relayHTTP(w http.ResponseWriter, r *http.Request, backends []*backend) erro
 			buf = append(buf, k+": "+v+"\r\n"...)
 		}
 	}
-	buf = append(buf, "\r\n"...)
-	hn := len(buf)
-	if n := int(r.ContentLength); cap(buf)-hn < n {
-		buf = append(make([]byte, 0, hn+n), buf...)
-	}
-	buf = buf[:hn+int(r.ContentLength)]
-	if _, err := io.ReadFull(r.Body, buf[hn:]); err != nil {
-		return err
-	}
+	buf, err := readBody(append(buf, "\r\n"...), int(r.ContentLength), r.Body)
 	*bp = buf
-	f := fnv.New32a()
-	_, _ = f.Write([]byte(r.Header.Get("X-Claude-Code-Session-Id")))
-	b := backends[f.Sum32()%uint32(len(backends))]
-	bc, err := b.get()
 	if err != nil {
 		return err
 	}
-	if _, err := bc.c.Write(buf); err != nil {
-		bc.c.Close()
+	out, hn, err := pick(backends, r.Header.Get("X-Claude-Code-Session-Id")).exchange(buf)
+	if err != nil {
 		return err
+	}
+	w.Header().Set("Content-Type", field(out[:hn], "content-type"))
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)-hn))
+	_, err = w.Write(out[hn:])
+	return err
+}
+
+// readBody appends n bytes of body from r to the request head h.
+func readBody(h []byte, n int, r io.Reader) ([]byte, error) {
+	hn := len(h)
+	buf := h
+	if cap(buf)-hn < n {
+		buf = append(make([]byte, 0, hn+n), h...)
+	}
+	buf = buf[:hn+n]
+	_, err := io.ReadFull(r, buf[hn:])
+	return buf, err
+}
+
+// pick is the backend of a session: its id's hash.
+func pick(backends []*backend, session string) *backend {
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(session))
+	return backends[f.Sum32()%uint32(len(backends))]
+}
+
+// exchange sends a whole request (head and body) on a kept-alive
+// connection and reads the answer (Content-Length only): out is its head
+// and body, hn the head's length.
+func (b *backend) exchange(req []byte) (out []byte, hn int, err error) {
+	bc, err := b.get()
+	if err != nil {
+		return nil, 0, err
+	}
+	fail := func(err error) ([]byte, int, error) {
+		bc.c.Close()
+		return nil, 0, err
+	}
+	if _, err := bc.c.Write(req); err != nil {
+		return fail(err)
 	}
 	rh, err := head(bc.br, make([]byte, 0, 512))
 	if err != nil {
-		bc.c.Close()
-		return err
+		return fail(err)
 	}
 	m, err := strconv.Atoi(field(rh, "content-length"))
 	if err != nil {
-		bc.c.Close()
-		return errors.New("response without content-length")
+		return fail(errors.New("response without content-length"))
 	}
-	out := make([]byte, m)
-	if _, err := io.ReadFull(bc.br, out); err != nil {
-		bc.c.Close()
-		return err
+	out = append(rh, make([]byte, m)...)
+	if _, err := io.ReadFull(bc.br, out[len(rh):]); err != nil {
+		return fail(err)
 	}
 	b.put(bc)
-	w.Header().Set("Content-Type", field(rh, "content-type"))
-	w.Header().Set("Content-Length", strconv.Itoa(m))
-	_, err = w.Write(out)
-	return err
+	return out, len(rh), nil
 }
