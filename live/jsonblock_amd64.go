@@ -33,3 +33,18 @@ func blockMasks(d []byte, off int, out *[blockBatch]blockMask) (next, n int) {
 	}
 	return blockMasksGo(d, off, out)
 }
+
+// asciiPrefixAVX2 is asciiPrefix in AVX2 (jsonblock_amd64.s).
+//
+//go:noescape
+func asciiPrefixAVX2(d []byte) int
+
+// asciiPrefix returns a length n, a multiple of 128, such that d[:n] is
+// all ASCII: up to the first 128-byte block that holds a byte >= 0x80, or
+// that d does not fill.
+func asciiPrefix(d []byte) int {
+	if blockScan {
+		return asciiPrefixAVX2(d)
+	}
+	return 0
+}

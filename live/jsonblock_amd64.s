@@ -147,3 +147,28 @@ done:
 	MOVQ CX, n+48(FP)
 	VZEROUPPER
 	RET
+
+// func asciiPrefixAVX2(d []byte) int
+TEXT ·asciiPrefixAVX2(SB), NOSPLIT, $0-32
+	MOVQ d_base+0(FP), SI
+	MOVQ d_len+8(FP), DX
+	XORQ AX, AX
+
+ascii:
+	LEAQ      128(AX), BX
+	CMPQ      BX, DX
+	JGT       asciiDone
+	VMOVDQU   (SI)(AX*1), Y0
+	VPOR      32(SI)(AX*1), Y0, Y0
+	VPOR      64(SI)(AX*1), Y0, Y0
+	VPOR      96(SI)(AX*1), Y0, Y0
+	VPMOVMSKB Y0, CX // the high bits: a byte >= 0x80
+	TESTL     CX, CX
+	JNZ       asciiDone
+	MOVQ      BX, AX
+	JMP       ascii
+
+asciiDone:
+	MOVQ AX, ret+24(FP)
+	VZEROUPPER
+	RET

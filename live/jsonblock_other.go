@@ -9,3 +9,7 @@ var blockScan = false
 func blockMasks(d []byte, off int, out *[blockBatch]blockMask) (next, n int) {
 	return blockMasksGo(d, off, out)
 }
+
+// asciiPrefix finds no ASCII run without a vector unit: utf8.Valid's own
+// ASCII loop is as fast in Go.
+func asciiPrefix(d []byte) int { return 0 }

@@ -1,10 +1,12 @@
 package live
 
 import (
+	"bytes"
 	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestEscaped holds escaped to a byte-by-byte walk of the backslashes:
@@ -96,4 +98,64 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestASCIIPrefix: asciiPrefix stops at the first 128-byte block holding
+// a byte >= 0x80, at every length and position, and validUTF8 agrees
+// with utf8.Valid on ASCII runs ending in valid and invalid sequences.
+func TestASCIIPrefix(t *testing.T) {
+	ref := func(d []byte) int {
+		n := 0
+		for ; n+128 <= len(d); n += 128 {
+			if bytes.IndexFunc(d[n:n+128], func(r rune) bool { return r >= 0x80 }) >= 0 {
+				break
+			}
+		}
+		return n
+	}
+	base := bytes.Repeat([]byte("abcdefgh\"\\\n\t{}:, 0123"), 40) // 840 bytes
+	for n := 0; n <= len(base); n++ {
+		d := base[:n]
+		if got := asciiPrefix(d); got != ref(d) && !(got == 0 && !blockScan) {
+			t.Fatalf("len %d, all ASCII: asciiPrefix %d, want %d", n, got, ref(d))
+		}
+		for _, at := range []int{0, 1, 63, 64, 127, 128, 129, 255, 256, n - 1} {
+			if at < 0 || at >= n {
+				continue
+			}
+			for _, hi := range []byte{0x80, 0xc3, 0xff} {
+				e := bytes.Clone(d)
+				e[at] = hi
+				got := asciiPrefix(e)
+				if got != ref(e) && !(got == 0 && !blockScan) {
+					t.Fatalf("len %d, %#x at %d: asciiPrefix %d, want %d", n, hi, at, got, ref(e))
+				}
+				if validUTF8(e) != utf8.Valid(e) {
+					t.Fatalf("len %d, %#x at %d: validUTF8 %v, utf8.Valid %v", n, hi, at, validUTF8(e), utf8.Valid(e))
+				}
+			}
+		}
+	}
+	for _, tail := range []string{"é", "\xc3", "€x", "\xe2\x82", "😀", "\xf0\x9f\x98", "\xed\xa0\x80"} {
+		for _, n := range []int{0, 100, 127, 128, 200, 256, 511} {
+			d := append(bytes.Repeat([]byte("x"), n), tail...)
+			if validUTF8(d) != utf8.Valid(d) {
+				t.Errorf("%d bytes of ASCII then %q: validUTF8 %v, utf8.Valid %v", n, tail, validUTF8(d), utf8.Valid(d))
+			}
+		}
+	}
+}
+
+func FuzzValidUTF8(f *testing.F) {
+	for _, s := range []string{"", "abc", strings.Repeat("a", 300) + "é", strings.Repeat("b", 128) + "\xff" + strings.Repeat("c", 200), "\xc3" + strings.Repeat("x", 130)} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, d []byte) {
+		if validUTF8(d) != utf8.Valid(d) {
+			t.Fatalf("validUTF8 %v, utf8.Valid %v", validUTF8(d), utf8.Valid(d))
+		}
+		if n := asciiPrefix(d); n%128 != 0 || n > len(d) || bytes.IndexFunc(d[:n], func(r rune) bool { return r >= 0x80 }) >= 0 {
+			t.Fatalf("asciiPrefix %d of %d bytes: not an ASCII run of whole blocks", n, len(d))
+		}
+	})
 }

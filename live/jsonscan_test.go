@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestScanBody(t *testing.T) {
@@ -311,6 +312,26 @@ func BenchmarkScanBody(b *testing.B) {
 			}
 		})
 	}
+	// The UTF-8 check before the scan: an ASCII body, one with a
+	// multi-byte character every 4 KB or so (tool output's ✓ and box
+	// lines) and one with one every 18 bytes.
+	sparse := []byte(strings.ReplaceAll(string(data), strings.Repeat("some prompt text, ", 200), strings.Repeat("some prompt text, ", 199)+"søme prompt text, "))
+	dense := []byte(strings.ReplaceAll(string(data), "some prompt", "søme prompt"))
+	for _, tc := range []struct {
+		name  string
+		data  []byte
+		check func([]byte) bool
+	}{{"validUTF8", data, validUTF8}, {"utf8.Valid", data, utf8.Valid}, {"validUTF8-sparse", sparse, validUTF8},
+		{"utf8.Valid-sparse", sparse, utf8.Valid}, {"validUTF8-dense", dense, validUTF8}, {"utf8.Valid-dense", dense, utf8.Valid}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tc.data)))
+			for b.Loop() {
+				if !tc.check(tc.data) {
+					b.Fatal("invalid")
+				}
+			}
+		})
+	}
 	b.Run("encoding-json", func(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		b.ReportAllocs()
@@ -377,4 +398,41 @@ func FuzzMemberValue(f *testing.F) {
 			t.Fatalf("memberValue = %q, %v; encoding/json %q, %v", got, ok, want, has)
 		}
 	})
+}
+
+// TestUnmarshalFieldAsJSON holds unmarshalField's shortcuts (a string
+// without escapes, true, false) to encoding/json, and each value that
+// must not take them (escapes, invalid UTF-8, null, another kind).
+func TestUnmarshalFieldAsJSON(t *testing.T) {
+	for _, raw := range []string{`"claude-sonnet"`, `""`, `"é ü"`, `"a\"b"`, `"\u00e9"`, `"\\"`,
+		"\"\xff\"", "\"a\xc3\"", `null`, `true`, `false`, `1`, `[]`, `{}`, `"x"`} {
+		t.Run(raw, func(t *testing.T) {
+			var got, want string
+			gotErr, wantErr := unmarshalField("f", []byte(raw), &got), json.Unmarshal([]byte(raw), &want)
+			if got != want || (gotErr == nil) != (wantErr == nil) {
+				t.Errorf("string: got %q, %v; encoding/json %q, %v", got, gotErr, want, wantErr)
+			}
+			var gotB, wantB bool
+			gotErr, wantErr = unmarshalField("f", []byte(raw), &gotB), json.Unmarshal([]byte(raw), &wantB)
+			if gotB != wantB || (gotErr == nil) != (wantErr == nil) {
+				t.Errorf("bool: got %v, %v; encoding/json %v, %v", gotB, gotErr, wantB, wantErr)
+			}
+		})
+	}
+}
+
+func TestJSONContentTypes(t *testing.T) {
+	for _, tc := range []struct {
+		values []string
+		want   bool
+	}{
+		{nil, true}, {[]string{""}, true}, {[]string{"application/json"}, true}, {[]string{"Application/JSON"}, true},
+		{[]string{"application/json; charset=utf-8"}, true}, {[]string{"application/vnd.api+json"}, true},
+		{[]string{"text/plain"}, false}, {[]string{"application/json", "application/json"}, false},
+		{[]string{"application/jsonx"}, false}, {[]string{"application/json;"}, true}, {[]string{" application/json"}, true},
+	} {
+		if got := isJSONContentType(tc.values); got != tc.want {
+			t.Errorf("isJSONContentType(%q) = %v, want %v", tc.values, got, tc.want)
+		}
+	}
 }

@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/lm-warden/warden/placement"
 )
@@ -168,6 +167,9 @@ func isJSONContentType(values []string) bool {
 	default:
 		return false
 	}
+	if strings.EqualFold(values[0], "application/json") { // what the SDKs send: no parse
+		return true
+	}
 	if strings.TrimSpace(values[0]) == "" {
 		return true
 	}
@@ -260,7 +262,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 // admitBody is admit once the body is read.
 func (s *Server) admitBody(rt *routing, w http.ResponseWriter, r *http.Request, api API, rb *reqBody, start time.Time) (*call, errKind, string, string) {
 	data := rb.data
-	if !utf8.Valid(data) {
+	if !validUTF8(data) {
 		return nil, errInvalid, "utf8", "request body is not valid UTF-8"
 	}
 	b, err := decodeBody(data)
