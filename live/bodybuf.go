@@ -111,6 +111,14 @@ const initialBodyBuf = 64 << 10
 // the bytes that have arrived (issue 13, items 5 and 12).
 const bodyGrowth = 4
 
+// headSlack is what net/http's server may hold of a body in its read
+// buffer (4 KiB) beside what the socket reports queued.
+const headSlack = 4 << 10
+
+// arrivals reports how many bytes of a connection have arrived and wait
+// in the kernel to be read (rawConn, by FIONREAD).
+type arrivals interface{ queued() int }
+
 // reqBody is a request body read whole. data is valid until release.
 type reqBody struct {
 	data []byte
@@ -124,11 +132,16 @@ type reqBody struct {
 var errBodyReleased = errors.New("request body read after its request finished")
 
 // readBody reads a whole request body (net/http never returns more than
-// Content-Length). It takes buffers as the bytes come, growing by
-// bodyGrowth up to the declared length, never the declared length up front: a client that
-// declares 16 MiB and sends little costs little. A body of unknown length
-// (chunked) is read with io.ReadAll and not pooled.
-func readBody(r io.Reader, length int64) (*reqBody, error) {
+// Content-Length). It takes buffers as the bytes come, never the declared
+// length up front: a client that declares 16 MiB and sends little costs
+// little. A buffer holds at most what conn (nil: unknown) reports arrived
+// and headSlack, or initialBodyBuf, and grows by bodyGrowth, or to what
+// has arrived, when full. A body that has arrived whole before it is read
+// (a client on a fast link sends it with its head) goes into one buffer
+// of its size, read in one syscall, not copied over at a growth (issue
+// 13, item 12). A body of unknown length (chunked) is read with io.ReadAll
+// and not pooled.
+func readBody(r io.Reader, length int64, conn arrivals) (*reqBody, error) {
 	if length <= 0 {
 		data, err := io.ReadAll(r)
 		if err != nil {
@@ -136,11 +149,22 @@ func readBody(r io.Reader, length int64) (*reqBody, error) {
 		}
 		return &reqBody{data: data}, nil
 	}
-	bp := getBodyBuf(int(min(length, initialBodyBuf)))
+	arrived := func(have int) int64 {
+		if conn == nil {
+			return 0
+		}
+		return int64(have + conn.queued() + headSlack)
+	}
+	first := int64(initialBodyBuf)
+	if length > first {
+		first = max(first, arrived(0))
+	}
+	bp := getBodyBuf(int(min(length, first)))
 	buf := *bp
 	for int64(len(buf)) < length {
 		if len(buf) == cap(buf) {
-			nbp := getBodyBuf(int(min(bodyGrowth*int64(cap(buf)), length)))
+			next := max(bodyGrowth*int64(cap(buf)), arrived(len(buf)))
+			nbp := getBodyBuf(int(min(next, length)))
 			nb := append(*nbp, buf...)
 			*bp = buf
 			putBodyBuf(bp)

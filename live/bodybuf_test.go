@@ -43,7 +43,7 @@ func TestReadBody(t *testing.T) {
 		{"read error", iotest.TimeoutReader(strings.NewReader(`{"a":1}`)), 100, nil, "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rb, err := readBody(tc.r, tc.length)
+			rb, err := readBody(tc.r, tc.length, nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -70,7 +70,7 @@ func TestReadBody(t *testing.T) {
 // of the request that took the buffer next.
 func TestBodyReaderAfterRelease(t *testing.T) {
 	a := bytes.Repeat([]byte("A"), 100<<10)
-	rb, err := readBody(bytes.NewReader(a), int64(len(a)))
+	rb, err := readBody(bytes.NewReader(a), int64(len(a)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestBodyReaderAfterRelease(t *testing.T) {
 	}
 	rb.release()
 	b := bytes.Repeat([]byte("B"), 100<<10)
-	next, err := readBody(bytes.NewReader(b), int64(len(b))) // likely the same buffer, from the pool
+	next, err := readBody(bytes.NewReader(b), int64(len(b)), nil) // likely the same buffer, from the pool
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestBodyReaderAfterRelease(t *testing.T) {
 func TestBodyReleaseRacesReaders(t *testing.T) {
 	data := bytes.Repeat([]byte("x"), 300<<10)
 	for range 50 {
-		rb, err := readBody(bytes.NewReader(data), int64(len(data)))
+		rb, err := readBody(bytes.NewReader(data), int64(len(data)), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func TestBodyReleaseRacesReaders(t *testing.T) {
 		rb.release()
 		wg.Wait()
 		// The next body takes the buffer and overwrites it.
-		other, _ := readBody(bytes.NewReader(bytes.Repeat([]byte("y"), len(data))), int64(len(data)))
+		other, _ := readBody(bytes.NewReader(bytes.Repeat([]byte("y"), len(data))), int64(len(data)), nil)
 		other.release()
 	}
 }
@@ -232,17 +232,24 @@ func TestFreeBodies(t *testing.T) {
 
 // boundReader gives n bytes in pieces of at most piece, then EOF, and
 // checks that the space readBody offers never makes its buffer more than
-// bodyGrowth times the bytes that have arrived (or initialBodyBuf).
+// bodyGrowth times the bytes that have arrived (or initialBodyBuf), or
+// what has arrived and waits (ahead bytes past those read, reported as
+// queued: arrivals) rounded up to its buffer class.
 type boundReader struct {
 	t             *testing.T
 	n, piece, got int
+	ahead         int
 	buffers       int
 	last          *byte
 }
 
+func (r *boundReader) queued() int { return min(r.ahead, r.n-r.got) }
+
 func (r *boundReader) Read(p []byte) (int, error) {
-	if total := r.got + len(p); total > bodyGrowth*max(r.got, initialBodyBuf) {
-		r.t.Fatalf("after %d bytes the buffer holds %d", r.got, total)
+	arrived := r.got + r.queued() + headSlack
+	bound := max(bodyGrowth*max(r.got, initialBodyBuf), 1<<(bodyClass(arrived)+minBodyClassShift))
+	if total := r.got + len(p); total > bound {
+		r.t.Fatalf("after %d bytes (%d more arrived) the buffer holds %d", r.got, r.queued(), total)
 	}
 	if len(p) > 0 && &p[0] != r.last {
 		r.buffers++ // a new buffer, not the rest of the last one
@@ -265,14 +272,27 @@ func TestReadBodyGrowth(t *testing.T) {
 		name              string
 		declared, sent    int64
 		piece, maxBuffers int
+		ahead             int  // bytes arrived ahead of the reads (arrivals)
+		noConn            bool // the connection cannot tell (readBody's conn nil)
 	}{
-		{"256 KiB in one read after the first: one growth", 256 << 10, 256 << 10, 256 << 10, 2},
-		{"1 MiB in 32 KiB pieces", 1 << 20, 1 << 20, 32 << 10, 3},
-		{"declares 16 MiB, sends 1 MiB", 16 << 20, 1 << 20, 32 << 10, 4},
+		{"256 KiB in one read after the first: one growth", 256 << 10, 256 << 10, 256 << 10, 2, 0, true},
+		{"1 MiB in 32 KiB pieces", 1 << 20, 1 << 20, 32 << 10, 3, 0, true},
+		{"declares 16 MiB, sends 1 MiB", 16 << 20, 1 << 20, 32 << 10, 4, 0, true},
+		// A body that has arrived whole takes one buffer, read at once,
+		// never copied over at a growth (two buffers before).
+		{"256 KiB arrived: one buffer", 256 << 10, 256 << 10, 256 << 10, 1, 256 << 10, false},
+		{"1 MiB arrived: one buffer", 1 << 20, 1 << 20, 1 << 20, 1, 1 << 20, false},
+		{"1 MiB, 300 KiB ahead of the reads", 1 << 20, 1 << 20, 64 << 10, 3, 300 << 10, false},
+		{"declares 16 MiB, 1 MiB arrives, nothing ahead", 16 << 20, 1 << 20, 32 << 10, 4, 0, false},
+		{"declares 16 MiB, 100 KiB arrives", 16 << 20, 100 << 10, 100 << 10, 1, 100 << 10, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &boundReader{t: t, n: int(tc.sent), piece: tc.piece}
-			rb, err := readBody(r, tc.declared)
+			r := &boundReader{t: t, n: int(tc.sent), piece: tc.piece, ahead: tc.ahead}
+			var conn arrivals = r
+			if tc.noConn {
+				conn = nil
+			}
+			rb, err := readBody(r, tc.declared, conn)
 			if tc.sent < tc.declared {
 				if err == nil {
 					t.Fatal("a short body was read without error")

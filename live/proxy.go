@@ -242,7 +242,7 @@ func (s *Server) admit(rt *routing, w http.ResponseWriter, r *http.Request, api 
 	if r.ContentLength > limit {
 		return nil, errTooLarge, "too_large", fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", r.ContentLength, limit)
 	}
-	rb, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
+	rb, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, connArrivals(r))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // rawConn is a TCP connection whose reads and writes are made with
@@ -29,6 +31,15 @@ type rawConn struct {
 	*net.TCPConn
 	rc     syscall.RawConn
 	rd, wr rawOp
+	inq    inqOp
+}
+
+// inqOp is the state of queued, bound once as rawOp is.
+type inqOp struct {
+	mu sync.Mutex
+	fn func(fd uintptr)
+	n  int32
+	ok bool
 }
 
 // rawOp is the state of the connection's read, or of its write: one at a
@@ -56,8 +67,27 @@ func wrapRaw(c net.Conn) net.Conn {
 		return c
 	}
 	r := &rawConn{TCPConn: tc, rc: rc}
-	r.rd.fn, r.wr.fn = r.readFD, r.writeFD
+	r.rd.fn, r.wr.fn, r.inq.fn = r.readFD, r.writeFD, r.inqFD
 	return r
+}
+
+// queued reports the bytes that have arrived on the socket and wait to be
+// read (ioctl SIOCINQ, as FIONREAD), 0 when that cannot be told.
+func (c *rawConn) queued() int {
+	op := &c.inq
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	op.n, op.ok = 0, false
+	if err := c.rc.Control(op.fn); err != nil || !op.ok {
+		return 0
+	}
+	return int(op.n)
+}
+
+func (c *rawConn) inqFD(fd uintptr) {
+	op := &c.inq
+	_, _, e := syscall.RawSyscall(syscall.SYS_IOCTL, fd, unix.SIOCINQ, uintptr(unsafe.Pointer(&op.n)))
+	op.ok = e == 0
 }
 
 func (c *rawConn) opError(op string, errno syscall.Errno) error {

@@ -339,15 +339,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	}
 	s.mu.Unlock()
 
-	cfg := rt.cfg
-	srv := &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
-		ReadTimeout:       cfg.Timeouts.Read.D(),
-		IdleTimeout:       cfg.Timeouts.Idle.D(),
-		MaxHeaderBytes:    headerBackstop(cfg),
-		ErrorLog:          log.New(logWriter{s.log}, "", 0),
-	}
+	srv := s.clientServer(rt.cfg)
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(rawListener{ln}) }()
@@ -411,6 +403,34 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 		return fmt.Errorf("live: serve: %w", err)
 	}
 	return nil
+}
+
+// clientServer is the HTTP server of the clients' listener (served on a
+// rawListener).
+func (s *Server) clientServer(cfg *Config) *http.Server {
+	return &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: cfg.Timeouts.ReadHeader.D(),
+		ReadTimeout:       cfg.Timeouts.Read.D(),
+		IdleTimeout:       cfg.Timeouts.Idle.D(),
+		MaxHeaderBytes:    headerBackstop(cfg),
+		ErrorLog:          log.New(logWriter{s.log}, "", 0),
+		ConnContext:       withConn,
+	}
+}
+
+// connKey carries a client's connection in its requests' contexts, for
+// readBody to see how much of a body has arrived (arrivals).
+type connKey struct{}
+
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// connArrivals is the arrivals of r's connection, nil when it cannot tell.
+func connArrivals(r *http.Request) arrivals {
+	a, _ := r.Context().Value(connKey{}).(arrivals)
+	return a
 }
 
 // drainGrace is how long, after the drain deadline, the streams that were
