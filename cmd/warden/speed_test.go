@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -290,20 +291,74 @@ func pairedVerdict(size, name, ref string, ws, hs []speedRow) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, %s - %s over %d runs (median, range, runs no worse): p50 %+.2f ms (%+.2f..%+.2f, %d of %d), p99 %+.2f ms (%+.2f..%+.2f, %d of %d)",
 		size, name, ref, n, med(d50), d50[0], d50[n-1], ahead50, n, med(d99), d99[0], d99[n-1], ahead99, n)
-	met := med(d50) <= 0 && med(d99) <= 0
+	cpuOK := true
 	if len(ratio) > 0 {
 		fmt.Fprintf(&b, ", CPU %.2fx (%.2f..%.2f)", med(ratio), ratio[0], ratio[len(ratio)-1])
-		met = met && med(ratio) <= 1.5
+		cpuOK = med(ratio) <= 1.5
 	}
-	switch {
-	case name != "warden" || ref != "haproxy":
-	case met:
-		b.WriteString("; goal met")
-	default:
-		b.WriteString("; goal not met")
+	lo50, hi50, conf := medianCI(d50)
+	lo99, hi99, _ := medianCI(d99)
+	if conf > 0 {
+		fmt.Fprintf(&b, "; %.0f %% CI of the median difference: p50 %+.2f..%+.2f ms (%s), p99 %+.2f..%+.2f ms (%s)",
+			100*conf, lo50, hi50, ciWord(lo50, hi50), lo99, hi99, ciWord(lo99, hi99))
+	}
+	if name == "warden" && ref == "haproxy" {
+		switch {
+		case conf == 0:
+			fmt.Fprintf(&b, "; too few runs for a verdict (%d, want %d: WARDEN_SPEED_RUNS)", n, minVerdictRuns)
+		case lo50 > 0 || lo99 > 0 || !cpuOK:
+			b.WriteString("; goal not met")
+		default:
+			b.WriteString("; goal met (latency not measurably worse, CPU within 1.5x)")
+		}
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// minVerdictRuns is the fewest paired runs whose median difference has a
+// confidence interval of at least 95 % (medianCI).
+const minVerdictRuns = 6
+
+// medianCI is a distribution-free confidence interval for the median of
+// the population that sorted (paired differences, one a run) was drawn
+// from: the k-th smallest and k-th largest values, with the largest k
+// whose coverage, 1 - 2 P(Binomial(n, 1/2) < k), is at least 95 %.
+// conf is that coverage, 0 when n < minVerdictRuns (no k reaches 95 %).
+// Runs on a shared machine drift (its load, its caches, the host's other
+// tenants), so their differences scatter by more than any one run's
+// sampling error: the interval, not the median alone, says whether the
+// runs tell two proxies apart.
+func medianCI(sorted []float64) (lo, hi, conf float64) {
+	n := len(sorted)
+	// cdf[j] = P(Binomial(n, 1/2) <= j)
+	pmf, cdf := math.Pow(0.5, float64(n)), 0.0
+	best := 0
+	for k := 1; k <= n/2; k++ {
+		cdf += pmf // P(X <= k-1)
+		pmf *= float64(n-(k-1)) / float64(k)
+		if c := 1 - 2*cdf; c >= 0.95 {
+			best, conf = k, c
+		} else {
+			break
+		}
+	}
+	if best == 0 {
+		return 0, 0, 0
+	}
+	return sorted[best-1], sorted[n-best], conf
+}
+
+// ciWord says what an interval of a difference (target minus reference)
+// shows.
+func ciWord(lo, hi float64) string {
+	switch {
+	case lo > 0:
+		return "worse"
+	case hi < 0:
+		return "better"
+	}
+	return "no measurable difference"
 }
 
 // speedRow is one target at one body size.
@@ -743,40 +798,56 @@ func TestRunOrder(t *testing.T) {
 
 func TestPairedVerdict(t *testing.T) {
 	row := func(p50, p99, cpu float64) speedRow { return speedRow{p50: p50, p99: p99, cpuUS: cpu} }
+	// rows makes n runs of (p50, p99, cpu), run i's p50 and p99 moved by
+	// step*i, so that the differences spread.
+	rows := func(n int, p50, p99, cpu, step float64) []speedRow {
+		var rs []speedRow
+		for i := range n {
+			rs = append(rs, row(p50+step*float64(i), p99+step*float64(i), cpu))
+		}
+		return rs
+	}
 	tests := []struct {
 		name   string
 		target string
 		ws, hs []speedRow
 		want   string
 	}{
-		{"ahead in every run", "warden",
+		{"ahead in every run, too few runs", "warden",
 			[]speedRow{row(1.0, 3.0, 150), row(1.1, 2.0, 160), row(0.9, 4.0, 140)},
 			[]speedRow{row(1.1, 3.5, 100), row(1.2, 2.5, 100), row(1.0, 4.1, 100)},
-			"64 KiB, warden - haproxy over 3 runs (median, range, runs no worse): p50 -0.10 ms (-0.10..-0.10, 3 of 3), p99 -0.50 ms (-0.50..-0.10, 3 of 3), CPU 1.50x (1.40..1.60); goal met\n"},
+			"64 KiB, warden - haproxy over 3 runs (median, range, runs no worse): p50 -0.10 ms (-0.10..-0.10, 3 of 3), p99 -0.50 ms (-0.50..-0.10, 3 of 3), CPU 1.50x (1.40..1.60); too few runs for a verdict (3, want 6: WARDEN_SPEED_RUNS)\n"},
 		// The medians of the differences, not the differences of the medians:
 		// warden's median p99 (3.0) is under HAProxy's (3.5), but it was
 		// worse in two of three runs.
 		{"paired, not medians apart", "warden",
 			[]speedRow{row(1, 3.0, 100), row(1, 9.0, 100), row(1, 2.0, 100)},
 			[]speedRow{row(1, 2.5, 100), row(1, 3.5, 100), row(1, 9.0, 100)},
-			"64 KiB, warden - haproxy over 3 runs (median, range, runs no worse): p50 +0.00 ms (+0.00..+0.00, 3 of 3), p99 +0.50 ms (-7.00..+5.50, 1 of 3), CPU 1.00x (1.00..1.00); goal not met\n"},
-		{"CPU over 1.5x", "warden",
-			[]speedRow{row(1, 1, 200)},
-			[]speedRow{row(2, 2, 100)},
-			"64 KiB, warden - haproxy over 1 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 1 of 1), p99 -1.00 ms (-1.00..-1.00, 1 of 1), CPU 2.00x (2.00..2.00); goal not met\n"},
-		{"no CPU figure: latency alone", "warden",
-			[]speedRow{row(1, 1, -1)},
-			[]speedRow{row(2, 2, 100)},
-			"64 KiB, warden - haproxy over 1 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 1 of 1), p99 -1.00 ms (-1.00..-1.00, 1 of 1); goal met\n"},
+			"64 KiB, warden - haproxy over 3 runs (median, range, runs no worse): p50 +0.00 ms (+0.00..+0.00, 3 of 3), p99 +0.50 ms (-7.00..+5.50, 1 of 3), CPU 1.00x (1.00..1.00); too few runs for a verdict (3, want 6: WARDEN_SPEED_RUNS)\n"},
+		// Six runs: the interval is the range (96.9 %).
+		{"better in six runs", "warden", rows(6, 1.0, 2.0, 120, 0.01), rows(6, 1.1, 2.5, 100, 0.02),
+			"64 KiB, warden - haproxy over 6 runs (median, range, runs no worse): p50 -0.12 ms (-0.15..-0.10, 6 of 6), p99 -0.52 ms (-0.55..-0.50, 6 of 6), CPU 1.20x (1.20..1.20); 97 % CI of the median difference: p50 -0.15..-0.10 ms (better), p99 -0.55..-0.50 ms (better); goal met (latency not measurably worse, CPU within 1.5x)\n"},
+		// Worse in most runs, but one run ahead puts 0 inside the range:
+		// no measurable difference, the goal is met on latency.
+		{"one run ahead: no measurable difference", "warden",
+			append(rows(5, 1.1, 2.0, 100, 0), row(0.9, 2.0, 100)), rows(6, 1.0, 2.0, 100, 0),
+			"64 KiB, warden - haproxy over 6 runs (median, range, runs no worse): p50 +0.10 ms (-0.10..+0.10, 1 of 6), p99 +0.00 ms (+0.00..+0.00, 6 of 6), CPU 1.00x (1.00..1.00); 97 % CI of the median difference: p50 -0.10..+0.10 ms (no measurable difference), p99 +0.00..+0.00 ms (no measurable difference); goal met (latency not measurably worse, CPU within 1.5x)\n"},
+		// Fifteen runs: the 4th smallest and 4th largest (96.5 %); p50
+		// worse in all but three runs is worse.
+		{"worse in fifteen runs", "warden",
+			append(rows(12, 1.05, 2.0, 100, 0.001), rows(3, 0.9, 2.0, 100, 0)...), rows(15, 1.0, 2.0, 100, 0),
+			"64 KiB, warden - haproxy over 15 runs (median, range, runs no worse): p50 +0.05 ms (-0.10..+0.06, 3 of 15), p99 +0.00 ms (+0.00..+0.01, 4 of 15), CPU 1.00x (1.00..1.00); 96 % CI of the median difference: p50 +0.05..+0.06 ms (worse), p99 +0.00..+0.01 ms (no measurable difference); goal not met\n"},
+		{"CPU over 1.5x", "warden", rows(6, 1, 1, 200, 0), rows(6, 2, 2, 100, 0),
+			"64 KiB, warden - haproxy over 6 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 6 of 6), p99 -1.00 ms (-1.00..-1.00, 6 of 6), CPU 2.00x (2.00..2.00); 97 % CI of the median difference: p50 -1.00..-1.00 ms (better), p99 -1.00..-1.00 ms (better); goal not met\n"},
+		{"no CPU figure: latency alone", "warden", rows(6, 1, 1, -1, 0), rows(6, 2, 2, 100, 0),
+			"64 KiB, warden - haproxy over 6 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 6 of 6), p99 -1.00 ms (-1.00..-1.00, 6 of 6); 97 % CI of the median difference: p50 -1.00..-1.00 ms (better), p99 -1.00..-1.00 ms (better); goal met (latency not measurably worse, CPU within 1.5x)\n"},
 		{"not warden: no goal", "haproxy-body",
 			[]speedRow{row(1, 1, 200)},
 			[]speedRow{row(2, 2, 100)},
 			"64 KiB, haproxy-body - haproxy over 1 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 1 of 1), p99 -1.00 ms (-1.00..-1.00, 1 of 1), CPU 2.00x (2.00..2.00)\n"},
 		// An A/B of two wardens (WARDEN_SPEED_BASE) is no verdict on the goal.
-		{"warden against warden-base: no goal", "warden",
-			[]speedRow{row(1, 1, 100)},
-			[]speedRow{row(2, 2, 100)},
-			"64 KiB, warden - warden-base over 1 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 1 of 1), p99 -1.00 ms (-1.00..-1.00, 1 of 1), CPU 1.00x (1.00..1.00)\n"},
+		{"warden against warden-base: no goal", "warden", rows(6, 1, 1, 100, 0), rows(6, 2, 2, 100, 0),
+			"64 KiB, warden - warden-base over 6 runs (median, range, runs no worse): p50 -1.00 ms (-1.00..-1.00, 6 of 6), p99 -1.00 ms (-1.00..-1.00, 6 of 6), CPU 1.00x (1.00..1.00); 97 % CI of the median difference: p50 -1.00..-1.00 ms (better), p99 -1.00..-1.00 ms (better)\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -788,5 +859,32 @@ func TestPairedVerdict(t *testing.T) {
 				t.Errorf("got  %q\nwant %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestMedianCI: the interval's order statistics and coverage for a few
+// sizes (binomial tails worked by hand), and none under six runs.
+func TestMedianCI(t *testing.T) {
+	seq := func(n int) []float64 {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = float64(i + 1)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		n            int
+		lo, hi, conf float64
+	}{
+		{1, 0, 0, 0}, {5, 0, 0, 0}, // 1 - 2/32 = 93.75 %: under 95
+		{6, 1, 6, 1 - 2.0/64},
+		{10, 2, 9, 1 - 2*11.0/1024},
+		{15, 4, 12, 1 - 2*576.0/32768},
+		{20, 6, 15, 1 - 2*21700.0/1048576},
+	} {
+		lo, hi, conf := medianCI(seq(tc.n))
+		if lo != tc.lo || hi != tc.hi || math.Abs(conf-tc.conf) > 1e-12 {
+			t.Errorf("n=%d: %v..%v at %.4f, want %v..%v at %.4f", tc.n, lo, hi, conf, tc.lo, tc.hi, tc.conf)
+		}
 	}
 }
