@@ -32,7 +32,7 @@ import (
 // Setup: 4 fake vLLM backends on loopback (in this process: read the body,
 // answer a small chat.completion JSON at once); an open-loop generator at
 // WARDEN_SPEED_RATE requests/s (default 1,000) for WARDEN_SPEED_DURATION
-// (default 10s) after a 2 s warm-up, each request sent at its scheduled
+// (default 5s) after a 2 s warm-up, each request sent at its scheduled
 // time whatever the others do and its latency measured from that time
 // (so queueing anywhere, the generator's included, is not hidden:
 // coordinated omission); bodies of 64 KiB and 256 KiB, non-streamed chat
@@ -56,8 +56,12 @@ import (
 // (/proc/PID/task/*/status) likewise: on a virtual machine a switch costs
 // tens of µs, and they are where a Go proxy's CPU beyond HAProxy's goes.
 //
-// Each figure is the median of WARDEN_SPEED_RUNS runs (default 3), the
-// targets measured in turn within a run. To look closer:
+// Each figure is the median of WARDEN_SPEED_RUNS runs (default 6), the
+// targets measured in turn within a run; each target's difference from
+// HAProxy is paired run by run, with a confidence interval of its median
+// (pairedVerdict), since the runs of a shared machine drift by more than
+// the differences sought: many short runs tell two proxies apart where a
+// few long ones do not. To look closer:
 // WARDEN_SPEED_TARGETS (e.g. "haproxy,warden"; direct
 // always runs) and WARDEN_SPEED_SIZES (KiB, e.g. "64") narrow the run,
 // WARDEN_SPEED_GOMAXPROCS fixes the Go proxies' GOMAXPROCS (warden's
@@ -65,7 +69,9 @@ import (
 // gctrace=1), WARDEN_SPEED_BODY=code fills the bodies with escaped source
 // code instead of prose, WARDEN_SPEED_LOGS=DIR keeps each proxy's output there, and
 // WARDEN_SPEED_PERF=DIR records a perf(1) profile of each target over its
-// window (perf adds its own CPU).
+// window (perf adds its own CPU), and WARDEN_SPEED_SPLIT=1 splits each
+// target's latency by direction (splitTimes): where a proxy's time goes,
+// on the way in or on the way back.
 //
 // It measures, it does not judge (the numbers depend on the machine and on
 // what else runs there), so it runs only with WARDEN_SPEED=1: `make speed`.
@@ -76,16 +82,20 @@ func TestSpeed(t *testing.T) {
 		t.Skip("the proxy overhead benchmark runs with WARDEN_SPEED=1 (make speed)")
 	}
 	rate := envFloat(t, "WARDEN_SPEED_RATE", 1000)
-	dur := envDuration(t, "WARDEN_SPEED_DURATION", 10*time.Second)
+	dur := envDuration(t, "WARDEN_SPEED_DURATION", 5*time.Second)
 	kind := cmp.Or(os.Getenv("WARDEN_SPEED_BODY"), "prose")
 	if _, ok := speedFillers[kind]; !ok {
 		t.Fatalf("WARDEN_SPEED_BODY=%q: want one of %s", kind, strings.Join(slices.Sorted(maps.Keys(speedFillers)), ", "))
 	}
 	const warm, sessions = 2 * time.Second, 64
 
+	var split *splitTimes
+	if os.Getenv("WARDEN_SPEED_SPLIT") == "1" {
+		split = &splitTimes{}
+	}
 	var backends []string
 	for range 4 {
-		backends = append(backends, startSpeedBackend(t))
+		backends = append(backends, startSpeedBackend(t, split))
 	}
 	bin := os.Getenv("WARDEN_BIN")
 	if bin == "" {
@@ -112,7 +122,7 @@ func TestSpeed(t *testing.T) {
 	}
 
 	var rows []speedRow
-	var verdicts []string
+	var verdicts, splitRows []string
 	sizes := []int{64 << 10, 256 << 10}
 	if v := os.Getenv("WARDEN_SPEED_SIZES"); v != "" { // KiB, comma-separated
 		sizes = nil
@@ -125,7 +135,7 @@ func TestSpeed(t *testing.T) {
 		}
 	}
 	only := os.Getenv("WARDEN_SPEED_TARGETS") // comma-separated names; direct always runs
-	runs := int(envFloat(t, "WARDEN_SPEED_RUNS", 3))
+	runs := int(envFloat(t, "WARDEN_SPEED_RUNS", minVerdictRuns))
 	for _, size := range sizes {
 		bodies := speedBodies(sessions, size, kind)
 		targets := []*speedTarget{{name: "direct", url: func(s int) string { return backends[s%len(backends)] }}}
@@ -143,17 +153,22 @@ func TestSpeed(t *testing.T) {
 		// the machine meanwhile falls on all of them; a row is the median
 		// run of each figure.
 		got := make([][]speedRow, len(targets))
+		splits := make([][][numSplit]float64, len(targets))
 		for run := range runs {
 			for _, i := range runOrder(len(targets), run) {
 				tg := targets[i]
-				openLoop(t, tg, bodies, rate, warm) // warm-up, discarded
+				openLoop(t, tg, bodies, rate, warm, split) // warm-up, discarded
 				var stopPerf func()
 				if run == 0 {
 					stopPerf = perfRecord(t, tg, size)
 				}
+				split.reset()
 				c0, s0 := tg.cpu(t), tg.switches(t)
-				res := openLoop(t, tg, bodies, rate, dur)
+				res := openLoop(t, tg, bodies, rate, dur, split)
 				c1, s1 := tg.cpu(t), tg.switches(t)
+				if split != nil {
+					splits[i] = append(splits[i], split.medians())
+				}
 				if stopPerf != nil {
 					stopPerf()
 				}
@@ -172,6 +187,11 @@ func TestSpeed(t *testing.T) {
 		}
 		for _, rs := range got {
 			rows = append(rows, medianRow(rs))
+		}
+		if split != nil {
+			for i, tg := range targets {
+				splitRows = append(splitRows, splitRow(fmt.Sprintf("%d KiB", size>>10), tg.name, splits[i]))
+			}
 		}
 		if h := slices.IndexFunc(targets, func(tg *speedTarget) bool { return tg.name == "haproxy" }); h >= 0 {
 			for i, tg := range targets {
@@ -234,6 +254,13 @@ func TestSpeed(t *testing.T) {
 	for _, v := range verdicts {
 		b.WriteString(v)
 	}
+	if len(splitRows) > 0 {
+		fmt.Fprintf(&b, "latency by direction, µs (the median over runs of each run's median; the parts need not add up to the whole):\n%-8s %-12s %16s %14s %16s\n",
+			"body", "target", "sent->backend", "backend read", "answered->client")
+		for _, r := range splitRows {
+			b.WriteString(r)
+		}
+	}
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		fmt.Fprintf(&b, "load average at the end: %s", la)
 	}
@@ -243,6 +270,104 @@ func TestSpeed(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// splitTimes splits the latency of each request by direction
+// (WARDEN_SPEED_SPLIT=1): the client stamps the time it sends a request
+// (splitSentHeader), the backend notes when its handler starts and when
+// it has read the body, and stamps the time it answers
+// (splitAnsweredHeader), which the client subtracts from the time it has
+// the whole answer. The client and the backends are this process, one
+// clock; the proxies pass both headers on.
+type splitTimes struct {
+	mu sync.Mutex
+	v  [numSplit][]float64 // µs
+}
+
+const (
+	splitSentHeader     = "X-Warden-Speed-Sent"
+	splitAnsweredHeader = "X-Warden-Speed-Answered"
+)
+
+// The parts: the request's way to the backend's handler (the proxy's
+// reading, routing and sending, and the backend's accepting it), the
+// backend's reading of the body (shorter when it came before the handler
+// started), the answer's way back.
+const (
+	splitIn = iota
+	splitBody
+	splitBack
+	numSplit
+)
+
+func (s *splitTimes) reset() {
+	if s != nil {
+		s.mu.Lock()
+		s.v = [numSplit][]float64{}
+		s.mu.Unlock()
+	}
+}
+
+func (s *splitTimes) add(k int, d time.Duration) {
+	s.mu.Lock()
+	s.v[k] = append(s.v[k], float64(d)/1e3)
+	s.mu.Unlock()
+}
+
+// received notes a request whose handler started at arrived and has read
+// the body now; sent is the client's stamp.
+func (s *splitTimes) received(sent string, arrived time.Time) {
+	if ns, err := strconv.ParseInt(sent, 10, 64); err == nil {
+		s.add(splitIn, arrived.Sub(time.Unix(0, ns)))
+		s.add(splitBody, time.Since(arrived))
+	}
+}
+
+// answered notes an answer the client has whole now; stamp is the
+// backend's (none: a proxy that did not pass it on).
+func (s *splitTimes) answered(stamp string) {
+	if s == nil {
+		return
+	}
+	if ns, err := strconv.ParseInt(stamp, 10, 64); err == nil {
+		s.add(splitBack, time.Since(time.Unix(0, ns)))
+	}
+}
+
+// medians are the median of each part since the last reset, -1 for a part
+// with no samples.
+func (s *splitTimes) medians() [numSplit]float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m [numSplit]float64
+	for k, v := range s.v {
+		m[k] = -1
+		if len(v) > 0 {
+			slices.Sort(v)
+			m[k] = v[len(v)/2]
+		}
+	}
+	return m
+}
+
+// splitRow is one target's line of the split table: the median over runs
+// of each part's median.
+func splitRow(size, target string, runs [][numSplit]float64) string {
+	cells := make([]string, numSplit)
+	for k := range numSplit {
+		var v []float64
+		for _, r := range runs {
+			if r[k] >= 0 {
+				v = append(v, r[k])
+			}
+		}
+		cells[k] = "-"
+		if len(v) > 0 {
+			slices.Sort(v)
+			cells[k] = fmt.Sprintf("%.0f", v[len(v)/2])
+		}
+	}
+	return fmt.Sprintf("%-8s %-12s %16s %14s %16s\n", size, target, cells[splitIn], cells[splitBody], cells[splitBack])
 }
 
 // runOrder is the order in which run measures n targets: direct (0)
@@ -539,7 +664,7 @@ type loadResult struct {
 
 // openLoop sends rate requests per second for dur, request i at start +
 // i/rate (whenever the others end), session i mod len(bodies).
-func openLoop(t *testing.T, tg *speedTarget, bodies []speedBody, rate float64, dur time.Duration) loadResult {
+func openLoop(t *testing.T, tg *speedTarget, bodies []speedBody, rate float64, dur time.Duration, split *splitTimes) loadResult {
 	t.Helper()
 	tr := &http.Transport{MaxIdleConns: 4096, MaxIdleConnsPerHost: 4096, IdleConnTimeout: time.Minute, DisableCompression: true}
 	defer tr.CloseIdleConnections()
@@ -564,6 +689,9 @@ func openLoop(t *testing.T, tg *speedTarget, bodies []speedBody, rate float64, d
 			}
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("X-Claude-Code-Session-Id", bodies[s].session)
+			if split != nil {
+				req.Header.Set(splitSentHeader, strconv.FormatInt(time.Now().UnixNano(), 10))
+			}
 			resp, err := client.Do(req)
 			if err != nil {
 				errs[i] = err
@@ -572,6 +700,7 @@ func openLoop(t *testing.T, tg *speedTarget, bodies []speedBody, rate float64, d
 			_, err = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			res.lat[i] = time.Since(at)
+			split.answered(resp.Header.Get(splitAnsweredHeader))
 			if err == nil && resp.StatusCode != http.StatusOK {
 				err = fmt.Errorf("status %d", resp.StatusCode)
 			}
@@ -602,7 +731,7 @@ func quantileMS(lat []time.Duration, q float64) float64 {
 // startSpeedBackend serves a fake vLLM that answers every inference
 // request at once (the body read whole, a small chat.completion) and the
 // /health and /metrics pages the proxy probes; it returns its URL.
-func startSpeedBackend(t *testing.T) string {
+func startSpeedBackend(t *testing.T, split *splitTimes) string {
 	t.Helper()
 	const answer = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"length"}],"usage":{"prompt_tokens":16384,"completion_tokens":1,"total_tokens":16385}}`
 	const metrics = "vllm:num_requests_running{engine=\"0\",model_name=\"bench\"} 0\n" +
@@ -615,7 +744,12 @@ func startSpeedBackend(t *testing.T) string {
 		_, _ = io.WriteString(w, metrics)
 	})
 	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now()
 		_, _ = io.Copy(io.Discard, r.Body)
+		if split != nil {
+			split.received(r.Header.Get(splitSentHeader), arrived)
+			w.Header().Set(splitAnsweredHeader, strconv.FormatInt(time.Now().UnixNano(), 10))
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
 		_, _ = io.WriteString(w, answer)
@@ -886,5 +1020,37 @@ func TestMedianCI(t *testing.T) {
 		if lo != tc.lo || hi != tc.hi || math.Abs(conf-tc.conf) > 1e-12 {
 			t.Errorf("n=%d: %v..%v at %.4f, want %v..%v at %.4f", tc.n, lo, hi, conf, tc.lo, tc.hi, tc.conf)
 		}
+	}
+}
+
+// TestSplitTimes: the parts of a request's latency from the stamps, their
+// medians, a part no proxy passed on shown as "-", and no work when
+// splitting is off.
+func TestSplitTimes(t *testing.T) {
+	s := &splitTimes{}
+	now := time.Now()
+	for i, in := range []time.Duration{300, 100, 200} {
+		sent := strconv.FormatInt(now.Add(-in*time.Microsecond).UnixNano(), 10)
+		s.received(sent, now)
+		if i < 2 {
+			s.answered(strconv.FormatInt(now.UnixNano(), 10))
+		}
+	}
+	s.answered("")             // a proxy that dropped the stamp
+	s.received("garbage", now) // not counted
+	m := s.medians()
+	if m[splitIn] < 195 || m[splitIn] > 205 || m[splitBody] < 0 || m[splitBack] < 0 {
+		t.Fatalf("medians %v, want sent->backend 200 µs and the other parts measured", m)
+	}
+	if got := splitRow("64 KiB", "x", [][numSplit]float64{{100, 10, -1}, {300, 30, -1}, {200, 20, -1}}); got !=
+		"64 KiB   x                         200             20                -\n" {
+		t.Errorf("splitRow = %q", got)
+	}
+	var off *splitTimes
+	off.reset()
+	off.answered("1")
+	s.reset()
+	if m := s.medians(); m != [numSplit]float64{-1, -1, -1} {
+		t.Errorf("after reset: %v", m)
 	}
 }

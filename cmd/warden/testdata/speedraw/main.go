@@ -188,6 +188,9 @@ func relayHTTP(w http.ResponseWriter, r *http.Request, backends []*backend) erro
 		return err
 	}
 	w.Header().Set("Content-Type", field(out[:hn], "content-type"))
+	if v := field(out[:hn], "x-warden-speed-answered"); v != "" { // TestSpeed's WARDEN_SPEED_SPLIT
+		w.Header().Set("X-Warden-Speed-Answered", v)
+	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(out)-hn))
 	_, err = w.Write(out[hn:])
 	return err
