@@ -255,8 +255,8 @@ func TestSpeed(t *testing.T) {
 		b.WriteString(v)
 	}
 	if len(splitRows) > 0 {
-		fmt.Fprintf(&b, "latency by direction, µs (the median over runs of each run's median; the parts need not add up to the whole):\n%-8s %-12s %16s %14s %16s\n",
-			"body", "target", "sent->backend", "backend read", "answered->client")
+		fmt.Fprintf(&b, "latency by direction, µs (the median over runs of each run's median; the parts need not add up to the whole):\n%-8s %-12s %6s %16s %14s %16s\n",
+			"body", "target", "late", "sent->backend", "backend read", "answered->client")
 		for _, r := range splitRows {
 			b.WriteString(r)
 		}
@@ -289,12 +289,15 @@ const (
 	splitAnsweredHeader = "X-Warden-Speed-Answered"
 )
 
-// The parts: the request's way to the backend's handler (the proxy's
-// reading, routing and sending, and the backend's accepting it), the
-// backend's reading of the body (shorter when it came before the handler
-// started), the answer's way back.
+// The parts: how late the client sent the request (its goroutine's start,
+// the same for every target unless the machine starves the client), the
+// request's way to the backend's handler (the proxy's reading, routing and
+// sending, and the backend's accepting it), the backend's reading of the
+// body (shorter when it came before the handler started), the answer's
+// way back.
 const (
-	splitIn = iota
+	splitLate = iota
+	splitIn
 	splitBody
 	splitBack
 	numSplit
@@ -367,7 +370,7 @@ func splitRow(size, target string, runs [][numSplit]float64) string {
 			cells[k] = fmt.Sprintf("%.0f", v[len(v)/2])
 		}
 	}
-	return fmt.Sprintf("%-8s %-12s %16s %14s %16s\n", size, target, cells[splitIn], cells[splitBody], cells[splitBack])
+	return fmt.Sprintf("%-8s %-12s %6s %16s %14s %16s\n", size, target, cells[splitLate], cells[splitIn], cells[splitBody], cells[splitBack])
 }
 
 // runOrder is the order in which run measures n targets: direct (0)
@@ -674,12 +677,12 @@ func openLoop(t *testing.T, tg *speedTarget, bodies []speedBody, rate float64, d
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / rate)
+	pace := newPacer()
+	defer pace.stop()
 	start := time.Now()
 	for i := range n {
 		at := start.Add(time.Duration(i) * interval)
-		if d := time.Until(at); d > 0 {
-			time.Sleep(d)
-		}
+		pace.until(at)
 		s := i % len(bodies)
 		wg.Go(func() {
 			req, err := http.NewRequest(http.MethodPost, tg.url(s)+"/v1/chat/completions", bytes.NewReader(bodies[s].body))
@@ -690,7 +693,9 @@ func openLoop(t *testing.T, tg *speedTarget, bodies []speedBody, rate float64, d
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("X-Claude-Code-Session-Id", bodies[s].session)
 			if split != nil {
-				req.Header.Set(splitSentHeader, strconv.FormatInt(time.Now().UnixNano(), 10))
+				now := time.Now()
+				split.add(splitLate, now.Sub(at))
+				req.Header.Set(splitSentHeader, strconv.FormatInt(now.UnixNano(), 10))
 			}
 			resp, err := client.Do(req)
 			if err != nil {
@@ -1039,18 +1044,18 @@ func TestSplitTimes(t *testing.T) {
 	s.answered("")             // a proxy that dropped the stamp
 	s.received("garbage", now) // not counted
 	m := s.medians()
-	if m[splitIn] < 195 || m[splitIn] > 205 || m[splitBody] < 0 || m[splitBack] < 0 {
+	if m[splitIn] < 195 || m[splitIn] > 205 || m[splitBody] < 0 || m[splitBack] < 0 || m[splitLate] != -1 {
 		t.Fatalf("medians %v, want sent->backend 200 µs and the other parts measured", m)
 	}
-	if got := splitRow("64 KiB", "x", [][numSplit]float64{{100, 10, -1}, {300, 30, -1}, {200, 20, -1}}); got !=
-		"64 KiB   x                         200             20                -\n" {
+	if got := splitRow("64 KiB", "x", [][numSplit]float64{{5, 100, 10, -1}, {7, 300, 30, -1}, {6, 200, 20, -1}}); got !=
+		"64 KiB   x                 6              200             20                -\n" {
 		t.Errorf("splitRow = %q", got)
 	}
 	var off *splitTimes
 	off.reset()
 	off.answered("1")
 	s.reset()
-	if m := s.medians(); m != [numSplit]float64{-1, -1, -1} {
+	if m := s.medians(); m != [numSplit]float64{-1, -1, -1, -1} {
 		t.Errorf("after reset: %v", m)
 	}
 }
