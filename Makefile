@@ -68,7 +68,7 @@ SPEED_RATE ?= 1000
 SPEED_DURATION ?= 5s
 SPEED_RUNS ?= 6
 SPEED_BASE ?=
-speed: build ## the proxy's added latency and CPU per request vs HAProxy (streaming, and waiting for the whole body), Go's bare ReverseProxy and two bare Go relays that read the body first (go-raw; go-http, the same behind net/http's server): open loop, SPEED_RATE req/s (1000), 64/256 KiB bodies, SPEED_RUNS runs (6, the fewest for a 95 % interval) of SPEED_DURATION (5s), each against HAProxy run by run with the confidence interval of the median difference; SPEED_BASE=BINARY adds a second warden for an A/B; WARDEN_SPEED_SPLIT=1 splits the latency by direction (~10 min)
+speed: build ## the proxy's added latency and CPU per request vs HAProxy (streaming, and waiting for the whole body), Go's bare ReverseProxy and bare Go relays that read the body first (go-raw; go-http, the same behind net/http's server) or stream it (go-cut): open loop, SPEED_RATE req/s (1000), 64/256 KiB bodies, SPEED_RUNS runs (6, the fewest for a 95 % interval) of SPEED_DURATION (5s), each against HAProxy run by run with the confidence interval of the median difference; SPEED_BASE=BINARY adds a second warden for an A/B; WARDEN_SPEED_SPLIT=1 splits the latency by direction (~10 min)
 	WARDEN_SPEED=1 WARDEN_BIN=$(CURDIR)/$(BIN) WARDEN_SPEED_BASE=$(SPEED_BASE) WARDEN_SPEED_RATE=$(SPEED_RATE) WARDEN_SPEED_DURATION=$(SPEED_DURATION) WARDEN_SPEED_RUNS=$(SPEED_RUNS) \
 	  $(GO) test -count=1 -timeout 20m -run '^TestSpeed$$' -v ./cmd/warden/
 

@@ -46,8 +46,10 @@ import (
 // net/http), go-raw (testdata/speedraw: a relay on bare connections that
 // reads each body whole first, as warden must, and does nothing else: the
 // floor of any Go proxy that routes by the body), go-http (the same relay
-// behind net/http's server: what that server adds to it), and the warden binary (`warden proxy`, built from this tree
-// or WARDEN_BIN), and with WARDEN_SPEED_BASE=BINARY a second warden
+// behind net/http's server: what that server adds to it), go-cut (the
+// same relay sending the body on as it comes, as HAProxy does: what a Go
+// proxy that could route before the body is whole would get), and the
+// warden binary (`warden proxy`, built from this tree or WARDEN_BIN), and with WARDEN_SPEED_BASE=BINARY a second warden
 // (warden-base, e.g. main's build) for an A/B in the same runs, paired
 // as warden is with HAProxy. Added p50/p99 are
 // the target's minus the baseline's; CPU per request is the utime+stime
@@ -112,6 +114,7 @@ func TestSpeed(t *testing.T) {
 	floor := startFloorProxy(t, "go-floor", "speedfloor", backends)
 	raw := startFloorProxy(t, "go-raw", "speedraw", backends)
 	rawHTTP := startFloorProxy(t, "go-http", "speedraw", backends, "-http")
+	cut := startFloorProxy(t, "go-cut", "speedraw", backends, "-cut")
 	const haproxyPath = "/usr/sbin/haproxy"
 	var haproxy, haproxyBody *speedTarget
 	if _, err := os.Stat(haproxyPath); err != nil {
@@ -142,7 +145,7 @@ func TestSpeed(t *testing.T) {
 		if haproxy != nil {
 			targets = append(targets, haproxy, haproxyBody)
 		}
-		targets = append(targets, floor, raw, rawHTTP, warden)
+		targets = append(targets, floor, raw, rawHTTP, cut, warden)
 		if wardenBase != nil {
 			targets = append(targets, wardenBase)
 		}
