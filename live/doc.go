@@ -29,7 +29,10 @@
 //     so a stream that dies midway ends with the API's own error event
 //     (sse.go, apierr.go). Request bodies and copy buffers are recycled
 //     through a free list that garbage collection does not empty
-//     (bodybuf.go).
+//     (bodybuf.go); a body is read into a buffer sized by what has
+//     arrived on the client's socket (FIONREAD, rawconn_linux.go), and
+//     checked for UTF-8 with its ASCII runs passed over by AVX2
+//     (jsonblock.go validUTF8).
 //   - upstream.go: the HTTP/1.1 client for the replicas. The body is in
 //     memory, so an attempt is synchronous on the handler's goroutine: one
 //     writev of head and body, the response head read with
