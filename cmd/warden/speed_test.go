@@ -349,8 +349,7 @@ func (s *splitTimes) medians() [numSplit]float64 {
 	for k, v := range s.v {
 		m[k] = -1
 		if len(v) > 0 {
-			slices.Sort(v)
-			m[k] = v[len(v)/2]
+			m[k] = median(v)
 		}
 	}
 	return m
@@ -369,8 +368,7 @@ func splitRow(size, target string, runs [][numSplit]float64) string {
 		}
 		cells[k] = "-"
 		if len(v) > 0 {
-			slices.Sort(v)
-			cells[k] = fmt.Sprintf("%.0f", v[len(v)/2])
+			cells[k] = fmt.Sprintf("%.0f", median(v))
 		}
 	}
 	return fmt.Sprintf("%-8s %-12s %6s %16s %14s %16s\n", size, target, cells[splitLate], cells[splitIn], cells[splitBody], cells[splitBack])
@@ -418,14 +416,13 @@ func pairedVerdict(size, name, ref string, ws, hs []speedRow) string {
 	for _, v := range [][]float64{d50, d99, ratio} {
 		slices.Sort(v)
 	}
-	med := func(v []float64) float64 { return v[len(v)/2] }
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s, %s - %s over %d runs (median, range, runs no worse): p50 %+.2f ms (%+.2f..%+.2f, %d of %d), p99 %+.2f ms (%+.2f..%+.2f, %d of %d)",
-		size, name, ref, n, med(d50), d50[0], d50[n-1], ahead50, n, med(d99), d99[0], d99[n-1], ahead99, n)
+		size, name, ref, n, median(d50), d50[0], d50[n-1], ahead50, n, median(d99), d99[0], d99[n-1], ahead99, n)
 	cpuOK := true
 	if len(ratio) > 0 {
-		fmt.Fprintf(&b, ", CPU %.2fx (%.2f..%.2f)", med(ratio), ratio[0], ratio[len(ratio)-1])
-		cpuOK = med(ratio) <= 1.5
+		fmt.Fprintf(&b, ", CPU %.2fx (%.2f..%.2f)", median(ratio), ratio[0], ratio[len(ratio)-1])
+		cpuOK = median(ratio) <= 1.5
 	}
 	lo50, hi50, conf := medianCI(d50)
 	lo99, hi99, _ := medianCI(d99)
@@ -444,7 +441,7 @@ func pairedVerdict(size, name, ref string, ws, hs []speedRow) string {
 			fmt.Fprintf(&b, "; too few runs for a verdict (%d, want %d: WARDEN_SPEED_RUNS)", n, minVerdictRuns)
 		case lo50 > 0 || lo99 > 0 || !cpuOK:
 			b.WriteString("; goal not met")
-		case med(d50) <= 0 && med(d99) <= 0:
+		case median(d50) <= 0 && median(d99) <= 0:
 			b.WriteString("; goal met")
 		default:
 			b.WriteString("; goal not shown: a median over zero, its interval holding zero (more runs tell)")
@@ -507,6 +504,13 @@ type speedRow struct {
 	n, errs         int     // requests and failures, over all runs in a median row
 }
 
+// median sorts v (not empty) and returns its middle value, the upper one
+// of an even count: a value one of the runs measured.
+func median(v []float64) float64 {
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
 // medianRow is the median of each figure over the runs rs of one target.
 func medianRow(rs []speedRow) speedRow {
 	med := func(f func(speedRow) float64) float64 {
@@ -514,8 +518,7 @@ func medianRow(rs []speedRow) speedRow {
 		for i, r := range rs {
 			v[i] = f(r)
 		}
-		slices.Sort(v)
-		return v[len(v)/2]
+		return median(v)
 	}
 	m := rs[0]
 	m.p50 = med(func(r speedRow) float64 { return r.p50 })
