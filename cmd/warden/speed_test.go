@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/live"
 )
 
 // TestSpeed is the open-loop benchmark of issue 13, item 12: what the
@@ -89,6 +91,10 @@ func TestSpeed(t *testing.T) {
 	if _, ok := speedFillers[kind]; !ok {
 		t.Fatalf("WARDEN_SPEED_BODY=%q: want one of %s", kind, strings.Join(slices.Sorted(maps.Keys(speedFillers)), ", "))
 	}
+	sizes, err := speedSizes(os.Getenv("WARDEN_SPEED_SIZES"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	const warm, sessions = 2 * time.Second, 64
 
 	var split *splitTimes
@@ -126,17 +132,6 @@ func TestSpeed(t *testing.T) {
 
 	var rows []speedRow
 	var verdicts, splitRows []string
-	sizes := []int{64 << 10, 256 << 10}
-	if v := os.Getenv("WARDEN_SPEED_SIZES"); v != "" { // KiB, comma-separated
-		sizes = nil
-		for _, f := range strings.Split(v, ",") {
-			k, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || k <= 0 {
-				t.Fatalf("WARDEN_SPEED_SIZES=%q: %q is not a size in KiB", v, f)
-			}
-			sizes = append(sizes, k<<10)
-		}
-	}
 	only := os.Getenv("WARDEN_SPEED_TARGETS") // comma-separated names; direct always runs
 	runs := int(envFloat(t, "WARDEN_SPEED_RUNS", minVerdictRuns))
 	for _, size := range sizes {
@@ -911,6 +906,54 @@ func startHAProxy(t *testing.T, name, bin string, backends []string, wholeBody b
 // TestSpeedBodies: every body is one valid chat request of exactly the
 // size asked, whatever the filler, so that the sizes compared are the
 // sizes sent and no proxy refuses one.
+// speedSizes reads WARDEN_SPEED_SIZES, body sizes in KiB, comma-separated
+// (empty: 64 and 256 KiB). A size over warden's default body limit is
+// refused before any server starts: warden would answer every request
+// 413, and the run's 64 bodies of it would be held in memory at once.
+func speedSizes(v string) ([]int, error) {
+	if v == "" {
+		return []int{64 << 10, 256 << 10}, nil
+	}
+	var sizes []int
+	for f := range strings.SplitSeq(v, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || k <= 0 {
+			return nil, fmt.Errorf("WARDEN_SPEED_SIZES=%q: %q is not a size in KiB", v, f)
+		}
+		if k > live.DefaultMaxBodyBytes>>10 {
+			return nil, fmt.Errorf("WARDEN_SPEED_SIZES=%q: %d KiB is over warden's body limit of %d KiB (limits.max_body_bytes)", v, k, live.DefaultMaxBodyBytes>>10)
+		}
+		sizes = append(sizes, k<<10)
+	}
+	return sizes, nil
+}
+
+func TestSpeedSizes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		err  string
+	}{
+		{"", []int{64 << 10, 256 << 10}, ""},
+		{"64", []int{64 << 10}, ""},
+		{" 1, 16384", []int{1 << 10, 16 << 20}, ""},
+		{"0", nil, `"0" is not a size in KiB`},
+		{"64,x", nil, `"x" is not a size in KiB`},
+		{"262144", nil, "262144 KiB is over warden's body limit of 16384 KiB"},
+	} {
+		got, err := speedSizes(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("speedSizes(%q) = %v, %v; want an error with %q", tc.in, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("speedSizes(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
 func TestSpeedBodies(t *testing.T) {
 	for kind := range speedFillers {
 		for _, size := range []int{1 << 10, 64<<10 + 7, 256 << 10} {
