@@ -28,13 +28,24 @@ for k in 0 1 2 3; do
   replicas+=("http://127.0.0.1:$((BASE + k))")
   metrics+=("http://127.0.0.1:$((BASE + k))/metrics")
 done
-wait_up() { for _ in $(seq 100); do curl -sf "$1" >/dev/null && return 0; sleep 0.1; done; echo "no answer from $1" >&2; return 1; }
+# wait_up URL PID LOG: until URL answers; if the process PID ends first (a
+# port already in use, say) or 10 s pass, the end of its LOG says why.
+wait_up() {
+  for _ in $(seq 100); do
+    curl -sf "$1" >/dev/null && return 0
+    if ! kill -0 "$2" 2>/dev/null; then
+      echo "no answer from $1: the process ended; the end of $3:" >&2; tail -5 "$3" >&2; return 1
+    fi
+    sleep 0.1
+  done
+  echo "no answer from $1 in 10 s; the end of $3:" >&2; tail -5 "$3" >&2; return 1
+}
 
 run_proxy() { # affinity label port
   "$warden" emulate --listen "127.0.0.1:$BASE" --speed "$SPEED" > "$OUT/emulate-$1.log" 2>&1 &
   local emu=$!
   pids+=($emu)
-  for r in "${replicas[@]}"; do wait_up "$r/health"; done
+  for r in "${replicas[@]}"; do wait_up "$r/health" "$emu" "$OUT/emulate-$1.log"; done
   local cfg=$OUT/proxy-$1.yaml
   cat > "$cfg" <<YAML
 listen: 127.0.0.1:$3
@@ -48,8 +59,9 @@ models:
     affinity: $1
 YAML
   "$warden" proxy --config "$cfg" --log-level error > "$OUT/proxy-$1.log" 2>&1 &
-  pids+=($!)
-  wait_up "http://127.0.0.1:$(($3 + 1))/healthz"
+  local proxy=$!
+  pids+=($proxy)
+  wait_up "http://127.0.0.1:$(($3 + 1))/healthz" "$proxy" "$OUT/proxy-$1.log"
   "$warden" bench --target "http://127.0.0.1:$3" --metrics-url "$(IFS=,; echo "${metrics[*]}")" \
     --proxy-metrics-url "http://127.0.0.1:$(($3 + 1))/metrics" --label "$2" \
     --sessions "$SESSIONS" --step "$STEP" --speed "$SPEED" --sample-interval 50ms --json > "$OUT/$1.json"
