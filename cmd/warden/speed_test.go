@@ -903,9 +903,6 @@ func startHAProxy(t *testing.T, name, bin string, backends []string, wholeBody b
 	return startProcess(t, name, "http://"+listen, bin, "-f", path, "-db")
 }
 
-// TestSpeedBodies: every body is one valid chat request of exactly the
-// size asked, whatever the filler, so that the sizes compared are the
-// sizes sent and no proxy refuses one.
 // speedSizes reads WARDEN_SPEED_SIZES, body sizes in KiB, comma-separated
 // (empty: 64 and 256 KiB). A size over warden's default body limit is
 // refused before any server starts: warden would answer every request
@@ -954,6 +951,9 @@ func TestSpeedSizes(t *testing.T) {
 	}
 }
 
+// TestSpeedBodies: every body is one valid chat request of exactly the
+// size asked, whatever the filler, so that the sizes compared are the
+// sizes sent and no proxy refuses one.
 func TestSpeedBodies(t *testing.T) {
 	for kind := range speedFillers {
 		for _, size := range []int{1 << 10, 64<<10 + 7, 256 << 10} {
