@@ -85,7 +85,15 @@ type Model struct {
 	// WeightsDType is the format of the published weights ("" means bf16);
 	// LoadHFConfig sets it from quantization_config.
 	WeightsDType DType `json:"weights_dtype,omitempty"`
+	// Experts is the number of routed experts of a mixture-of-experts
+	// model (config.json num_experts or num_local_experts); 0 is a dense
+	// model. vLLM runs the data-parallel ranks of a MoE model in lockstep
+	// (DPEngineCoreProc) and those of a dense one independently.
+	Experts int `json:"experts,omitempty"`
 }
+
+// IsMoE reports whether m is a mixture-of-experts model.
+func (m Model) IsMoE() bool { return m.Experts > 0 }
 
 // Deployment is one vLLM replica: a model on tensor_parallel_size GPUs.
 type Deployment struct {

@@ -197,6 +197,7 @@ func ParseHFConfig(file string, data []byte) (Model, error) {
 			return Model{}, err
 		}
 	}
+	m.Experts = experts
 	m.ParamCount = EstimateParams(m, experts, moeWidth)
 	if m.ParamCount <= 0 {
 		return Model{}, errf(prefix+"hidden_size", "the architecture is too large to count (overflow)")

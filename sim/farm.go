@@ -51,8 +51,14 @@ type FarmSpec struct {
 	// estimate is uncertain by about +-15 % before a server runs, so a
 	// planner simulates a band (0.85, 1.10). 0 means 1. It does not apply
 	// to vllm.num_gpu_blocks, read back from a real server: that is exact.
-	KVCapacityScale float64  `yaml:"kv_capacity_scale"`
-	StepTime        StepTime `yaml:"step_time"`
+	KVCapacityScale float64 `yaml:"kv_capacity_scale"`
+	// SpeedScale multiplies the engine's speed: the step-time model's
+	// effective FLOP/s and memory bandwidth (not its per-step overhead).
+	// The roofline's efficiencies are defaults, not measurements of the
+	// card, so a planner simulates a band (0.8, 1.2) unless the farm was
+	// calibrated. 0 means 1.
+	SpeedScale float64  `yaml:"speed_scale"`
+	StepTime   StepTime `yaml:"step_time"`
 }
 
 // VLLMSpec holds the engine arguments of every replica.
@@ -521,6 +527,12 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	}
 	if !(s.KVCapacityScale >= 0.1 && s.KVCapacityScale <= 10) {
 		return nil, bad("kv_capacity_scale", "must be in [0.1, 10] (0 = 1), got %g", s.KVCapacityScale)
+	}
+	if s.SpeedScale == 0 {
+		s.SpeedScale = 1
+	}
+	if !(s.SpeedScale >= 0.1 && s.SpeedScale <= 10) {
+		return nil, bad("speed_scale", "must be in [0.1, 10] (0 = 1), got %g", s.SpeedScale)
 	}
 	blocks := v.NumGPUBlocks
 	if blocks == 0 {

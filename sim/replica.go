@@ -43,7 +43,7 @@ func newEngineConfig(f *Farm) engineConfig {
 		maxNumSeqs:          v.MaxNumSeqs,
 		maxNumBatchedTokens: v.MaxNumBatchedTokens,
 		numGPUBlocks:        f.NumGPUBlocks,
-		steps:               newStepModel(f.Deployment, float64(f.Sizing.WeightsBytes)*float64(f.Spec.TensorParallelSize), f.Spec.StepTime),
+		steps:               newStepModel(f.Deployment, float64(f.Sizing.WeightsBytes)*float64(f.Spec.TensorParallelSize), f.Spec.StepTime).scaled(f.Spec.SpeedScale),
 		reserveFullISL:      v.ReserveFullISL == "true",
 		watermarkBlocks:     int(v.Watermark * float64(f.NumGPUBlocks)),
 		countEveryLookup:    !f.Behaviour.StatsAtAdmission,

@@ -137,6 +137,16 @@ func newStepModel(d hardware.Deployment, weightsBytes float64, st StepTime) step
 	}
 }
 
+// scaled returns m with its effective FLOP/s and bandwidth multiplied by
+// k (FarmSpec.SpeedScale; 0 or 1 leave m as it is).
+func (m stepModel) scaled(k float64) stepModel {
+	if k > 0 && k != 1 {
+		m.flopsPerSec *= k
+		m.bytesPerSec *= k
+	}
+	return m
+}
+
 // chunk is the work of one request in one step: n new tokens after start
 // tokens already in its KV cache.
 type chunk struct {
