@@ -18,9 +18,10 @@
 //     RuleOfThumb (sessions x context against the farm's KV).
 //   - profile.go: vLLM's start-up memory profile, one function per mechanism
 //     (requested memory and ECC, profile_run's activation peak, non-torch
-//     memory, the CUDA graph capture sizes and estimate), each naming the
-//     vLLM file and function it mirrors; goldens in testdata/profile
-//     (go test ./hardware -update rewrites them).
+//     memory, the CUDA graph capture sizes and the V1 runner's estimate, and
+//     Model Runner V2's profile, which returns 0), each naming the vLLM file
+//     and function it mirrors; goldens in testdata/profile (go test
+//     ./hardware -update rewrites them).
 //   - probe.go, probe_nvml.go (cgo && linux), probe_stub.go: Probe lists local
 //     GPUs through NVML, or returns ErrNoDriver; the binary builds without cgo.
 //

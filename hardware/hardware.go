@@ -92,6 +92,12 @@ type Model struct {
 	Experts int `json:"experts,omitempty"`
 }
 
+// vLLM's model runners (Deployment.ModelRunner).
+const (
+	ModelRunnerV1 = "v1" // vllm/v1/worker/gpu_model_runner.py GPUModelRunner
+	ModelRunnerV2 = "v2" // vllm/v1/worker/gpu/model_runner.py (Model Runner V2)
+)
+
 // IsMoE reports whether m is a mixture-of-experts model.
 func (m Model) IsMoE() bool { return m.Experts > 0 }
 
@@ -107,6 +113,12 @@ type Deployment struct {
 	MaxModelLen          int     // 0: not checked (see SizeKV)
 	MaxNumSeqs           int     // default: vLLM's, 256 (1024 on >= 70 GiB non-A100 GPUs)
 	MaxNumBatchedTokens  int     // default: vLLM's, 2048 (8192 on >= 70 GiB non-A100 GPUs)
+	// ModelRunner is vLLM's model runner: ModelRunnerV1 ("" means V1) or
+	// ModelRunnerV2, which profiles CUDA graph memory differently at
+	// start-up (profile.go: cudaGraphEstimate, modelRunnerV2CUDAGraphBytes).
+	// Which one a release runs for a model is sim's version table
+	// (sim.VLLMBehaviourFor). Other values are an error.
+	ModelRunner string
 	// ECC overrides the card's ECC mode (nil: as the catalogue says the
 	// card ships, GPU.ECC). Turning ECC on for a GDDR card that ships with
 	// it off costs 1/16 of its memory; off for one that ships with it on
@@ -147,8 +159,15 @@ type KVSizing struct {
 	// ECC override; ECC says whether ECC is on (HBM cards: always).
 	TotalMemoryBytes int64 `json:"total_memory_bytes"`
 	ECC              bool  `json:"ecc"`
-	// CUDAGraphs is the capture plan whose memory vLLM estimates (zero with
-	// EnforceEager).
+	// ModelRunner is the runner whose start-up profile sized the cache:
+	// ModelRunnerV1 or ModelRunnerV2 (Deployment.ModelRunner, "" resolved
+	// to V1). It decides what Memory.CUDAGraphBytes holds.
+	ModelRunner string `json:"model_runner"`
+	// CUDAGraphs is the V1 runner's capture plan and CUDA graph estimate
+	// (GPUModelRunner.profile_cudagraph_memory), worked out for either
+	// runner so that a V2 sizing can show what V1 would have subtracted;
+	// zero with EnforceEager. Only the V1 runner subtracts it: what this
+	// sizing subtracted is Memory.CUDAGraphBytes.
 	CUDAGraphs CUDAGraphEstimate `json:"cuda_graphs"`
 
 	// Memory is vLLM's determine_available_memory split, per GPU: the five
@@ -165,6 +184,6 @@ type MemoryBreakdown struct {
 	WeightsBytes        int64 `json:"weights_bytes"`         // model_memory_usage, weights / TP
 	ActivationPeakBytes int64 `json:"activation_peak_bytes"` // torch peak increase of profile_run
 	NonTorchBytes       int64 `json:"non_torch_bytes"`       // non-torch increase since the init snapshot
-	CUDAGraphBytes      int64 `json:"cuda_graph_bytes"`      // profile_cudagraph_memory's estimate (0 with enforce_eager)
+	CUDAGraphBytes      int64 `json:"cuda_graph_bytes"`      // what the runner's profile_cudagraph_memory returned: V1's estimate, 0 for Model Runner V2 (and with enforce_eager)
 	KVBytes             int64 `json:"kv_bytes"`              // the remainder: available KV cache memory
 }

@@ -50,6 +50,18 @@ func ParseDType(s string) (DType, error) {
 	return "", fmt.Errorf("unknown dtype %q (want bf16, fp8 or int4)", s)
 }
 
+// ParseModelRunner reads a model runner as Deployment.ModelRunner takes it:
+// "v1" (also "" for the default) or "v2", in any case.
+func ParseModelRunner(s string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", ModelRunnerV1:
+		return ModelRunnerV1, nil
+	case ModelRunnerV2:
+		return ModelRunnerV2, nil
+	}
+	return "", fmt.Errorf("want %q (vllm/v1/worker/gpu_model_runner.py) or %q (Model Runner V2, vllm/v1/worker/gpu/model_runner.py), got %q", ModelRunnerV1, ModelRunnerV2, s)
+}
+
 // WeightsBytes is the memory the weights of m take in dtype w, over all GPUs.
 // Quantized formats keep the embeddings and lm_head in 16 bits, as vLLM's
 // fp8, AWQ and GPTQ loaders do; int4 adds an fp16 scale per group of 128.
@@ -82,7 +94,9 @@ func WeightsBytes(m Model, w DType) int64 {
 //	            - torch activation peak (max of a max_num_batched_tokens forward
 //	              and the sampler's dummy run over max_num_seqs requests)
 //	            - non-torch memory (kernel images, cuBLAS workspace, NCCL with TP > 1)
-//	            - CUDA graph estimate (FULL_AND_PIECEWISE; 0 with EnforceEager)
+//	            - the runner's profile_cudagraph_memory(): the V1 runner's
+//	              FULL_AND_PIECEWISE estimate, 0 for Model Runner V2 (PR
+//	              #36520), 0 with EnforceEager
 //	blocks    = floor(KV bytes / (block_size x KV bytes per token per GPU))
 //	tokens    = blocks x block_size
 //
@@ -100,13 +114,14 @@ func WeightsBytes(m Model, w DType) int64 {
 // Zero fields take defaults: weights bf16, KV cache bf16 ("auto"), TP 1,
 // gpu_memory_utilization 0.9, block_size 16, max_num_seqs and
 // max_num_batched_tokens as vLLM picks them for the GPU, ECC as the card
-// ships, CUDA graphs on. MaxModelLen 0 is not checked (vLLM would use the
-// model's max position, which often exceeds the KV cache of small cards: set
-// it explicitly).
+// ships, CUDA graphs on, the V1 model runner. MaxModelLen 0 is not checked
+// (vLLM would use the model's max position, which often exceeds the KV cache
+// of small cards: set it explicitly).
 //
-// Errors: invalid fields (an ECC override the card cannot take among them);
-// *NoFitError when the weights and overhead leave no room for a block;
-// *MaxModelLenError when MaxModelLen tokens do not fit.
+// Errors: invalid fields (among them an ECC override the card cannot take
+// and a ModelRunner other than "", "v1" and "v2"); *NoFitError when the
+// weights and overhead leave no room for a block; *MaxModelLenError when
+// MaxModelLen tokens do not fit.
 func SizeKV(d Deployment) (KVSizing, error) {
 	d, err := withDeploymentDefaults(d)
 	if err != nil {
@@ -167,6 +182,11 @@ func withDeploymentDefaults(d Deployment) (Deployment, error) {
 	if _, _, err := TotalMemory(d.GPU, d.ECC); err != nil {
 		return d, fmt.Errorf("ecc: %w", err)
 	}
+	runner, err := ParseModelRunner(d.ModelRunner)
+	if err != nil {
+		return d, fmt.Errorf("model_runner: %w", err)
+	}
+	d.ModelRunner = runner
 	m, tp := d.Model, d.TensorParallelSize
 	switch {
 	case !(d.GPUMemoryUtilization > 0 && d.GPUMemoryUtilization <= 1):
@@ -218,6 +238,7 @@ func size(d Deployment) KVSizing {
 		MaxNumBatchedTokens:   d.MaxNumBatchedTokens,
 		TotalMemoryBytes:      total,
 		ECC:                   eccOn,
+		ModelRunner:           d.ModelRunner,
 	}
 	if !d.EnforceEager {
 		s.CUDAGraphs = cudaGraphEstimate(m, tp, d.MaxNumSeqs, d.MaxNumBatchedTokens)
@@ -227,7 +248,7 @@ func size(d Deployment) KVSizing {
 		WeightsBytes:        s.WeightsBytes,
 		ActivationPeakBytes: activationPeakBytes(s.ActivationBytes, s.SamplerBytes),
 		NonTorchBytes:       nonTorchBytes(d.TensorParallelSize),
-		CUDAGraphBytes:      s.CUDAGraphs.Bytes,
+		CUDAGraphBytes:      profiledCUDAGraphBytes(d.ModelRunner, s.CUDAGraphs),
 	}
 	s.RuntimeBytes = s.Memory.NonTorchBytes + s.Memory.CUDAGraphBytes
 	s.OverheadBytes = s.Memory.ActivationPeakBytes + s.RuntimeBytes

@@ -2,7 +2,9 @@ package hardware
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -72,19 +74,23 @@ func TestMemoryBreakdownSums(t *testing.T) {
 		ecc        *bool
 		eager      bool
 		seqs       int
+		runner     string
 	}{
-		{"RTX 4090", "llama-3.1-8b", 1, "", nil, false, 0},
-		{"RTX A4000", "qwen3-4b", 1, "", nil, false, 32},
-		{"RTX A4000", "qwen3-4b", 4, "", &on, false, 32},
-		{"RTX 5090", "gemma-3-27b-it", 1, INT4, nil, false, 0},
-		{"L40S", "qwen3-8b", 2, FP8, &off, false, 0},
-		{"H100 SXM", "llama-3.1-70b", 4, "", nil, false, 0},
-		{"H200", "qwen3-32b", 8, "", &on, true, 0},
-		{"B200", "llama-3.1-70b", 8, FP8, nil, false, 512},
+		{"RTX 4090", "llama-3.1-8b", 1, "", nil, false, 0, ""},
+		{"RTX 4090", "llama-3.1-8b", 1, "", nil, false, 0, ModelRunnerV2},
+		{"RTX A4000", "qwen3-4b", 1, "", nil, false, 32, ModelRunnerV1},
+		{"RTX A4000", "qwen3-4b", 1, "", nil, false, 32, ModelRunnerV2},
+		{"RTX A4000", "qwen3-4b", 4, "", &on, false, 32, ""},
+		{"RTX 5090", "gemma-3-27b-it", 1, INT4, nil, false, 0, ""},
+		{"L40S", "qwen3-8b", 2, FP8, &off, false, 0, ModelRunnerV2},
+		{"H100 SXM", "llama-3.1-70b", 4, "", nil, false, 0, ""},
+		{"H200", "qwen3-32b", 8, "", &on, true, 0, ModelRunnerV2},
+		{"B200", "llama-3.1-70b", 8, FP8, nil, false, 512, ""},
 	}
 	for _, tt := range tests {
 		d := deployment(t, tt.gpu, tt.model)
 		d.TensorParallelSize, d.WeightsDType, d.ECC, d.EnforceEager, d.MaxNumSeqs = tt.tp, tt.weights, tt.ecc, tt.eager, tt.seqs
+		d.ModelRunner = tt.runner
 		s, err := SizeKV(d)
 		if err != nil {
 			t.Errorf("%+v: %v", tt, err)
@@ -97,8 +103,8 @@ func TestMemoryBreakdownSums(t *testing.T) {
 		if m.RequestedBytes != s.UsableBytes || m.KVBytes != s.KVBytes || m.WeightsBytes != s.WeightsBytes {
 			t.Errorf("%s/%s: breakdown %+v disagrees with the sizing's fields", tt.gpu, tt.model, m)
 		}
-		if tt.eager != (m.CUDAGraphBytes == 0) {
-			t.Errorf("%s/%s eager=%v: cuda_graph_bytes %d", tt.gpu, tt.model, tt.eager, m.CUDAGraphBytes)
+		if (tt.eager || tt.runner == ModelRunnerV2) != (m.CUDAGraphBytes == 0) {
+			t.Errorf("%s/%s eager=%v runner=%q: cuda_graph_bytes %d", tt.gpu, tt.model, tt.eager, tt.runner, m.CUDAGraphBytes)
 		}
 		if (tt.tp > 1) != (m.NonTorchBytes > RuntimeOverheadBytes) {
 			t.Errorf("%s/%s tp=%d: non-torch %d (NCCL buffers only with TP > 1)", tt.gpu, tt.model, tt.tp, m.NonTorchBytes)
@@ -172,6 +178,83 @@ func TestEnforceEager(t *testing.T) {
 	}
 	if got := eager.KVBytes - graphs.KVBytes; got != graphs.Memory.CUDAGraphBytes {
 		t.Errorf("eager gains %d KV bytes, want the graph estimate %d", got, graphs.Memory.CUDAGraphBytes)
+	}
+}
+
+// Model Runner V2's profile_cudagraph_memory returns 0 (PR #36520), so the
+// two runners' KV caches differ by exactly the V1 runner's CUDA graph
+// estimate, and in nothing else; with enforce_eager neither profiles graphs.
+func TestModelRunnerV2CUDAGraphs(t *testing.T) {
+	tests := []struct {
+		gpu, model string
+		tp, seqs   int
+		eager      bool
+	}{
+		{"RTX A4000", "Qwen/Qwen3-4B-Instruct-2507", 1, 32, false},
+		{"RTX A4000", "Qwen/Qwen3-4B-Instruct-2507", 1, 0, false},
+		{"RTX A4000", "Qwen/Qwen3-4B-Instruct-2507", 1, 32, true},
+		{"RTX 4090", "meta-llama/Llama-3.1-8B-Instruct", 1, 0, false},
+		{"H100 SXM", "meta-llama/Llama-3.1-70B-Instruct", 4, 0, false},
+		{"L40S", "qwen3-8b", 2, 64, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s/%s/tp%d/seqs%d/eager=%v", tt.gpu, tt.model, tt.tp, tt.seqs, tt.eager), func(t *testing.T) {
+			d := deployment(t, tt.gpu, tt.model)
+			d.TensorParallelSize, d.MaxNumSeqs, d.EnforceEager = tt.tp, tt.seqs, tt.eager
+			byRunner := map[string]KVSizing{}
+			for _, runner := range []string{"", ModelRunnerV1, ModelRunnerV2} {
+				d.ModelRunner = runner
+				s, err := SizeKV(d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				byRunner[runner] = s
+			}
+			def, v1, v2 := byRunner[""], byRunner[ModelRunnerV1], byRunner[ModelRunnerV2]
+			if def.ModelRunner != ModelRunnerV1 || v1.ModelRunner != ModelRunnerV1 || v2.ModelRunner != ModelRunnerV2 {
+				t.Errorf("model_runner: default %q, v1 %q, v2 %q", def.ModelRunner, v1.ModelRunner, v2.ModelRunner)
+			}
+			if !reflect.DeepEqual(def, v1) {
+				t.Errorf("\"\" sizes differently from v1:\n%+v\n%+v", def, v1)
+			}
+			if v2.Memory.CUDAGraphBytes != 0 {
+				t.Errorf("v2 subtracts %d bytes for CUDA graphs, want 0", v2.Memory.CUDAGraphBytes)
+			}
+			if tt.eager != (v1.Memory.CUDAGraphBytes == 0) || v1.Memory.CUDAGraphBytes != v1.CUDAGraphs.Bytes {
+				t.Errorf("v1 subtracts %d, estimate %d (eager %v)", v1.Memory.CUDAGraphBytes, v1.CUDAGraphs.Bytes, tt.eager)
+			}
+			if got := v2.KVBytes - v1.KVBytes; got != v1.CUDAGraphs.Bytes {
+				t.Errorf("v2 - v1 KV bytes = %d, want the V1 estimate %d", got, v1.CUDAGraphs.Bytes)
+			}
+			// Everything but the graph term and what follows from it is the same.
+			same := v2
+			same.ModelRunner, same.Memory.CUDAGraphBytes, same.Memory.KVBytes, same.KVBytes = v1.ModelRunner, v1.Memory.CUDAGraphBytes, v1.Memory.KVBytes, v1.KVBytes
+			same.RuntimeBytes, same.OverheadBytes = v1.RuntimeBytes, v1.OverheadBytes
+			same.KVBlocksPerReplica, same.KVTokensPerReplica = v1.KVBlocksPerReplica, v1.KVTokensPerReplica
+			if !reflect.DeepEqual(same, v1) {
+				t.Errorf("v2 differs from v1 beyond the CUDA graph term:\n%+v\n%+v", v2, v1)
+			}
+			page := int64(DefaultBlockSize) * v1.KVBytesPerTokenPerGPU
+			if got, want := v2.KVBlocksPerReplica, int(v2.KVBytes/page); got != want || got < v1.KVBlocksPerReplica {
+				t.Errorf("v2 blocks %d, want %d (>= v1's %d)", got, want, v1.KVBlocksPerReplica)
+			}
+		})
+	}
+}
+
+func TestModelRunnerValidation(t *testing.T) {
+	for in, want := range map[string]string{"": ModelRunnerV1, "v1": ModelRunnerV1, "V2": ModelRunnerV2, " v2 ": ModelRunnerV2} {
+		if got, err := ParseModelRunner(in); err != nil || got != want {
+			t.Errorf("ParseModelRunner(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"v3", "mrv2", "auto"} {
+		d := deployment(t, "RTX A4000", "qwen3-4b")
+		d.ModelRunner = bad
+		_, err := SizeKV(d)
+		if err == nil || !strings.HasPrefix(err.Error(), "model_runner: ") || !strings.Contains(err.Error(), `want "v1"`) || !strings.Contains(err.Error(), fmt.Sprintf("%q", bad)) {
+			t.Errorf("ModelRunner %q: got %v, want a model_runner error naming it", bad, err)
+		}
 	}
 }
 

@@ -10,7 +10,11 @@ import (
 //
 //	requested    = total_memory x gpu_memory_utilization    gpu_worker.py Worker.init_device
 //	available_kv = requested - weights - torch activation peak - non-torch increase
-//	               - CUDA graph estimate                      gpu_worker.py Worker.determine_available_memory
+//	               - the runner's profile_cudagraph_memory()  gpu_worker.py Worker.determine_available_memory
+//
+// The last term depends on the model runner the worker built: the V1
+// runner's estimate (cudaGraphEstimate), or 0 for Model Runner V2
+// (modelRunnerV2CUDAGraphBytes); profiledCUDAGraphBytes picks one.
 //
 // The figures below are derived from component sizes (PyTorch defaults, NCCL
 // buffer sizes, vLLM's own logs); none is fitted to the measured anchor in
@@ -201,7 +205,7 @@ type CUDAGraphEstimate struct {
 	// which vLLM extrapolates to the other graphs.
 	FirstCaptureBytes int64 `json:"first_capture_bytes"`
 	PerGraphBytes     int64 `json:"per_graph_bytes"`
-	Bytes             int64 `json:"bytes"` // the estimate vLLM subtracts
+	Bytes             int64 `json:"bytes"` // the estimate the V1 runner returns, and vLLM subtracts when V1 runs
 }
 
 // cudaGraphEstimate mirrors vllm/v1/worker/gpu_model_runner.py
@@ -253,6 +257,53 @@ func cudaGraphEstimate(m Model, tp int64, maxNumSeqs, maxNumBatchedTokens int) C
 		e.Bytes += e.PerGraphBytes * int64(e.FullGraphs-1)
 	}
 	return e
+}
+
+// modelRunnerV2CUDAGraphBytes mirrors vllm/v1/worker/gpu/model_runner.py
+// GPUModelRunner.profile_cudagraph_memory of Model Runner V2, added as a
+// placeholder by PR #36520 ("[Model Runner V2] Add dummy
+// profile_cudagraph_memory API"): it returns 0 ("NOTE(woosuk): It is TBD
+// whether we keep this API or not."), so determine_available_memory
+// subtracts nothing for CUDA graphs and the KV cache takes the whole
+// requested budget. MRv2 builds its ModelCudaGraphManager in
+// initialize_kv_cache and captures in capture_model (from
+// Worker.compile_or_warm_up_model), both after the KV cache is allocated:
+// the graphs then live in the memory gpu_memory_utilization leaves over,
+// which is why issue #49224 reports OOMs at capture with MRv2 the default
+// for dense models. PR #53306 ("[Model Runner V2] Reserve CUDA graph
+// memory", fixes #49224) was merged in late August 2026, after 0.26.0
+// (2026-07-25) and after 0.27.1 was out: which release first carries it is
+// not established here.
+//
+// Issue #50159 measured on 0.26.0 (Qwen2.5-0.5B, RTX PRO 6000): eager, both
+// runners hold the same KV tokens; with CUDA graphs on, MRv2 holds 9,040
+// tokens (0.10 GiB) more than V1 (V1's estimate, which MRv2 does not
+// subtract) and 8,544 tokens (0.10 GiB) fewer than eager. That last 0.10 GiB
+// cannot be a CUDA graph term: this function returns 0 and the capture runs
+// after the blocks are counted. --enforce-eager also turns torch.compile off
+// (optimization level -O0), so it most likely comes from the compiled
+// profile_run's torch peak or non-torch memory, the same for both runners;
+// this package does not model compiled against eager profile runs for
+// either runner. Not established from the thread's excerpts.
+func modelRunnerV2CUDAGraphBytes() int64 { return 0 }
+
+// profiledCUDAGraphBytes mirrors the call in vllm/v1/worker/gpu_worker.py
+// Worker.determine_available_memory: cudagraph_memory_estimate =
+// self.model_runner.profile_cudagraph_memory() when CUDA graphs will be
+// captured (applied since v0.21: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1).
+// The worker calls whichever runner it built (VLLM_USE_V2_MODEL_RUNNER, or
+// the release's default for the model) without branching on it: the V1
+// runner returns its estimate v1, Model Runner V2 returns 0. runner is
+// ModelRunnerV1 or ModelRunnerV2 (validated by withDeploymentDefaults); v1
+// is zero with enforce_eager, when the worker does not call it at all.
+func profiledCUDAGraphBytes(runner string, v1 CUDAGraphEstimate) int64 {
+	if v1.Mode == "" {
+		return 0 // enforce_eager: cudagraph_mode NONE, no profile
+	}
+	if runner == ModelRunnerV2 {
+		return modelRunnerV2CUDAGraphBytes()
+	}
+	return v1.Bytes
 }
 
 func mlpWidth(m Model) int {

@@ -126,25 +126,65 @@ func TestGoldenCUDAGraphEstimate(t *testing.T) {
 	golden(t, "cuda_graph_estimate.golden", b.String())
 }
 
+// Mirrors vllm/v1/worker/gpu/model_runner.py GPUModelRunner.profile_cudagraph_memory
+// of Model Runner V2 (PR #36520: returns 0), against the V1 runner's
+// estimate that Worker.determine_available_memory would subtract instead.
+func TestGoldenModelRunnerV2CUDAGraphs(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("# mirrors vllm/v1/worker/gpu/model_runner.py GPUModelRunner.profile_cudagraph_memory (Model Runner V2): PR #36520 added it as a dummy API that returns 0\n")
+	b.WriteString("# vllm/v1/worker/gpu_worker.py Worker.determine_available_memory subtracts what the runner returns: V1 (vllm/v1/worker/gpu_model_runner.py) its estimate, V2 nothing\n")
+	b.WriteString("# gpu | model | tp | max_num_seqs | eager | V1 profile_cudagraph_memory | V2 profile_cudagraph_memory | KV blocks V1 | KV blocks V2 | V2 - V1 KV bytes\n")
+	type runnerCase struct {
+		gpu, model string
+		tp, seqs   int
+		eager      bool
+	}
+	cases := []runnerCase{{"RTX A4000", "Qwen/Qwen3-4B-Instruct-2507", 1, 32, true}}
+	for _, c := range goldenCases {
+		cases = append(cases, runnerCase{c.gpu, c.model, c.tp, c.seqs, false})
+	}
+	for _, c := range cases {
+		var s [2]KVSizing
+		for i, runner := range []string{ModelRunnerV1, ModelRunnerV2} {
+			d := deployment(t, c.gpu, c.model)
+			d.TensorParallelSize, d.MaxNumSeqs, d.EnforceEager, d.ModelRunner = c.tp, c.seqs, c.eager, runner
+			if strings.Contains(c.model, "gemma") {
+				d.WeightsDType, d.MaxModelLen = INT4, 65536
+			}
+			var err error
+			if s[i], err = SizeKV(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fmt.Fprintf(&b, "%s | %s | %d | %d | %v | %s | %s | %d | %d | %d\n", c.gpu, c.model, c.tp, s[0].MaxNumSeqs, c.eager,
+			mib(s[0].Memory.CUDAGraphBytes), mib(s[1].Memory.CUDAGraphBytes), s[0].KVBlocksPerReplica, s[1].KVBlocksPerReplica, s[1].KVBytes-s[0].KVBytes)
+	}
+	golden(t, "model_runner_v2_cuda_graphs.golden", b.String())
+}
+
 // Mirrors vllm/v1/worker/gpu_worker.py Worker.determine_available_memory and
-// vllm/v1/core/kv_cache_utils.py (num_gpu_blocks = available // page size).
+// vllm/v1/core/kv_cache_utils.py (num_gpu_blocks = available // page size),
+// for both model runners.
 func TestGoldenDetermineAvailableMemory(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("# mirrors vllm/v1/worker/gpu_worker.py Worker.determine_available_memory; blocks as vllm/v1/core/kv_cache_utils.py\n")
-	b.WriteString("# gpu | model | tp | max_num_seqs | requested | weights | activation peak | non-torch | cuda graphs | kv | blocks\n")
-	for _, c := range goldenCases {
-		d := deployment(t, c.gpu, c.model)
-		d.TensorParallelSize, d.MaxNumSeqs = c.tp, c.seqs
-		if strings.Contains(c.model, "gemma") {
-			d.WeightsDType, d.MaxModelLen = INT4, 65536
+	b.WriteString("# cuda graphs: the runner's profile_cudagraph_memory(), V1 vllm/v1/worker/gpu_model_runner.py, V2 vllm/v1/worker/gpu/model_runner.py (0, PR #36520)\n")
+	b.WriteString("# gpu | model | tp | max_num_seqs | runner | requested | weights | activation peak | non-torch | cuda graphs | kv | blocks\n")
+	for _, runner := range []string{ModelRunnerV1, ModelRunnerV2} {
+		for _, c := range goldenCases {
+			d := deployment(t, c.gpu, c.model)
+			d.TensorParallelSize, d.MaxNumSeqs, d.ModelRunner = c.tp, c.seqs, runner
+			if strings.Contains(c.model, "gemma") {
+				d.WeightsDType, d.MaxModelLen = INT4, 65536
+			}
+			s, err := SizeKV(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := s.Memory
+			fmt.Fprintf(&b, "%s | %s | %d | %d | %s | %d | %d | %d | %d | %d | %d | %d\n", c.gpu, c.model, c.tp, s.MaxNumSeqs, s.ModelRunner,
+				m.RequestedBytes, m.WeightsBytes, m.ActivationPeakBytes, m.NonTorchBytes, m.CUDAGraphBytes, m.KVBytes, s.KVBlocksPerReplica)
 		}
-		s, err := SizeKV(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := s.Memory
-		fmt.Fprintf(&b, "%s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d\n", c.gpu, c.model, c.tp, s.MaxNumSeqs,
-			m.RequestedBytes, m.WeightsBytes, m.ActivationPeakBytes, m.NonTorchBytes, m.CUDAGraphBytes, m.KVBytes, s.KVBlocksPerReplica)
 	}
 	golden(t, "determine_available_memory.golden", b.String())
 }

@@ -86,8 +86,10 @@ type VLLMSpec struct {
 	// front of the data-parallel engines, each balancing on its own (the
 	// least-loaded strategy); 0 means vLLM's default, the DP size.
 	APIServerCount int `yaml:"api_server_count"`
-	// StatsUpdateInterval is how often the DP coordinator publishes the
-	// engines' counts to the API servers (vLLM: 100 ms).
+	// StatsUpdateInterval is how often, at most, the DP coordinator
+	// publishes the engines' counts to the API servers when one changed
+	// (vLLM: 100 ms). Whether the engines report any is the release's
+	// (vllm.go: none for a dense model up to 0.26).
 	StatsUpdateInterval Duration `yaml:"stats_update_interval"`
 }
 
@@ -104,24 +106,6 @@ const DefaultStatsUpdateInterval = 100 * time.Millisecond
 // DefaultVLLMVersion is the release the simulator models unless a farm says
 // otherwise: the one of the product's published benchmark.
 const DefaultVLLMVersion = "0.26"
-
-// Releases from which vLLM's behaviour changed, as "MAJOR.MINOR". The PRs'
-// merge dates are known (vllm-project/vllm#37307: May 2026 as the default;
-// #48860: July 2026); the first release to carry each is inferred from
-// the monthly release cadence, so a farm that knows better sets
-// vllm.scheduler_reserve_full_isl explicitly.
-var (
-	vllmReserveFullISLSince   = [2]int{0, 22}
-	vllmStatsAtAdmissionSince = [2]int{0, 24}
-)
-
-// VLLMBehaviour is what the modelled vLLM version does differently.
-type VLLMBehaviour struct {
-	Version [2]int
-	// StatsAtAdmission: prefix-cache queries and hits are counted once, when
-	// a request is admitted (PR #48860); before it, at every lookup.
-	StatsAtAdmission bool
-}
 
 // parseVLLMVersion reads "0.26", "0.26.0" or "v0.26.1" as {0, 26}.
 func parseVLLMVersion(v string) ([2]int, bool) {
@@ -409,10 +393,10 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	if !ok {
 		return nil, bad("vllm.version", "want a release such as \"0.26\" or \"0.26.1\", got %q", v.Version)
 	}
-	behaviour := VLLMBehaviour{Version: version, StatsAtAdmission: versionAtLeast(version, vllmStatsAtAdmissionSince)}
+	behaviour := VLLMBehaviourFor(version, model)
 	switch v.ReserveFullISL {
 	case "":
-		v.ReserveFullISL = strconv.FormatBool(versionAtLeast(version, vllmReserveFullISLSince))
+		v.ReserveFullISL = strconv.FormatBool(behaviour.ReserveFullISL)
 	case "true", "false":
 	default:
 		return nil, bad("vllm.scheduler_reserve_full_isl", "want true or false, got %q", v.ReserveFullISL)
@@ -517,6 +501,7 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 		MaxNumSeqs:           v.MaxNumSeqs,
 		MaxNumBatchedTokens:  v.MaxNumBatchedTokens,
 		ECC:                  ecc,
+		ModelRunner:          behaviour.ModelRunner,
 	}
 	sizing, err := hardware.SizeKV(dep)
 	if err != nil && v.NumGPUBlocks == 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/internal/num"
+	"github.com/lm-warden/warden/sim"
 	"github.com/spf13/cobra"
 )
 
@@ -32,6 +33,7 @@ type kvOptions struct {
 	MaxNumBatchedTokens  int
 	ECC                  string
 	EnforceEager         bool
+	VLLMVersion          string // "": sim.DefaultVLLMVersion
 	JSON                 bool
 	// probe lists local GPUs for --gpu auto; hardware.Probe outside tests.
 	probe func() ([]hardware.DetectedGPU, error)
@@ -50,8 +52,17 @@ func newKVCmd() *cobra.Command {
 1/16 with --ecc on for a GDDR card, x gpu_memory_utilization) minus the weights,
 the torch activation peak (a max_num_batched_tokens forward, or the sampler's
 dummy run over max_num_seqs requests), non-torch memory (kernel images, cuBLAS
-workspace, NCCL with tensor parallelism) and vLLM's CUDA graph estimate (none
-with --enforce-eager), in blocks of block_size tokens.
+workspace, NCCL with tensor parallelism) and what the model runner's
+profile_cudagraph_memory returns (none with --enforce-eager), in blocks of
+block_size tokens.
+
+--vllm-version picks the release (default: the simulator's) and, through
+warden's vLLM version table, the model runner it runs for the model: the V1
+runner subtracts its CUDA graph estimate; Model Runner V2 (the default for
+dense models since 0.25) returns 0 (vLLM PR #36520) and captures its graphs
+after the KV cache is allocated, in the memory gpu_memory_utilization leaves.
+The output says which runner and which ECC mode (as the card ships, or --ecc)
+it assumed.
 
 With --context and --sessions it applies the rule of thumb: concurrent sessions x
 their typical context must stay below the KV cache of the whole farm
@@ -60,14 +71,17 @@ their typical context must stay below the KV cache of the whole farm
 --gpu auto reads the local GPU through NVML (and fails without the driver).
 JSON keys: kv_tokens_per_replica, kv_blocks_per_replica, kv_bytes_per_token,
 weights_bytes, fits and sessions_that_fit (null without --context/--sessions),
-and "memory": {requested_bytes, weights_bytes, activation_peak_bytes,
+"memory": {requested_bytes, weights_bytes, activation_peak_bytes,
 non_torch_bytes, cuda_graph_bytes, kv_bytes}, per GPU, whose last five add up to
-requested_bytes.`,
+requested_bytes; vllm_version, model_runner ("v1" or "v2") and
+model_runner_note; ecc (on or off as sized), ecc_set_by ("catalogue", "--ecc"
+or "nvml"), ecc_cost_bytes (what ECC takes from the CUDA total) and ecc_note.`,
 		Example: `  warden kv --gpu "RTX A4000" --model Qwen/Qwen3-4B-Instruct-2507
   warden kv --gpu a4000 --model qwen3-4b --replicas 4 --context 13000 --sessions 16
   warden kv --gpu 5090 --model gemma-3-27b-it --weights-dtype int4 --max-model-len 65536 --json
   warden kv --gpu h100 --model llama-3.1-70b --tensor-parallel-size 4
   warden kv --gpu a4000 --model qwen3-4b --max-num-seqs 32 --ecc on --enforce-eager
+  warden kv --gpu a4000 --model qwen3-4b --max-num-seqs 32 --vllm-version 0.21
   warden kv --gpu auto --model-config ./my-model/config.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -91,6 +105,7 @@ requested_bytes.`,
 	f.IntVar(&opts.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "vLLM's --max-num-batched-tokens (0: vLLM's default for the GPU, 2048 or 8192)")
 	f.StringVar(&opts.ECC, "ecc", "", "ECC mode: on or off (default: as the card ships; ECC on costs a GDDR card 1/16 of its memory)")
 	f.BoolVar(&opts.EnforceEager, "enforce-eager", false, "vLLM's --enforce-eager: no CUDA graphs, so no CUDA graph memory is reserved")
+	f.StringVar(&opts.VLLMVersion, "vllm-version", sim.DefaultVLLMVersion, `vLLM release ("0.26", "0.26.1"): picks the model runner it runs for the model, whose profile decides the CUDA graph memory`)
 	f.BoolVar(&opts.JSON, "json", false, "print JSON")
 	cmd.MarkFlagsMutuallyExclusive("model", "model-config")
 	cmd.MarkFlagsRequiredTogether("context", "sessions")
@@ -112,6 +127,16 @@ type kvReport struct {
 	MaxModelLen          int     `json:"max_model_len,omitempty"`
 	Replicas             int     `json:"replicas"`
 	EnforceEager         bool    `json:"enforce_eager"`
+	// VLLMVersion is the release sized for ("0.26"); it picked
+	// KVSizing.ModelRunner, which ModelRunnerNote explains.
+	VLLMVersion     string `json:"vllm_version"`
+	ModelRunnerNote string `json:"model_runner_note"`
+	// The ECC mode sized (KVSizing.ECC): who set it ("catalogue": as the
+	// card ships; "--ecc": the override; "nvml": a card not in the
+	// catalogue, as measured), what it takes from the CUDA total, and why.
+	ECCSetBy     string `json:"ecc_set_by"`
+	ECCCostBytes int64  `json:"ecc_cost_bytes"`
+	ECCNote      string `json:"ecc_note"`
 	hardware.KVSizing
 	FarmKVTokens int `json:"farm_kv_tokens"`
 	// Rule of thumb; null when --context/--sessions are not given.
@@ -188,6 +213,14 @@ func sizeReport(opts *kvOptions) (*kvReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--ecc: %w", err)
 	}
+	v := opts.VLLMVersion
+	if v == "" {
+		v = sim.DefaultVLLMVersion // as a farm spec's vllm.version
+	}
+	version, err := sim.ParseVLLMVersion(v)
+	if err != nil {
+		return nil, fmt.Errorf("--vllm-version: %w", err)
+	}
 	gpu, detected, err := resolveGPU(opts)
 	if err != nil {
 		return nil, err
@@ -201,6 +234,7 @@ func sizeReport(opts *kvOptions) (*kvReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	runner := sim.VLLMBehaviourFor(version, model).ModelRunner
 	d := hardware.Deployment{
 		GPU: gpu, Model: model,
 		WeightsDType: weights, KVCacheDType: kvd,
@@ -212,6 +246,7 @@ func sizeReport(opts *kvOptions) (*kvReport, error) {
 		MaxNumBatchedTokens:  opts.MaxNumBatchedTokens,
 		ECC:                  ecc,
 		EnforceEager:         opts.EnforceEager,
+		ModelRunner:          runner,
 	}
 	s, err := hardware.SizeKV(d)
 	if err != nil {
@@ -234,17 +269,103 @@ func sizeReport(opts *kvOptions) (*kvReport, error) {
 		WeightsDType: string(weights), KVCacheDType: string(kvd),
 		TensorParallelSize: opts.TensorParallelSize, GPUMemoryUtilization: opts.GPUMemoryUtilization,
 		BlockSize: opts.BlockSize, MaxModelLen: opts.MaxModelLen, Replicas: opts.Replicas,
-		EnforceEager: opts.EnforceEager,
-		KVSizing:     s,
-		FarmKVTokens: s.KVTokensPerReplica * opts.Replicas,
-		Sessions:     opts.Sessions, ContextTokens: opts.Context,
+		EnforceEager:    opts.EnforceEager,
+		VLLMVersion:     fmt.Sprintf("%d.%d", version[0], version[1]),
+		ModelRunnerNote: runnerNote(version, model),
+		KVSizing:        s,
+		FarmKVTokens:    s.KVTokensPerReplica * opts.Replicas,
+		Sessions:        opts.Sessions, ContextTokens: opts.Context,
 		gpuMemoryBytes: gpu.MemoryBytes, modelMaxPositions: model.MaxPositionTokens,
 	}
+	r.ECCSetBy, r.ECCCostBytes, r.ECCNote = eccAssumption(gpu, ecc, s.ECC)
 	if opts.Context > 0 {
 		v := hardware.RuleOfThumb(opts.Sessions, opts.Context, r.FarmKVTokens)
 		r.Fits, r.SessionsThatFit, r.DemandRatio = &v.Fits, &v.SessionsThatFit, &v.Ratio
 	}
 	return r, nil
+}
+
+// runnerName is how the text output names a model runner.
+func runnerName(runner string) string {
+	if runner == hardware.ModelRunnerV2 {
+		return "Model Runner V2"
+	}
+	return "V1 model runner"
+}
+
+// runnerNote says which model runner release version runs for m and since
+// when, as warden's vLLM version table (sim.VLLMBehaviourFor) has it.
+func runnerNote(version [2]int, m hardware.Model) string {
+	runnerAt := func(minor int) string {
+		return sim.VLLMBehaviourFor([2]int{version[0], minor}, m).ModelRunner
+	}
+	b := sim.VLLMBehaviourFor(version, m)
+	runner := b.ModelRunner
+	note := fmt.Sprintf("%s: vLLM %d.%d's default for this model", runnerName(runner), version[0], version[1])
+	if b.ModelRunnerSwitch != "" {
+		note += " (" + b.ModelRunnerSwitch + ")"
+	}
+	if runner != hardware.ModelRunnerV2 {
+		for minor := version[1] + 1; minor <= version[1]+64; minor++ {
+			if runnerAt(minor) == hardware.ModelRunnerV2 {
+				return note + fmt.Sprintf("; Model Runner V2 from %d.%d", version[0], minor)
+			}
+		}
+	}
+	return note
+}
+
+// eccAssumption says who set the ECC mode the sizing assumed (eccOn), what
+// it takes from g's CUDA total, and why, in a sentence: as the catalogue
+// says the card ships, or as the --ecc override asks (override non-nil).
+func eccAssumption(g hardware.GPU, override *bool, eccOn bool) (setBy string, costBytes int64, note string) {
+	on, off := true, false
+	totalOn, _, errOn := hardware.TotalMemory(g, &on)
+	totalOff, _, errOff := hardware.TotalMemory(g, &off)
+	share := int64(0) // what ECC's check bits take on a GDDR card with an ECC mode
+	if errOn == nil && errOff == nil {
+		share = totalOff - totalOn
+	}
+	if eccOn {
+		costBytes = share
+	}
+	state := map[bool]string{true: "on", false: "off"}[eccOn]
+	switch {
+	case g.ECC == "":
+		return "nvml", 0, "unknown: not in the catalogue, so sized on the CUDA total NVML reports, in whatever mode the card runs"
+	case override == nil:
+		setBy = "catalogue"
+		switch g.ECC {
+		case hardware.ECCNone:
+			note = fmt.Sprintf("none: the %s has no ECC mode (catalogue)", g.Name)
+		case hardware.ECCHBM:
+			note = "on, as HBM always runs it (catalogue): check bits out of band, no memory cost"
+		case hardware.ECCOn:
+			note = fmt.Sprintf("on, as the %s ships (catalogue): check bits take 1/16 of its memory, %s; --ecc off would give that back", g.Name, gib(share))
+		default:
+			note = fmt.Sprintf("off, as the %s ships (catalogue); --ecc on would cost 1/16 of its memory, %s", g.Name, gib(share))
+		}
+		return setBy, costBytes, note
+	}
+	setBy = "--ecc"
+	shipped := map[bool]string{true: "ships with it on", false: "ships with it off"}[g.ECC == hardware.ECCOn]
+	switch {
+	case g.ECC == hardware.ECCNone:
+		note = fmt.Sprintf("off (--ecc off): the %s has no ECC mode", g.Name)
+	case g.ECC == hardware.ECCHBM:
+		note = fmt.Sprintf("%s (--ecc %s): HBM keeps check bits out of band, so the memory is the same either way", state, state)
+	case eccOn == (g.ECC == hardware.ECCOn):
+		if eccOn {
+			note = fmt.Sprintf("on (--ecc on, as the %s ships): check bits take 1/16 of its memory, %s", g.Name, gib(share))
+		} else {
+			note = fmt.Sprintf("off (--ecc off, as the %s ships); on would cost 1/16 of its memory, %s", g.Name, gib(share))
+		}
+	case eccOn:
+		note = fmt.Sprintf("on (--ecc on; the %s %s): costs 1/16 of its memory, %s", g.Name, shipped, gib(share))
+	default:
+		note = fmt.Sprintf("off (--ecc off; the %s %s): gives back the 1/16 its check bits took, %s", g.Name, shipped, gib(share))
+	}
+	return setBy, costBytes, note
 }
 
 // resolveGPU looks the GPU up, or with "auto" reads it through NVML. Several
@@ -279,6 +400,8 @@ func printKV(out io.Writer, r *kvReport) error {
 	fmt.Fprintf(tw, "model\t%s (%.2fB params, %s weights, %s KV cache)\n", r.Model, float64(r.ParamCount)/1e9, r.WeightsDType, r.KVCacheDType)
 	fmt.Fprintf(tw, "replica\t%d GPU(s): tensor_parallel_size %d, gpu_memory_utilization %g, block_size %d\n",
 		r.TensorParallelSize, r.TensorParallelSize, r.GPUMemoryUtilization, r.BlockSize)
+	fmt.Fprintf(tw, "runner\t%s\n", r.ModelRunnerNote)
+	fmt.Fprintf(tw, "ECC\t%s\n", r.ECCNote)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -301,6 +424,11 @@ func printKV(out io.Writer, r *kvReport) error {
 	graphs := "--enforce-eager: none"
 	if g := r.CUDAGraphs; g.Mode != "" {
 		graphs = fmt.Sprintf("%s: %d piecewise + %d full graphs up to %d tokens", g.Mode, g.PiecewiseGraphs, g.FullGraphs, g.LargestSize)
+		if r.ModelRunner == hardware.ModelRunnerV2 {
+			graphs = fmt.Sprintf("Model Runner V2: profile_cudagraph_memory returns 0, vLLM PR #36520; V1 would estimate %s for %s", gib(g.Bytes), graphs)
+		} else {
+			graphs = "V1 runner's estimate for " + graphs
+		}
 	}
 	fmt.Fprintln(out, "\nmemory per GPU (vLLM's determine_available_memory)")
 	for _, row := range []struct {
@@ -329,6 +457,10 @@ func printKV(out io.Writer, r *kvReport) error {
 	fmt.Fprintf(tw, "KV tokens, farm\t%s\t(%d replica(s), %d GPU(s))\n", thousands(r.FarmKVTokens), r.Replicas, r.Replicas*r.TensorParallelSize)
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if r.ModelRunner == hardware.ModelRunnerV2 && r.CUDAGraphs.Bytes > 0 {
+		fmt.Fprintf(out, "\nnote: Model Runner V2 captures its CUDA graphs after the KV cache is allocated, in the %s that gpu_memory_utilization leaves; V1 would have set %s aside for them (vLLM issue #49224: OOM at capture when that is short)\n",
+			gib(r.TotalMemoryBytes-r.UsableBytes), gib(r.CUDAGraphs.Bytes))
 	}
 	if r.MaxModelLen == 0 && r.modelMaxPositions > r.KVTokensPerReplica {
 		fmt.Fprintf(out, "\nnote: vLLM's default max_model_len for this model (%s) exceeds the KV cache; start it with --max-model-len <= %d\n",
