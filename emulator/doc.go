@@ -11,8 +11,10 @@
 //     per engine, one HTTP server per listener, all stopped when ctx is
 //     done), the two layouts (one listener per replica, or one
 //     data-parallel server whose requests pick a rank with
-//     X-data-parallel-rank or else through vLLM's balancer,
-//     placement.LeastLoaded).
+//     X-data-parallel-rank or else through vLLM's front end as the farm's
+//     release runs it, sim.DPFrontEnd: each connection reaches one of
+//     api_server_count API servers, which balance on their own; up to 0.26
+//     a dense model's engines report no counts, so each server rotates).
 //   - engine.go: one engine: its virtual time is the wall clock times
 //     --speed; the driver advances the model to it and sleeps until the step
 //     in flight ends; handlers submit and abort requests and receive one

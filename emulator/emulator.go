@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
@@ -80,18 +79,13 @@ type Emulator struct {
 	clock       *clock
 	engines     []*engine
 
-	lbMu      sync.Mutex // vLLM's balancer (LayoutDP without a rank header)
-	lb        placement.LeastLoaded
-	lbSnap    placement.Snapshot
-	lbRefresh time.Time // wall time of the last stats update
+	lbMu  sync.Mutex      // vLLM's front end (LayoutDP without a rank header)
+	lb    *sim.DPFrontEnd // nil: one engine, or a MoE model (no balancer modelled)
+	lbErr error           // why lb is nil with several engines
 
 	stopping chan struct{} // closed when Serve begins to stop
 	served   sync.Once
 }
-
-// lbInterval is how often vLLM's balancer gets fresh engine counts
-// (the DP coordinator publishes about every 100 ms), in model time.
-const lbInterval = 100 * time.Millisecond
 
 // New returns an emulator of farm f. Its clock starts now; Serve serves it.
 func New(f *sim.Farm, opts Options) (*Emulator, error) {
@@ -134,10 +128,12 @@ func New(f *sim.Farm, opts Options) (*Emulator, error) {
 		e.maxModelLen = min(e.maxModelLen, f.Model.MaxPositionTokens)
 	}
 	n := f.Spec.Replicas
-	e.lbSnap = placement.Snapshot{Replicas: make([]placement.Replica, n), MaxNumSeqs: f.Spec.VLLM.MaxNumSeqs}
 	for i := range n {
 		e.engines = append(e.engines, newEngine(i, sim.NewEngineReplica(f, i), e.clock, f.Spec.VLLM.MaxModelLen))
-		e.lbSnap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
+	}
+	if n > 1 && opts.Layout == LayoutDP {
+		// A MoE model has none modelled: requests must then name a rank.
+		e.lb, e.lbErr = sim.NewDPFrontEnd(f, opts.Seed)
 	}
 	return e, nil
 }
@@ -194,7 +190,7 @@ func (e *Emulator) Serve(ctx context.Context, lns []net.Listener) error {
 	servers := make([]*http.Server, len(lns))
 	errc := make(chan error, len(lns))
 	for i, ln := range lns {
-		srv := &http.Server{Handler: e.Handler(i), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: e.Handler(i), ReadHeaderTimeout: 10 * time.Second, ConnContext: e.connContext}
 		servers[i] = srv
 		wg.Go(func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -222,38 +218,70 @@ func (e *Emulator) Serve(ctx context.Context, lns []net.Listener) error {
 
 // pick chooses the rank of a LayoutDP request: the X-data-parallel-rank
 // header when it is an integer (a non-integer is ignored, as vLLM does),
-// else vLLM's balancer (placement.LeastLoaded: lowest 4*waiting + running,
-// over counts refreshed every lbInterval of model time).
-func (e *Emulator) pick(engines []*engine, h http.Header, promptTokens int) (*engine, error) {
+// else vLLM's front end (sim.DPFrontEnd: the API server its connection
+// reached, balancing as the farm's vLLM release does, in model time). It
+// returns the engine and the API server (-1 when none balanced).
+func (e *Emulator) pick(engines []*engine, h http.Header, server int) (*engine, int, error) {
 	if len(engines) == 1 {
-		return engines[0], nil
+		return engines[0], -1, nil
 	}
 	if v := h.Get(RankHeader); v != "" {
 		if rank, ok := parseRank(strings.TrimSpace(v)); ok {
 			if rank < 0 || rank >= len(engines) {
-				return nil, badRequest("", "data_parallel_rank %d is out of range [0, %d).", rank, len(engines))
+				return nil, -1, badRequest("", "data_parallel_rank %d is out of range [0, %d).", rank, len(engines))
 			}
-			return engines[rank], nil
+			return engines[rank], -1, nil
 		}
+	}
+	if e.lb == nil {
+		return nil, -1, badRequest("", "send X-data-parallel-rank: %v", e.lbErr)
 	}
 	e.lbMu.Lock()
 	defer e.lbMu.Unlock()
-	now := time.Now()
-	if e.lbSnap.Generation == 0 || now.Sub(e.lbRefresh) >= time.Duration(float64(lbInterval)/e.opts.Speed) {
-		for i, eng := range engines {
-			st := eng.stats()
-			e.lbSnap.Replicas[i].Running = st.Running
-			e.lbSnap.Replicas[i].Waiting = st.Waiting
-			e.lbSnap.Replicas[i].KVUsage = st.KVUsage
-		}
-		e.lbSnap.Generation++
-		e.lbRefresh = now
+	if server < 0 {
+		server = e.lb.Dial() // no connection known (a handler served directly): a new one
 	}
-	d, err := e.lb.Pick(&placement.Request{Model: e.model, PromptTokens: promptTokens, Pinned: placement.NoPin}, &e.lbSnap, now)
-	if err != nil {
-		return nil, err
+	now := e.clock.virtual().Microseconds()
+	i := e.lb.Pick(server, now, func(i int) (int, int, float64, int64) {
+		st := engines[i].stats()
+		return st.Waiting, st.Running, st.KVUsage, st.Steps
+	})
+	return engines[i], server, nil
+}
+
+// finished tells vLLM's front end that a request API server placed on
+// eng has finished (its own in-flight count, from vLLM 0.27).
+func (e *Emulator) finished(server int, eng *engine) {
+	if e.lb == nil || server < 0 {
+		return
 	}
-	return engines[d.Replica], nil
+	e.lbMu.Lock()
+	e.lb.Finished(server, eng.index)
+	e.lbMu.Unlock()
+}
+
+// connServerKey keys the API server a connection reached in its context.
+type connServerKey struct{}
+
+// connContext gives each new connection its API server, as the kernel's
+// SO_REUSEPORT hash does for vLLM's api_server_count servers.
+func (e *Emulator) connContext(ctx context.Context, _ net.Conn) context.Context {
+	if e.lb == nil {
+		return ctx
+	}
+	e.lbMu.Lock()
+	k := e.lb.Dial()
+	e.lbMu.Unlock()
+	return context.WithValue(ctx, connServerKey{}, k)
+}
+
+// connServer is the API server of the connection ctx belongs to, -1 when
+// it has none.
+func connServer(ctx context.Context) int {
+	if k, ok := ctx.Value(connServerKey{}).(int); ok {
+		return k
+	}
+	return -1
 }
 
 // parseRank reads a decimal integer, as Python's int() would.

@@ -720,3 +720,46 @@ func BenchmarkStreamedChat(b *testing.B) {
 		ask(b, r.urls[0], "/v1/chat/completions", body)
 	}
 }
+
+// TestDataParallelFrontEndByRelease: without a rank header, a request
+// reaches vLLM's front end as the farm's release runs it (sim.DPFrontEnd).
+// One keep-alive connection's sequential requests, on idle engines: 0.26
+// (a dense model's engines report no counts; the connection's API server
+// rotates) spreads them over every engine, while 0.13 (counts published,
+// a fixed scan start) sends each to the same engine, idle again by then.
+func TestDataParallelFrontEndByRelease(t *testing.T) {
+	for _, c := range []struct {
+		version string
+		engines int
+	}{{"0.26", 4}, {"0.13", 1}} {
+		t.Run(c.version, func(t *testing.T) {
+			r := start(t, testFarm(t, 4, ", version: \""+c.version+"\""), Options{Layout: LayoutDP})
+			tr := &http.Transport{MaxConnsPerHost: 1}
+			defer tr.CloseIdleConnections()
+			client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+			for i := range 8 {
+				b, _ := json.Marshal(chatBody("s", []string{fmt.Sprint("turn ", i)}, nil, 3, false))
+				resp, err := client.Post(r.urls[0]+"/v1/chat/completions", "application/json", bytes.NewReader(b))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("status %d", resp.StatusCode)
+				}
+				time.Sleep(5 * time.Millisecond) // 0.5 s of model time: the engine is idle and its counts published
+			}
+			fams := scrape(t, r.urls[0])
+			used := 0
+			for rank := range 4 {
+				if value(fams, "vllm:request_success_total", "engine", fmt.Sprint(rank)) > 0 {
+					used++
+				}
+			}
+			if used != c.engines {
+				t.Errorf("vLLM %s: one connection's 8 sequential requests reached %d engines, want %d", c.version, used, c.engines)
+			}
+		})
+	}
+}

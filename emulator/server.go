@@ -79,6 +79,7 @@ type call struct {
 	id      string
 	answer  string
 	eng     *engine
+	server  int // vLLM's API server that placed it, -1: none (a rank header, one engine)
 	st      *stream
 	cached  int
 	gen     int
@@ -122,11 +123,12 @@ func (s *server) infer(api API) http.Handler {
 			}
 			return // else the client went away
 		}
-		c, aerr := s.start(api, req, r.Header)
+		c, aerr := s.start(api, req, r.Header, connServer(r.Context()))
 		if aerr != nil {
 			writeError(w, api, aerr)
 			return
 		}
+		defer s.e.finished(c.server, c.eng)
 		c.die = f == faultDie
 		if c.req.Stream {
 			s.stream(w, r.Context(), c)
@@ -161,9 +163,9 @@ func (s *server) parse(api API, body []byte) (*Request, *APIError) {
 }
 
 // start submits a parsed request to an engine.
-func (s *server) start(api API, req *Request, h http.Header) (*call, *APIError) {
+func (s *server) start(api API, req *Request, h http.Header, apiServer int) (*call, *APIError) {
 	e := s.e
-	eng, err := e.pick(s.engines, h, req.PromptTokens)
+	eng, apiServer, err := e.pick(s.engines, h, apiServer)
 	if err != nil {
 		var ae *APIError
 		if errors.As(err, &ae) {
@@ -178,7 +180,7 @@ func (s *server) start(api API, req *Request, h http.Header) (*call, *APIError) 
 	}
 	prefix := map[API]string{APIChat: "chatcmpl-", APICompletions: "cmpl-", APIMessages: "msg_", APIResponses: "resp_"}[api]
 	id := fmt.Sprintf("%s%d-%d", prefix, eng.index, s.nextID.Add(1))
-	return &call{e: e, api: api, req: req, id: id, answer: answer, eng: eng, st: st}, nil
+	return &call{e: e, api: api, req: req, id: id, answer: answer, eng: eng, st: st, server: apiServer}, nil
 }
 
 // wait returns the next events of c's stream; false when the client went

@@ -101,3 +101,14 @@ func (r *run) connect(s *seq) {
 		s.apiServer = r.front.connect(nil)
 	}
 }
+
+// releaseConn returns the connection s went out on to the client's pool
+// when the client has read the answer's end, half a round trip after the
+// engine sent it (the next turn goes out a turnaround later, on the most
+// recently returned idle connection: its own, unless another answer was
+// read in between).
+func (r *run) releaseConn(s *seq) {
+	if r.front != nil && s.apiServer >= 0 {
+		r.ev.push(r.now+r.downlinkUs, evRelease, s.apiServer)
+	}
+}

@@ -42,7 +42,8 @@
 //     session replay (each session from its recorded start, turns paced by
 //     the farm; the router told of each request's start and end as the
 //     proxy's is, refused first turns retried as the SDKs do).
-//     frontend.go: vLLM's DP front end, which routes least-loaded.
+//     frontend.go: vLLM's DP front end, which routes least-loaded, as the
+//     release in vllm.version runs it (vllm.go).
 //     apiserver.go: the way up, past vLLM's API server, which templates
 //     and tokenises one request at a time (a FIFO per server).
 //     requests.go: the per-request records of --requests.
@@ -71,14 +72,20 @@
 //   - Admission is vLLM 0.26's (vllm.version selects older behaviour):
 //     scheduler_reserve_full_isl admits a waiting request only if its whole
 //     sequence fits, and the waiting loop stops at the first that does not.
-//   - Prefix-cache counters follow vLLM: queries and hits count each
-//     request once, at admission (from 0.24; before, every failed lookup
-//     too); a preempted request's re-lookup is counted apart (vLLM's
+//   - Prefix-cache counters follow vLLM: up to 0.26 queries and hits
+//     count every lookup, so a request blocked at the head of the queue is
+//     counted at every step; from 0.27 (PR #48860) each request once, at
+//     admission. A preempted request's re-lookup is counted apart (vLLM's
 //     preempted_queries, not exported). Rows also give the true admission
 //     hit %.
 //   - least-loaded is vLLM's own data-parallel front end (frontend.go): its
-//     API servers, their connections and the coordinator's counts; with
+//     API servers, their connections and the coordinator's counts, as the
+//     release runs them (vllm.go: up to 0.26 a dense model's engines
+//     publish nothing, and each server rotates blind to load); with
 //     routing.balancer: warden it is the proxy's balancer instead.
+//   - vllm.go is the one table of vLLM releases: every behaviour switch
+//     with its PR, code, merge date and first release; VLLMBehaviourFor
+//     reads it for a release and a model.
 //   - A request longer than a whole replica's KV cache is rejected at once
 //     (unfinished); its client abandons the session and starts the next one
 //     a second later.

@@ -32,6 +32,7 @@ type client struct {
 	sess     traces.Session
 	turn     int
 	home     int
+	last     int32 // the replica its last request was placed on, -1: none yet
 	conn     int32 // its own connection's API server (connections: session), -1: none yet
 	active   bool
 	retiring bool // sends no further turn: the step's level went down
@@ -80,7 +81,7 @@ func (c *closedLoop) resize(r *run, n int) {
 		}
 	}
 	for running < n && len(c.clients) < maxClients {
-		c.clients = append(c.clients, client{home: -1, conn: -1})
+		c.clients = append(c.clients, client{home: -1, last: -1, conn: -1})
 		c.nextSession(r, len(c.clients)-1)
 		running++
 	}
@@ -113,7 +114,7 @@ func (c *closedLoop) nextSessionAfter(r *run, k int, delay int64) {
 		}
 		return
 	}
-	*cl = client{sess: s, home: -1, conn: -1, active: true}
+	*cl = client{sess: s, home: -1, last: -1, conn: -1, active: true}
 	c.active++
 	c.queue(r, k, delay)
 }
@@ -148,9 +149,7 @@ func (c *closedLoop) arrive(r *run, s *seq) {
 }
 
 func (c *closedLoop) done(r *run, s *seq, finished bool) {
-	if r.front != nil {
-		r.front.release(s.apiServer)
-	}
+	r.releaseConn(s)
 	if s.epoch != c.epoch {
 		return // cut at the end of an earlier step
 	}
@@ -321,9 +320,7 @@ func (p *sessionReplay) send(r *run, arg int32) {
 func (p *sessionReplay) arrive(r *run, s *seq) { r.submit(s, &p.clients[s.client].home) }
 
 func (p *sessionReplay) done(r *run, s *seq, finished bool) {
-	if r.front != nil {
-		r.front.release(s.apiServer)
-	}
+	r.releaseConn(s)
 	if p.cut {
 		return
 	}

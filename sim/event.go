@@ -21,6 +21,7 @@ const (
 	evPublish                    // the DP coordinator publishes the engines' counts
 	evAdmit                      // the router admits waiting conversations (routing.go)
 	evTokenised                  // an API server is done with a request (arg: pending slot)
+	evRelease                    // the client has read an answer: its connection is idle (arg: API server)
 )
 
 // event is one entry of the event heap. Ties in time are broken by seq, the

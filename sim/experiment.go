@@ -391,12 +391,18 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		r.log = newRequestLog(r.name)
 	}
 	if strategy == placement.StrategyLeastLoaded && e.Farm.Spec.Replicas > 1 && e.Farm.Spec.Routing.Balancer == BalancerVLLM {
+		if e.Farm.Model.IsMoE() {
+			return nil, nil, &moeBalancerError{model: e.Farm.Model.Name}
+		}
 		v := e.Farm.Spec.VLLM
 		mode := e.Workload.Connections
 		if mode == "" {
 			mode = traces.ConnectionsPool
 		}
-		r.front = newDPFrontend(e.Farm.Spec.Replicas, v.APIServerCount, time.Duration(v.StatsUpdateInterval).Microseconds(), mode, e.Seed)
+		r.front = newDPFrontend(e.Farm.Spec.Replicas, v.APIServerCount, time.Duration(v.StatsUpdateInterval).Microseconds(), e.Farm.Behaviour, mode, e.Seed)
+		// The coordinator's first poll times out at once (its last
+		// publication is at time 0), then every 5 s when nothing changed.
+		r.ev.push(0, evPublish, publishRepublish)
 	}
 	advance := func(until int64) error {
 		for r.now < until && !r.stopped {
@@ -631,6 +637,10 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 		}
 		rr.KVUsageMean = Float(kvMean)
 		rr.KVUsageMax = Float(t.kvMax[i])
+		rr.SessionsMin, rr.SessionsMax = -1, -1
+		if i < len(t.heldMin) && t.heldMin[i] >= 0 {
+			rr.SessionsMin, rr.SessionsMax = int(t.heldMin[i]), int(t.heldMax[i])
+		}
 		hit := pct(b.hits-a.hits, b.queries-a.queries)
 		rr.HitPct = Float(hit)
 		d.replicaHitPct = append(d.replicaHitPct, hit)
@@ -639,6 +649,7 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 	}
 
 	row.AdmissionHitPct = Float(pct(admitH, admitQ))
+	d.admitQ, d.admitH = admitQ, admitH
 	if winMs <= 0 {
 		nan := Float(math.NaN())
 		row.SessionsPerHour, row.OutputTokensPerMin, row.TTFBP50, row.TTFBP95 = nan, nan, nan, nan

@@ -31,10 +31,13 @@ type recorder struct {
 
 	// Direct aggregates of the scraped gauges, for the per-replica columns
 	// and for the test that PromQL agrees.
-	kvSum   []float64
-	kvMax   []float64
-	samples int64
-	busySum int64 // sum over samples of the number of replicas with requests in flight
+	kvSum []float64
+	kvMax []float64
+	// Sessions held per replica (run.held) over the samples since the last
+	// mark: the least and the most; heldMin is -1 before a sample.
+	heldMin, heldMax []int32
+	samples          int64
+	busySum          int64 // sum over samples of the number of replicas with requests in flight
 }
 
 type engineSeries struct {
@@ -61,6 +64,9 @@ func newRecorder(r *run, lean bool) *recorder {
 	n := len(r.reps)
 	rec.kvSum = make([]float64, n)
 	rec.kvMax = make([]float64, n)
+	rec.heldMin = make([]int32, n)
+	rec.heldMax = make([]int32, n)
+	rec.resetHeld()
 	model := r.model
 	v := r.farm.Spec.VLLM
 	for i := range n {
@@ -169,6 +175,14 @@ func (rec *recorder) observeFinished(s *seq, now int64) {
 	}
 }
 
+// resetHeld starts the least and most sessions held per replica afresh
+// (at a mark: they are per step).
+func (rec *recorder) resetHeld() {
+	for i := range rec.heldMin {
+		rec.heldMin[i], rec.heldMax[i] = -1, 0
+	}
+}
+
 // append writes one sample of every series at tMs.
 func (rec *recorder) append(tMs int64) {
 	r := rec.run
@@ -179,6 +193,12 @@ func (rec *recorder) append(tMs int64) {
 		st := &rep.stats
 		rec.kvSum[i] += p.KVUsage
 		rec.kvMax[i] = max(rec.kvMax[i], p.KVUsage)
+		if h := r.held; h != nil {
+			if rec.heldMin[i] < 0 || h[i] < rec.heldMin[i] {
+				rec.heldMin[i] = h[i]
+			}
+			rec.heldMax[i] = max(rec.heldMax[i], h[i])
+		}
 		if r.rt.inFlight[i] > 0 {
 			busy++
 		}

@@ -32,6 +32,9 @@ type RequestRecord struct {
 	Finished     bool   `json:"finished"`
 	Censored     bool   `json:"censored"` // still waiting for its first token when its step closed
 	Reason       string `json:"reason"`   // the placement reason ("" when rejected)
+	// APIServer is the vLLM API server its connection reached, behind
+	// vLLM's own data-parallel front end (least-loaded); absent otherwise.
+	APIServer *int `json:"api_server,omitempty"`
 	// Attempt numbers a client's retries of a request refused for
 	// admission (a session replay's clients retry as their SDKs do): 0,
 	// omitted, for the first. A retry's ArrivalS is its first attempt's,
@@ -70,6 +73,10 @@ func (l *requestLog) add(r *run, s *seq, finished bool) {
 		Finished:     finished,
 		Censored:     s.censored,
 		Attempt:      int(s.attempt),
+	}
+	if r.front != nil && s.apiServer >= 0 {
+		k := int(s.apiServer)
+		rec.APIServer = &k
 	}
 	if s.rejected || s.replica < 0 {
 		rec.Replica = -1

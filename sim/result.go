@@ -34,8 +34,9 @@ type Row struct {
 	ReplicasBusy       Float  `json:"replicas_busy"`
 	PrefixHitPct       Float  `json:"prefix_hit_pct"` // vLLM's counters (vllm:prefix_cache_*), as the version counts them
 	// AdmissionHitPct counts every request once, at its first admission:
-	// the true hit rate. It equals PrefixHitPct from vLLM 0.24 on; before,
-	// the counters also counted every failed lookup of a blocked request.
+	// the true hit rate. It equals PrefixHitPct from vLLM 0.27 on (PR
+	// #48860); before, the counters also counted every failed lookup of a
+	// blocked request.
 	AdmissionHitPct Float        `json:"admission_hit_pct"`
 	StayedPct       Float        `json:"stayed_pct"`
 	MissTokens      MissTokens   `json:"miss_tokens"`
@@ -72,12 +73,19 @@ type ReplicaRow struct {
 	KVUsageMax  Float `json:"kv_usage_max"`
 	HitPct      Float `json:"hit_pct"`
 	Preemptions int64 `json:"preemptions"`
+	// SessionsMin and SessionsMax are the least and the most sessions the
+	// replica held over the step's scrapes (a closed loop's running
+	// sessions whose last request was placed here); -1 when not counted
+	// (a replay).
+	SessionsMin int `json:"sessions_min"`
+	SessionsMax int `json:"sessions_max"`
 }
 
 // directColumns are the headline columns counted directly from the
 // simulator's state, for the test that PromQL agrees with them.
 type directColumns struct {
 	queries, hits      int64
+	admitQ, admitH     int64 // once per request, at its first admission
 	laterTurns, home   int64
 	sessionsCompleted  int64
 	outputTokens       int64
@@ -192,6 +200,20 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	// How evenly the sessions sat on the replicas (a replay has no
+	// sessions of its own to count).
+	if len(rep.Rows) > 0 && len(rep.Rows[0].Replicas) > 1 && rep.Rows[0].Replicas[0].SessionsMin >= 0 {
+		if _, err := fmt.Fprintln(w, "\nsessions held per replica over the step (least-most; a session is held where its last request went):"); err != nil {
+			return err
+		}
+		tw = tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+		for _, r := range rep.Rows {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t\n", r.Sessions, r.Strategy, r.HeldPerReplica())
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
 	var censored, differ []string
 	for _, r := range rep.Rows {
 		if r.Censored > 0 {
@@ -207,7 +229,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 		}
 	}
 	if len(differ) > 0 {
-		// Before vLLM 0.24 the counters also count every failed lookup.
+		// Before vLLM 0.27 the counters also count every failed lookup.
 		if _, err := fmt.Fprintf(w, "\ntrue prefix hit %% at admission: %s\n", strings.Join(differ, ", ")); err != nil {
 			return err
 		}
@@ -217,3 +239,17 @@ func (rep *Report) WriteText(w io.Writer) error {
 
 // fmtNum formats v with d decimals and thousands separators; "-" for NaN.
 func fmtNum(v float64, d int) string { return num.Format(v, d) }
+
+// HeldPerReplica is the sessions each replica held over the step, least
+// and most, as "1-2 0-3 ..." in replica order ("-" for a replica not
+// counted).
+func (r *Row) HeldPerReplica() string {
+	parts := make([]string, len(r.Replicas))
+	for i, rr := range r.Replicas {
+		parts[i] = "-"
+		if rr.SessionsMin >= 0 {
+			parts[i] = fmt.Sprintf("%d-%d", rr.SessionsMin, rr.SessionsMax)
+		}
+	}
+	return strings.Join(parts, " ")
+}

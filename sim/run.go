@@ -59,6 +59,10 @@ type run struct {
 	// requests of the least-loaded strategy; nil for the others.
 	front *dpFrontend
 
+	// held counts, at each scrape of a closed loop, the running sessions
+	// whose last request went to each replica (countHeld); nil otherwise.
+	held []int32
+
 	// kv feeds affinity's KV-aware options and holds its admission FIFO
 	// (routing.go); nil for every other variant.
 	kv   *kvRouter
@@ -223,12 +227,18 @@ func (r *run) loop(ctx context.Context, until int64) error {
 				// The engine's counts after update_from_output removed the
 				// finished requests.
 				if at := r.front.stepEnded(rep, r.now); at >= 0 {
-					r.ev.push(at, evPublish, 0)
+					r.ev.push(at, evPublish, publishChange)
 				}
 			}
 			r.start(rep)
 		case evPublish:
-			r.front.publish(r.now)
+			if e.arg == publishRepublish {
+				r.ev.push(r.front.republish(r.now), evPublish, publishRepublish)
+			} else {
+				r.front.publish(r.now)
+			}
+		case evRelease:
+			r.front.release(e.arg)
 		case evAdmit:
 			r.kv.admitQueued = false
 			r.kv.admit(r)
@@ -425,7 +435,7 @@ func (r *run) pick(s *seq) (placement.Decision, error) {
 	}
 	if r.front != nil {
 		r.connect(s)
-		return r.front.pick(s.apiServer, req, r.now)
+		return r.front.pick(s.apiServer, req)
 	}
 	return r.policy.Pick(req, &r.snap, time.UnixMicro(r.now))
 }
@@ -448,6 +458,9 @@ func (r *run) place(s *seq, d placement.Decision, home *int) {
 	if home != nil {
 		if s.turn == 0 {
 			*home = rp
+		}
+		if c, ok := r.drv.(*closedLoop); ok && s.client >= 0 && int(s.client) < len(c.clients) {
+			c.clients[s.client].last = int32(rp)
 		}
 		r.rt.stay.Add(s.turn > 0, *home, rp)
 	}
@@ -485,6 +498,9 @@ func (r *run) logRequest(s *seq, finished bool) {
 func (r *run) onDone(s *seq, finished bool) {
 	rp := s.replica
 	r.rt.inFlight[rp]--
+	if r.front != nil {
+		r.front.finished(s.apiServer, rp)
+	}
 	r.snap.Replicas[rp].InFlight = r.rt.inFlight[rp]
 	if r.kv != nil {
 		r.kv.prefilled(r, s)
@@ -618,10 +634,30 @@ func (r *run) refreshSnapshot() {
 	r.snap.Generation++
 }
 
+// countHeld counts, in a closed loop, the running sessions whose last
+// request was placed on each replica (run.held): where each conversation's
+// context lives, the sessions a replica holds.
+func (r *run) countHeld() {
+	c, ok := r.drv.(*closedLoop)
+	if !ok {
+		return
+	}
+	if r.held == nil {
+		r.held = make([]int32, len(r.reps))
+	}
+	clear(r.held)
+	for k := range c.clients {
+		if cl := &c.clients[k]; cl.active && cl.last >= 0 && int(cl.last) < len(r.held) {
+			r.held[cl.last]++
+		}
+	}
+}
+
 // scrape is one scrape instant: the snapshot is refreshed and every series
 // gets a sample.
 func (r *run) scrape() {
 	r.refreshSnapshot()
+	r.countHeld()
 	if r.table != nil {
 		r.table.Advance(time.UnixMicro(r.now)) // the active counts as of now, not of the last pick
 		r.table.Fill(&r.snap)
@@ -641,6 +677,8 @@ type mark struct {
 	router   routerStats // scalars only; slices are not copied
 	kvSum    []float64   // running sums of KV usage samples per replica
 	kvMax    []float64
+	heldMin  []int32 // sessions held per replica since the last mark
+	heldMax  []int32
 	samples  int64
 	busySum  int64
 }
@@ -658,6 +696,9 @@ func (r *run) takeMark() mark {
 	m.kvSum = append([]float64(nil), r.rec.kvSum...)
 	m.kvMax = append([]float64(nil), r.rec.kvMax...)
 	clear(r.rec.kvMax) // the maximum is per step
+	m.heldMin = append([]int32(nil), r.rec.heldMin...)
+	m.heldMax = append([]int32(nil), r.rec.heldMax...)
+	r.rec.resetHeld()
 	m.samples = r.rec.samples
 	m.busySum = r.rec.busySum
 	return m
