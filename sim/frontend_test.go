@@ -14,6 +14,30 @@ import (
 	"github.com/lm-warden/warden/traces"
 )
 
+// balancerSources name, for each balancer, the vLLM code and pull requests
+// its transcript walks.
+var balancerSources = map[DPBalancer][]string{
+	DPPublishedFixed: {
+		"vllm/v1/engine/core.py DPEngineCoreProc._maybe_publish_request_counts (every DP rank before PR #30739; MoE ranks since)",
+		"vllm/v1/engine/coordinator.py CoordinatorProc.process_input_socket (a change at most every stats_update_interval, 100 ms)",
+		"vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request (waiting * 4 + running, fixed eng_start_index)",
+	},
+	DPBlindFixed: {
+		"vllm/v1/engine/core.py EngineCoreProc.run_engine_core: a dense model's ranks as EngineCoreProc, no counts published (PR #30739, 0.14)",
+		"vllm/v1/engine/coordinator.py CoordinatorProc.process_input_socket (republishes its counts, all zero, every 5 s)",
+		"vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request (local += client_count, fixed eng_start_index)",
+	},
+	DPBlindRotating: {
+		"vllm/v1/engine/core.py EngineCoreProc.run_engine_core: a dense model's ranks as EngineCoreProc, no counts published (PR #30739, fixed by #49204 after 0.26.0)",
+		"vllm/v1/engine/coordinator.py CoordinatorProc.process_input_socket (republishes its counts, all zero, every 5 s)",
+		"vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request (eng_start_index advances after every pick: PR #47420, 0.25)",
+	},
+	DPPublishedInFlight: {
+		"vllm/v1/engine/core.py EngineCoreProc._maybe_publish_request_counts (PR #49204, 0.27)",
+		"vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request (max(client_count * engine_inflight, waiting + running) + waiting * 6 * max(0, kv_cache_usage - 0.5); PR #49204)",
+	},
+}
+
 // frontendHarness drives a 4-engine front end with 4 API servers (vllm/
 // entrypoints/cli/serve.py: api_server_count = data_parallel_size) and
 // writes a transcript of its picks.
@@ -28,6 +52,9 @@ func newFrontendHarness(t *testing.T, title string, b DPBalancer) *frontendHarne
 	bh := VLLMBehaviour{Balancer: b, RepublishIntervalUs: DefaultRepublishInterval}
 	h.f = newDPFrontend(4, 4, 100_000, bh, traces.ConnectionsRequest, 1)
 	fmt.Fprintf(&h.out, "# %s\n# balancer: %s\n", title, b)
+	for _, line := range balancerSources[b] {
+		fmt.Fprintf(&h.out, "# vllm: %s\n", line)
+	}
 	return h
 }
 
