@@ -11,9 +11,11 @@ import (
 
 // BenchmarkSolve24x3x5 is the issue's sweep: 24 candidate farms (six GPU
 // kinds x 1 to 4 replicas of Qwen3-4B) x 3 strategies x 5 sessions levels
-// (4 to 32) of the default agent workload, with 30-second steps (a tenth
-// of the product benchmark's 3 minutes) so that it runs in seconds.
-// 72 simulations of 2.5 minutes of farm time each.
+// (4 to 32, and 39: 32 + the default 20 % headroom) of the default agent
+// workload, with 30-second steps (a tenth of the product benchmark's 3
+// minutes). Each of the 72 routings is a band of up to 27 runs (KV x speed
+// x seeds), each run up to 3 minutes of farm time (solve.go's simulate),
+// then the bisection: tens of seconds on 2 cores.
 func BenchmarkSolve24x3x5(b *testing.B) {
 	p := Plan{
 		Farms: []FarmSet{{
@@ -42,19 +44,29 @@ func BenchmarkSolve24x3x5(b *testing.B) {
 
 // BenchmarkBuiltInPlan is the README's first command, `warden plan`: the
 // built-in plan (examples/default.yaml) with its band (KV x0.85, x1, x1.10
-// x 3 seeds), the bisection of every candidate's capacity and the answer's
-// timeline. It must stay under 10 s a run on 2 cores:
+// x engine speed x0.8, x1, x1.2 x 3 seeds), its headroom level, the
+// bisection of every candidate's capacity and the answer's timeline. It
+// must stay under 10 s a run on 2 cores:
 //
 //	go test -run '^$' -bench BuiltInPlan -benchtime 1x -cpu 2 ./planner/
+//
+// Besides the time it reports the work, which does not depend on the
+// machine: sim-min/op, the simulated farm time over every simulation, in
+// minutes, and runs/op, the simulations.
 func BenchmarkBuiltInPlan(b *testing.B) {
 	p, err := ParsePlan(DefaultPlan, DefaultPlanName)
 	if err != nil {
 		b.Fatal(err)
 	}
+	var total time.Duration
+	var runs int
+	p.Progress = func(_, t time.Duration) { total = t }
 	b.ReportAllocs()
 	start := cpuTime()
 	defer func() {
 		b.ReportMetric(float64((cpuTime()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(total.Minutes(), "sim-min/op")
+		b.ReportMetric(float64(runs), "runs/op")
 	}()
 	for b.Loop() {
 		res, err := Solve(context.Background(), p)
@@ -64,7 +76,35 @@ func BenchmarkBuiltInPlan(b *testing.B) {
 		if res.Best < 0 {
 			b.Fatalf("the built-in plan has no answer: %s", res.Answer)
 		}
+		runs = simulations(res)
 	}
+}
+
+// simulations counts the simulations a result took: every band run of
+// every routing of every candidate (one per level with a trace, else one
+// for all levels), every run of every bisection probe, and the timeline.
+func simulations(res *Result) int {
+	n := 0
+	perLevel := res.Workload.Spec.Trace != ""
+	for _, c := range res.Candidates {
+		for _, cfg := range c.Configs {
+			if len(cfg.Bands) == 0 {
+				continue
+			}
+			k := cfg.Bands[0].Runs
+			if perLevel {
+				k *= len(cfg.Bands)
+			}
+			n += k
+		}
+		for _, b := range c.Probes {
+			n += b.Runs
+		}
+	}
+	if res.Timeline != nil {
+		n++
+	}
+	return n
 }
 
 // cpuTime is the process's CPU time, user and system: on a shared machine

@@ -34,15 +34,47 @@ type bisector struct {
 	warm   []int
 	lo, hi int
 	cap    int
-	stride int // upwards (hi 0): the next probe is lo + stride, doubled after each that meets
 	probes map[int]Band
+
+	// The probe of the round under way: its level, its rows (one per run
+	// of the band, in variants order; those not run are zero) and whether
+	// its verdict is known.
+	n       int
+	rows    []sim.Row
+	decided bool
 }
 
-// next is the next level to probe, or 0 when the search is over.
+// firstStage marks the runs of a band (vs, nominal first) that a probe runs
+// first: the nominal run, which tells marginal from misses, and every seed
+// at the pessimistic corner (the smallest KV scale with the slowest speed
+// simulated), where a farm near its cliff misses first. When none of them
+// misses a target at the pessimistic edge, the other runs decide the
+// probe; when one does, the probe misses whatever the others give, and its
+// band holds the first stage's runs only (Band.Runs says how many; its
+// Misses name a run that misses, the worst of those run). Probes that meet
+// always hold every run, as the sweep's levels do. With Plan.fullBand
+// (tests) the first stage is every run.
+func (p Plan) firstStage(vs []variant) []bool {
+	kv, speed := vs[0].kvScale, vs[0].speedScale
+	for _, v := range vs {
+		kv, speed = min(kv, v.kvScale), min(speed, v.speedScale)
+	}
+	out := make([]bool, len(vs))
+	for i, v := range vs {
+		out[i] = p.fullBand || i == 0 || (v.kvScale == kv && v.speedScale == speed)
+	}
+	return out
+}
+
+// next is the next level to probe, or 0 when the search is over. Upwards
+// (hi 0) the first probe is the cap itself: a probe that meets holds every
+// run of the band, one that misses mostly only its first stage
+// (firstStage), so a farm that still meets at the cap is done in one
+// probe, and one that does not is bisected below it.
 func (b *bisector) next() int {
 	switch {
 	case b.hi == 0 && b.lo < b.cap:
-		return min(b.lo+b.stride, b.cap)
+		return b.cap
 	case b.hi == 0:
 		return 0
 	case b.hi-b.lo > 1:
@@ -54,15 +86,15 @@ func (b *bisector) next() int {
 // bisect finds each fitting candidate's exact capacity with its chosen
 // routing: between the last sweep level whose band meets the targets and
 // the first that misses, or, when the highest level meets, upwards from it
-// (one session more, then two, four, ... until one misses, at most
-// capLevel) and then between the last that met and that one. A probe at n
+// (capLevel first: when that misses, between the highest level and it). A probe at n
 // sessions runs every run of the band through the sweep's levels up to the
 // last that meets, then n, and keeps that last step: n is measured as if it
 // had been the sweep's next level (near the cache cliff the figures depend
 // on how long the farm has run, so a probe from cold would not compare with
 // the sweep's levels). With a trace it runs n alone, as the sweep does. The
 // candidates' searches run round by round, every probe of a round in
-// parallel, so the result does not depend on the parallelism.
+// parallel (in two stages, firstStage), so the result does not depend on
+// the parallelism.
 func (p Plan) bisect(ctx context.Context, res *Result, cands []*candFarms, trace *sim.Trace, prog *progress) error {
 	capLevel := capLevel(res.Sessions)
 	var bs []*bisector
@@ -72,85 +104,110 @@ func (p Plan) bisect(ctx context.Context, res *Result, cands []*candFarms, trace
 			continue
 		}
 		warm := res.Sessions[:Level(res.Sessions, c.MaxSessions)+1]
-		b := &bisector{cand: ci, warm: warm, lo: c.MaxSessions, hi: c.FailsAt, cap: capLevel, stride: 1, probes: map[int]Band{}}
+		b := &bisector{cand: ci, warm: warm, lo: c.MaxSessions, hi: c.FailsAt, cap: capLevel, probes: map[int]Band{}}
 		if b.hi == 0 {
 			c.MaxSessionsCap = capLevel
 		}
 		bs = append(bs, b)
 	}
 	step := time.Duration(p.Duration)
+	type probe struct {
+		b   *bisector
+		run int
+	}
 	for {
-		type probe struct {
-			b     *bisector
-			level int
-			run   int
-		}
-		var probes []probe
+		// A round: the next level of every search that goes on.
+		var active []*bisector
 		for _, b := range bs {
-			n := b.next()
-			if n == 0 {
-				continue
-			}
-			for v := range cands[b.cand].vs {
-				probes = append(probes, probe{b, n, v})
+			if b.n = b.next(); b.n != 0 {
+				b.rows, b.decided = make([]sim.Row, len(cands[b.cand].vs)), false
+				active = append(active, b)
 			}
 		}
-		if len(probes) == 0 {
+		if len(active) == 0 {
 			break
 		}
-		rows := make([]sim.Row, len(probes))
-		per := make([]time.Duration, len(probes))
-		for i, pr := range probes {
-			per[i] = step * time.Duration(len(pr.b.warm)+1)
-			if trace != nil {
-				per[i] = step
+		// Two stages: the runs most likely to miss first (firstStage), the
+		// others only for the probes those left undecided.
+		for stage := range 2 {
+			var probes []probe
+			for _, b := range active {
+				first := p.firstStage(cands[b.cand].vs)
+				for v := range cands[b.cand].vs {
+					if !b.decided && first[v] == (stage == 0) {
+						probes = append(probes, probe{b, v})
+					}
+				}
 			}
-		}
-		base := prog.add(per)
-		run := func(ctx context.Context, i int) error {
-			pr := probes[i]
-			c := &res.Candidates[pr.b.cand]
-			cfg := &c.Configs[c.Chosen]
-			cf := cands[pr.b.cand]
-			e, err := p.experiment(res, cf.farm(pr.run), cfg, nil, 0)
-			if err != nil {
+			if len(probes) == 0 {
+				break
+			}
+			per := make([]time.Duration, len(probes))
+			for i, pr := range probes {
+				per[i] = step * time.Duration(len(pr.b.warm)+1)
+				if trace != nil {
+					per[i] = step
+				}
+			}
+			base := prog.add(per)
+			run := func(ctx context.Context, i int) error {
+				pr := probes[i]
+				c := &res.Candidates[pr.b.cand]
+				cfg := &c.Configs[c.Chosen]
+				cf := cands[pr.b.cand]
+				e, err := p.experiment(res, cf.farm(pr.run), cfg, nil, 0)
+				if err != nil {
+					return err
+				}
+				e.Seed = cf.vs[pr.run].seed
+				e.Sessions = append(slices.Clone(pr.b.warm), pr.b.n)
+				if trace != nil {
+					e.Trace, e.ClosedLoop = trace, true
+					e.Sessions = []int{pr.b.n}
+				}
+				if prog.f != nil {
+					e.Progress = func(done, _ time.Duration) { prog.set(base+i, done) }
+				}
+				rep, err := sim.Run(ctx, e)
+				if err != nil {
+					return fmt.Errorf("%s, %s, %s, %d sessions: %w", c.Name, cfg.label(), runLabel(cf.vs[pr.run]), pr.b.n, err)
+				}
+				if len(rep.Rows) != len(e.Sessions) {
+					return fmt.Errorf("%s, %s: the simulator returned %d rows for %d sessions levels", c.Name, cfg.label(), len(rep.Rows), len(e.Sessions))
+				}
+				// Each probe writes its own slot.
+				pr.b.rows[pr.run] = rep.Rows[len(rep.Rows)-1]
+				prog.set(base+i, per[i])
+				return nil
+			}
+			if err := forEach(ctx, len(probes), p.Parallelism, run); err != nil {
 				return err
 			}
-			e.Seed = cf.vs[pr.run].seed
-			e.Sessions = append(slices.Clone(pr.b.warm), pr.level)
-			if trace != nil {
-				e.Trace, e.ClosedLoop = trace, true
-				e.Sessions = []int{pr.level}
+			for _, b := range active {
+				if b.decided {
+					continue
+				}
+				vs := cands[b.cand].vs
+				first := p.firstStage(vs)
+				var rows []sim.Row
+				var done []variant
+				for v := range vs {
+					if first[v] || stage == 1 {
+						rows, done = append(rows, b.rows[v]), append(done, vs[v])
+					}
+				}
+				band := res.Targets.band(rows, done)
+				if band.Verdict == VerdictMeets && len(done) < len(vs) {
+					continue // the first stage meets: the others decide
+				}
+				b.decided = true
+				b.probes[b.n] = band
+				if band.Verdict == VerdictMeets {
+					b.lo = b.n
+				} else {
+					b.hi = b.n
+				}
 			}
-			if prog.f != nil {
-				e.Progress = func(done, _ time.Duration) { prog.set(base+i, done) }
-			}
-			rep, err := sim.Run(ctx, e)
-			if err != nil {
-				return fmt.Errorf("%s, %s, %s, %d sessions: %w", c.Name, cfg.label(), runLabel(cf.vs[pr.run]), pr.level, err)
-			}
-			if len(rep.Rows) != len(e.Sessions) {
-				return fmt.Errorf("%s, %s: the simulator returned %d rows for %d sessions levels", c.Name, cfg.label(), len(rep.Rows), len(e.Sessions))
-			}
-			rows[i] = rep.Rows[len(rep.Rows)-1]
-			prog.set(base+i, per[i])
-			return nil
-		}
-		if err := forEach(ctx, len(probes), p.Parallelism, run); err != nil {
-			return err
-		}
-		for i := 0; i < len(probes); {
-			b, n := probes[i].b, probes[i].level
-			k := len(cands[b.cand].vs)
-			band := res.Targets.band(rows[i:i+k], cands[b.cand].vs)
-			b.probes[n] = band
-			if band.Verdict == VerdictMeets {
-				b.lo = n
-				b.stride *= 2
-			} else {
-				b.hi = n
-			}
-			i += k
 		}
 	}
 	for _, b := range bs {

@@ -82,13 +82,14 @@ func fmtLimit(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 // the bisection of each candidate's capacity between them.
 func (res *Result) decide() {
 	res.decideConfigs()
+	res.explain()
 	res.pick()
 }
 
 // decideConfigs checks every row and band, and chooses each candidate's
 // routing, verdict and (sweep) capacity.
 func (res *Result) decideConfigs() {
-	at := Level(res.Sessions, res.Concurrency)
+	at, hat := Level(res.Sessions, res.Concurrency), res.headroomLevel()
 	for ci := range res.Candidates {
 		c := &res.Candidates[ci]
 		if !c.Fits {
@@ -101,7 +102,7 @@ func (res *Result) decideConfigs() {
 			verdicts := make([]Check, len(cfg.Rows))
 			for l := range cfg.Rows {
 				cfg.Checks[l] = res.Targets.check(&cfg.Rows[l])
-				if len(cfg.runs) > 0 {
+				if len(cfg.runs) > 0 && l < cfg.banded {
 					rows := make([]sim.Row, len(cfg.runs))
 					for v := range cfg.runs {
 						rows[v] = cfg.runs[v][l]
@@ -114,7 +115,7 @@ func (res *Result) decideConfigs() {
 			}
 			cfg.MaxSessions, cfg.FailsAt = capacity(res.Sessions, verdicts)
 		}
-		c.Chosen = chooseConfig(c.Configs, at)
+		c.Chosen = chooseConfig(c.Configs, at, hat)
 		ch := &c.Configs[c.Chosen]
 		c.MaxSessions, c.FailsAt = ch.MaxSessions, ch.FailsAt
 		c.FailsAtMisses = nil
@@ -123,9 +124,8 @@ func (res *Result) decideConfigs() {
 		}
 		b := ch.Bands[at]
 		c.KPIs = &b
-		c.Verdict = b.Verdict
-		c.Meets = b.Verdict == VerdictMeets
-		c.Why = res.Targets.marginalWhy(b, res.Seed)
+		c.Verdict = configVerdict(ch, at, hat)
+		c.Meets = c.Verdict == VerdictMeets
 		row := &ch.Rows[at]
 		c.TurnsPerHour = sim.Float(math.NaN())
 		if d := float64(row.DurationS); d > 0 {
@@ -138,6 +138,37 @@ func (res *Result) decideConfigs() {
 			}
 			c.CostPer1kTurns = &v
 		}
+	}
+}
+
+// headroomLevel is the index of the headroom level in Sessions, -1 when the
+// result has none.
+func (res *Result) headroomLevel() int {
+	if res.HeadroomSessions == 0 {
+		return -1
+	}
+	return Level(res.Sessions, res.HeadroomSessions)
+}
+
+// explain says why each marginal candidate is marginal (Candidate.Why):
+// its band's pessimistic edge misses a target at the wanted concurrency
+// (marginalWhy), or it meets them there but not at the headroom level
+// (cliffWhy, with the cliff the bisection found). It runs after the
+// bisection.
+func (res *Result) explain() {
+	at, hat := Level(res.Sessions, res.Concurrency), res.headroomLevel()
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		c.Why = ""
+		if !c.Fits || c.Chosen < 0 || c.Verdict != VerdictMarginal {
+			continue
+		}
+		b := c.Configs[c.Chosen].Bands[at]
+		if b.Verdict == VerdictMarginal {
+			c.Why = res.Targets.marginalWhy(b, res.Seed)
+			continue
+		}
+		c.Why = res.cliffWhy(c, hat)
 	}
 }
 
@@ -208,10 +239,12 @@ func capacity(sessions []int, checks []Check) (maxSessions, failsAt int) {
 }
 
 // chooseConfig picks the routing of a candidate at level index at: the
-// best band verdict there (meets, then marginal, then misses); among equal
-// verdicts that meet at least nominally, the lowest nominal TTFB p95 (ties:
-// plan order); among those that miss, the closest (Closeness).
-func chooseConfig(configs []Config, at int) int {
+// best verdict there (configVerdict: meets, then marginal, then misses; a
+// routing that meets at at but not at the headroom level hat, -1 for none,
+// is marginal); among equal verdicts that meet at least nominally, the
+// lowest nominal TTFB p95 (ties: plan order); among those that miss, the
+// closest (Closeness).
+func chooseConfig(configs []Config, at, hat int) int {
 	best := -1
 	for k := range configs {
 		if best < 0 {
@@ -220,7 +253,7 @@ func chooseConfig(configs []Config, at int) int {
 		}
 		a, b := &configs[k], &configs[best]
 		ca, cb := a.Checks[at], b.Checks[at]
-		va, vb := verdictRank(a.Bands[at].Verdict), verdictRank(b.Bands[at].Verdict)
+		va, vb := verdictRank(configVerdict(a, at, hat)), verdictRank(configVerdict(b, at, hat))
 		switch {
 		case va != vb:
 			if va < vb {
@@ -332,8 +365,8 @@ func answer(res *Result) string {
 			}
 			cost += ")"
 		}
-		s := fmt.Sprintf("%s%s with %s is the cheapest farm %s%s that meets %s%s%s.",
-			lead, c.Name, c.Configs[c.Chosen].label(), by, cost, targets, band, upTo(c))
+		s := fmt.Sprintf("%s%s with %s is the cheapest farm %s%s that meets %s%s%s%s.",
+			lead, c.Name, c.Configs[c.Chosen].label(), by, cost, targets, band, res.withHeadroom(true), upTo(c))
 		if len(res.Marginal) > 0 {
 			m := &res.Candidates[res.Marginal[0]]
 			s += fmt.Sprintf(" %s with %s is cheaper but marginal: it %s.", m.Name, m.Configs[m.Chosen].label(), m.Why)
@@ -348,8 +381,8 @@ func answer(res *Result) string {
 	}
 	c := &res.Candidates[res.Closest]
 	if c.Verdict == VerdictMarginal {
-		return fmt.Sprintf("%sno candidate meets %s%s; the closest is %s with %s, which is marginal: it %s.",
-			lead, targets, band, c.Name, c.Configs[c.Chosen].label(), c.Why)
+		return fmt.Sprintf("%sno candidate meets %s%s%s; the closest is %s with %s, which is marginal: it %s.",
+			lead, targets, band, res.withHeadroom(false), c.Name, c.Configs[c.Chosen].label(), c.Why)
 	}
 	at := Level(res.Sessions, res.Concurrency)
 	ch := c.Configs[c.Chosen].Checks[at]
@@ -361,17 +394,21 @@ func answer(res *Result) string {
 		lead, targets, c.Name, c.Configs[c.Chosen].label(), joinAnd(missed))
 }
 
-// bandPhrase is " at the band's pessimistic edge (KV x0.85 and x1.10, 3
-// seeds)", "" for a result without a band.
+// bandPhrase is " at the band's pessimistic edge (KV x0.85 and x1.10,
+// engine speed x0.8 and x1.2, 3 seeds)", "" for a result without a band.
 func (res *Result) bandPhrase() string {
 	var parts []string
-	if len(res.Band.KVScales) > 1 {
-		var s []string
-		for _, k := range res.Band.KVScales[1:] {
-			s = append(s, "x"+strconv.FormatFloat(k, 'f', 2, 64))
+	scales := func(name string, ks []float64, digits int) {
+		if len(ks) > 1 {
+			var s []string
+			for _, k := range ks[1:] {
+				s = append(s, "x"+strconv.FormatFloat(k, 'f', digits, 64))
+			}
+			parts = append(parts, name+" "+joinAnd(s))
 		}
-		parts = append(parts, "KV "+joinAnd(s))
 	}
+	scales("KV", res.Band.KVScales, 2)
+	scales("engine speed", res.Band.SpeedScales, 1)
 	if len(res.Band.Seeds) > 1 {
 		parts = append(parts, fmt.Sprintf("%d seeds", len(res.Band.Seeds)))
 	}

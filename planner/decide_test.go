@@ -133,7 +133,7 @@ func TestChooseConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := chooseConfig(tt.configs, 0); got != tt.want {
+			if got := chooseConfig(tt.configs, 0, -1); got != tt.want {
 				t.Errorf("chose %d, want %d", got, tt.want)
 			}
 		})
@@ -150,15 +150,15 @@ func TestAnswerWithPrices(t *testing.T) {
 }
 
 // bandResult is handResult with band runs: runs[i][v] are candidate i's rows
-// in run v of variants(1, true) (nominal first), one per level (4, 8).
+// in run v of variants(1, true, false) (nominal first), one per level (4, 8).
 func bandResult(targets Targets, costs []float64, runs [][][]sim.Row) *Result {
 	res := &Result{Kind: Kind, Concurrency: 8, Sessions: []int{4, 8}, Seed: 1, Targets: targets, CostUnit: "cards", Best: -1, Closest: -1,
 		Band: BandInfo{KVScales: BandKVScales, Seeds: []uint64{1, 2, 3}}}
-	vs := variants(1, true)
+	vs := variants(1, true, false)
 	for i, rs := range runs {
 		res.Candidates = append(res.Candidates, Candidate{
 			Name: string(rune('A' + i)), Fits: true, Cost: costs[i], Cards: int(costs[i]),
-			Configs: []Config{{Strategy: "affinity", Spill: "auto", Rows: rs[0], runs: rs, vs: vs}},
+			Configs: []Config{{Strategy: "affinity", Spill: "auto", Rows: rs[0], runs: rs, vs: vs, banded: len(rs[0])}},
 		})
 	}
 	res.decide()
@@ -166,9 +166,9 @@ func bandResult(targets Targets, costs []float64, runs [][][]sim.Row) *Result {
 }
 
 // sameRuns is every run of the band with the same rows, but run bad (an
-// index in variants(1, true)) with badRows.
+// index in variants(1, true, false)) with badRows.
 func sameRuns(rows []sim.Row, bad int, badRows []sim.Row) [][]sim.Row {
-	out := make([][]sim.Row, len(variants(1, true)))
+	out := make([][]sim.Row, len(variants(1, true, false)))
 	for v := range out {
 		out[v] = rows
 		if v == bad {
@@ -184,8 +184,8 @@ func sameRuns(rows []sim.Row, bad int, badRows []sim.Row) [][]sim.Row {
 func TestDecideMarginal(t *testing.T) {
 	targets := Targets{TTFBP95MaxS: 10, PrefixHitPctMin: 75}
 	good := []sim.Row{row(4, 1, 90), row(8, 2, 85)}
-	kvSmall := BandSeeds // variants(1, true)[BandSeeds] is KV x0.85, seed 1
-	if v := variants(1, true)[kvSmall]; v.kvScale != 0.85 || v.seed != 1 {
+	kvSmall := BandSeeds // variants(1, true, false)[BandSeeds] is KV x0.85, seed 1
+	if v := variants(1, true, false)[kvSmall]; v.kvScale != 0.85 || v.seed != 1 {
 		t.Fatalf("run %d is %+v, want KV x0.85, seed 1", kvSmall, v)
 	}
 	marginal := sameRuns(good, kvSmall, []sim.Row{row(4, 1, 88), row(8, 3, 61.2)})
@@ -223,7 +223,7 @@ func TestDecideMarginal(t *testing.T) {
 	}
 
 	// Another seed's run at the nominal KV size misses: marginal for noise.
-	seed3 := 2 // variants(1, true)[2] is KV x1, seed 3
+	seed3 := 2 // variants(1, true, false)[2] is KV x1, seed 3
 	res = bandResult(targets, []float64{2}, [][][]sim.Row{sameRuns(good, seed3, []sim.Row{row(4, 1, 90), row(8, 12, 85)})})
 	if c := &res.Candidates[0]; c.Verdict != VerdictMarginal || !strings.Contains(c.Why, "misses TTFB p95 <= 10 s (12.00 s) with other sessions (seed 3)") {
 		t.Errorf("verdict %q, why %q", c.Verdict, c.Why)

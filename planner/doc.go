@@ -6,14 +6,20 @@
 // names a workload, candidate farms (GPU kinds x replica counts x tensor
 // parallel sizes), the strategies and spill thresholds to try, the sessions
 // levels to simulate and the targets (TTFB p95, prefix hit %, output tokens
-// per minute, sessions per hour). Solve (solve.go) expands the candidates,
-// runs every simulation in parallel through the simulator (package sim), each
-// as a band (band.go: the KV cache x0.85, x1, x1.10 by 3 seeds; every KPI a
-// low / nominal / high, low the pessimistic edge), checks the targets on
-// every step and decides (decide.go): the cheapest candidate (by price, or
-// card count) whose pessimistic edge meets them at the wanted concurrency,
-// with its routing, and the cheaper "marginal" ones that meet them only
-// nominally; for each candidate the exact number of sessions at which it
+// per minute, sessions per hour), and the headroom (headroom.go: 20 % unless
+// given; its level, the concurrency plus the headroom, is added to the
+// levels). Solve (solve.go) expands the candidates, runs every simulation
+// in parallel through the simulator (package sim), each as a band (band.go:
+// the KV cache x0.85, x1, x1.10 by the engine's speed x0.8, x1, x1.2 by 3
+// seeds, every combination, less the axes a candidate has measured: its
+// num_gpu_blocks, its calibrated step_time; every KPI a low / nominal /
+// high, low the pessimistic edge; a level the nominal run already misses
+// keeps it alone), checks the targets on every step and decides
+// (decide.go): the cheapest candidate (by price, or card count) whose
+// pessimistic edge meets them at the wanted concurrency and at the headroom
+// level, with its routing, and the cheaper "marginal" ones that meet them
+// only nominally, or not with the headroom (near a cache cliff); for each
+// candidate the exact number of sessions at which it
 // stops meeting them (bisect.go); the rule-of-thumb check (concurrency x
 // typical context against the farm's KV cache, workload.go says how the
 // typical context is computed) with a sentence that reconciles it with the

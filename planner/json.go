@@ -35,6 +35,9 @@ func (res *Result) validate() error {
 	if Level(res.Sessions, res.Concurrency) < 0 && len(res.Candidates) > 0 {
 		return fmt.Errorf("concurrency %d is not one of the sessions levels %v", res.Concurrency, res.Sessions)
 	}
+	if res.HeadroomSessions != 0 && Level(res.Sessions, res.HeadroomSessions) < 0 && len(res.Candidates) > 0 {
+		return fmt.Errorf("headroom_sessions %d is not one of the sessions levels %v", res.HeadroomSessions, res.Sessions)
+	}
 	for i, c := range res.Candidates {
 		if c.Chosen < -1 || c.Chosen >= len(c.Configs) {
 			return fmt.Errorf("candidates[%d].chosen %d: want -1 or a config index below %d", i, c.Chosen, len(c.Configs))

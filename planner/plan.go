@@ -42,11 +42,17 @@ type Plan struct {
 	// run once.
 	SpillThresholds []string `yaml:"spill_thresholds" json:"spill_thresholds"`
 	// Sessions are the concurrency levels simulated, ascending (sorted and
-	// deduplicated; Concurrency is added when missing). nil: 4, 8, 16.
+	// deduplicated; Concurrency and its headroom level are added when
+	// missing). nil: 4, 8, 16.
 	Sessions []int `yaml:"sessions" json:"sessions"`
 	// Concurrency is the number of concurrent sessions the answer is for;
 	// 0 means the highest Sessions level.
 	Concurrency int `yaml:"concurrency" json:"concurrency"`
+	// Headroom is the extra load a candidate must also carry: it meets the
+	// targets only if its band's pessimistic edge meets them at Concurrency
+	// and at HeadroomLevel(Concurrency, Headroom) sessions too (headroom.go).
+	// "20%" in a plan file; nil means DefaultHeadroom (20 %), 0 none.
+	Headroom *Percent `yaml:"headroom" json:"headroom,omitempty"`
 	// Duration of one measured step; 0 means one minute.
 	Duration sim.Duration `yaml:"duration" json:"duration"`
 	// Seed of the synthetic sessions; every candidate sees the same ones.
@@ -60,6 +66,11 @@ type Plan struct {
 	// done and in total over every simulation of the plan. Calls are
 	// serialised; done never decreases.
 	Progress func(done, total time.Duration) `yaml:"-" json:"-"`
+
+	// fullBand (tests) runs every run of the band at every level and
+	// probe, with none of the work that cannot change a verdict left out
+	// (simulate's second phase, the bisection's first stage).
+	fullBand bool
 }
 
 // Defaults of a plan.
@@ -180,7 +191,7 @@ func bad(key, format string, args ...any) error {
 }
 
 // withDefaults returns the plan with its zero fields filled and its
-// sessions sorted, the concurrency among them.
+// sessions sorted, the concurrency and its headroom level among them.
 func (p Plan) withDefaults() Plan {
 	if p.Workload.Trace == "" && p.Workload.Workload == (traces.Workload{}) {
 		p.Workload.Workload = traces.DefaultWorkload()
@@ -202,6 +213,13 @@ func (p Plan) withDefaults() Plan {
 	p.Sessions = slices.Compact(p.Sessions)
 	if p.Concurrency == 0 && len(p.Sessions) > 0 {
 		p.Concurrency = p.Sessions[len(p.Sessions)-1]
+	}
+	if p.Headroom == nil {
+		p.Headroom = HeadroomOf(DefaultHeadroom)
+	}
+	if l := HeadroomLevel(p.Concurrency, p.headroom()); l > 0 && l <= maxSessionsLevel && !slices.Contains(p.Sessions, l) {
+		p.Sessions = append(p.Sessions, l)
+		slices.Sort(p.Sessions)
 	}
 	if p.Duration == 0 {
 		p.Duration = sim.Duration(DefaultDuration)
@@ -263,6 +281,9 @@ func (p Plan) check(defaults bool) error {
 		if slices.Index(p.SpillThresholds, s) != i {
 			return bad(fmt.Sprintf("spill_thresholds[%d]", i), "%q listed twice", s)
 		}
+	}
+	if err := p.checkHeadroom(); err != nil {
+		return err
 	}
 	for i, n := range p.Sessions {
 		if n < 1 || n > maxSessionsLevel {

@@ -19,8 +19,11 @@ func TestParseDefaultPlan(t *testing.T) {
 	if p.Concurrency != 16 || time.Duration(p.Duration) != time.Minute || len(p.Farms) != 1 {
 		t.Errorf("default plan: concurrency %d, duration %v, %d farm sets; want 16, 1m, 1", p.Concurrency, time.Duration(p.Duration), len(p.Farms))
 	}
-	if !cmp.Equal(p.Farms[0].Replicas, []int{2, 3, 4}) {
-		t.Errorf("replicas %v, want [2 3 4]", p.Farms[0].Replicas)
+	if !cmp.Equal(p.Farms[0].Replicas, []int{2, 4, 6, 8}) {
+		t.Errorf("replicas %v, want [2 4 6 8]", p.Farms[0].Replicas)
+	}
+	if p.Headroom == nil || *p.Headroom != 0.2 {
+		t.Errorf("headroom %v, want 20 %% (written out in the file)", p.Headroom)
 	}
 	// Keys left out keep the default workload's values.
 	if p.Workload.OutputTokensSigma != 0.5 || p.Workload.FirstMessageSpread != 0.05 {
@@ -62,6 +65,12 @@ func TestParsePlanErrors(t *testing.T) {
 		{"zero spill", minimal + "spill_thresholds: [0]\n", `plan.yaml:7: spill_thresholds[0]: ` + placement.SpillThresholdError("0")},
 		{"bad sessions", minimal + "sessions: [4, 0]\n", "plan.yaml:7: sessions[0]: want 1 to 100000 concurrent sessions, got 0"},
 		{"hit over 100", minimal + "  prefix_hit_pct_min: 120\n", "plan.yaml:7: targets.prefix_hit_pct_min: want a number from 0 (no target) to 100, got 120"},
+		{"headroom as a fraction", minimal + "headroom: 0.2\n", `plan.yaml:7: headroom: "0.2": want a percentage with its % sign, such as 20% (0% for none)`},
+		{"headroom without %", minimal + "headroom: 20\n", `plan.yaml:7: headroom: "20": want a percentage with its % sign`},
+		{"headroom not a number", minimal + "headroom: lots%\n", `plan.yaml:7: headroom: "lots%": want a percentage such as 20%`},
+		{"headroom a list", minimal + "headroom: [20%]\n", `plan.yaml:7: headroom: want a percentage such as 20% (0% for none)`},
+		{"negative headroom", minimal + "headroom: -5%\n", "plan.yaml:7: headroom: want a percentage from 0% (none) to 1000%, got -5%"},
+		{"headroom past the last level", minimal + "concurrency: 90000\nheadroom: 20%\n", "plan.yaml:8: headroom: 20% over 90000 concurrent sessions is 108000, over the highest sessions level (100000)"},
 		{"bad workload", minimal + "workload:\n  turns: 0\n", "plan.yaml:8: workload.turns: must be >= 1, got 0"},
 		{"trace and synthetic", minimal + "workload:\n  trace: t.jsonl\n  turns: 3\n", "plan.yaml:9: workload.turns: a trace workload takes no synthetic keys"},
 		{"unpriced gpu", minimal + "prices: {H100 SXM: 2.5}\n", "plan.yaml:2: farms[0].gpus[0]: RTX A4000 has no price"},
@@ -88,8 +97,28 @@ func TestParsePlanDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := p.withDefaults()
-	if !cmp.Equal(d.Sessions, []int{2, 5, 8}) || d.Concurrency != 5 {
-		t.Errorf("sessions %v concurrency %d: want [2 5 8] (sorted, concurrency added) and 5", d.Sessions, d.Concurrency)
+	if !cmp.Equal(d.Sessions, []int{2, 5, 6, 8}) || d.Concurrency != 5 || d.Headroom == nil || *d.Headroom != DefaultHeadroom {
+		t.Errorf("sessions %v concurrency %d headroom %v: want [2 5 6 8] (sorted, concurrency and its 20 %% headroom level added), 5 and 20 %%",
+			d.Sessions, d.Concurrency, d.Headroom)
+	}
+	for _, tt := range []struct {
+		yaml     string
+		headroom float64
+		sessions []int
+	}{
+		{"headroom: 0%\n", 0, []int{2, 5, 8}}, // none: no level added
+		{"headroom: 50%\n", 0.5, []int{2, 5, 8}},
+		{"headroom: 12.5 %\n", 0.125, []int{2, 5, 6, 8}},
+		{"headroom: 100%\n", 1, []int{2, 5, 8, 10}},
+	} {
+		p, err := ParsePlan([]byte(minimal+"sessions: [8, 2]\nconcurrency: 5\n"+tt.yaml), "plan.yaml")
+		if err != nil {
+			t.Fatalf("%s: %v", tt.yaml, err)
+		}
+		d := p.withDefaults()
+		if *d.Headroom != Percent(tt.headroom) || !cmp.Equal(d.Sessions, tt.sessions) {
+			t.Errorf("%s: headroom %v, sessions %v; want %v, %v", tt.yaml, *d.Headroom, d.Sessions, tt.headroom, tt.sessions)
+		}
 	}
 	if !cmp.Equal(d.Strategies, DefaultStrategies) || !cmp.Equal(d.SpillThresholds, []string{"auto"}) || !cmp.Equal(d.Farms[0].TensorParallelSizes, []int{1}) {
 		t.Errorf("defaults: strategies %v spill %v tp %v", d.Strategies, d.SpillThresholds, d.Farms[0].TensorParallelSizes)

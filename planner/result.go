@@ -20,14 +20,20 @@ type Result struct {
 	// Answer is the answer in one sentence.
 	Answer string `json:"answer"`
 
-	Concurrency int          `json:"concurrency"` // the wanted concurrency
-	Sessions    []int        `json:"sessions"`    // levels simulated, ascending
-	DurationS   float64      `json:"duration_s"`  // of one step
-	Seed        uint64       `json:"seed"`
-	Strategies  []string     `json:"strategies"`
-	Spills      []string     `json:"spill_thresholds"`
-	Targets     Targets      `json:"targets"`
-	Workload    WorkloadInfo `json:"workload"`
+	Concurrency int `json:"concurrency"` // the wanted concurrency
+	// Headroom is the plan's headroom as a fraction (0.2: 20 %), and
+	// HeadroomSessions the level a candidate must also meet the targets at,
+	// HeadroomLevel(Concurrency, Headroom); both 0 without headroom (and in
+	// a result from before it).
+	Headroom         float64      `json:"headroom,omitempty"`
+	HeadroomSessions int          `json:"headroom_sessions,omitempty"`
+	Sessions         []int        `json:"sessions"`   // levels simulated, ascending
+	DurationS        float64      `json:"duration_s"` // of one step
+	Seed             uint64       `json:"seed"`
+	Strategies       []string     `json:"strategies"`
+	Spills           []string     `json:"spill_thresholds"`
+	Targets          Targets      `json:"targets"`
+	Workload         WorkloadInfo `json:"workload"`
 	// CostUnit is "per hour" when the plan gave prices (Cost is then the sum
 	// of the GPUs' hourly prices), else "cards" (Cost is the card count).
 	CostUnit string `json:"cost_unit"`
@@ -109,6 +115,10 @@ type Candidate struct {
 	// farm's KV tokens at the band's scales: low at x0.85, high at x1.10.
 	KVBand            bool  `json:"kv_band"`
 	KVTokensTotalBand Range `json:"kv_tokens_total_band"`
+	// SpeedBand is false when the candidate's step_time gives both
+	// efficiencies (calibrated: no speed band); else its engine is also
+	// simulated 20 % slower and 20 % faster (band.go).
+	SpeedBand bool `json:"speed_band"`
 	// RuleOfThumb is concurrency x typical context against KVTokensTotal.
 	RuleOfThumb hardware.Verdict `json:"rule_of_thumb"`
 	// Reconcile is one sentence that sets the rule of thumb and the
@@ -122,12 +132,16 @@ type Candidate struct {
 	// -1 when the farm does not fit.
 	Chosen int `json:"chosen"`
 	// Verdict is Configs[Chosen]'s at the wanted concurrency: "meets" when
-	// the band's pessimistic edge meets every target, "marginal" when only
-	// the nominal run does, else "misses". Meets is Verdict == "meets".
+	// the band's pessimistic edge meets every target there and at the
+	// headroom level (Result.HeadroomSessions), "marginal" when only the
+	// nominal run does, or when the pessimistic edge meets at the wanted
+	// concurrency but not at the headroom level, else "misses". Meets is
+	// Verdict == "meets".
 	Verdict string `json:"verdict"`
 	Meets   bool   `json:"meets"`
 	// Why says, for a marginal candidate, what the nominal run meets and
-	// which target the band's pessimistic edge misses, in which run.
+	// which target the band's pessimistic edge misses, in which run; or,
+	// marginal for want of headroom, where its cliff is.
 	Why string `json:"why,omitempty"`
 	// KPIs is Configs[Chosen]'s band at the wanted concurrency.
 	KPIs *Band `json:"kpis,omitempty"`
@@ -155,8 +169,8 @@ type Config struct {
 	Rows []sim.Row `json:"rows"`
 	// Checks are the targets checked on each (nominal) row, in the same order.
 	Checks []Check `json:"checks"`
-	// Bands are each level over the band's runs (KV scales x seeds), in
-	// the same order, each with its verdict.
+	// Bands are each level over the band's runs (KV scales x speed scales
+	// x seeds), in the same order, each with its verdict.
 	Bands []Band `json:"bands"`
 	// MaxSessions is the top of the first run of consecutive sessions
 	// levels (scanning upwards) whose band verdict is meets; FailsAt is the
@@ -166,9 +180,12 @@ type Config struct {
 	FailsAt     int `json:"fails_at"`
 
 	// runs are the rows of every band run (runs[0] = Rows), and vs the
-	// runs' KV scales and seeds; not kept in JSON.
-	runs [][]sim.Row
-	vs   []variant
+	// runs' KV scales, speed scales and seeds; banded is the number of
+	// levels, from the lowest, that every run simulated (above them only
+	// the nominal run did: solve.go's simulate). Not kept in JSON.
+	runs   [][]sim.Row
+	vs     []variant
+	banded int
 }
 
 // Check is the targets checked on one row.

@@ -44,6 +44,7 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 	res := &Result{
 		Kind:        Kind,
 		Concurrency: p.Concurrency,
+		Headroom:    p.headroom(),
 		Sessions:    p.Sessions,
 		DurationS:   time.Duration(p.Duration).Seconds(),
 		Seed:        p.Seed,
@@ -65,16 +66,20 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Band.KVScales = BandKVScales[:1]
+	res.HeadroomSessions = HeadroomLevel(p.Concurrency, res.Headroom)
+	res.Band.KVScales, res.Band.SpeedScales = BandKVScales[:1], BandSpeedScales[:1]
 	for _, c := range res.Candidates {
 		if c.Fits && c.KVBand {
 			res.Band.KVScales = slices.Clone(BandKVScales)
+		}
+		if c.Fits && c.SpeedBand {
+			res.Band.SpeedScales = slices.Clone(BandSpeedScales)
 		}
 	}
 	farms := make([]*sim.Farm, len(cands))
 	for i, cf := range cands {
 		if cf != nil {
-			farms[i] = cf.byScale[0]
+			farms[i] = cf.farms[0]
 		}
 	}
 	prog := &progress{f: p.Progress}
@@ -85,6 +90,7 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 	if err := p.bisect(ctx, res, cands, trace, prog); err != nil {
 		return nil, err
 	}
+	res.explain()
 	for i := range res.Candidates {
 		res.Candidates[i].Reconcile = reconcile(res, &res.Candidates[i], p)
 	}
@@ -100,16 +106,16 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 	return roundTrip(res)
 }
 
-// candFarms are the resolved farms of one candidate: one per KV scale of
-// the band (byScale[k] at BandKVScales[k]; only the nominal one when the
-// candidate has no KV band), and the band's runs.
+// candFarms are the resolved farms of one candidate: one per pair of KV
+// scale and speed scale of its band (farms[0] the nominal one; only that
+// one when the candidate has neither axis), and the band's runs.
 type candFarms struct {
-	byScale []*sim.Farm
-	vs      []variant
+	farms []*sim.Farm
+	vs    []variant
 }
 
 // farm is the farm of run v.
-func (cf *candFarms) farm(v int) *sim.Farm { return cf.byScale[v/BandSeeds] }
+func (cf *candFarms) farm(v int) *sim.Farm { return cf.farms[cf.vs[v].farm] }
 
 // expand fills res.Candidates, in plan order, and returns the resolved farms
 // of each (nil for one whose model does not fit).
@@ -187,29 +193,30 @@ func (p Plan) candidate(spec sim.FarmSpec, gpu hardware.GPU, context int) (Candi
 	c.KVTokensPerReplica = farm.NumGPUBlocks * farm.Spec.VLLM.BlockSize
 	c.KVTokensTotal = kvTotal(farm)
 	c.RuleOfThumb = hardware.RuleOfThumb(p.Concurrency, context, int(min(c.KVTokensTotal, int64(maxInt))))
-	cf := &candFarms{byScale: []*sim.Farm{farm}}
 	c.KVBand = spec.VLLM.NumGPUBlocks == 0
+	c.SpeedBand = !Calibrated(spec.StepTime)
 	nominal := sim.Float(c.KVTokensTotal)
 	c.KVTokensTotalBand = Range{Low: nominal, Nominal: nominal, High: nominal}
-	if c.KVBand {
-		for _, k := range BandKVScales[1:] {
-			s := spec
-			s.KVCapacityScale = k
-			f, err := sim.Resolve(s)
-			if err != nil {
-				return c, nil, fmt.Errorf("%s at KV x%g: %w", c.GPU, k, err)
-			}
-			cf.byScale = append(cf.byScale, f)
-			v := sim.Float(kvTotal(f))
-			if v < c.KVTokensTotalBand.Low {
-				c.KVTokensTotalBand.Low = v
-			}
-			if v > c.KVTokensTotalBand.High {
-				c.KVTokensTotalBand.High = v
-			}
+	cf := &candFarms{vs: variants(p.Seed, c.KVBand, c.SpeedBand)}
+	for _, v := range cf.vs {
+		if v.farm < len(cf.farms) {
+			continue // resolved for an earlier seed
 		}
+		if v.kvScale == 1 && v.speedScale == 1 {
+			cf.farms = append(cf.farms, farm)
+			continue
+		}
+		s := spec
+		s.KVCapacityScale, s.SpeedScale = v.kvScale, v.speedScale
+		f, err := sim.Resolve(s)
+		if err != nil {
+			return c, nil, fmt.Errorf("%s at %s: %w", c.GPU, pointLabel(v), err)
+		}
+		cf.farms = append(cf.farms, f)
+		k := sim.Float(kvTotal(f))
+		c.KVTokensTotalBand.Low = min(c.KVTokensTotalBand.Low, k)
+		c.KVTokensTotalBand.High = max(c.KVTokensTotalBand.High, k)
 	}
-	cf.vs = variants(p.Seed, c.KVBand)
 	return c, cf, nil
 }
 
@@ -229,17 +236,36 @@ func candidateName(c *Candidate, withModel bool) string {
 }
 
 // job is one simulation: one candidate, one config, one run of the band,
-// and either every sessions level in a row (synthetic load, level -1) or one
-// level (trace).
+// and either the sessions levels Sessions[:upTo] in a row (synthetic load,
+// level -1) or one level (trace).
 type job struct {
 	cand, cfg, run int
-	level          int // index in Result.Sessions, or -1 for all
+	level          int // index in Result.Sessions, or -1 for Sessions[:upTo]
+	upTo           int
 }
 
-// simulate runs every job of the sweep and fills each fitting candidate's
-// Configs (Rows: the nominal run; runs: every run of the band).
+// simulate runs the sweep and fills each fitting candidate's Configs (Rows:
+// the nominal run; runs: every run of the band). It runs in two phases,
+// which skip only what cannot change a verdict: first the nominal run of
+// every config, over every level; then the band's other runs, each over
+// the levels up to the highest at which the nominal run meets every target
+// (Config.banded). Above it the verdict is already decided (misses: the
+// band's pessimistic edge is never better than the nominal run), so those
+// levels, and every level of a config whose nominal run meets nowhere, keep
+// the nominal run alone (Band.Runs 1, and the reports say so).
 func (p Plan) simulate(ctx context.Context, res *Result, cands []*candFarms, trace *sim.Trace, prog *progress) error {
 	configs := p.configs()
+	// levels are the jobs of one run over Sessions[:upTo].
+	levels := func(ci, k, v, upTo int) []job {
+		if trace == nil {
+			return []job{{ci, k, v, -1, upTo}}
+		}
+		var out []job
+		for l := range upTo {
+			out = append(out, job{ci, k, v, l, 0})
+		}
+		return out
+	}
 	var jobs []job
 	for ci, cf := range cands {
 		if cf == nil {
@@ -251,26 +277,50 @@ func (p Plan) simulate(ctx context.Context, res *Result, cands []*candFarms, tra
 			c.Configs[k] = Config{Strategy: cfg.Strategy, Spill: cfg.Spill, vs: cf.vs, runs: make([][]sim.Row, len(cf.vs))}
 			for v := range cf.vs {
 				c.Configs[k].runs[v] = make([]sim.Row, len(res.Sessions))
-				if trace == nil {
-					jobs = append(jobs, job{ci, k, v, -1})
-					continue
+			}
+			jobs = append(jobs, levels(ci, k, 0, len(res.Sessions))...)
+		}
+	}
+	if err := p.runJobs(ctx, res, cands, trace, prog, jobs); err != nil {
+		return err
+	}
+	jobs = nil
+	for ci, cf := range cands {
+		if cf == nil {
+			continue
+		}
+		for k := range res.Candidates[ci].Configs {
+			cfg := &res.Candidates[ci].Configs[k]
+			cfg.Rows = cfg.runs[0]
+			cfg.banded = 0
+			for l := range cfg.Rows {
+				if p.fullBand || res.Targets.check(&cfg.Rows[l]).Meets {
+					cfg.banded = l + 1
 				}
-				for l := range res.Sessions {
-					jobs = append(jobs, job{ci, k, v, l})
-				}
+			}
+			if cfg.banded == 0 {
+				continue
+			}
+			for v := 1; v < len(cf.vs); v++ {
+				jobs = append(jobs, levels(ci, k, v, cfg.banded)...)
 			}
 		}
 	}
+	return p.runJobs(ctx, res, cands, trace, prog, jobs)
+}
+
+// runJobs runs jobs in parallel; each writes its rows into its config's
+// runs.
+func (p Plan) runJobs(ctx context.Context, res *Result, cands []*candFarms, trace *sim.Trace, prog *progress, jobs []job) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-
 	step := time.Duration(p.Duration)
 	per := make([]time.Duration, len(jobs))
 	for i, j := range jobs {
 		per[i] = step
 		if j.level < 0 {
-			per[i] = step * time.Duration(len(res.Sessions))
+			per[i] = step * time.Duration(j.upTo)
 		}
 	}
 	base := prog.add(per)
@@ -283,6 +333,9 @@ func (p Plan) simulate(ctx context.Context, res *Result, cands []*candFarms, tra
 		e, err := p.experiment(res, cf.farm(j.run), cfg, trace, j.level)
 		if err != nil {
 			return err
+		}
+		if j.level < 0 {
+			e.Sessions = res.Sessions[:j.upTo]
 		}
 		e.Seed = cf.vs[j.run].seed
 		if prog.f != nil {
@@ -301,21 +354,18 @@ func (p Plan) simulate(ctx context.Context, res *Result, cands []*candFarms, tra
 		prog.set(base+i, per[i])
 		return nil
 	}
-	if err := forEach(ctx, len(jobs), p.Parallelism, run); err != nil {
-		return err
-	}
-	for ci := range res.Candidates {
-		for k := range res.Candidates[ci].Configs {
-			cfg := &res.Candidates[ci].Configs[k]
-			cfg.Rows = cfg.runs[0]
-		}
-	}
-	return nil
+	return forEach(ctx, len(jobs), p.Parallelism, run)
 }
 
-// runLabel names a run of the band in errors, e.g. "KV x0.85, seed 2".
+// runLabel names a run of the band in errors, e.g. "KV x0.85, speed x0.8,
+// seed 2".
 func runLabel(v variant) string {
-	return fmt.Sprintf("KV x%g, seed %d", v.kvScale, v.seed)
+	return fmt.Sprintf("%s, seed %d", pointLabel(v), v.seed)
+}
+
+// pointLabel is a run's KV and speed scales, "KV x0.85, speed x0.8".
+func pointLabel(v variant) string {
+	return fmt.Sprintf("KV x%g, speed x%g", v.kvScale, v.speedScale)
 }
 
 // experiment is the simulation of one config of one farm: every sessions

@@ -285,7 +285,7 @@ func NewDPFrontEnd(f *Farm, seed uint64) (*DPFrontEnd, error) {
 	}
 	v := f.Spec.VLLM
 	return &DPFrontEnd{
-		f:      newDPFrontend(f.Spec.Replicas, v.APIServerCount, time.Duration(v.StatsUpdateInterval).Microseconds(), f.Behaviour, traces.ConnectionsRequest, seed),
+		f:     newDPFrontend(f.Spec.Replicas, v.APIServerCount, time.Duration(v.StatsUpdateInterval).Microseconds(), f.Behaviour, traces.ConnectionsRequest, seed),
 		steps: make([]int64, f.Spec.Replicas),
 	}, nil
 }

@@ -70,6 +70,7 @@ func planOverview(res *planner.Result, at int) Section {
 			"output tok/min", "sessions/h", "meets up to", "stops at", "sessions x context / KV"),
 	}
 	var notFit Table
+	whys := Table{Caption: "Why the marginal candidates are marginal", Header: []string{"candidate", "why"}}
 	var names []string
 	var p95s, hits, maxes []float64
 	for i := range res.Candidates {
@@ -89,6 +90,9 @@ func planOverview(res *planner.Result, at int) Section {
 		meets := "no"
 		if c.Meets {
 			meets = "yes"
+			if res.HeadroomSessions > 0 {
+				meets = fmt.Sprintf("yes, at %d and, with %s %% headroom, at %d", res.Concurrency, fmtPctOf(res.Headroom), res.HeadroomSessions)
+			}
 		} else if x != nil {
 			meets = "misses " + strings.Join(missedPhrases(res, c, at), ", ")
 		}
@@ -96,15 +100,18 @@ func planOverview(res *planner.Result, at int) Section {
 		if v, _ := jsonPath(cj, "verdict").(string); v == "marginal" {
 			meets = "marginal"
 			if why, _ := jsonPath(cj, "why").(string); why != "" {
-				meets += ": " + why
+				// Said in a table of its own below: a long sentence reads badly in a narrow cell.
+				meets += " (see below)"
+				whys.Rows = append(whys.Rows, []string{c.Name, "it " + why + "."})
 			}
 		}
 		routing, p95, hit, p95Cell, hitCell, tok, sph := "-", math.NaN(), math.NaN(), "-", "-", math.NaN(), "-"
 		if x != nil {
 			routing = c.Configs[c.Chosen].Label()
 			p95, hit = float64(x.TTFBP95), float64(x.PrefixHitPct)
-			p95Cell = withBand(p95, jsonPath(cj, "kpis", "ttfb_p95_s"), 2)
-			hitCell = withBand(hit, jsonPath(cj, "kpis", "prefix_hit_pct"), 1)
+			runs, _ := jsonPath(cj, "kpis", "runs").(float64)
+			p95Cell = withBand(p95, jsonPath(cj, "kpis", "ttfb_p95_s"), 2, runs)
+			hitCell = withBand(hit, jsonPath(cj, "kpis", "prefix_hit_pct"), 1, runs)
 			tok, sph = float64(x.OutputTokensPerMin), sessionsPerHour(x, res.DurationS)
 		}
 		row := []string{name, strconv.Itoa(c.Cards)}
@@ -117,7 +124,7 @@ func planOverview(res *planner.Result, at int) Section {
 		}
 		t.Rows = append(t.Rows, append(row, routing, meets,
 			p95Cell, hitCell, fmtNum(tok, 0), sph,
-			levelOrDash(c.MaxSessions), levelOrDash(c.FailsAt), ruleCell(c),
+			upToCell(c), levelOrDash(c.FailsAt), ruleCell(c),
 		))
 		names = append(names, c.Name)
 		p95s = append(p95s, p95)
@@ -138,9 +145,12 @@ func planOverview(res *planner.Result, at int) Section {
 			"The first two charts are the ones to read first: each candidate's prefix-cache hit rate and TTFB p95 against the " +
 				"number of concurrent sessions, with the targets as red dashed lines and, in each candidate's colour, a dashed " +
 				"vertical line where sessions x typical context equals the farm's KV cache (\"KV full\"); where the result carries " +
-				"the uncertainty band (KV cache 15 % smaller to 10 % larger than estimated, several seeds) it is shaded.",
+				"the uncertainty band (described above) it is shaded.",
 		},
 		Tables: []Table{t},
+	}
+	if len(whys.Rows) > 0 {
+		s.Tables = append(s.Tables, whys)
 	}
 	if len(notFit.Rows) > 0 {
 		notFit.Caption = "Candidates whose model does not fit (not simulated)"
@@ -196,39 +206,95 @@ func planOverview(res *planner.Result, at int) Section {
 	return s
 }
 
-// bandSentence says what the bands in brackets are, from the result's "band" (which KV
-// scales and seeds were run), or that the result has none.
+// bandSentence says what the bands in parentheses are, from the result's "band" (which KV
+// scales, engine speed scales and seeds were run), and what the verdicts mean, with the
+// headroom; or that the result has no band.
 func bandSentence(res *planner.Result) string {
 	m := jsonOf(res)
 	scales, _ := jsonPath(m, "band", "kv_scales").([]any)
+	speeds, _ := jsonPath(m, "band", "speed_scales").([]any)
 	seeds, _ := jsonPath(m, "band", "seeds").([]any)
 	if len(scales) == 0 {
 		return "This result carries no uncertainty band: each figure is one run at the estimated KV cache size."
 	}
-	var sc, sd []string
-	for _, v := range scales {
-		if f, ok := v.(float64); ok {
-			sc = append(sc, "x"+strconv.FormatFloat(f, 'f', -1, 64))
+	list := func(vs []any, digits int) []string {
+		var fs []float64
+		for _, v := range vs {
+			if f, ok := v.(float64); ok {
+				fs = append(fs, f)
+			}
 		}
+		slices.Sort(fs)
+		var out []string
+		for _, f := range fs {
+			out = append(out, "x"+strconv.FormatFloat(f, 'f', digits, 64))
+		}
+		return out
 	}
+	var parts []string
+	runs := 1
+	if sc := list(scales, 2); len(sc) > 1 {
+		parts = append(parts, "the KV cache at "+joinAndWeb(sc)+" of its estimated size (not where num_gpu_blocks is given: that is exact)")
+		runs *= len(sc)
+	}
+	if sp := list(speeds, 1); len(sp) > 1 {
+		parts = append(parts, "the engine at "+joinAndWeb(sp)+" the speed of the roofline's default efficiencies (not where step_time "+
+			"was calibrated, e.g. by warden calibrate)")
+		runs *= len(sp)
+	}
+	var sd []string
 	for _, v := range seeds {
 		if f, ok := v.(float64); ok {
 			sd = append(sd, strconv.FormatFloat(f, 'f', -1, 64))
 		}
 	}
-	return fmt.Sprintf("Band (in parentheses, and shaded in the charts): the lowest and highest of each figure over the KV cache at %s "+
-		"of its estimated size (no KV band where num_gpu_blocks is given) and seeds %s. A candidate meets the targets only if the "+
-		"pessimistic edge does; marginal: only the nominal run does.", strings.Join(sc, ", "), strings.Join(sd, ", "))
+	parts = append(parts, "the sessions of seeds "+joinAndWeb(sd))
+	runs *= max(len(sd), 1)
+	s := fmt.Sprintf("Band (in parentheses, and shaded in the charts): the lowest and highest of each figure over %s, every "+
+		"combination of them: %d runs per routing and level. ", joinAndWeb(parts), runs)
+	if speeds != nil { // a result from before the speed band ran every run at every level
+		s += fmt.Sprintf("Where the nominal run (estimated KV size, the roofline's speed, seed %s) already misses a target, "+
+			"the band cannot change the verdict and that level keeps the nominal run alone. ", firstOr(sd, "-"))
+	}
+	if res.HeadroomSessions > 0 {
+		return s + fmt.Sprintf("A candidate meets the targets only if the pessimistic edge does at %d sessions and, with %s %% "+
+			"headroom, at %d; it is marginal when only the nominal run does at %d, or when the pessimistic edge meets them at %d "+
+			"but not at %d (near a cache cliff a few more sessions, or a few %% less KV, flip the outcome).",
+			res.Concurrency, fmtPctOf(res.Headroom), res.HeadroomSessions, res.Concurrency, res.Concurrency, res.HeadroomSessions)
+	}
+	return s + "A candidate meets the targets only if the pessimistic edge does; marginal: only the nominal run does."
 }
 
-// withBand is a figure with its band, e.g. "3.11 (3.10-8.36)", or the figure alone when r is
-// not a band object.
-func withBand(v float64, r any, digits int) string {
+// fmtPctOf writes a fraction as a percentage, 0.2 as "20".
+func fmtPctOf(f float64) string { return strconv.FormatFloat(roundF(100*f, 1), 'f', -1, 64) }
+
+// joinAndWeb joins "a", "a and b", "a, b and c".
+func joinAndWeb(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
+}
+
+func firstOr(items []string, def string) string {
+	if len(items) == 0 {
+		return def
+	}
+	return items[0]
+}
+
+// withBand is a figure with its band, e.g. "3.11 (3.10-8.36)", "24.87 (nominal run only)" for
+// a band of one run (runs 1) in a banded result, or the figure alone when r is not a band
+// object.
+func withBand(v float64, r any, digits int, runs float64) string {
 	out := fmtNum(v, digits)
 	m, _ := r.(map[string]any)
 	lo, okL := m["low"].(float64)
 	hi, okH := m["high"].(float64)
-	if okL && okH {
+	switch {
+	case okL && okH && runs == 1:
+		out += " (nominal run only)"
+	case okL && okH:
 		a, b := math.Min(lo, hi), math.Max(lo, hi)
 		out += " (" + fmtNum(a, digits) + "-" + fmtNum(b, digits) + ")"
 	}
@@ -400,6 +466,15 @@ func missedPhrases(res *planner.Result, c *planner.Candidate, at int) []string {
 	return out
 }
 
+// upToCell is a candidate's "meets up to": "18", ">= 24" when it still meets the targets at
+// the highest level tried, "-" when it meets them at no level.
+func upToCell(c *planner.Candidate) string {
+	if c.MaxSessions > 0 && c.FailsAt == 0 {
+		return ">= " + strconv.Itoa(c.MaxSessions)
+	}
+	return levelOrDash(c.MaxSessions)
+}
+
 func levelOrDash(n int) string {
 	if n == 0 {
 		return "-"
@@ -550,16 +625,28 @@ func planCandidate(res *planner.Result, i, at int) Section {
 	chosen := &c.Configs[c.Chosen]
 
 	status := "does not meet the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
-	if c.Meets {
+	switch {
+	case c.Meets && res.HeadroomSessions > 0:
+		status = fmt.Sprintf("meets the targets at %d sessions and, with %s %% headroom, at %d", res.Concurrency, fmtPctOf(res.Headroom), res.HeadroomSessions)
+	case c.Meets:
 		status = "meets the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
+	case c.Verdict == planner.VerdictMarginal && c.Why != "":
+		status = "is marginal: it " + c.Why
+	}
+	upTo := "; it meets them up to " + strings.Replace(upToCell(c), ">= ", "at least ", 1) + " sessions"
+	if c.MaxSessions == 0 {
+		upTo = "; it meets them at no level simulated"
+	}
+	if c.Verdict == planner.VerdictMarginal && c.KPIs != nil && c.KPIs.Verdict == planner.VerdictMeets && c.Why != "" {
+		upTo = "" // marginal for want of headroom: the reason already says where it stops
 	}
 	s := Section{
 		Heading: "Candidate: " + c.Name,
 		Paragraphs: []string{
 			fmt.Sprintf("%s serving %s, %d replica(s) at tensor parallel size %d, max_num_seqs %d, %s KV blocks (%s tokens) per replica. "+
-				"With %s it %s; it meets them up to %s sessions.",
+				"With %s it %s%s.",
 				c.Name, c.Model, c.Replicas, c.TensorParallelSize, c.MaxNumSeqs, fmtInt(int64(c.NumGPUBlocks)), fmtInt(int64(c.KVTokensPerReplica)),
-				chosen.Label(), status, levelOrDash(c.MaxSessions)),
+				chosen.Label(), status, upTo),
 		},
 		Tables: []Table{t},
 		Charts: []*Chart{
@@ -711,6 +798,7 @@ func planSettings(res *planner.Result) Section {
 		Header:  []string{"setting", "value"},
 		Rows: [][]string{
 			{"wanted concurrency", strconv.Itoa(res.Concurrency) + " sessions"},
+			{"headroom", headroomCell(res)},
 			{"sessions levels", joinIntsWeb(res.Sessions)},
 			{"step duration", strconv.FormatFloat(res.DurationS, 'f', -1, 64) + " s"},
 			{"seed", strconv.FormatUint(res.Seed, 10)},
@@ -722,6 +810,14 @@ func planSettings(res *planner.Result) Section {
 		},
 	}
 	return Section{Heading: "Workload and settings", Paragraphs: res.Workload.Description, Tables: []Table{t}}
+}
+
+// headroomCell is the plan's headroom, "20 % (the targets also at 20 sessions)".
+func headroomCell(res *planner.Result) string {
+	if res.HeadroomSessions == 0 {
+		return "none (the wanted concurrency alone decides)"
+	}
+	return fmt.Sprintf("%s %% (a farm must also meet the targets at %d sessions)", fmtPctOf(res.Headroom), res.HeadroomSessions)
 }
 
 func joinIntsWeb(v []int) string {

@@ -232,7 +232,7 @@ func containsAny(s string, subs []string) bool {
 // reconcile sentence beside the rule of thumb. The fields are read by their JSON names.
 func TestPlanReportShowsBand(t *testing.T) {
 	m := jsonOf(samplePlanResult())
-	m["band"] = map[string]any{"kv_scales": []any{1, 0.85, 1.1}, "seeds": []any{1, 2, 3}}
+	m["band"] = map[string]any{"kv_scales": []any{1, 0.85, 1.1}, "speed_scales": []any{1, 0.8, 1.2}, "seeds": []any{1, 2, 3}}
 	cands := m["candidates"].([]any)
 	for _, cv := range cands {
 		c := cv.(map[string]any)
@@ -274,8 +274,10 @@ func TestPlanReportShowsBand(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := buf.String()
-	for _, want := range []string{"TTFB p95 s (band)", "(5.00-9.50)", "(70.0-88.0)", "marginal: meets at the nominal KV size",
-		"the 3.5k system prompt is shared", "seeds 1, 2, 3"} {
+	for _, want := range []string{"TTFB p95 s (band)", "(5.00-9.50)", "(70.0-88.0)", "marginal (see below)",
+		"Why the marginal candidates are marginal", "it meets at the nominal KV size; misses prefix hit",
+		"the 3.5k system prompt is shared", "the KV cache at x0.85, x1.00 and x1.10 of its estimated size",
+		"the engine at x0.8, x1.0 and x1.2 the speed of the roofline&#39;s default efficiencies", "seeds 1, 2 and 3", "27 runs per routing and level"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -294,5 +296,53 @@ func TestPlanReportShowsBand(t *testing.T) {
 		if custom != 2 {
 			t.Errorf("chart %s: %d shaded bands, want one per candidate or routing (2)", c.ID, custom)
 		}
+	}
+}
+
+// TestPlanReportHeadroom: a result with a headroom says it where a verdict is given: the
+// answer's row ("yes, at 8 and, with 20 % headroom, at 10"), the band's sentence, the
+// candidate's section and the settings; a band of the nominal run alone says so instead of a
+// range of one value; without headroom none of it appears.
+func TestPlanReportHeadroom(t *testing.T) {
+	res := samplePlanResult()
+	res.Sessions = []int{4, 8, 10}
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		for k := range c.Configs {
+			cfg := &c.Configs[k]
+			r, ch := cfg.Rows[1], cfg.Checks[1]
+			r.Sessions, ch.Sessions = 10, 10
+			cfg.Rows, cfg.Checks = append(cfg.Rows, r), append(cfg.Checks, ch)
+		}
+		if c.Fits {
+			c.Verdict = map[bool]string{true: planner.VerdictMeets, false: planner.VerdictMisses}[c.Meets]
+			c.KPIs = &planner.Band{Runs: 1, TTFBP95: planner.Range{Low: 6, Nominal: 6, High: 6}, PrefixHitPct: planner.Range{Low: 85, Nominal: 85, High: 85}}
+		}
+	}
+	res.Band = planner.BandInfo{KVScales: []float64{1, 0.85, 1.1}, SpeedScales: []float64{1, 0.8, 1.2}, Seeds: []uint64{1, 2, 3}}
+	render := func(res *planner.Result) string {
+		var buf bytes.Buffer
+		if err := PlanReport(res).Render(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	res.Headroom, res.HeadroomSessions = 0.2, 10
+	page := render(res)
+	for _, want := range []string{
+		"yes, at 8 and, with 20 % headroom, at 10",
+		"A candidate meets the targets only if the pessimistic edge does at 8 sessions and, with 20 % headroom, at 10",
+		"it meets the targets at 8 sessions and, with 20 % headroom, at 10",
+		"20 % (a farm must also meet the targets at 10 sessions)",
+		"(nominal run only)",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	res.Headroom, res.HeadroomSessions = 0, 0
+	page = render(res)
+	if strings.Contains(page, "% headroom") || !strings.Contains(page, "none (the wanted concurrency alone decides)") {
+		t.Error("without headroom: the report names one, or its settings do not say there is none")
 	}
 }

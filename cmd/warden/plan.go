@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -30,9 +31,11 @@ type planOptions struct {
 	TensorParallelSize []int
 	Model              string
 	MaxNumSeqs         int
+	VLLMVersion        string
 
 	Sessions    []int
 	Concurrency int
+	Headroom    string // --headroom 20 or 20%
 	Duration    time.Duration
 	Strategies  []string
 	Spills      []string
@@ -89,16 +92,23 @@ prices: in a plan file; the table then also gives the cost per 1,000 session-tur
 else the card count; ties go to the farm with more headroom, then fewer cards.
 
 Every candidate, routing and level runs as a band: the KV cache estimated x0.85,
-x1 and x1.10 (none for a farm whose num_gpu_blocks is given), each with 3 seeds.
-A farm "meets" when the band's pessimistic edge (the lowest hit %, the highest
-TTFB) meets every target, is "marginal" when only the nominal run does, and
-"misses" otherwise. "Meets up to" is found by bisection between the last level
-that meets and the first that misses (or upwards, to one more step of the levels),
-with what fails there. Each candidate's rule-of-thumb check (sessions x typical
-context against the farm's KV cache) comes with one sentence that reconciles it
-with the simulation. When no candidate meets the targets, it names the closest
-one. A model that does not fit on a candidate is reported, not dropped; when it
-fits on none, plan fails.
+x1 and x1.10 (none for a farm whose num_gpu_blocks is given) by the engine at
+x0.8, x1 and x1.2 the roofline's speed (none for a farm whose step_time gives
+both efficiencies, as warden calibrate writes them) by 3 seeds, every
+combination (where the nominal run already misses a target, it alone: the band
+cannot change that verdict). A farm "meets" when the band's pessimistic edge
+(the lowest hit %, the highest TTFB) meets every target at the wanted
+concurrency and, with --headroom (default 20%, 0 for none), at that many more
+sessions too (for 16 sessions, 20: added to the levels); it is "marginal" when only
+the nominal run does, or when the pessimistic edge meets at the concurrency
+but not with the headroom (the answer then says where its cliff is), and
+"misses" otherwise. "Meets up to" is found by bisection between the last
+level that meets and the first that misses (or upwards, to one more step of
+the levels), with what fails there. Each candidate's rule-of-thumb check
+(sessions x typical context against the farm's KV cache) comes with one
+sentence that reconciles it with the simulation. When no candidate meets the
+targets, it names the closest one. A model that does not fit on a candidate is
+reported, not dropped; when it fits on none, plan fails.
 
 Beyond the three strategies, --strategies (or strategies: in a plan file)
 takes affinity's variants as warden sim does (affinity+kv, affinity+priced,
@@ -110,7 +120,7 @@ candidate at every level of the band, so the built-in plan does not try them.
 
 Candidates come from a YAML plan file (--plan; see planner/examples/default.yaml)
 or from --gpu, --replicas and --model. With neither, plan runs the built-in
-example: RTX A4000 farms of 2, 3 and 4 cards for 16 Qwen3-4B agent sessions
+example: RTX A4000 farms of 2, 4, 6 and 8 cards for 16 Qwen3-4B agent sessions
 (planner/examples/default.yaml); the defaults below are its values, and --gpu
 plans take them too, except the model (--model is required with --gpu) and
 max_num_seqs (the built-in plan sets 32 and max_model_len 32768; --gpu plans use
@@ -121,6 +131,7 @@ The self-contained HTML report goes to --out; --json prints the result as JSON,
 which 'warden report --from' renders again. A progress bar is drawn on stderr when
 it is a terminal.`,
 		Example: `  warden plan                                   # the built-in example; writes plan-report.html
+  warden plan --headroom 0 --out ""              # the wanted concurrency alone decides (no headroom level)
   warden plan --gpu "RTX A4000,RTX 4090" --replicas 2,3,4 --model Qwen/Qwen3-4B-Instruct-2507 \
       --sessions 4,8,16 --target-ttfb-p95 10s --target-hit-pct 80
   warden plan --gpu h100 --replicas 1,2 --tensor-parallel-size 4 --model llama-3.1-70b --sessions 32,64
@@ -141,8 +152,10 @@ it is a terminal.`,
 	f.IntSliceVar(&opts.TensorParallelSize, "tensor-parallel-size", defFarm.TensorParallelSizes, "candidate tensor parallel sizes, GPUs per replica (with --gpu)")
 	f.StringVar(&opts.Model, "model", "", "model name or alias from the catalogue (with --gpu)")
 	f.IntVar(&opts.MaxNumSeqs, "max-num-seqs", 0, "vLLM max_num_seqs per replica (with --gpu; 0: vLLM's default)")
+	f.StringVar(&opts.VLLMVersion, "vllm-version", "", `vLLM release every candidate (and with --prometheus the current farm) runs, e.g. "0.27"; "": each farm's vllm.version, else `+sim.DefaultVLLMVersion+` (sim/testdata/vllm says what each release does)`)
 	f.IntSliceVar(&opts.Sessions, "sessions", def.Sessions, "concurrent sessions levels to simulate")
 	f.IntVar(&opts.Concurrency, "concurrency", 0, "concurrent sessions the answer is for (0: the highest --sessions level)")
+	f.StringVar(&opts.Headroom, "headroom", headroomFlag(def), `a farm meets only if it also meets the targets at this much more load, a percentage ("20" or "20%"; 0: none)`)
 	f.DurationVar(&opts.Duration, "duration", time.Duration(def.Duration), "simulated time of one sessions level (at least 1s)")
 	f.StringSliceVar(&opts.Strategies, "strategies", def.Strategies, "strategies to try: hash, least-loaded, affinity, or affinity's variants with options kv, priced, admit, admit=TIMEOUT (affinity+kv+admit=30s; each is one more routing per spill threshold)")
 	f.StringSliceVar(&opts.Spills, "spill-thresholds", def.SpillThresholds, "affinity spill thresholds to try: auto or requests in flight")
@@ -217,6 +230,14 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 	if err := o.checkFlags(changed); err != nil {
 		return p, err
 	}
+	if o.VLLMVersion != "" {
+		if _, err := sim.ParseVLLMVersion(o.VLLMVersion); err != nil {
+			return p, fmt.Errorf("--vllm-version: %w", err)
+		}
+		for i := range p.Farms {
+			p.Farms[i].VLLM.Version = o.VLLMVersion
+		}
+	}
 	if o.Prices != "" {
 		prices, err := parsePrices(o.Prices)
 		if err != nil {
@@ -240,6 +261,13 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 	}
 	if changed("concurrency") {
 		p.Concurrency = o.Concurrency
+	}
+	if changed("headroom") {
+		h, err := parseHeadroom(o.Headroom)
+		if err != nil {
+			return p, err
+		}
+		p.Headroom = planner.HeadroomOf(h)
 	}
 	if changed("duration") {
 		p.Duration = sim.Duration(o.Duration)
@@ -297,6 +325,34 @@ func (o *planOptions) checkFlags(changed func(string) bool) error {
 		}
 	}
 	return nil
+}
+
+// parseHeadroom reads --headroom: a percentage, as --target-hit-pct takes
+// one ("20" is 20 %), with or without its % sign as --tolerance takes one
+// ("20%"). A bare number between 0 and 1 is refused: 0.2 could be meant as
+// a fraction (20 %) or as 0.2 %; "0.2%" says the latter.
+func parseHeadroom(s string) (float64, error) {
+	t := strings.TrimSpace(s)
+	sign := strings.HasSuffix(t, "%")
+	v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(t, "%")), 64)
+	switch {
+	case err != nil || math.IsNaN(v) || math.IsInf(v, 0):
+		return 0, fmt.Errorf("--headroom %q: want a percentage such as 20 or 20%% (0: none)", s)
+	case v < 0 || v > 100*planner.MaxHeadroom:
+		return 0, fmt.Errorf("--headroom %q: want a percentage from 0 (none) to %g", s, 100*float64(planner.MaxHeadroom))
+	case !sign && v > 0 && v < 1:
+		return 0, fmt.Errorf("--headroom %q: a percentage, e.g. 20 or 20%% for a fifth more load (write %s%% if you mean %s %%)", s, t, t)
+	}
+	return v / 100, nil
+}
+
+// headroomFlag is --headroom's default: the built-in plan's headroom.
+func headroomFlag(def planner.Plan) string {
+	h := planner.DefaultHeadroom
+	if def.Headroom != nil {
+		h = float64(*def.Headroom)
+	}
+	return strconv.FormatFloat(100*h, 'f', -1, 64) + "%"
 }
 
 // parsePrices reads --price: comma-separated GPU=price pairs, per GPU-hour.
@@ -383,28 +439,32 @@ func (o *planOptions) solve(ctx context.Context) (*planner.Result, error) {
 	return planner.Solve(ctx, p)
 }
 
-// writePlanSummary prints the answer, one line per candidate and the
-// sentence that reconciles the rule of thumb with the simulation.
+// writePlanSummary prints the answer, one line per candidate (about 120
+// columns: what a candidate misses where it stops meeting the targets, and
+// in which run of the band, follows the table), what the band and the
+// verdicts mean, and the sentence that reconciles the rule of thumb with
+// the simulation.
 func writePlanSummary(w io.Writer, res *planner.Result, reportPath string) error {
-	var b bytes.Buffer
+	var b, table bytes.Buffer
 	fmt.Fprintln(&b, res.Answer)
 	fmt.Fprintln(&b)
 	at := planner.Level(res.Sessions, res.Concurrency)
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	priced := res.CostUnit != "cards"
 	cost := ""
 	if priced {
 		cost = "cost/h\tper 1k turns\t"
 	}
-	fmt.Fprintf(tw, "candidate\tcards\t%srouting\tverdict\tTTFB p95 s [band]\thit %% [band]\tmeets up to\tthen misses\tsessions x context / KV\t\n", cost)
+	fmt.Fprintf(tw, "candidate\t%srouting\tverdict\tTTFB p95 s [band]\thit %% [band]\tup to\tmisses at\tdemand/KV\t\n", cost)
+	var cliffs []string
 	for i := range res.Candidates {
 		c := &res.Candidates[i]
 		mark := ""
 		switch i {
 		case res.Best:
-			mark = "  <- answer"
+			mark = "<- answer"
 		case res.Closest:
-			mark = "  <- closest"
+			mark = "<- closest"
 		}
 		costCells := ""
 		if priced {
@@ -415,7 +475,7 @@ func writePlanSummary(w io.Writer, res *planner.Result, reportPath string) error
 			costCells = strconv.FormatFloat(c.Cost, 'f', 2, 64) + "\t" + per + "\t"
 		}
 		if !c.Fits {
-			fmt.Fprintf(tw, "%s\t%d\t%sdoes not fit\t-\t-\t-\t-\t-\t-\t\n", c.Name, c.Cards, costCells)
+			fmt.Fprintf(tw, "%s\t%sdoes not fit\t-\t-\t-\t-\t-\t-\t\n", c.Name, costCells)
 			continue
 		}
 		cfg := &c.Configs[c.Chosen]
@@ -438,28 +498,29 @@ func writePlanSummary(w io.Writer, res *planner.Result, reportPath string) error
 		}
 		if c.FailsAt > 0 {
 			then = strconv.Itoa(c.FailsAt)
-			var what []string
-			for _, m := range c.FailsAtMisses {
-				run := ""
-				if m.KVScale != 1 || (len(res.Band.Seeds) > 0 && m.Seed != res.Band.Seeds[0]) {
-					run = fmt.Sprintf(" at KV x%.2f, seed %d", m.KVScale, m.Seed)
-				}
-				what = append(what, res.Targets.MissPhrase(m.Miss)+run)
-			}
-			if len(what) > 0 {
-				then += ": " + strings.Join(what, ", ")
+			if len(c.FailsAtMisses) > 0 {
+				cliffs = append(cliffs, fmt.Sprintf("%s at %d sessions misses %s.", c.Name, c.FailsAt, res.BandMisses(c.FailsAtMisses)))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s%s\t%s\t%s\t%s\t%s\t%s\t%.0f %%\t%s\n", c.Name, c.Cards, costCells, cfg.Label(), verdict,
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\t%s\t%s\t%s\t%.0f %%\t%s\n", c.Name, costCells, cfg.Label(), verdict,
 			p95, hit, upTo, then, 100*c.RuleOfThumb.Ratio, mark)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(res.Band.Seeds) > 1 {
-		fmt.Fprintf(&b, "\n[band]: lowest and highest over %s; verdict meets: the worst of them meets every target; marginal: only the nominal run does.\n",
-			bandRuns(res))
+	for line := range strings.Lines(table.String()) {
+		b.WriteString(strings.TrimRight(line, " \n") + "\n") // no padding after the last cell
 	}
+	if len(cliffs) > 0 {
+		fmt.Fprintf(&b, "\n%s\n", strings.Join(cliffs, "\n"))
+	}
+	fmt.Fprintln(&b)
+	if len(res.Band.Seeds) > 1 {
+		fmt.Fprintf(&b, "[band]: lowest and highest over %s.\n", bandRuns(res))
+	}
+	fmt.Fprintf(&b, "verdict: %s\n", verdictRule(res))
+	fmt.Fprintln(&b, "up to: the most sessions at which the band's worst run still meets every target (bisected); misses at: the next; "+
+		"demand/KV: the rule of thumb, sessions x typical context over the farm's KV cache.")
 	if !priced {
 		fmt.Fprintln(&b, "cheapest by card count (give --price \"GPU=per GPU-hour,...\" to rank by price)")
 	}
@@ -493,16 +554,55 @@ func fmtSpan(r planner.Range, d int) string {
 	return fmtFloat(lo, d) + "-" + fmtFloat(hi, d)
 }
 
-// bandRuns is "KV x0.85, x1.00, x1.10 x seeds 1, 2, 3".
+// bandRuns says which runs make the band, e.g. "the KV cache x0.85, x1.00
+// and x1.10 of its estimate (none where num_gpu_blocks is given), the engine
+// at x0.8, x1.0 and x1.2 the roofline's speed (none where step_time is
+// calibrated) and seeds 1, 2 and 3: up to 27 runs per routing and level (the
+// nominal run alone where it misses)".
 func bandRuns(res *planner.Result) string {
-	var k, s []string
-	for _, v := range res.Band.KVScales {
-		k = append(k, "x"+strconv.FormatFloat(v, 'f', 2, 64))
+	scales := func(ks []float64, digits int) string {
+		var s []string
+		for _, k := range slices.Sorted(slices.Values(ks)) {
+			s = append(s, "x"+strconv.FormatFloat(k, 'f', digits, 64))
+		}
+		return joinAnd(s)
 	}
+	var parts []string
+	runs := 1
+	if k := res.Band.KVScales; len(k) > 1 {
+		parts = append(parts, "the KV cache "+scales(k, 2)+" of its estimate (none where num_gpu_blocks is given)")
+		runs *= len(k)
+	}
+	if k := res.Band.SpeedScales; len(k) > 1 {
+		parts = append(parts, "the engine at "+scales(k, 1)+" the roofline's speed (none where step_time is calibrated)")
+		runs *= len(k)
+	}
+	var seeds []string
 	for _, v := range res.Band.Seeds {
-		s = append(s, strconv.FormatUint(v, 10))
+		seeds = append(seeds, strconv.FormatUint(v, 10))
 	}
-	return "KV " + strings.Join(k, ", ") + " (no KV band where num_gpu_blocks is given) x seeds " + strings.Join(s, ", ")
+	parts = append(parts, "seeds "+joinAnd(seeds))
+	runs *= len(res.Band.Seeds)
+	return fmt.Sprintf("%s: up to %d runs per routing and level (the nominal run alone where it misses)", joinAnd(parts), runs)
+}
+
+// verdictRule says what the verdicts mean, with the plan's headroom.
+func verdictRule(res *planner.Result) string {
+	if res.HeadroomSessions == 0 {
+		return "meets if the band's worst run meets every target, marginal if only the nominal run does, misses if that misses one."
+	}
+	n, h := res.Concurrency, res.HeadroomSessions
+	return fmt.Sprintf("meets if the band's worst run meets every target at %d and, with %s %% headroom, at %d sessions; "+
+		"marginal if only the nominal run does at %d, or the worst meets at %d but not at %d; misses if the nominal run misses one at %d.",
+		n, strconv.FormatFloat(100*res.Headroom, 'f', -1, 64), h, n, n, h, n)
+}
+
+// joinAnd joins "a", "a and b", "a, b and c".
+func joinAnd(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
 // fmtFloat writes v with d decimals, "-" for NaN.

@@ -81,6 +81,7 @@ func (o *planOptions) solveObserved(ctx context.Context) (*planner.Result, error
 	if o.MaxNumSeqs > 0 {
 		co.Base.VLLM.MaxNumSeqs = o.MaxNumSeqs
 	}
+	co.Base.VLLM.Version = o.VLLMVersion // checked by buildPlan
 	if po.Journal != "" {
 		if co.Workload, err = calibrate.FromJournal(po.Journal); err != nil {
 			return nil, err

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"html"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -26,12 +28,22 @@ func TestPlanBuiltInExample(t *testing.T) {
 	if !strings.HasPrefix(answer, "For 16 concurrent agent sessions, ") || !strings.Contains(stdout, "report: "+out) {
 		t.Errorf("stdout does not start with the answer and end with the report:\n%s", stdout)
 	}
-	for _, want := range []string{"2 x RTX A4000", "3 x RTX A4000", "4 x RTX A4000", "sessions x context / KV", "verdict", "[band]",
-		"cheapest by card count",
-		// One KV figure (blocks x block size, as warden kv prints it) and the sentence that reconciles the rule with the simulation.
-		"By the rule of thumb 16 sessions x 12,696 tokens are 112 % of the farm's KV cache of 181,312 tokens (4 x 2,833 blocks x 16)"} {
+	for _, want := range []string{"2 x RTX A4000", "4 x RTX A4000", "6 x RTX A4000", "8 x RTX A4000", "demand/KV", "verdict", "[band]",
+		"cheapest by card count", "with 20 % headroom: at 16 and at 20 sessions",
+		"the engine at x0.8, x1.0 and x1.2 the roofline's speed (none where step_time is calibrated)"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("summary lacks %q:\n%s", want, stdout)
+		}
+	}
+	// One KV figure (blocks x block size, as warden kv prints it) and the sentence that reconciles the rule with the simulation.
+	if rule := regexp.MustCompile(`By the rule of thumb 16 sessions x 12,696 tokens are \d+ % of the farm's KV cache of [\d,]+ tokens \(\d x [\d,]+ blocks x 16\)`); !rule.MatchString(stdout) {
+		t.Errorf("summary lacks the rule of thumb with its KV figure (%s):\n%s", rule, stdout)
+	}
+	// The table stays within about 120 columns: what a candidate misses, and in which run, follows it.
+	table := strings.SplitN(stdout, "\n\n", 3)[1]
+	for line := range strings.Lines(table) {
+		if n := len(strings.TrimRight(line, "\n")); n > 125 {
+			t.Errorf("table line of %d columns, want at most about 120: %q", n, line)
 		}
 	}
 	page, err := os.ReadFile(out)
@@ -56,8 +68,8 @@ func TestPlanJSONRoundTrip(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Kind != planner.Kind {
 		t.Fatalf("--json printed no plan result (%v):\n%.300s", err, stdout)
 	}
-	if res.Concurrency != 16 || len(res.Sessions) != 3 {
-		t.Errorf("--sessions 4,8 over the built-in plan: concurrency %d, levels %v; want 16 added to 4, 8", res.Concurrency, res.Sessions)
+	if res.Concurrency != 16 || !slices.Equal(res.Sessions, []int{4, 8, 16, 20}) {
+		t.Errorf("--sessions 4,8 over the built-in plan: concurrency %d, levels %v; want 16 and its 20 %% headroom level 20 added to 4, 8", res.Concurrency, res.Sessions)
 	}
 	if err := os.WriteFile(js, []byte(stdout), 0o644); err != nil {
 		t.Fatal(err)
@@ -176,6 +188,9 @@ func TestPlanErrors(t *testing.T) {
 		{[]string{"plan", "--duration", "0"}, "--duration 0s: want at least 1s"},
 		{[]string{"plan", "--gpu", "a4000", "--model", "qwen3-4b", "--replicas", "0"}, "--replicas: want replica counts from 1 to 4096, got 0"},
 		{[]string{"plan", "--sessions", "0,4"}, "--sessions: want levels of at least 1"},
+		{[]string{"plan", "--headroom", "0.2"}, `--headroom "0.2": a percentage, e.g. 20 or 20% for a fifth more load (write 0.2% if you mean 0.2 %)`},
+		{[]string{"plan", "--headroom", "-5"}, `--headroom "-5": want a percentage from 0 (none) to 1000`},
+		{[]string{"plan", "--headroom", "lots"}, `--headroom "lots": want a percentage such as 20 or 20% (0: none)`},
 		{[]string{"plan", "--price", "RTX A9999=1"}, "--price: "},
 		{[]string{"plan", "--price", "RTX A4000"}, `--price: "RTX A4000": want GPU=price`},
 		{[]string{"plan", "--price", "RTX A4000=-1"}, "--price: "},
@@ -301,14 +316,97 @@ func TestPlanHelpDefaults(t *testing.T) {
 		"seed":             "1",
 		"target-ttfb-p95":  "10s",
 		"target-hit-pct":   "75",
-		"replicas":         "[2,3,4]",
+		"replicas":         "[2,4,6,8]",
+		"headroom":         "20%",
 	} {
 		if got := f.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s default %s, want the built-in plan's %s", name, got, want)
 		}
 	}
-	if def.Targets.PrefixHitPctMin != 75 || def.Targets.TTFBP95MaxS != 10 || !slices.Equal(def.Farms[0].Replicas, []int{2, 3, 4}) {
+	if def.Targets.PrefixHitPctMin != 75 || def.Targets.TTFBP95MaxS != 10 || !slices.Equal(def.Farms[0].Replicas, []int{2, 4, 6, 8}) {
 		t.Errorf("built-in plan changed: %+v", def)
+	}
+}
+
+// TestPlanHeadroomFlag: --headroom is a percentage with or without its sign, as
+// --target-hit-pct and --tolerance take one; it overrides the plan's, and 0 is none.
+func TestPlanHeadroomFlag(t *testing.T) {
+	tests := []struct {
+		flag string
+		want float64
+	}{
+		{"20", 0.2}, {"20%", 0.2}, {" 12.5 % ", 0.125}, {"0", 0}, {"0%", 0}, {"0.5%", 0.005}, {"150", 1.5},
+	}
+	for _, tt := range tests {
+		got, err := parseHeadroom(tt.flag)
+		if err != nil || math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("parseHeadroom(%q) = %g, %v; want %g", tt.flag, got, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		given bool
+		flag  string
+		want  float64
+	}{{false, "", 0.2}, {true, "0", 0}, {true, "35%", 0.35}} {
+		o := &planOptions{Headroom: tt.flag, changed: func(name string) bool { return tt.given && name == "headroom" }}
+		p, err := o.buildPlan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Headroom == nil || math.Abs(float64(*p.Headroom)-tt.want) > 1e-12 {
+			t.Errorf("--headroom %q (given %v): plan headroom %v, want %g", tt.flag, tt.given, p.Headroom, tt.want)
+		}
+	}
+}
+
+// TestPlanFootnote: the [band] line names the band's parts in plain words, the axes a
+// result has and no other; the verdict line names the headroom, or none.
+func TestPlanFootnote(t *testing.T) {
+	tests := []struct {
+		name     string
+		res      planner.Result
+		band     string
+		verdict  string
+		notInAny string
+	}{
+		{
+			name: "every axis, 20 % headroom",
+			res: planner.Result{Concurrency: 16, Headroom: 0.2, HeadroomSessions: 20,
+				Band: planner.BandInfo{KVScales: []float64{1, 0.85, 1.1}, SpeedScales: []float64{1, 0.8, 1.2}, Seeds: []uint64{1, 2, 3}}},
+			band: "the KV cache x0.85, x1.00 and x1.10 of its estimate (none where num_gpu_blocks is given), the engine at x0.8, x1.0 and x1.2 " +
+				"the roofline's speed (none where step_time is calibrated) and seeds 1, 2 and 3: up to 27 runs per routing and level",
+			verdict: "meets if the band's worst run meets every target at 16 and, with 20 % headroom, at 20 sessions; " +
+				"marginal if only the nominal run does at 16, or the worst meets at 16 but not at 20",
+		},
+		{
+			name: "calibrated and num_gpu_blocks given, no headroom",
+			res: planner.Result{Concurrency: 8,
+				Band: planner.BandInfo{KVScales: []float64{1}, SpeedScales: []float64{1}, Seeds: []uint64{7, 8, 9}}},
+			band:     "seeds 7, 8 and 9: up to 3 runs per routing and level",
+			verdict:  "meets if the band's worst run meets every target, marginal if only the nominal run does",
+			notInAny: "headroom",
+		},
+		{
+			name: "a result from before the speed band",
+			res: planner.Result{Concurrency: 8,
+				Band: planner.BandInfo{KVScales: []float64{1, 0.85, 1.1}, Seeds: []uint64{1, 2, 3}}},
+			band:     "the KV cache x0.85, x1.00 and x1.10 of its estimate (none where num_gpu_blocks is given) and seeds 1, 2 and 3: up to 9 runs",
+			notInAny: "engine",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			band, verdict := bandRuns(&tt.res), verdictRule(&tt.res)
+			if !strings.HasPrefix(band, tt.band) {
+				t.Errorf("band\n%q\nwant it to start with\n%q", band, tt.band)
+			}
+			if !strings.HasPrefix(verdict, tt.verdict) {
+				t.Errorf("verdict\n%q\nwant it to start with\n%q", verdict, tt.verdict)
+			}
+			if tt.notInAny != "" && strings.Contains(band+verdict, tt.notInAny) {
+				t.Errorf("%q in %q / %q", tt.notInAny, band, verdict)
+			}
+		})
 	}
 }
 
@@ -326,5 +424,24 @@ func TestPlanPrometheusFlags(t *testing.T) {
 	o := &planOptions{Replicas: []int{0}, prom: planPromOptions{Prometheus: "http://x"}, changed: func(name string) bool { return name == "replicas" }}
 	if _, err := o.buildPlan(); err == nil || !strings.Contains(err.Error(), "--replicas: want") {
 		t.Errorf("--replicas 0 with --prometheus: %v", err)
+	}
+}
+
+// TestPlanVLLMVersionFlag: --vllm-version reaches every candidate farm,
+// and a release that is not one is refused naming the flag.
+func TestPlanVLLMVersionFlag(t *testing.T) {
+	o := &planOptions{GPUs: []string{"RTX A4000"}, Replicas: []int{2}, Model: "qwen3-4b", VLLMVersion: "0.27", Duration: time.Minute, Sessions: []int{4}, Headroom: "20"}
+	p, err := o.buildPlan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range p.Farms {
+		if f.VLLM.Version != "0.27" {
+			t.Errorf("farm set %v runs vLLM %q, want 0.27", f.GPUs, f.VLLM.Version)
+		}
+	}
+	o.VLLMVersion = "latest"
+	if _, err := o.buildPlan(); err == nil || !strings.Contains(err.Error(), "--vllm-version") {
+		t.Errorf("--vllm-version latest: err = %v, want one naming the flag", err)
 	}
 }
