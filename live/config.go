@@ -25,6 +25,12 @@ import (
 type Config struct {
 	Listen string `yaml:"listen"` // client listener, e.g. "0.0.0.0:8080"
 	Admin  string `yaml:"admin"`  // /metrics, /api/status, /healthz; default 127.0.0.1:9091
+	// AdminHosts are the host names, besides localhost (and *.localhost),
+	// the host of Admin and this machine's host name, by which the admin
+	// address may be reached: a request whose Host header names another
+	// gets 403, so that a page in a browser cannot read /api/status
+	// through DNS rebinding. IP addresses are always accepted.
+	AdminHosts []string `yaml:"admin_hosts"`
 
 	// Auth is "keys" (the default: a client must present one of
 	// ClientAPIKeys) or "passthrough" (the client's credentials are
@@ -72,6 +78,12 @@ type Limits struct {
 	// rate_limit_error (OpenAI shapes) or 529 overloaded_error (Anthropic),
 	// with Retry-After. Default: see DefaultMaxInFlight.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxConnections bounds the client connections open at once, idle
+	// keep-alive ones included. At the bound the proxy stops accepting
+	// (new connections wait in the kernel's backlog) until one closes,
+	// logs it at ERROR, counts it and /healthz answers 503. Default: see
+	// DefaultMaxConnections. Restart only.
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // Timeouts bound slow clients and slow backends.
@@ -85,13 +97,26 @@ type Timeouts struct {
 	Drain          Duration `yaml:"drain"`           // SIGTERM: finish streams up to this; default 60s
 	// FirstToken bounds a streamed request from the moment it is sent to
 	// a backend to its first output token (prefill and queueing included);
-	// default 5m. StreamIdle bounds the gap between two reads of a stream
-	// once its first token came; default 60s. On expiry the client gets
-	// the API's error event (or a 504 before any header), the backend
+	// default 5m. StreamIdle bounds the wait for the next whole event of a
+	// stream once its first token came (bytes that end no event are no
+	// progress); default 60s. On expiry the client gets the API's error
+	// event (or a 504 before any byte of a reply that is not an event
+	// stream), the backend
 	// request is cancelled and the replica takes a strike towards
-	// ejection. Non-streamed requests are bounded by response_header.
+	// ejection. A reply that is not an event stream (a JSON answer, a
+	// stream's error) must arrive whole within stream_idle of waiting for
+	// the replica after its headers (the time spent writing it to the
+	// client is not counted), an event stream sent to a request that did
+	// not ask for one may wait at most stream_idle for each event, and an
+	// event stream the replica encoded (Content-Encoding) for each read:
+	// every reply is timed to its end, with the same consequences.
 	FirstToken Duration `yaml:"first_token"`
 	StreamIdle Duration `yaml:"stream_idle"`
+	// ClientWrite bounds a write to a client that makes no progress (a
+	// client that stopped reading: its receive window is zero); default
+	// 60s. On expiry the exchange ends, the backend request is cancelled,
+	// and the cut is logged and counted (warden_client_write_timeouts_total).
+	ClientWrite Duration `yaml:"client_write"`
 }
 
 // JournalCfg configures the optional request journal.
@@ -317,7 +342,25 @@ const (
 	DefaultScrapeInterval = time.Second
 	DefaultFirstToken     = 5 * time.Minute
 	DefaultStreamIdle     = 60 * time.Second
+	DefaultClientWrite    = 60 * time.Second
 )
+
+// DefaultMaxConnections is limits.max_connections when the configuration
+// does not set it: half of the file descriptors the process may open
+// (RLIMIT_NOFILE, which Go raises to its hard limit at start) after a
+// reserve of a quarter of them, at most 1,024, for everything else (the
+// admin listener, scrapes, the session store, the journal, idle
+// connections to the replicas), since each client request in flight holds
+// one connection to a replica too. 384 at the common 1,024; 4,096 where
+// the limit cannot be read.
+func DefaultMaxConnections() int {
+	n := fdLimit()
+	if n <= 0 {
+		return 4096
+	}
+	reserve := min(1024, n/4)
+	return int(min(max((n-reserve)/2, 16), math.MaxInt32))
+}
 
 // DefaultMaxInFlight is limits.max_in_flight when the configuration does
 // not set it, sized for the machine: a quarter of its memory (MemTotal of
@@ -381,6 +424,9 @@ func (c *Config) applyDefaults() {
 	if c.Limits.MaxInFlight == 0 {
 		c.Limits.MaxInFlight = DefaultMaxInFlight()
 	}
+	if c.Limits.MaxConnections == 0 {
+		c.Limits.MaxConnections = DefaultMaxConnections()
+	}
 	def(&c.Timeouts.ReadHeader, 10*time.Second)
 	def(&c.Timeouts.Read, 60*time.Second)
 	def(&c.Timeouts.Idle, 120*time.Second)
@@ -390,6 +436,7 @@ func (c *Config) applyDefaults() {
 	def(&c.Timeouts.Drain, 60*time.Second)
 	def(&c.Timeouts.FirstToken, DefaultFirstToken)
 	def(&c.Timeouts.StreamIdle, DefaultStreamIdle)
+	def(&c.Timeouts.ClientWrite, DefaultClientWrite)
 	def(&c.ScrapeInterval, DefaultScrapeInterval)
 	if c.Journal.MaxBytes == 0 {
 		c.Journal.MaxBytes = 256 << 20
@@ -500,6 +547,9 @@ func (c *Config) validate() error {
 	if c.Limits.MaxInFlight < 1 {
 		return verr("limits.max_in_flight", "want a positive integer, got %d", c.Limits.MaxInFlight)
 	}
+	if c.Limits.MaxConnections < 1 {
+		return verr("limits.max_connections", "want a positive integer, got %d", c.Limits.MaxConnections)
+	}
 	if c.Limits.MaxHeaderBytes < 1024 {
 		return verr("limits.max_header_bytes", "at least 1KiB, got %d", c.Limits.MaxHeaderBytes)
 	}
@@ -508,6 +558,14 @@ func (c *Config) validate() error {
 	}
 	if c.Timeouts.StreamIdle.D() < 10*time.Millisecond {
 		return verr("timeouts.stream_idle", "at least 10ms, got %s", c.Timeouts.StreamIdle.D())
+	}
+	if c.Timeouts.ClientWrite.D() < 10*time.Millisecond {
+		return verr("timeouts.client_write", "at least 10ms, got %s", c.Timeouts.ClientWrite.D())
+	}
+	for i, h := range c.AdminHosts {
+		if h == "" || strings.ContainsAny(h, ":/ ") {
+			return verr(fmt.Sprintf("admin_hosts[%d]", i), "want a host name such as warden.internal (no port, no scheme), got %q", h)
+		}
 	}
 	if c.ScrapeInterval.D() < 10*time.Millisecond {
 		return verr("scrape_interval", "at least 10ms, got %s", c.ScrapeInterval.D())

@@ -42,6 +42,9 @@ func TestExampleConfig(t *testing.T) {
 		{"stream_idle", cfg.Timeouts.StreamIdle.D(), DefaultStreamIdle},
 		{"max_in_flight default", cfg.Limits.MaxInFlight, DefaultMaxInFlight()},
 		{"dp gpu", dp.GPU, "RTX A4000"},
+		{"client_write", cfg.Timeouts.ClientWrite.D(), DefaultClientWrite},
+		{"max_connections default", cfg.Limits.MaxConnections, DefaultMaxConnections()},
+		{"admin_hosts", len(cfg.AdminHosts), 0},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

@@ -30,7 +30,7 @@ func TestWithAdminHandler(t *testing.T) {
 		{"GET", "/healthz", "ok"},
 	} {
 		rec := httptest.NewRecorder()
-		admin.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		admin.ServeHTTP(rec, httptest.NewRequest(tc.method, "http://localhost"+tc.path, nil))
 		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), tc.want) {
 			t.Errorf("%s %s: %d %.80q, want 200 containing %q", tc.method, tc.path, rec.Code, rec.Body.String(), tc.want)
 		}
@@ -41,7 +41,7 @@ func TestWithAdminHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
-	plain.Admin().ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	plain.Admin().ServeHTTP(rec, httptest.NewRequest("GET", "http://localhost/", nil))
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("GET / without WithAdminHandler: %d, want 404", rec.Code)
 	}

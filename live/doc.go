@@ -78,22 +78,48 @@
 // Failure handling. Refused or reset connections and 502/503 answers
 // before any byte reached the client are retried once on another replica
 // (reason "retried"), and so is a request still waiting for headers on a
-// replica that /health marks down. A streamed request is bounded by
-// timeouts.first_token (sent -> first token, default 5m) and then
-// timeouts.stream_idle (gap between reads, default 60s): on expiry the
-// backend request is cancelled and the client gets the API's error event
-// (504 in its shape if no header was sent yet). A refused connection
-// ejects the replica at once, 3 consecutive 5xx or stream timeouts do too
-// (passive outlier detection, as Envoy's consecutive_5xx), for a
-// back-off of 1 s doubling to 30 s, never more than half of a model's
-// replicas at once; after its back-off a replica warms up for 30 s, seen
-// as healthy by a share of new conversations' picks growing from 10 % to
-// 100 % (its own conversations come home at once: warm-up never moves a
-// sticky session). /health is probed with every scrape (timeouts.health). A scrape that failed or is
-// older than three intervals is replaced by the proxy's own counts (see
-// model.fill), shown as "failed"/"stale" in /api/status. When no replica
-// can take a request the answer is 503 (OpenAI shape) or 529
-// overloaded_error (Anthropic shape), at once.
+// replica that /health marks down. Every reply is timed to its end
+// (proxy.go watchdog): timeouts.response_header bounds the wait for its
+// headers; a streamed request is bounded by timeouts.first_token (sent ->
+// first token, default 5m) and then timeouts.stream_idle (the wait for
+// each whole event, default 60s: bytes that end no event are no
+// progress); an event stream sent to a request that did not ask for one
+// waits at most stream_idle for each event, and any other reply (a JSON
+// answer, a stream's error) at most stream_idle in all for its body after
+// its headers (time spent writing to the client not counted). On expiry
+// the backend request is cancelled, the replica takes a strike, and the
+// client gets the API's error: 504 in its shape if nothing was sent yet
+// (the status of a reply that is not an event stream is sent with its
+// first bytes), else the API's error event, or for a JSON body its
+// connection cut so that a torn answer is not taken for a whole one.
+// What a replica can make the proxy hold is bounded (upstream.go): a
+// reply head (status lines and headers, informational replies included)
+// of at most 64 KiB and at most 5 informational (1xx) replies, a status
+// within 100-599; beyond, the reply is a bad reply: the connection is
+// closed at once, the attempt is retried like a 502, the replica takes a
+// strike, and the client gets 502 in its shape. Idle connections to the
+// replicas are closed after 4 s even when no traffic comes (uvicorn
+// closes them at 5 s). A body the replica encoded (Content-Encoding: gzip
+// or another) passes through untouched: usage and a stream's events are
+// read from identity-encoded bodies only, so an encoded stream that breaks
+// ends with the client's connection cut, not an error event. A refused
+// connection ejects the replica at once, 3 consecutive 5xx, timeouts or
+// bad replies do too (passive outlier detection, as Envoy's
+// consecutive_5xx), for a back-off of 1 s doubling to 30 s, never more
+// than half of a model's replicas at once; after its back-off a replica
+// warms up for 30 s, seen as healthy by a share of new conversations'
+// picks growing from 10 % to 100 % (its own conversations come home at
+// once: warm-up never moves a sticky session). /health is probed with
+// every scrape (timeouts.health). A scrape that failed or is older than
+// three intervals is replaced by the proxy's own counts (see model.fill),
+// shown as "failed"/"stale" in /api/status; a max_num_seqs a server
+// exposes is capped at 16,384 (maxServerNumSeqs). When no replica can
+// take a request the answer is 503 (OpenAI shape) or 529 overloaded_error
+// (Anthropic shape), at once. The session store is marked down after 3
+// failed exchanges in a row, up again at a good one; while it is down new
+// conversations go to the rendezvous choice of their id over the
+// replicas' names, so that proxies listing them in another order agree
+// (shared.go).
 //
 // Requests. The API paths take POST only (else 405 with Allow: POST;
 // /v1/models takes GET and HEAD); any other path is 404 with code
@@ -108,6 +134,22 @@
 // milliseconds after start), a request waits for it, so that it is
 // answered as it would be a moment later: 503/529 when no replica is up,
 // not a 502 from a replica only presumed healthy.
+//
+// Clients. limits.max_connections bounds the client connections open at
+// once, idle ones included (default from the file descriptor limit, see
+// DefaultMaxConnections): at the bound the listener stops accepting until
+// one closes (listener.go), which is logged at ERROR and counted, and the
+// admin /healthz answers 503 while it lasts, or while accepting fails
+// (out of file descriptors: logged at ERROR, retried with back-off). A
+// write to a client that makes no progress for timeouts.client_write
+// (default 60s: a client that stopped reading) ends the exchange and
+// cancels the replica's request (rawconn_linux.go), logged and counted
+// (warden_client_write_timeouts_total). A request with a
+// Transfer-Encoding closes its connection after the answer (RFC 9112 6.1:
+// Go drops a Content-Length beside it before the handler, so this covers
+// requests that had both). The admin address answers only requests whose
+// Host names it (an IP address, localhost, the admin setting's host, the
+// machine's name, admin_hosts): else 403, against DNS rebinding.
 //
 // Limits. limits.max_in_flight bounds the requests the whole proxy holds
 // (default sized for the machine's memory, see DefaultMaxInFlight); beyond

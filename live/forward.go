@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"os"
 	"strings"
 )
 
@@ -18,6 +19,12 @@ import (
 // values, which neither side changes), no client trace, no flush after
 // each write of a body whose length is known (an event stream, or a body
 // of unknown length, is still flushed as it comes).
+//
+// The status of a reply that is not an event stream is sent with its
+// first bytes: a replica that sends headers and then nothing
+// (timeouts.stream_idle) is answered with 504 in the client's shape. A
+// client that stops reading is cut after timeouts.client_write (see
+// rawConn): the exchange ends and the replica's request is cancelled.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	res, err := s.tr.roundTrip(c, s.outgoing(r, c))
 	if err != nil {
@@ -28,6 +35,23 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 		res.Body.Close()
 		s.errorHandler(w, r, errors.New("replica switched protocols (101), which the proxy does not forward"))
 		return
+	}
+	buf := copyBuffers.Get()
+	defer copyBuffers.Put(buf)
+	sse := strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
+	n := 0
+	var rerr error
+	if !sse {
+		// Nothing is sent before the reply's first bytes, so that a reply
+		// that stalls (or fails) before them is answered with a status.
+		for n == 0 && rerr == nil {
+			n, rerr = res.Body.Read(buf)
+		}
+		if n == 0 && rerr != io.EOF {
+			res.Body.Close()
+			s.errorHandler(w, r, rerr)
+			return
+		}
 	}
 	removeHopByHop(res.Header)
 	h := w.Header()
@@ -42,18 +66,21 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 		h.Add("Trailer", strings.Join(keys, ", "))
 	}
 	w.WriteHeader(res.StatusCode)
-	flush := res.ContentLength < 0 || strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
-	err = copyBody(w, res.Body, flush)
+	flush := res.ContentLength < 0 || sse
+	err = copyBody(w, res.Body, flush, buf, n, rerr)
 	if err == nil && len(res.Trailer) == 0 {
 		// The answer is whole: send it now, not when the handler returns,
 		// after the body's bookkeeping (usage, metrics, the journal), which
 		// the client need not wait for.
-		if f, ok := w.(http.Flusher); ok {
-			f.Flush()
-		}
+		err = flushError(w)
 	}
 	res.Body.Close() // before the trailers: the body's end reads them
 	if err != nil {
+		var cw *clientWriteError
+		if errors.As(err, &cw) && errors.Is(cw.err, os.ErrDeadlineExceeded) {
+			s.log.Warn("client stopped reading: the exchange is cut and the replica's request cancelled",
+				"model", c.m.cfg.Name, "replica", c.cur.rep.id, "timeout", s.state.Load().cfg.Timeouts.ClientWrite.D())
+		}
 		// The client holds part of an answer: end its connection, so that
 		// it is not taken for a whole one. A handler called outside a
 		// server (a test's recorder) just returns.
@@ -67,24 +94,42 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 }
 
-// copyBody copies a response body to the client, flushing after each
-// write when flush is set. It returns the first error other than the
-// body's end.
-func copyBody(w http.ResponseWriter, body io.Reader, flush bool) error {
-	f, _ := w.(http.Flusher)
-	if !flush {
-		f = nil
+// clientWriteError is a failed write (or flush) to the client, told apart
+// from a failed read of the replica's body.
+type clientWriteError struct{ err error }
+
+func (e *clientWriteError) Error() string { return "writing to the client: " + e.err.Error() }
+func (e *clientWriteError) Unwrap() error { return e.err }
+
+// flushError flushes w, with the error where the writer reports one
+// (net/http's does: a client that stopped reading shows here).
+func flushError(w http.ResponseWriter) error {
+	switch f := w.(type) {
+	case interface{ FlushError() error }:
+		if err := f.FlushError(); err != nil {
+			return &clientWriteError{err}
+		}
+	case http.Flusher:
+		f.Flush()
 	}
-	buf := copyBuffers.Get()
-	defer copyBuffers.Put(buf)
+	return nil
+}
+
+// copyBody copies a response body to the client through buf, flushing
+// after each write when flush is set, starting with buf[:n] and rerr, a
+// read already made (n 0 and rerr nil: none). It returns the first error
+// other than the body's end; a failed write or flush is a
+// *clientWriteError.
+func copyBody(w http.ResponseWriter, body io.Reader, flush bool, buf []byte, n int, rerr error) error {
 	for {
-		n, rerr := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return werr
+				return &clientWriteError{werr}
 			}
-			if f != nil {
-				f.Flush()
+			if flush {
+				if err := flushError(w); err != nil {
+					return err
+				}
 			}
 		}
 		if rerr == io.EOF {
@@ -93,6 +138,7 @@ func copyBody(w http.ResponseWriter, body io.Reader, flush bool) error {
 		if rerr != nil {
 			return rerr
 		}
+		n, rerr = body.Read(buf)
 	}
 }
 

@@ -58,10 +58,12 @@ func reasonName(i int) string {
 type replica struct {
 	id     int
 	target *url.URL
-	rank   string   // X-data-parallel-rank value; "" in the URL layout
-	name   string   // target, plus "#rank" in the DP layout: the replica's name in the session store
-	server *scraper // the server whose /metrics describe this replica
-	engine int      // engine label to read; -1: sum the whole server
+	rank   string // X-data-parallel-rank value; "" in the URL layout
+	name   string // target, plus "#rank" in the DP layout: the replica's name in the session store
+	// nameHash is fnv1a64(name): its weight in rendezvousHome.
+	nameHash uint64
+	server   *scraper // the server whose /metrics describe this replica
+	engine   int      // engine label to read; -1: sum the whole server
 
 	// The counts and the ejection state belong to the backend, not to one
 	// configuration: a reload that keeps the backend (at any index) gives
@@ -181,6 +183,7 @@ func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Dur
 	}
 	taken := map[*replicaState]bool{} // a backend listed twice is two replicas
 	for _, rep := range m.replicas {
+		rep.nameHash = fnv1a64(rep.name)
 		rep.replicaState = new(replicaState)
 		if o := prev.sameBackend(rep, taken); o != nil {
 			rep.replicaState = o.replicaState

@@ -49,8 +49,12 @@ type observer struct {
 	journalErrors  prometheus.Counter
 	journalDropped prometheus.Counter
 	journalLate    prometheus.Counter
-	ttfb           *prometheus.HistogramVec
-	duration       *prometheus.HistogramVec
+	// The clients' listener and connections (listener.go).
+	connWaits           prometheus.Counter
+	acceptErrors        prometheus.Counter
+	clientWriteTimeouts prometheus.Counter
+	ttfb                *prometheus.HistogramVec
+	duration            *prometheus.HistogramVec
 }
 
 func newObserver(state func() *routing) *observer {
@@ -62,7 +66,7 @@ func newObserver(state func() *routing) *observer {
 	}
 	o.requests = counter(names.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen ("+reasonList()+").", "model", "replica", "reason")
 	o.spills = counter(seriesSpills, "Later turns that left their home because it was over the spill threshold, by home replica.", "model", "replica")
-	o.upstreamErrors = counter(seriesUpstreamErrors, "Upstream failures by kind: connect, reset, status (502/503 before any byte), stream (after the first byte).", "model", "replica", "kind")
+	o.upstreamErrors = counter(seriesUpstreamErrors, "Upstream failures by kind: connect, reset, status (a 5xx answer), stream (after the first byte), timeout (timeouts.first_token, stream_idle or response_header), protocol (a reply head over the proxy's bounds, malformed, or a status outside 100-599), down, drain.", "model", "replica", "kind")
 	o.rejected = counter(seriesRejected, "Requests the proxy answered itself with an error, by reason.", "reason")
 	o.ejections = counter(seriesEjections, "Passive ejections of a replica after a refused connection.", "model", "replica")
 	o.laterTurns = counter(names.WardenLaterTurns, "Requests of a session already known (turn > 0).", "model")
@@ -76,6 +80,9 @@ func newObserver(state func() *routing) *observer {
 	o.journalErrors = jc(seriesJournalErrors, "Failed writes of the request journal (each also logged).")
 	o.journalDropped = jc(seriesJournalDropped, "Requests not journaled: lost with a failed write, or finished while the journal could not write.")
 	o.journalLate = jc(seriesJournalLate, "Requests journaled out of arrival order: held back past the journal's memory bound, written when they ended.")
+	o.connWaits = jc("warden_connection_limit_waits_total", "Times the client listener had limits.max_connections open and waited for one to close before accepting another.")
+	o.acceptErrors = jc("warden_accept_errors_total", "Failed accepts of a client connection (too many open files and the like), each retried after a back-off.")
+	o.clientWriteTimeouts = jc("warden_client_write_timeouts_total", "Writes to a client cut after timeouts.client_write without progress (a client that stopped reading): the exchange ends and the backend request is cancelled.")
 	o.countTokens = counter(seriesCountTokens, "Token-count requests (/v1/messages/count_tokens) forwarded: no conversation turn, so in no session, turn, request or TTFB series.", "model")
 	o.promptTokens = counter(seriesPromptTokens, "Prompt tokens reported in responses' usage.", "model")
 	// Classic buckets and a native histogram in one: a Prometheus scraping
@@ -251,6 +258,21 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 var inf = math.Inf(1)
+
+// clientConns registers warden_client_connections: the client connections
+// open now (limits.max_connections bounds them), read from the listener
+// Serve runs (none before).
+func (o *observer) clientConns(ln func() *clientListener) {
+	o.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "warden_client_connections",
+		Help: "Client connections open, idle keep-alive ones included (bounded by limits.max_connections).",
+	}, func() float64 {
+		if l := ln(); l != nil {
+			return float64(l.open.Load())
+		}
+		return 0
+	}))
+}
 
 // storeUp registers warden_session_store_up: 1 while the last exchange
 // with the session store succeeded, 0 while it is down.

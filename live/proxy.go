@@ -92,6 +92,16 @@ func callFrom(ctx context.Context) *call {
 // ServeHTTP is the client-facing handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := s.state.Load()
+	if len(r.TransferEncoding) > 0 {
+		// RFC 9112 6.1: a request with both Transfer-Encoding and
+		// Content-Length must be followed by the connection's close, so
+		// that what a front proxy took for the rest of its body is not
+		// served as the next request. Go's parser drops the Content-Length
+		// before a handler sees the request, so every request with a
+		// Transfer-Encoding (the SDKs send Content-Length) closes its
+		// connection after the answer.
+		w.Header().Set("Connection", "close")
+	}
 	api, ok := endpoints[r.URL.Path]
 	if !ok && r.Header.Get("anthropic-version") != "" {
 		api = APIAnthropic
@@ -522,33 +532,73 @@ var (
 	errNoHeaders = errors.New("replica sent no response headers in time")
 )
 
-// watchdog bounds a streamed attempt: from the request sent to its first
-// token (timeouts.first_token), then the gap between reads
-// (timeouts.stream_idle). On expiry it cancels the attempt's context. A
-// nil watchdog never fires.
+// Phases of a watchdog: the timeout it counts.
+const (
+	phaseHeaders    int32 = iota + 1 // sent -> reply headers (timeouts.response_header)
+	phaseFirstToken                  // a stream: sent -> first token (timeouts.first_token)
+	phaseIdle                        // an event stream: the wait for its next event (timeouts.stream_idle)
+	phaseBody                        // any other reply: the time spent waiting for it (timeouts.stream_idle)
+)
+
+// watchdog bounds one phase of an attempt at a time; on expiry it cancels
+// the attempt's context. Every attempt has one from the moment it is sent
+// to the end of its reply (issue 35: a reply's body was untimed unless it
+// was an event stream answering a streamed request). A nil watchdog never
+// fires. Its methods other than the timer's own function are called on the
+// request's goroutine.
 type watchdog struct {
 	t     *time.Timer
-	fired atomic.Bool
-	idle  atomic.Bool // fired in the stream_idle phase
-	limit time.Duration
+	fired atomic.Int32 // the phase it expired in; 0: it did not
+	phase atomic.Int32
+	limit time.Duration // the current phase's
+	left  time.Duration // phaseBody: what is left of the wait allowed
+	since time.Time     // phaseBody: when the current wait began; zero: none
 }
 
-func startWatchdog(d time.Duration, cancel context.CancelFunc) *watchdog {
+func startWatchdog(phase int32, d time.Duration, cancel context.CancelFunc) *watchdog {
 	w := &watchdog{limit: d}
-	w.t = time.AfterFunc(d, func() { w.fired.Store(true); cancel() })
+	w.phase.Store(phase)
+	w.t = time.AfterFunc(d, func() { w.fired.CompareAndSwap(0, w.phase.Load()); cancel() })
 	return w
 }
 
-// streaming switches to (or restarts) the stream_idle phase.
-func (w *watchdog) streaming(d time.Duration) {
-	if w == nil || w.fired.Load() {
+// enter switches to phase with the limit d: for phaseBody the timer runs
+// only while a read waits (waiting, waited), for d in all.
+func (w *watchdog) enter(phase int32, d time.Duration) {
+	if w == nil || w.fired.Load() != 0 {
 		return
 	}
-	if !w.idle.Load() {
-		w.idle.Store(true)
-	}
+	w.phase.Store(phase)
 	w.limit = d
+	if phase == phaseBody {
+		w.t.Stop()
+		w.left = d
+		return
+	}
 	w.t.Reset(d)
+}
+
+// streaming switches to (or restarts) the stream_idle phase.
+func (w *watchdog) streaming(d time.Duration) { w.enter(phaseIdle, d) }
+
+// waiting starts a wait for the replica in phaseBody: the timer runs with
+// what is left of the limit.
+func (w *watchdog) waiting() {
+	if w == nil || w.fired.Load() != 0 || w.phase.Load() != phaseBody {
+		return
+	}
+	w.since = time.Now()
+	w.t.Reset(w.left)
+}
+
+// waited ends a wait started by waiting.
+func (w *watchdog) waited() {
+	if w == nil || w.since.IsZero() {
+		return
+	}
+	w.t.Stop()
+	w.left -= time.Since(w.since)
+	w.since = time.Time{}
 }
 
 func (w *watchdog) stop() {
@@ -557,12 +607,17 @@ func (w *watchdog) stop() {
 	}
 }
 
-func (w *watchdog) expired() bool { return w != nil && w.fired.Load() }
+func (w *watchdog) expired() bool { return w != nil && w.fired.Load() != 0 }
 
 // what says which timeout expired, for the client and the log.
 func (w *watchdog) what() string {
-	if w.idle.Load() {
+	switch w.fired.Load() {
+	case phaseHeaders:
+		return fmt.Sprintf("upstream replica sent no response headers within %s (timeouts.response_header)", w.limit)
+	case phaseIdle:
 		return fmt.Sprintf("upstream replica sent nothing for %s (timeouts.stream_idle)", w.limit)
+	case phaseBody:
+		return fmt.Sprintf("upstream replica kept its reply waiting for %s after its headers (timeouts.stream_idle)", w.limit)
 	}
 	return fmt.Sprintf("upstream replica sent no first token within %s (timeouts.first_token)", w.limit)
 }
@@ -580,8 +635,12 @@ func (b cancelBody) Close() error {
 }
 
 // try sends one attempt on c.cur. The attempt runs under its own context:
-// cancelled by the watchdog of a streamed request, by the replica's server
-// going down before the headers came, or when its body is closed.
+// cancelled by its watchdogs, by the replica's server going down before
+// the headers came, by the drain deadline, or when its body is closed.
+// The reply is timed to its end (watchdog): the headers by
+// timeouts.response_header, a stream's first token by timeouts.first_token,
+// then the wait for each event of an event stream, and for the rest of any
+// other reply, by timeouts.stream_idle.
 func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 	a := c.cur
 	s, name, id := t.srv, c.m.cfg.Name, strconv.Itoa(a.rep.id)
@@ -590,19 +649,24 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 	var dog *watchdog
 	to := s.state.Load().cfg.Timeouts
 	if c.stream {
-		dog = startWatchdog(to.FirstToken.D(), cancel)
+		dog = startWatchdog(phaseFirstToken, to.FirstToken.D(), cancel)
 	}
 	var down atomic.Bool
 	stopDown := context.AfterFunc(a.rep.server.downCtx(), func() { down.Store(true); cancel() })
 	drained := new(atomic.Bool)
 	stopDrain := context.AfterFunc(s.drained, func() { drained.Store(true); cancel() })
-	// timeouts.response_header, per attempt so that a reload applies it.
-	var noHeaders atomic.Bool
-	headers := time.AfterFunc(to.ResponseHeader.D(), func() { noHeaders.Store(true); cancel() })
+	// timeouts.response_header, per attempt so that a reload applies it;
+	// then, unless the reply is the event stream a stream asked for, the
+	// reply's own timeout.
+	hdog := startWatchdog(phaseHeaders, to.ResponseHeader.D(), cancel)
 	res, err := t.up.do(req.WithContext(ctx), c.rb)
-	headers.Stop()
 	stopDown()
+	if err == nil && (res.StatusCode < 100 || res.StatusCode > 599) {
+		res.Body.Close()
+		err = fmt.Errorf("%w: status %d", errBadReply, res.StatusCode)
+	}
 	if err != nil {
+		hdog.stop()
 		dog.stop()
 		stopDrain()
 		cancel()
@@ -621,13 +685,17 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 		case drained.Load():
 			kind = "drain"
 			err = errDraining
-		case noHeaders.Load():
+		case hdog.expired():
 			kind = "timeout"
-			err = fmt.Errorf("%w: upstream replica sent no response headers within %s (timeouts.response_header)", errNoHeaders, to.ResponseHeader.D())
+			err = fmt.Errorf("%w: %s", errNoHeaders, hdog.what())
 			s.log.Warn("upstream timed out", "model", name, "replica", a.rep.id, "err", err)
 		case down.Load():
 			kind = "down"
 			err = fmt.Errorf("replica %d: %w", a.rep.id, errReplicaDown)
+		case errors.Is(err, errBadReply):
+			kind = "protocol"
+			s.log.Warn("bad reply from a replica", "model", name, "replica", a.rep.id, "err", err)
+			t.strike(c, a.rep)
 		case isConnectError(err):
 			kind = "connect"
 			if c.m.connectFailed(a.rep, time.Now()) {
@@ -643,6 +711,7 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 		s.obs.upstreamErrors.WithLabelValues(name, id, "status").Inc()
 		t.strike(c, a.rep)
 		if (res.StatusCode == http.StatusBadGateway || res.StatusCode == http.StatusServiceUnavailable) && c.attempts == 1 {
+			hdog.stop()
 			dog.stop()
 			stopDrain()
 			a.release()
@@ -653,18 +722,32 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 	c.status = res.StatusCode
 	base := bodyBase{rc: res.Body, c: c, a: a, ctx: clientCtx, cancel: cancel, drained: drained, stopDrain: stopDrain}
 	sse := strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
-	if sse && c.stream {
-		base.dog = dog
-	} else {
-		dog.stop()
-		if res.StatusCode < 500 {
-			c.m.succeeded(a.rep)
-		}
+	// A body the replica encoded (Content-Encoding: gzip, ...) passes
+	// through as it is: its events cannot be read, so neither are its
+	// usage and its end; it is timed by its bytes.
+	encoded := false
+	if ce := res.Header["Content-Encoding"]; len(ce) > 0 && !(len(ce) == 1 && strings.EqualFold(ce[0], "identity")) {
+		encoded = true
 	}
-	if sse {
-		res.Body = newStreamBody(base, s.state.Load().cfg.Timeouts.StreamIdle.D())
+	switch {
+	case sse && c.stream:
+		hdog.stop()
+		base.dog = dog // first_token, then stream_idle
+	case sse:
+		// An event stream the request did not ask for: each event
+		// within stream_idle from the headers on.
+		dog.stop()
+		hdog.enter(phaseIdle, to.StreamIdle.D())
+		base.dog = hdog
+	default:
+		dog.stop()
+		hdog.enter(phaseBody, to.StreamIdle.D())
+		base.dog = hdog
+	}
+	if sse && !encoded {
+		res.Body = newStreamBody(base, to.StreamIdle.D())
 	} else {
-		res.Body = &plainBody{bodyBase: base}
+		res.Body = &plainBody{bodyBase: base, gaps: sse, idle: to.StreamIdle.D(), usageOver: encoded}
 	}
 	return res, nil
 }
@@ -704,14 +787,22 @@ func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 	switch {
 	case errors.Is(err, errStalled), errors.Is(err, errNoHeaders):
 		kind = errTimeout
+	case errors.Is(err, errBadReply):
+		// A replica broke HTTP (a reply head over the proxy's bounds, a
+		// status outside 100-599): 502, even when no other replica was
+		// there to retry on.
 	case c.noRep.Load() || isConnectError(err) || errors.Is(err, errReplicaDown) || errors.Is(err, errDraining):
 		kind = errUnavailable
 	}
 	c.status = kind.status(c.api)
 	s.log.Warn("upstream failed", "model", c.m.cfg.Name, "replica", c.cur.rep.id, "attempts", c.attempts, "err", err)
 	msg := fmt.Sprintf("upstream replica failed before responding (%d attempt(s))", c.attempts)
-	if kind == errTimeout {
+	switch {
+	case kind == errTimeout:
 		msg = strings.TrimPrefix(strings.TrimPrefix(err.Error(), errStalled.Error()+": "), errNoHeaders.Error()+": ")
+	case errors.Is(err, errBadReply):
+		msg = fmt.Sprintf("upstream replica sent a reply the proxy does not take (%d attempt(s)): %s", c.attempts,
+			strings.TrimPrefix(err.Error(), errBadReply.Error()+": "))
 	}
 	writeError(w, c.api, kind, msg)
 }
@@ -752,22 +843,37 @@ func (b *bodyBase) observeTTFB() {
 	}
 }
 
-// plainBody is a response that is not an event stream: it passes through
-// as it comes, and is kept (up to maxUsageBody) for its usage.
+// plainBody is a response that is not an event stream, or one encoded by
+// the replica (Content-Encoding): it passes through as it comes, and an
+// identity-encoded one is kept (up to maxUsageBody) for its usage. It is
+// timed by its watchdog: the time spent waiting for the replica after the
+// headers (phaseBody) or, for an encoded event stream (gaps), the wait
+// for each read (the first token's timeout before the first byte). A
+// timeout counts against the replica (a strike) and fails the read with
+// errStalled, which forward answers with 504 in the client's shape if
+// nothing was sent yet.
 type plainBody struct {
 	bodyBase
 	usageBuf  []byte // the body so far, while whole and at most maxUsageBody
-	usageOver bool   // the body outgrew maxUsageBody: usage unknown
+	usageOver bool   // the body outgrew maxUsageBody, or is encoded: usage unknown
 	first     bool
+	gaps      bool          // an encoded event stream: each read within idle
+	idle      time.Duration // timeouts.stream_idle
+	failed    bool          // the failure was counted
 }
 
 func (b *plainBody) Read(p []byte) (int, error) {
+	b.dog.waiting()
 	n, err := b.rc.Read(p)
+	b.dog.waited()
 	if n > 0 {
 		if !b.first {
 			b.first = true
 			b.c.ttfb.CompareAndSwap(0, int64(max(time.Since(b.c.start), 1)))
 			b.a.prefilled() // the answer is being sent: its prefill is done
+		}
+		if b.gaps {
+			b.dog.streaming(b.idle)
 		}
 		// Keep the body only while it is whole: a skipped chunk would
 		// leave a gap that could still parse.
@@ -777,15 +883,28 @@ func (b *plainBody) Read(p []byte) (int, error) {
 			b.usageOver, b.usageBuf = true, nil
 		}
 	}
-	if err != nil && err != io.EOF && b.ctx.Err() == nil {
-		b.upstreamFailed("stream")
+	switch {
+	case err == io.EOF:
+		if b.c.status < 500 && !b.failed {
+			b.c.m.succeeded(b.a.rep) // the whole reply came
+		}
+	case err != nil && b.ctx.Err() == nil && !b.failed:
+		b.failed = true
+		if b.dog.expired() {
+			b.upstreamFailed("timeout")
+			b.c.srv.transportStrike(b.c, b.a.rep)
+			err = fmt.Errorf("%w: %s", errStalled, b.dog.what())
+			b.c.srv.log.Warn("upstream timed out", "model", b.c.m.cfg.Name, "replica", b.a.rep.id, "err", err)
+		} else {
+			b.upstreamFailed("stream")
+		}
 	}
 	return n, err
 }
 
 func (b *plainBody) Close() error {
 	err := b.close()
-	if len(b.usageBuf) > 0 {
+	if len(b.usageBuf) > 0 && !b.usageOver {
 		b.c.usage = bodyUsage(b.c.api, b.usageBuf)
 	}
 	b.observeTTFB()
@@ -866,10 +985,12 @@ func (b *streamBody) Read(p []byte) (int, error) {
 // event to out; the rest waits in held.
 func (b *streamBody) take(chunk []byte) {
 	_, _ = b.watch.Write(chunk)
-	if b.watch.firstToken {
+	cut := b.watch.frame.LastEnd()
+	// Progress is a whole event: a replica trickling bytes that never
+	// end one does not hold the stream open.
+	if cut >= 0 && (b.watch.firstToken || !b.c.stream) {
 		b.dog.streaming(b.idle)
 	}
-	cut := b.watch.frame.LastEnd()
 	switch {
 	case cut >= 0 && len(b.held) == 0:
 		b.out = chunk[:cut] // rbuf is not read into again before out is drained

@@ -1,11 +1,14 @@
 package live
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -27,11 +30,21 @@ import (
 // other job, handing the P to another thread while a syscall blocks, has
 // nothing to do for it. The waiting is done as net does it, by the
 // netpoller, through syscall.RawConn: deadlines and Close work unchanged.
+//
+// A client's connection (cl set by clientListener) also gives its slot
+// back when closed, and bounds a write that makes no progress by
+// timeouts.client_write: when the socket's send buffer is full, a write
+// deadline is set that far ahead, moved at each progress and cleared once
+// the write is done, so that the common write, which the socket takes at
+// once, costs nothing more.
 type rawConn struct {
 	*net.TCPConn
 	rc     syscall.RawConn
 	rd, wr rawOp
 	inq    inqOp
+
+	cl     *clientListener // nil: a connection to a replica
+	closed atomic.Bool
 }
 
 // inqOp is the state of queued, bound once as rawOp is.
@@ -54,6 +67,7 @@ type rawOp struct {
 	iov   [4]syscall.Iovec
 	n     int
 	errno syscall.Errno
+	armed int // a write: bytes written when its deadline was last set, + 1; 0: none set
 }
 
 // wrapRaw returns c as a rawConn when it is a TCP connection, else c.
@@ -69,6 +83,15 @@ func wrapRaw(c net.Conn) net.Conn {
 	r := &rawConn{TCPConn: tc, rc: rc}
 	r.rd.fn, r.wr.fn, r.inq.fn = r.readFD, r.writeFD, r.inqFD
 	return r
+}
+
+// Close closes the connection and gives a client's slot back.
+func (c *rawConn) Close() error {
+	err := c.TCPConn.Close()
+	if c.cl != nil && c.closed.CompareAndSwap(false, true) {
+		c.cl.release()
+	}
+	return err
 }
 
 // queued reports the bytes that have arrived on the socket and wait to be
@@ -168,11 +191,18 @@ func (c *rawConn) writev(bufs ...[]byte) (int, error) {
 	if len(op.vec) == 0 {
 		return 0, nil
 	}
-	op.n, op.errno = 0, 0
+	op.n, op.errno, op.armed = 0, 0, 0
 	err := c.rc.Write(op.fn)
 	n, errno := op.n, op.errno
 	clear(op.iov[:])
 	op.vec = nil
+	if op.armed > 0 {
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			c.cl.writeTimedOut()
+		} else {
+			_ = c.TCPConn.SetWriteDeadline(time.Time{})
+		}
+	}
 	switch {
 	case err != nil:
 		return n, err
@@ -193,7 +223,15 @@ func (c *rawConn) writeFD(fd uintptr) bool {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
-			return false // the send buffer is full
+			// The send buffer is full: wait for room, for a client at
+			// most timeouts.client_write since the last progress.
+			if c.cl != nil && op.armed != op.n+1 {
+				if d := c.cl.writeTimeout(); d > 0 {
+					_ = c.TCPConn.SetWriteDeadline(time.Now().Add(d))
+					op.armed = op.n + 1
+				}
+			}
+			return false
 		default:
 			op.errno = e
 			return true
@@ -210,4 +248,25 @@ func (c *rawConn) writeFD(fd uintptr) bool {
 		}
 	}
 	return true
+}
+
+// fdLimit returns the file descriptors the process may open
+// (RLIMIT_NOFILE's soft limit, which Go's os package raises to the hard
+// limit at start), or 0 when it cannot be read.
+func fdLimit() int64 {
+	var r unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil || r.Cur == unix.RLIM_INFINITY {
+		return 0
+	}
+	return int64(min(r.Cur, 1<<40))
+}
+
+// wrapClient makes c a client connection of l: a rawConn with l's slot
+// and write timeout when it is a TCP connection, else a clientConn.
+func wrapClient(c net.Conn, l *clientListener) net.Conn {
+	if rc, ok := wrapRaw(c).(*rawConn); ok {
+		rc.cl = l
+		return rc
+	}
+	return &clientConn{Conn: c, cl: l}
 }

@@ -15,3 +15,11 @@ func writeBufs(c net.Conn, bufs ...[]byte) error {
 	_, err := nb.WriteTo(c)
 	return err
 }
+
+// fdLimit returns 0: the file descriptor limit is read on Linux only
+// (DefaultMaxConnections falls back to a fixed default elsewhere).
+func fdLimit() int64 { return 0 }
+
+// wrapClient makes c a client connection of l (a clientConn: raw
+// syscalls are used on Linux only).
+func wrapClient(c net.Conn, l *clientListener) net.Conn { return &clientConn{Conn: c, cl: l} }

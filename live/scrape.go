@@ -42,6 +42,13 @@ type EngineStats struct {
 // maxMetricsBytes bounds a /metrics page the scraper reads.
 const maxMetricsBytes = 8 << 20
 
+// maxServerNumSeqs caps a max_num_seqs read from a server's
+// *_config_info labels: 16 times vLLM's largest default (1024), far above
+// any batch a GPU runs, so that a wrong or hostile page cannot make the
+// auto spill threshold (a quarter of it) unreachable. A configured
+// models[].max_num_seqs is taken as it is.
+const maxServerNumSeqs = 16384
+
 // ParseVLLMMetrics reads vLLM's text exposition and returns the figures of
 // each engine, sorted by engine. Series other than the ones EngineStats
 // holds (including the *_created gauges) are ignored; a series with
@@ -53,12 +60,15 @@ func ParseVLLMMetrics(r io.Reader) ([]EngineStats, error) {
 		return nil, fmt.Errorf("parse metrics: %w", err)
 	}
 	var out []EngineStats
+	// at indexes out by engine label: a page may carry up to 65,537 of
+	// them, and a search of out for each sample made a scrape quadratic
+	// (21 s of CPU for such a page, issue 35).
+	at := map[int]int{}
 	get := func(engine int) *EngineStats {
-		for i := range out {
-			if out[i].Engine == engine {
-				return &out[i]
-			}
+		if i, ok := at[engine]; ok {
+			return &out[i]
 		}
+		at[engine] = len(out)
 		out = append(out, EngineStats{Engine: engine})
 		return &out[len(out)-1]
 	}
@@ -119,7 +129,9 @@ func ParseVLLMMetrics(r io.Reader) ([]EngineStats, error) {
 				case names.LabelNumGPUBlocks:
 					s.NumGPUBlocks = int(v)
 				case "max_num_seqs":
-					s.MaxNumSeqs = int(v)
+					// A server is not trusted with the spill threshold:
+					// 2^30 made it 268,435,456 (issue 35).
+					s.MaxNumSeqs = min(int(v), maxServerNumSeqs)
 				}
 			}
 		}
@@ -343,13 +355,18 @@ func (r *ScrapeResult) fresh(now time.Time, interval time.Duration) bool {
 }
 
 // engine returns the stats of engine e; false when the page had none.
+// Engines are sorted by engine label (ParseVLLMMetrics), and usually dense
+// from 0: e's own index is tried first, then a binary search, since a page
+// may hold 65,537 engines and fill asks once per replica and pick.
 func (r *ScrapeResult) engine(e int) (EngineStats, bool) {
-	for i := range r.Engines {
-		if r.Engines[i].Engine == e {
-			return r.Engines[i], true
-		}
+	if e >= 0 && e < len(r.Engines) && r.Engines[e].Engine == e {
+		return r.Engines[e], true
 	}
-	return EngineStats{}, false
+	i, ok := slices.BinarySearchFunc(r.Engines, e, func(s EngineStats, e int) int { return s.Engine - e })
+	if !ok {
+		return EngineStats{}, false
+	}
+	return r.Engines[i], true
 }
 
 // total sums all engines of the server (a one-replica server); false when

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +46,10 @@ type Server struct {
 	state    atomic.Pointer[routing]
 	inFlight atomic.Int64 // client requests being served (limits.max_in_flight)
 	serving  atomic.Bool  // Serve started the scrape loops (see awaitFirstProbe)
+
+	clientWrite atomic.Int64                   // timeouts.client_write in ns, read by the client connections
+	clientLn    atomic.Pointer[clientListener] // Serve's; nil before (healthz, metrics)
+	hostname    string                         // this machine's, lower case: an admin Host name
 
 	// drained is cancelled at the drain deadline: every attempt still
 	// running is cancelled then, and a stream ends with its API's error
@@ -117,14 +122,21 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	s.base.IdleConnTimeout = 90 * time.Second
 	s.base.ExpectContinueTimeout = time.Second
 	s.base.DisableCompression = true // bodies pass through untouched: no transparent gzip
+	s.base.MaxResponseHeaderBytes = maxReplyHeadBytes
 	s.up = newUpstream(dial, s.base)
 	s.scrapeC = &http.Client{Transport: &http.Transport{
-		DialContext:         dial,
-		MaxIdleConnsPerHost: 4,
-		IdleConnTimeout:     90 * time.Second,
+		DialContext:            dial,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: maxReplyHeadBytes,
 	}}
 	s.tr = &transport{srv: s, up: s.up}
 	s.obs = newObserver(s.state.Load)
+	s.obs.clientConns(s.clientLn.Load)
+	s.clientWrite.Store(int64(cfg.Timeouts.ClientWrite.D()))
+	if h, err := os.Hostname(); err == nil {
+		s.hostname = strings.ToLower(h)
+	}
 	if cfg.SessionStore != "" {
 		st, err := openRedisStore(cfg.SessionStore, cfg.SessionStorePasswordEnv, cfg.SessionStoreTimeout.D())
 		if err != nil {
@@ -210,13 +222,15 @@ func (s *Server) build(cfg *Config, old *routing) (rt *routing, succeeds map[*mo
 // afresh.
 //
 // Everything read per request applies to the requests that start after the
-// reload: the models, client and backend keys, the pin header, the limits
-// (max_body_bytes, max_session_id, max_in_flight, max_header_bytes up to
-// four times its value at start) and the timeouts first_token,
-// stream_idle, connect, response_header, health, and drain (read when the
-// drain starts). What the listeners and the process hold (listen, admin,
-// timeouts read_header, read and idle, session_key, journal) takes effect on
-// restart only: a reload that changes them says which in its warning.
+// reload: the models, client and backend keys, the pin header, admin_hosts,
+// the limits (max_body_bytes, max_session_id, max_in_flight,
+// max_header_bytes up to four times its value at start) and the timeouts
+// first_token, stream_idle, connect, response_header, health, client_write
+// (at the next write that waits), and drain (read when the drain starts).
+// What the listeners and the process hold (listen, admin, timeouts
+// read_header, read and idle, limits.max_connections, session_key, journal)
+// takes effect on restart only: a reload that changes them says which in
+// its warning.
 func (s *Server) Reload(cfg *Config) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -246,6 +260,7 @@ func (s *Server) Reload(cfg *Config) error {
 		}
 	}
 	s.state.Store(rt)
+	s.clientWrite.Store(int64(cfg.Timeouts.ClientWrite.D()))
 	for _, name := range old.names {
 		if m := old.models[name]; rt.models[name] != m {
 			m.stop()
@@ -274,6 +289,7 @@ func (s *Server) restartOnly(cfg *Config) []string {
 		add(cfg.Timeouts.ReadHeader != l.Timeouts.ReadHeader, "timeouts.read_header")
 		add(cfg.Timeouts.Read != l.Timeouts.Read, "timeouts.read")
 		add(cfg.Timeouts.Idle != l.Timeouts.Idle, "timeouts.idle")
+		add(cfg.Limits.MaxConnections != l.Limits.MaxConnections, "limits.max_connections")
 		if backstop := headerBackstop(l); int(cfg.Limits.MaxHeaderBytes) > backstop {
 			keys = append(keys, fmt.Sprintf("limits.max_header_bytes above %d (4x its value at start)", backstop))
 		}
@@ -299,14 +315,72 @@ func (s *Server) Admin() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.obs.reg, promhttp.HandlerOpts{Registry: s.obs.reg}))
 	mux.HandleFunc("GET /api/status", s.serveStatus)
 	mux.HandleFunc("GET /api/history", s.serveHistory)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain")
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	mux.HandleFunc("GET /healthz", s.serveHealthz)
 	for _, r := range s.adminExtra {
 		mux.Handle(r.pattern, r.h)
 	}
-	return mux
+	return s.adminHostCheck(mux)
+}
+
+// serveHealthz answers /healthz: 200 "ok", or 503 with the reason while
+// the client listener cannot take a new client (at
+// limits.max_connections, or accepting fails: out of file descriptors).
+func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	if l := s.clientLn.Load(); l != nil {
+		if msg := l.trouble(); msg != "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(msg + "\n"))
+			return
+		}
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// adminHostCheck refuses, with 403, a request whose Host header is not a
+// name of the admin address: else a page in a local browser could read
+// /api/status (and the dashboard) through DNS rebinding, its own name
+// made to resolve to 127.0.0.1. Accepted: any IP address, localhost and
+// *.localhost, the host of the admin setting, this machine's host name,
+// and admin_hosts.
+func (s *Server) adminHostCheck(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.adminHostAllowed(r.Host) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte("admin: the Host header names none of this address's names: add it to admin_hosts\n"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// adminHostAllowed reports whether host (a Host header, with or without a
+// port) names the admin address.
+func (s *Server) adminHostAllowed(host string) bool {
+	if host == "" {
+		return true // HTTP/1.0 without Host: no browser sends that
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")), ".")
+	if net.ParseIP(host) != nil || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if host == s.hostname {
+		return true
+	}
+	if h, _, err := net.SplitHostPort(s.boot.Admin); err == nil && strings.EqualFold(h, host) {
+		return true
+	}
+	for _, n := range s.state.Load().cfg.AdminHosts {
+		if strings.EqualFold(strings.TrimSuffix(n, "."), host) {
+			return true
+		}
+	}
+	return false
 }
 
 // Serve runs the proxy on ln and the admin handler on adminLn (nil: no
@@ -342,7 +416,9 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	srv := s.clientServer(rt.cfg)
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(rawListener{ln}) }()
+	cl := newClientListener(ln, rt.cfg.Limits.MaxConnections, &s.clientWrite, s.log, s.obs)
+	s.clientLn.Store(cl)
+	go func() { errc <- srv.Serve(cl) }()
 	if adminLn != nil {
 		admin := &http.Server{Handler: s.Admin(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: srv.ErrorLog}
 		servers = append(servers, admin)
@@ -406,7 +482,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 }
 
 // clientServer is the HTTP server of the clients' listener (served on a
-// rawListener).
+// clientListener).
 func (s *Server) clientServer(cfg *Config) *http.Server {
 	return &http.Server{
 		Handler:           s,

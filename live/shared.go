@@ -17,10 +17,14 @@ import (
 //     and a later turn that reaches another proxy (or this one after a
 //     restart) finds its home there.
 //   - With the store down, a conversation it does not know goes to the
-//     rendezvous-hash choice of its id over the healthy replicas, which
-//     every proxy with the same replica list computes alike; its home is
-//     recorded in the store when it returns (unless one was recorded
-//     meanwhile).
+//     rendezvous-hash choice of its id over the healthy replicas, weighed
+//     by each replica's name (its URL, plus "#rank" for a data-parallel
+//     rank), not by its place in the list: every proxy with the same
+//     replicas computes it alike, in whatever order its configuration
+//     lists them; its home is recorded in the store when it returns
+//     (unless one was recorded meanwhile). While the store is up, a proxy
+//     that sees another one list other replicas for a model says so (a
+//     warning in the log and in /api/status, see redisStore.sync).
 //   - The other proxies' in-flight counts and the conversations held by
 //     all are added to the Snapshot before each pick (at most one sync,
 //     storeInterval, old), so a spill threshold counts every proxy's
@@ -49,7 +53,7 @@ func (m *model) place(ctx context.Context, r *placement.Request, now time.Time) 
 	case known:
 		p, err = m.pick(r, -1, now)
 	case !st.Up():
-		p, err = m.pickSettled(r, now, func(s *placement.Snapshot) int { return rendezvousHome(r.Session, s, now) })
+		p, err = m.pickSettled(r, now, m.rendezvous(r.Session))
 	default:
 		p, err = m.claim(ctx, r, now)
 	}
@@ -77,7 +81,7 @@ func (m *model) claim(ctx context.Context, r *placement.Request, now time.Time) 
 		// The store failed: settle on the rendezvous choice, which the
 		// other proxies make too while the store is unreachable for them.
 		m.unpick(r, p)
-		return m.pickSettled(r, now, func(s *placement.Snapshot) int { return rendezvousHome(r.Session, s, now) })
+		return m.pickSettled(r, now, m.rendezvous(r.Session))
 	}
 	m = p.m // a reload may have replaced m meanwhile
 	idx := m.replicaNamed(home)
@@ -92,13 +96,14 @@ func (m *model) claim(ctx context.Context, r *placement.Request, now time.Time) 
 }
 
 // pickSettled picks for a conversation this proxy does not know whose home
-// is settled by settle (from the Snapshot, under the model's lock) rather
-// than by the load score; settle returning -1 leaves it to the score.
-func (m *model) pickSettled(r *placement.Request, now time.Time, settle func(*placement.Snapshot) int) (picked, error) {
+// is settled by settle (from the model that picks and its Snapshot, under
+// the model's lock) rather than by the load score; settle returning -1
+// leaves it to the score.
+func (m *model) pickSettled(r *placement.Request, now time.Time, settle func(*model, *placement.Snapshot) int) (picked, error) {
 	m.mu.Lock()
 	if _, known := m.table.Home(r.Session, now); !known {
 		m.fill(now, false)
-		if h := settle(&m.snap); h >= 0 {
+		if h := settle(m, &m.snap); h >= 0 {
 			m.table.Assign(r.Session, h, now)
 			m.mu.Unlock()
 			p, err := m.pick(r, -1, now)
@@ -142,14 +147,57 @@ func (m *model) unpick(r *placement.Request, p picked) {
 	m.mu.Unlock()
 }
 
-// rendezvousHome is the healthy replica that rendezvous hashing gives the
-// session (placement.Hash), or -1 when none is healthy.
-func rendezvousHome(session string, s *placement.Snapshot, now time.Time) int {
-	d, err := (&placement.Hash{}).Pick(&placement.Request{Session: session, Pinned: placement.NoPin}, s, now)
-	if err != nil {
-		return -1
+// rendezvous settles a new conversation's home by rendezvousHome.
+func (m *model) rendezvous(session string) func(*model, *placement.Snapshot) int {
+	return func(m *model, s *placement.Snapshot) int { return rendezvousHome(session, m.replicas, s) }
+}
+
+// rendezvousHome is the healthy replica (in s, aligned with reps) that
+// rendezvous (highest-random-weight) hashing gives the session, or -1 when
+// none is healthy. A replica's weight mixes the session's hash with its
+// name's, never its index: proxies whose configurations list the same
+// replicas in another order agree (issue 35: with the list's positions,
+// two such proxies split 40 of 40 new sessions). Equal weights, which
+// 64-bit hashes make improbable, go to the lower name. The hashes are
+// placement's (FNV-1a, SplitMix64's finaliser), so a session keeps its
+// choice across processes and releases.
+func rendezvousHome(session string, reps []*replica, s *placement.Snapshot) int {
+	key := fnv1a64(session)
+	best, bestW := -1, uint64(0)
+	for i := range s.Replicas {
+		if !s.Replicas[i].Healthy || i >= len(reps) {
+			continue
+		}
+		w := mix64(key ^ mix64(reps[i].nameHash))
+		if best < 0 || w > bestW || w == bestW && reps[i].name < reps[best].name {
+			best, bestW = i, w
+		}
 	}
-	return d.Replica
+	return best
+}
+
+// fnv1a64 is the 64-bit FNV-1a hash of s, as placement's.
+func fnv1a64(s string) uint64 {
+	const (
+		offset64 = 14695981039346656037
+		prime64  = 1099511628211
+	)
+	h := uint64(offset64)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= prime64
+	}
+	return h
+}
+
+// mix64 is SplitMix64's finaliser, as placement's.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }
 
 // replicaNamed returns the index of the replica named name, or -1.

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +73,10 @@ type StoreStatus struct {
 	Proxies   int       `json:"proxies"`         // proxies with a live lease, this one included
 	Pending   int       `json:"pending_touches"` // touches waiting for the next sync
 	Dropped   int64     `json:"dropped_touches"` // touches dropped while the store was down (pending full)
+	// Mismatch says, while another proxy sharing the store lists other
+	// replicas for a model this one serves, which: with the store down
+	// they would place new conversations apart.
+	Mismatch string `json:"replica_mismatch,omitempty"`
 }
 
 // Session-store defaults.
@@ -89,6 +96,14 @@ const (
 	storeLease = 2 * time.Second
 	// storeBackoffMax caps the reconnect back-off while the store is down.
 	storeBackoffMax = 5 * time.Second
+	// storeFall is the number of failed exchanges in a row (syncs and
+	// claims) that mark the store down, as health checks do (HAProxy's
+	// fall 3, healthFall): one exchange slower than the few milliseconds
+	// of session_store_timeout on a loaded machine must not send every
+	// new conversation to the rendezvous choice and back (issue 35: 14
+	// flips in 80 s). A claim that fails still falls back on its own. One
+	// good exchange marks it up.
+	storeFall = 3
 	// maxPendingTouches bounds the touches kept while the store is down
 	// (one per conversation: later touches of one session replace its
 	// earlier one). Beyond it new conversations' touches are dropped and
@@ -112,17 +127,19 @@ type redisStore struct {
 	now     func() time.Time
 	log     *slog.Logger // up/down transitions; nil: none
 
-	mu      sync.Mutex
-	pending map[touchKey]touch
-	dropped int64
-	lastErr string
-	synced  time.Time
-	proxies int
+	mu       sync.Mutex
+	pending  map[touchKey]touch
+	dropped  int64
+	lastErr  string
+	synced   time.Time
+	proxies  int
+	mismatch string // see StoreStatus.Mismatch
 
 	// remote is the last sync's view of the others, read on every pick
 	// without the lock.
 	remote atomic.Pointer[remoteView]
 	up     atomic.Bool
+	fails  atomic.Int32 // failed exchanges in a row (storeFall)
 }
 
 type touchKey struct{ model, session string }
@@ -253,12 +270,18 @@ func (s *redisStore) loadKey(id string) string { return storePrefix + "load:" + 
 
 // Claim implements sessionStore.
 func (s *redisStore) Claim(ctx context.Context, model, session, proposed string, ttl time.Duration) (string, bool, error) {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	v, err := claimScript.Run(ctx, s.rdb, []string{homeKey(model, session)}, proposed, ttl.Milliseconds()).Slice()
 	if err != nil {
-		s.failed(err)
+		if parent.Err() == nil { // the client leaving says nothing of the store
+			s.failed(err)
+		}
 		return "", false, err
+	}
+	if s.fails.Load() != 0 {
+		s.fails.Store(0)
 	}
 	if len(v) != 2 {
 		err := fmt.Errorf("session store: claim answered %d values", len(v))
@@ -300,12 +323,15 @@ func (s *redisStore) State() StoreStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return StoreStatus{URL: s.url, Up: s.up.Load(), LastError: s.lastErr, LastSync: s.synced,
-		Proxies: s.proxies, Pending: len(s.pending), Dropped: s.dropped}
+		Proxies: s.proxies, Pending: len(s.pending), Dropped: s.dropped, Mismatch: s.mismatch}
 }
 
-// failed marks the store down after a failed exchange.
+// failed counts a failed exchange, and marks the store down at the
+// storeFall-th in a row.
 func (s *redisStore) failed(err error) {
-	s.up.Store(false)
+	if saturatingInc(&s.fails) >= storeFall {
+		s.up.Store(false)
+	}
 	s.mu.Lock()
 	s.lastErr = err.Error()
 	s.mu.Unlock()
@@ -315,18 +341,6 @@ func (s *redisStore) failed(err error) {
 func (s *redisStore) Run(ctx context.Context, local func() []replicaLoad) {
 	wait := time.Duration(0)
 	was := "unknown"
-	report := func(state string, err error) {
-		if state == was || s.log == nil {
-			was = state
-			return
-		}
-		was = state
-		if err != nil {
-			s.log.Warn("session store down: serving from this proxy's table, new sessions by rendezvous hash", "store", s.url, "err", err)
-		} else {
-			s.log.Info("session store up", "store", s.url)
-		}
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -334,18 +348,37 @@ func (s *redisStore) Run(ctx context.Context, local func() []replicaLoad) {
 			return
 		case <-time.After(wait):
 		}
-		if err := s.sync(ctx, local()); err != nil {
-			if ctx.Err() != nil {
-				continue
-			}
-			s.failed(err)
-			report("down", err)
-			wait = min(max(2*wait, storeInterval), storeBackoffMax)
-			continue
-		}
-		report("up", nil)
-		wait = storeInterval
+		wait = s.step(ctx, local, wait, &was)
 	}
+}
+
+// step is one sync of Run, its outcome counted and logged at a change of
+// state; it returns the wait before the next: storeInterval while the
+// store is up, a growing back-off while it is down.
+func (s *redisStore) step(ctx context.Context, local func() []replicaLoad, wait time.Duration, was *string) time.Duration {
+	err := s.sync(ctx, local())
+	if err != nil && ctx.Err() != nil {
+		return wait
+	}
+	if err != nil {
+		s.failed(err)
+	}
+	state := "up"
+	if !s.up.Load() {
+		state = "down"
+	}
+	if state != *was && s.log != nil {
+		if state == "down" {
+			s.log.Warn("session store down: serving from this proxy's table, new sessions by rendezvous hash", "store", s.url, "err", err)
+		} else {
+			s.log.Info("session store up", "store", s.url)
+		}
+	}
+	*was = state
+	if state == "down" {
+		return min(max(2*wait, storeInterval), storeBackoffMax)
+	}
+	return storeInterval
 }
 
 // leave withdraws this proxy's counts at shutdown, so the others stop
@@ -430,7 +463,11 @@ func (s *redisStore) sync(ctx context.Context, loads []replicaLoad) error {
 	for i, l := range loads {
 		remote[loadField(l.Model, l.Replica)] = remoteLoad{held: int(held[i].Val())}
 	}
+	mismatch := ""
 	for _, o := range others {
+		if mismatch == "" {
+			mismatch = replicaMismatch(loads, o.Val())
+		}
 		for f, v := range o.Val() {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
@@ -446,9 +483,64 @@ func (s *redisStore) sync(ctx context.Context, loads []replicaLoad) error {
 	s.synced = now
 	s.proxies = len(peers)
 	s.lastErr = ""
+	changed := mismatch != s.mismatch
+	s.mismatch = mismatch
 	s.mu.Unlock()
+	s.fails.Store(0)
 	s.up.Store(true)
+	if changed && s.log != nil {
+		if mismatch != "" {
+			s.log.Warn("proxies sharing the session store list different replicas: with the store down they place new conversations apart; give every proxy the same replicas", "store", s.url, "mismatch", mismatch)
+		} else {
+			s.log.Info("proxies sharing the session store list the same replicas again", "store", s.url)
+		}
+	}
 	return nil
+}
+
+// replicaMismatch compares this proxy's replicas (loads) with another
+// proxy's, read from its published counts (fields "<model>\x1f<replica>"),
+// for the models both serve; "" when they agree, else the first model that
+// differs and what each lists that the other does not (sorted).
+func replicaMismatch(loads []replicaLoad, theirs map[string]string) string {
+	ours := map[string]map[string]bool{}
+	for _, l := range loads {
+		if ours[l.Model] == nil {
+			ours[l.Model] = map[string]bool{}
+		}
+		ours[l.Model][l.Replica] = true
+	}
+	other := map[string]map[string]bool{}
+	for f := range theirs {
+		model, rep, ok := strings.Cut(f, "\x1f")
+		if !ok || ours[model] == nil {
+			continue // a model only the other serves
+		}
+		if other[model] == nil {
+			other[model] = map[string]bool{}
+		}
+		other[model][rep] = true
+	}
+	models := slices.Sorted(maps.Keys(other))
+	for _, m := range models {
+		var onlyOurs, onlyTheirs []string
+		for r := range ours[m] {
+			if !other[m][r] {
+				onlyOurs = append(onlyOurs, r)
+			}
+		}
+		for r := range other[m] {
+			if !ours[m][r] {
+				onlyTheirs = append(onlyTheirs, r)
+			}
+		}
+		if len(onlyOurs)+len(onlyTheirs) > 0 {
+			slices.Sort(onlyOurs)
+			slices.Sort(onlyTheirs)
+			return fmt.Sprintf("model %s: only this proxy lists %v, another lists %v", m, onlyOurs, onlyTheirs)
+		}
+	}
+	return ""
 }
 
 // requeue puts back the touches of a failed sync, unless a later touch of

@@ -178,11 +178,13 @@ func TestStoreDownAndBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	if _, _, err := s.Claim(ctx, "m", "x", "r0", time.Hour); err == nil {
-		t.Fatal("claim with the store stopped: no error")
-	}
-	if s.Up() {
-		t.Fatal("store still up after a failed claim")
+	for i := range storeFall { // down at the storeFall-th failure in a row
+		if _, _, err := s.Claim(ctx, "m", "x", "r0", time.Hour); err == nil {
+			t.Fatal("claim with the store stopped: no error")
+		}
+		if up, want := s.Up(), i < storeFall-1; up != want {
+			t.Fatalf("after %d failed claims: up %v, want %v", i+1, up, want)
+		}
 	}
 	s.Touch("m", "placed-while-down", "r0", time.Now())
 	s.Touch("m", "raced", "r0", time.Now())

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -34,6 +35,10 @@ import (
 // before any response byte is sent again, once, on a new one, as net/http
 // does for a request it can replay. Anything it does not handle (https, a
 // body not in memory) goes to fallback, net/http's Transport.
+//
+// What a replica can make it hold is bounded (issue 35): a reply head by
+// maxReplyHeadBytes and maxInformational, and idle connections by
+// idleTimeout, closed by a reaper even when no request comes.
 type upstream struct {
 	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
 	fallback http.RoundTripper
@@ -44,15 +49,62 @@ type upstream struct {
 	mu     sync.Mutex
 	idle   map[string][]*upConn // by host:port, the most recently used last
 	closed bool
+	// reaper closes the connections idle past idleTimeout when no request
+	// comes to take or give back one (issue 35: 261 stayed open a minute
+	// after traffic stopped). It is armed while any connection is idle.
+	reaper  *time.Timer
+	reaping bool
 }
 
 // upConn is one connection to a replica.
 type upConn struct {
 	nc     net.Conn
-	br     *bufio.Reader
+	br     *bufio.Reader // reads lim
+	lim    headLimit
 	host   string
 	idleAt time.Time
 	reused bool
+}
+
+// Bounds on what a replica's reply head may make the proxy hold (issue
+// 35). net/http's client allows 10 MB of headers and 5 informational
+// replies; a replica answers vLLM's APIs with a few hundred bytes of
+// headers, so the proxy allows 64 KiB, Envoy's default
+// (max_response_headers_kb 60), for a reply's status lines and headers
+// together, informational replies included, and 5 informational replies.
+// Beyond either, or with a status outside 100-599, the reply is a bad
+// reply (errBadReply): the connection is closed at once, the attempt is
+// retried once on another replica as a 502 is, and the replica takes a
+// strike towards ejection.
+const (
+	maxReplyHeadBytes = 64 << 10
+	maxInformational  = 5
+)
+
+// errBadReply is a reply head the proxy does not take from a replica:
+// over maxReplyHeadBytes, over maxInformational informational replies,
+// malformed, or with a status outside 100-599.
+var errBadReply = errors.New("bad reply from the replica")
+
+// headLimit is what an upstream connection's bufio.Reader reads from: the
+// connection, bounded to n more bytes while a reply head is read (the
+// reader's own read-ahead counts, as in net/http's client), unbounded
+// while a body is (n = math.MaxInt64).
+type headLimit struct {
+	nc net.Conn
+	n  int64
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, fmt.Errorf("%w: reply head over %d bytes", errBadReply, maxReplyHeadBytes)
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.nc.Read(p)
+	l.n -= int64(n)
+	return n, err
 }
 
 func newUpstream(dial func(ctx context.Context, network, addr string) (net.Conn, error), fallback http.RoundTripper) *upstream {
@@ -100,7 +152,9 @@ func (u *upstream) dialConn(ctx context.Context, host string) (*upConn, error) {
 		return nil, err
 	}
 	nc = wrapRaw(nc)
-	return &upConn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), host: host}, nil
+	pc := &upConn{nc: nc, lim: headLimit{nc: nc, n: math.MaxInt64}, host: host}
+	pc.br = bufio.NewReaderSize(&pc.lim, 4<<10)
+	return pc, nil
 }
 
 // put gives a connection whose last response was read whole back to the
@@ -125,7 +179,52 @@ func (u *upstream) put(pc *upConn) {
 		list = append(list[:0], list[stale:]...)
 	}
 	u.idle[pc.host] = append(list, pc)
+	if !u.reaping {
+		u.reaping = true
+		if u.reaper == nil {
+			u.reaper = time.AfterFunc(u.idleTimeout, u.reap)
+		} else {
+			u.reaper.Reset(u.idleTimeout)
+		}
+	}
 	u.mu.Unlock()
+}
+
+// reap closes the connections idle past idleTimeout, and arms the reaper
+// again for the oldest left, if any.
+func (u *upstream) reap() {
+	now := time.Now()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.reaping = false
+	if u.closed {
+		return
+	}
+	next := time.Duration(-1)
+	for h, list := range u.idle {
+		stale := 0
+		for stale < len(list) && now.Sub(list[stale].idleAt) >= u.idleTimeout {
+			_ = list[stale].nc.Close()
+			stale++
+		}
+		if stale == len(list) {
+			delete(u.idle, h)
+			continue
+		}
+		if stale > 0 {
+			n := copy(list, list[stale:])
+			clear(list[n:])
+			u.idle[h] = list[:n]
+			list = list[:n]
+		}
+		if d := u.idleTimeout - now.Sub(list[0].idleAt); next < 0 || d < next {
+			next = d
+		}
+	}
+	if next >= 0 {
+		u.reaping = true
+		u.reaper.Reset(max(next, time.Millisecond))
+	}
 }
 
 // Close closes the idle connections, and every one given back later.
@@ -133,6 +232,9 @@ func (u *upstream) Close() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.closed = true
+	if u.reaper != nil {
+		u.reaper.Stop()
+	}
 	for h, list := range u.idle {
 		for _, pc := range list {
 			_ = pc.nc.Close()
@@ -225,7 +327,8 @@ func send(nc net.Conn, head []byte, rb *reqBody) error {
 // response came: on a reused connection, the request may be sent again.
 var errNothingRead = errors.New("connection closed before any response byte")
 
-// exchange writes one request on pc and reads its response head.
+// exchange writes one request on pc and reads its response head, within
+// maxReplyHeadBytes and maxInformational.
 func (u *upstream) exchange(ctx context.Context, pc *upConn, req *http.Request, head []byte, rb *reqBody) (*http.Response, error) {
 	stop := context.AfterFunc(ctx, func() { _ = pc.nc.SetDeadline(aLongTimeAgo) })
 	fail := func(err error) (*http.Response, error) {
@@ -236,6 +339,7 @@ func (u *upstream) exchange(ctx context.Context, pc *upConn, req *http.Request, 
 		}
 		return nil, err
 	}
+	pc.lim.n = maxReplyHeadBytes
 	if werr := send(pc.nc, head, rb); errors.Is(werr, errBodyReleased) {
 		return fail(werr)
 	} else if werr != nil {
@@ -250,24 +354,45 @@ func (u *upstream) exchange(ctx context.Context, pc *upConn, req *http.Request, 
 			return fail(werr)
 		}
 		_ = pc.nc.SetReadDeadline(time.Time{})
+		pc.lim.n = math.MaxInt64
 		return u.response(ctx, pc, res, stop, false), nil
 	}
-	for {
+	for informational := 0; ; informational++ {
 		if _, err := pc.br.Peek(1); err != nil {
-			if pc.reused && (err == io.EOF || errors.Is(err, net.ErrClosed) || isReset(err)) {
+			if pc.reused && informational == 0 && (err == io.EOF || errors.Is(err, net.ErrClosed) || isReset(err)) {
 				err = fmt.Errorf("%w: %w", errNothingRead, err)
 			}
 			return fail(err)
 		}
 		res, err := http.ReadResponse(pc.br, req)
 		if err != nil {
-			return fail(fmt.Errorf("reading the response head: %w", err))
+			return fail(headError(err))
 		}
 		if res.StatusCode >= 100 && res.StatusCode < 200 && res.StatusCode != http.StatusSwitchingProtocols {
-			continue // 100 Continue or 103 Early Hints: the answer follows
+			// 100 Continue or 103 Early Hints: the answer follows.
+			if informational == maxInformational {
+				return fail(fmt.Errorf("%w: more than %d informational (1xx) replies", errBadReply, maxInformational))
+			}
+			continue
 		}
+		pc.lim.n = math.MaxInt64
 		return u.response(ctx, pc, res, stop, !res.Close && !req.Close), nil
 	}
+}
+
+// headError classifies a failure to read a reply head: the connection's
+// own failures (a reset, an end midway: the replica may have restarted)
+// stay as they are; anything else is a head the replica got wrong
+// (errBadReply: over maxReplyHeadBytes, or malformed).
+func headError(err error) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, errBadReply):
+		return err
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &ne), errors.Is(err, net.ErrClosed):
+		return fmt.Errorf("reading the response head: %w", err)
+	}
+	return fmt.Errorf("%w: malformed reply head: %v", errBadReply, err)
 }
 
 func isReset(err error) bool {

@@ -21,11 +21,12 @@ import (
 // what net/http's server would not: a torn body, an early close). It
 // counts the connections it accepted.
 type rawServer struct {
-	ln    net.Listener
-	conns atomic.Int64
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	open  []net.Conn
+	ln     net.Listener
+	conns  atomic.Int64
+	closed atomic.Int64 // connections ended (the peer closed, or a failure)
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	open   []net.Conn
 }
 
 // serve answers req, the n-th request (from 0) on its connection; false
@@ -54,6 +55,7 @@ func startRawServer(t *testing.T, serve rawServe) *rawServer {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
+				defer s.closed.Add(1)
 				defer c.Close()
 				br, bw := bufio.NewReader(c), bufio.NewWriter(c)
 				for n := 0; ; n++ {
@@ -488,5 +490,48 @@ func TestUpstreamPrunesIdle(t *testing.T) {
 	u.mu.Unlock()
 	if n != 1 {
 		t.Errorf("%d idle connections, want 1 (the stale one closed)", n)
+	}
+}
+
+// TestUpstreamReapsIdle (issue 35, item 8): connections left idle when
+// traffic stops are closed once past the idle timeout, without another
+// request to prune them. Before: they stayed open until the next request
+// to that replica (261 a minute after traffic stopped).
+func TestUpstreamReapsIdle(t *testing.T) {
+	const n = 8
+	var arrived sync.WaitGroup
+	arrived.Add(n)
+	srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, _ int) bool {
+		arrived.Done()
+		arrived.Wait() // n requests at once: n connections
+		writeOK(w, "")
+		return true
+	})
+	u := testUpstream(t)
+	u.idleTimeout = 50 * time.Millisecond
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if _, _, err := roundTripBody(t, u, upReq(t, context.Background(), srv.url(), "{}")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := srv.conns.Load(); got != n {
+		t.Fatalf("%d connections, want %d", got, n)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for srv.closed.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d idle connections still open long after the idle timeout", n-srv.closed.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	u.mu.Lock()
+	left := len(u.idle)
+	u.mu.Unlock()
+	if left != 0 {
+		t.Errorf("the pool still lists %d replicas", left)
 	}
 }

@@ -46,12 +46,14 @@ The admin address serves the dashboard (/: the routing panel of every model,
 /stats: the last hour, kept by the proxy: prompt tokens per second, cached and
 computed, completion tokens per second and the hit rate, per replica too; echarts
 is served from the binary), /metrics (Prometheus), /api/status and /api/history
-(JSON) and /healthz.
+(JSON) and /healthz (503 while the client listener is at limits.max_connections
+or cannot accept: out of file descriptors); it answers only a Host header that
+names it (an IP address, localhost, this machine's name, admin_hosts).
 SIGHUP reloads the configuration without dropping connections or sessions:
 every session whose home replica is still configured keeps it, a replica
 added takes new sessions only, and running streams keep their in-flight
-count. listen, admin, session_key, journal and timeouts read_header, read and
-idle take effect on restart only (the reload's warning names the ones that
+count. listen, admin, session_key, journal, limits.max_connections and timeouts
+read_header, read and idle take effect on restart only (the reload's warning names the ones that
 changed). SIGTERM drains (stops accepting, lets streams finish up to
 timeouts.drain).
 

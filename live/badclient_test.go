@@ -1,0 +1,347 @@
+package live
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Issue 35: the proxy survives clients that misbehave, or too many of
+// them.
+
+// floodReplica streams events of 32 KiB to every inference request until
+// a write fails (the proxy closed the connection); ended receives then.
+func floodReplica(t testing.TB) (url string, ended chan struct{}) {
+	event := []byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" + strings.Repeat("x", 32<<10) + "\"}}]}\n\n")
+	ended = make(chan struct{}, 8)
+	srv := startBadReplica(t, func(c net.Conn) {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+		for {
+			if _, err := c.Write(event); err != nil {
+				ended <- struct{}{}
+				return
+			}
+		}
+	})
+	return srv.URL(), ended
+}
+
+// dialSmallWindow connects to addr with a 4 KiB receive buffer, so that a
+// client that does not read fills it at once.
+func dialSmallWindow(t testing.TB, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// rawPost is a POST of body to path as an HTTP/1.1 request's bytes.
+func rawPost(path, body string, extra ...string) string {
+	return "POST " + path + " HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer " + testKey +
+		"\r\nContent-Type: application/json\r\nContent-Length: " + fmt.Sprint(len(body)) + "\r\n" +
+		strings.Join(extra, "") + "\r\n" + body
+}
+
+// TestClientThatStopsReadingIsCut (issue 35, item 3): a client whose
+// receive window is zero (a suspended agent) no longer holds a proxy slot
+// and a vLLM sequence forever: once a write to it makes no progress for
+// timeouts.client_write the exchange ends, the replica's request is
+// cancelled (its connection closed), and the cut is counted. Before: the
+// replica's stream, and the slot, were held until the client went away.
+func TestClientThatStopsReadingIsCut(t *testing.T) {
+	for _, tc := range []struct {
+		name, path string
+		body       func() string
+	}{
+		{"openai stream", "/v1/chat/completions", func() string { return chatBody(testModel, "s", 0, true) }},
+		{"anthropic stream", "/v1/messages", func() string { return anthropicBody(testModel, "s", 0, true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url, ended := floodReplica(t)
+			h := startProxy(t, timedYAML("client_write: 200ms", urlsModel(url)))
+			h.scraped()
+			c := dialSmallWindow(t, strings.TrimPrefix(h.url, "http://"))
+			if _, err := io.WriteString(c, rawPost(tc.path, tc.body())); err != nil {
+				t.Fatal(err)
+			}
+			// The client reads nothing from here on.
+			select {
+			case <-ended:
+			case <-time.After(60 * time.Second):
+				t.Fatal("the replica still streams to a client that stopped reading")
+			}
+			h.waitMetrics("warden_client_write_timeouts_total 1")
+			h.waitFor("the slot given back", func(st StatusReport) bool { return st.Models[0].Replicas[0].InFlight == 0 })
+		})
+	}
+}
+
+// TestConnectionsCapped (issue 35, item 4): limits.max_connections bounds
+// the client connections open at once, idle ones included: at the bound
+// the proxy stops accepting (new clients wait), /healthz says so with 503
+// and the waits are counted; a connection that closes lets the next one
+// in. Before: no bound, and /healthz answered 200 while file descriptors
+// ran out.
+func TestConnectionsCapped(t *testing.T) {
+	good := newFakeVLLM(t, 1)
+	// read_header far above the test's length: the idle connections stay.
+	h := startProxy(t, "limits: {max_connections: 2}\n"+timedYAML("read_header: 5m", urlsModel(good.URL())))
+	h.scraped()
+	addr := strings.TrimPrefix(h.url, "http://")
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	h.waitMetrics("warden_client_connections 2")
+	third, err := net.Dial("tcp", addr) // the kernel's backlog takes it; the proxy does not
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	waitHealthz(t, h, http.StatusServiceUnavailable, "max_connections")
+	h.waitMetrics("warden_connection_limit_waits_total 1")
+	if _, err := io.WriteString(third, "GET /v1/models HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer "+testKey+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	idle[0].Close() // a slot frees: the third is accepted and served
+	third.SetReadDeadline(time.Now().Add(30 * time.Second))
+	res, err := http.ReadResponse(bufio.NewReader(third), nil)
+	if err != nil {
+		t.Fatalf("the waiting client was not served once a slot freed: %v", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("the waiting client got %d", res.StatusCode)
+	}
+	idle[1].Close()
+	third.Close()
+	waitHealthz(t, h, http.StatusOK, "ok")
+}
+
+// waitHealthz polls the admin /healthz until it answers status with want
+// in its body.
+func waitHealthz(t *testing.T, h *harness, status int, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res, err := h.client.Get(h.admin + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode == status && strings.Contains(string(b), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz answers %d %q, want %d with %q", res.StatusCode, b, status, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// emfileListener is a listener that fails as a process out of file
+// descriptors does while fail is set (a hand-written fault injector: a
+// test cannot exhaust the descriptors of its own process safely).
+type emfileListener struct {
+	net.Listener
+	fail  atomic.Bool
+	fails atomic.Int64
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	if l.fail.Load() {
+		l.fails.Add(1)
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// logBuffer is a slog handler's output, safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestAcceptFailuresAreLoudAndHealthzTellsTheTruth (issue 35, item 4): an
+// Accept that fails with "too many open files" is logged at ERROR (not
+// DEBUG), counted, retried with a back-off, and /healthz answers 503
+// until accepting works again. Before: DEBUG only, /healthz 200.
+func TestAcceptFailuresAreLoudAndHealthzTellsTheTruth(t *testing.T) {
+	good := newFakeVLLM(t, 1)
+	cfg, err := ParseConfig("test.yaml", []byte("listen: 127.0.0.1:0\n"+modelsYAML("", urlsModel(good.URL()))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	srv, err := NewServer(cfg, WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &emfileListener{Listener: ln}
+	fl.fail.Store(true)
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, fl, aln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	h := &harness{t: t, srv: srv, url: "http://" + ln.Addr().String(), admin: "http://" + aln.Addr().String(), client: &http.Client{Timeout: 20 * time.Second}}
+	defer h.client.CloseIdleConnections()
+	waitHealthz(t, h, http.StatusServiceUnavailable, "too many open files")
+	h.waitMetrics("warden_accept_errors_total")
+	if m := h.metrics(); strings.Contains(m, "warden_accept_errors_total 0\n") {
+		t.Error("accept errors not counted")
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "too many open files") {
+		t.Errorf("no ERROR line about the failing accept; log:\n%s", l)
+	}
+	fl.fail.Store(false)
+	if r := h.do("GET", "/v1/models", "", nil); r.status != http.StatusOK {
+		t.Fatalf("after accepting recovered: %d %s", r.status, r.body)
+	}
+	waitHealthz(t, h, http.StatusOK, "ok")
+}
+
+// TestBothContentLengthAndChunkedClosesTheConnection (issue 35, item 8):
+// after a request with both Content-Length and Transfer-Encoding the
+// connection is closed (RFC 9112 6.1), so that the bytes a front proxy
+// took for the rest of its body are not served as a request of their own.
+// Before: the smuggled request was answered.
+func TestBothContentLengthAndChunkedClosesTheConnection(t *testing.T) {
+	good := newFakeVLLM(t, 1)
+	h := startProxy(t, modelsYAML("", urlsModel(good.URL())))
+	h.scraped()
+	body := chatBody(testModel, "s", 0, false)
+	smuggled := "GET /v1/models HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer " + testKey + "\r\n\r\n"
+	for _, tc := range []struct{ name, req string }{
+		{"content-length and chunked", "POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer " + testKey +
+			"\r\nContent-Type: application/json\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body) + smuggled},
+		{"chunked alone", "POST /v1/chat/completions HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer " + testKey +
+			"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body) + smuggled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.WriteString(c, tc.req); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK || !res.Close {
+				t.Errorf("first answer: %d, Connection: close %v; want 200 and close", res.StatusCode, res.Close)
+			}
+			if res2, err := http.ReadResponse(br, nil); err == nil {
+				res2.Body.Close()
+				t.Errorf("the bytes after the body were served as a request: %d", res2.StatusCode)
+			}
+		})
+	}
+}
+
+// TestAdminChecksHost (issue 35, item 8): the admin address answers only
+// requests whose Host names it (an IP address, localhost, the admin's
+// host, this machine's name, admin_hosts), so that a page in a browser
+// cannot read /api/status through DNS rebinding. Before: every Host was
+// served.
+func TestAdminChecksHost(t *testing.T) {
+	good := newFakeVLLM(t, 1)
+	h := startProxy(t, modelsYAML("admin_hosts: [warden.internal, Metrics.Example.]\n", urlsModel(good.URL())))
+	hostname, _ := os.Hostname()
+	port := h.admin[strings.LastIndex(h.admin, ":"):]
+	for _, tc := range []struct {
+		host string
+		want int
+	}{
+		{"127.0.0.1" + port, 200},
+		{"[::1]" + port, 200},
+		{"localhost" + port, 200},
+		{"LOCALHOST", 200},
+		{"dash.localhost" + port, 200},
+		{"warden.internal" + port, 200},
+		{"metrics.example", 200},
+		{hostname + port, 200},
+		{"rebind.attacker.example" + port, 403},
+		{"warden.internal.attacker.example", 403},
+		{"localhost.attacker.example", 403},
+	} {
+		for _, path := range []string{"/api/status", "/healthz", "/metrics"} {
+			req, _ := http.NewRequest("GET", h.admin+path, nil)
+			req.Host = tc.host
+			res, err := h.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.want {
+				t.Errorf("GET %s with Host %q: %d, want %d", path, tc.host, res.StatusCode, tc.want)
+			}
+			if tc.want == 403 && bytes.Contains(b, []byte("models")) {
+				t.Errorf("GET %s with Host %q leaked the status", path, tc.host)
+			}
+		}
+	}
+}
