@@ -522,7 +522,7 @@ func (m *model) fill(now time.Time, sticky bool) {
 		r := rep.server.last.Load()
 		gen += r.Seq
 		inFlight := int(rep.inFlight.Load())
-		pr := placement.Replica{ID: i, InFlight: inFlight, Healthy: r.Healthy && m.admit(rep, now, sticky)}
+		pr := placement.Replica{ID: i, Key: rep.nameHash, InFlight: inFlight, Healthy: r.Healthy && m.admit(rep, now, sticky)}
 		pr.PrefillTokensPerSec, _ = m.prefillRate(rep)
 		pr.PrefillQueueTokens = int(max(rep.prefillQueue.Load(), 0))
 		if st, ok := rep.stats(r); ok && st.NumGPUBlocks > 0 && st.BlockSize > 0 {

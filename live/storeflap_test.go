@@ -172,6 +172,9 @@ func TestRendezvousByReplicaName(t *testing.T) {
 		{"urls reversed", ModelCfg{Replicas: urls}, ModelCfg{Replicas: []string{urls[2], urls[1], urls[0]}}, nil},
 		{"urls rotated", ModelCfg{Replicas: urls}, ModelCfg{Replicas: []string{urls[1], urls[2], urls[0]}}, nil},
 		{"two replicas swapped", ModelCfg{Replicas: urls[:2]}, ModelCfg{Replicas: []string{urls[1], urls[0]}}, nil},
+		// strategy hash hashes by Replica.Key (the name), not list position.
+		{"hash: urls reversed", ModelCfg{Strategy: "hash", Replicas: urls}, ModelCfg{Strategy: "hash", Replicas: []string{urls[2], urls[1], urls[0]}}, nil},
+		{"hash: urls rotated", ModelCfg{Strategy: "hash", Replicas: urls}, ModelCfg{Strategy: "hash", Replicas: []string{urls[1], urls[2], urls[0]}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			build := func(mc ModelCfg) *model {

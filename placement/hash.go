@@ -8,8 +8,8 @@ import (
 // Hash places a session by hashing its id onto the healthy replicas, with
 // no regard for load: the first rule of the original farm. It uses
 // rendezvous (highest-random-weight) hashing: every replica gets a weight
-// mixed from the session's hash and the replica's ID, and the healthy
-// replica with the highest weight wins. A replica that turns unhealthy
+// mixed from the session's hash and the replica's identity (Replica.Key,
+// else its ID), and the healthy replica with the highest weight wins. A replica that turns unhealthy
 // therefore moves only its own sessions, each to its second choice, and
 // they come back when it recovers. The hash is FNV-1a (64 bit, no seed), so
 // a session lands on the same replica in every process and every release;
@@ -35,16 +35,22 @@ func (*Hash) Pick(r *Request, s *Snapshot, _ time.Time) (Decision, error) {
 }
 
 // rendezvous returns the healthy replica with the highest weight for key,
-// the lowest ID on (improbable) ties, or -1 when none is healthy.
+// ties (improbable) to the lowest identity, or -1 when none is healthy.
+// A replica's identity is its Key, else ID+1: with keys, the choice does
+// not depend on the order in which a process lists the replicas.
 func rendezvous(key uint64, reps []Replica) int {
-	best, bestW := -1, uint64(0)
+	best, bestW, bestID := -1, uint64(0), uint64(0)
 	for i := range reps {
 		if !reps[i].Healthy {
 			continue
 		}
-		w := mix64(key ^ mix64(uint64(reps[i].ID)+1))
-		if best < 0 || w > bestW {
-			best, bestW = i, w
+		id := reps[i].Key
+		if id == 0 {
+			id = uint64(reps[i].ID) + 1
+		}
+		w := mix64(key ^ mix64(id))
+		if best < 0 || w > bestW || (w == bestW && id < bestID) {
+			best, bestW, bestID = i, w, id
 		}
 	}
 	return best

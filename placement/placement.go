@@ -19,6 +19,11 @@ type Replica struct {
 	KVUsage  float64 // vllm:kv_cache_usage_perc, 0..1 (scraped, may be stale)
 	Sessions int     // active conversations homed here (filled by the session table, see Table.Fill)
 	Healthy  bool
+	// Key is the replica's identity across processes, for hashing (live:
+	// a hash of its URL and rank), so that proxies listing the same
+	// replicas in another order hash a session to the same one; 0 means
+	// the ID is the identity (the simulator).
+	Key uint64
 
 	// What the KV-aware options (Config.Balance, Config.Spill priced,
 	// Config.Admission) know besides; zero means unknown, and an option
