@@ -18,6 +18,7 @@ caption{text-align:left;font-weight:600;padding:.3em 0}
 th,td{border:1px solid #d9dee5;padding:4px 8px;text-align:right}
 th{background:#f0f3f7}
 td:first-child,th:first-child{text-align:left}
+table.prose td,table.prose th{text-align:left}
 .chart{width:100%;margin:12px 0}
 code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em;background:#f5f7fa;padding:1px 3px}
 dl.defs dt{font-weight:600;margin-top:.5em}
@@ -129,7 +130,7 @@ var reportTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 <p>{{.}}</p>
 {{- end}}
 {{- range .Tables}}
-<table>
+<table{{if .Prose}} class="prose"{{end}}>
 {{- if .Caption}}<caption>{{.Caption}}</caption>{{end}}
 {{- if .Header}}
 <thead><tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr></thead>

@@ -70,7 +70,7 @@ func planOverview(res *planner.Result, at int) Section {
 			"output tok/min", "sessions/h", "meets up to", "stops at", "sessions x context / KV"),
 	}
 	var notFit Table
-	whys := Table{Caption: "Why the marginal candidates are marginal", Header: []string{"candidate", "why"}}
+	whys := Table{Caption: "Why the marginal candidates are marginal", Header: []string{"candidate", "why"}, Prose: true}
 	var names []string
 	var p95s, hits, maxes []float64
 	for i := range res.Candidates {
@@ -535,7 +535,7 @@ func planRuleOfThumb(res *planner.Result) Section {
 		Tables: []Table{t},
 	}
 	// The rule of thumb and the simulation side by side, one sentence per candidate.
-	rec := Table{Caption: "The rule of thumb and the simulation, side by side", Header: []string{"candidate", "rule of thumb", "how they agree or why they differ"}}
+	rec := Table{Caption: "The rule of thumb and the simulation, side by side", Header: []string{"candidate", "rule of thumb", "how they agree or why they differ"}, Prose: true}
 	for i := range res.Candidates {
 		c := &res.Candidates[i]
 		if r, _ := jsonPath(jsonOf(c), "reconcile").(string); c.Fits && r != "" {

@@ -31,6 +31,8 @@ type Table struct {
 	Caption string
 	Header  []string
 	Rows    [][]string
+	// Prose aligns every cell left: a table of sentences, not figures.
+	Prose bool
 }
 
 // Definition says how a figure of the report is computed: a KPI name and its PromQL expression,
