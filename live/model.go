@@ -60,7 +60,8 @@ type replica struct {
 	target *url.URL
 	rank   string // X-data-parallel-rank value; "" in the URL layout
 	name   string // target, plus "#rank" in the DP layout: the replica's name in the session store
-	// nameHash is fnv1a64(name): its weight in rendezvousHome.
+	// nameHash is placement.NameKey(name): its Replica.Key, the weight of
+	// rendezvous hashing.
 	nameHash uint64
 	server   *scraper // the server whose /metrics describe this replica
 	engine   int      // engine label to read; -1: sum the whole server
@@ -183,7 +184,7 @@ func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Dur
 	}
 	taken := map[*replicaState]bool{} // a backend listed twice is two replicas
 	for _, rep := range m.replicas {
-		rep.nameHash = fnv1a64(rep.name)
+		rep.nameHash = placement.NameKey(rep.name)
 		rep.replicaState = new(replicaState)
 		if o := prev.sameBackend(rep, taken); o != nil {
 			rep.replicaState = o.replicaState

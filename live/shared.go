@@ -147,57 +147,13 @@ func (m *model) unpick(r *placement.Request, p picked) {
 	m.mu.Unlock()
 }
 
-// rendezvous settles a new conversation's home by rendezvousHome.
+// rendezvous settles a new conversation's home by rendezvous
+// (highest-random-weight) hashing: placement.Rendezvous, over each
+// replica's Key, a hash of its name, never its index, so proxies whose
+// configurations list the same replicas in another order agree (issue 35:
+// with the list's positions, two such proxies split 40 of 40 new sessions).
 func (m *model) rendezvous(session string) func(*model, *placement.Snapshot) int {
-	return func(m *model, s *placement.Snapshot) int { return rendezvousHome(session, m.replicas, s) }
-}
-
-// rendezvousHome is the healthy replica (in s, aligned with reps) that
-// rendezvous (highest-random-weight) hashing gives the session, or -1 when
-// none is healthy. A replica's weight mixes the session's hash with its
-// name's, never its index: proxies whose configurations list the same
-// replicas in another order agree (issue 35: with the list's positions,
-// two such proxies split 40 of 40 new sessions). Equal weights, which
-// 64-bit hashes make improbable, go to the lower name. The hashes are
-// placement's (FNV-1a, SplitMix64's finaliser), so a session keeps its
-// choice across processes and releases.
-func rendezvousHome(session string, reps []*replica, s *placement.Snapshot) int {
-	key := fnv1a64(session)
-	best, bestW := -1, uint64(0)
-	for i := range s.Replicas {
-		if !s.Replicas[i].Healthy || i >= len(reps) {
-			continue
-		}
-		w := mix64(key ^ mix64(reps[i].nameHash))
-		if best < 0 || w > bestW || w == bestW && reps[i].name < reps[best].name {
-			best, bestW = i, w
-		}
-	}
-	return best
-}
-
-// fnv1a64 is the 64-bit FNV-1a hash of s, as placement's.
-func fnv1a64(s string) uint64 {
-	const (
-		offset64 = 14695981039346656037
-		prime64  = 1099511628211
-	)
-	h := uint64(offset64)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= prime64
-	}
-	return h
-}
-
-// mix64 is SplitMix64's finaliser, as placement's.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+	return func(_ *model, s *placement.Snapshot) int { return placement.Rendezvous(session, s) }
 }
 
 // replicaNamed returns the index of the replica named name, or -1.

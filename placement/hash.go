@@ -34,6 +34,16 @@ func (*Hash) Pick(r *Request, s *Snapshot, _ time.Time) (Decision, error) {
 	return Decision{Replica: i, Reason: ReasonHash}, nil
 }
 
+// Rendezvous is the healthy replica of s that rendezvous hashing gives
+// session (as Hash picks, without a pin), or -1 when none is healthy.
+// With Replica.Key set, processes that list the same replicas in another
+// order agree.
+func Rendezvous(session string, s *Snapshot) int { return rendezvous(fnv1a64(session), s.Replicas) }
+
+// NameKey is the Replica.Key of a replica named name (live: its URL, and
+// "#rank" in the data-parallel layout): its 64-bit FNV-1a hash, never 0.
+func NameKey(name string) uint64 { return max(fnv1a64(name), 1) }
+
 // rendezvous returns the healthy replica with the highest weight for key,
 // ties (improbable) to the lowest identity, or -1 when none is healthy.
 // A replica's identity is its Key, else ID+1: with keys, the choice does

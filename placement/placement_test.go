@@ -378,3 +378,31 @@ func TestFailedHomeKeepsHome(t *testing.T) {
 		t.Fatalf("failed home, nothing else healthy: %v, want ErrNoHealthyReplica", err)
 	}
 }
+
+// TestRendezvousByKey: with Replica.Key set, the replica a session hashes
+// to does not depend on the order of the list, and a replica going down
+// moves only its own sessions.
+func TestRendezvousByKey(t *testing.T) {
+	names := []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000#1"}
+	snap := func(order []int, down int) *Snapshot {
+		s := &Snapshot{}
+		for i, k := range order {
+			s.Replicas = append(s.Replicas, Replica{ID: i, Key: NameKey(names[k]), Healthy: k != down})
+		}
+		return s
+	}
+	for _, order := range [][]int{{2, 1, 0}, {1, 2, 0}, {0, 2, 1}} {
+		for i := range 200 {
+			session := "s" + string(rune('a'+i%26)) + string(rune('0'+i/26))
+			a, b := snap([]int{0, 1, 2}, -1), snap(order, -1)
+			ka, kb := a.Replicas[Rendezvous(session, a)].Key, b.Replicas[Rendezvous(session, b)].Key
+			if ka != kb {
+				t.Fatalf("%s: order %v hashes to another replica", session, order)
+			}
+			d := snap(order, 1)
+			if kd := d.Replicas[Rendezvous(session, d)].Key; ka != NameKey(names[1]) && kd != ka {
+				t.Fatalf("%s: a replica it was not on went down, and it moved", session)
+			}
+		}
+	}
+}
