@@ -18,8 +18,8 @@ import (
 // the simulated prefix-cache hit rate never exceeds the trace's
 // infinite-cache upper bound from traces.Stats (issue 4). Traces differ in
 // shape (default agent sessions, subagents with think time, Mooncake's
-// format: our fixture, and the public trace when ../shared has it) and farms in KV size (one small
-// enough to force evictions).
+// format: our fixture, and the public trace when ../shared has it) and
+// farms in KV size (one small enough to force evictions).
 func TestReplayBoundProperty(t *testing.T) {
 	subagents := traces.DefaultWorkload()
 	subagents.SubagentProbability = 0.5
