@@ -297,7 +297,7 @@ func (e *NoFitError) Error() string {
 		e.Model, e.WeightsDType, e.GPU, e.TensorParallelSize,
 		float64(e.NeededBytes)/GiB, float64(e.UsableBytes)/GiB, float64(e.ShortBytes())/GiB)
 	if len(e.Suggestions) == 0 {
-		return msg + "; no tensor_parallel_size up to 8 or smaller weights dtype fits: pick a larger GPU"
+		return msg + "; no tensor_parallel_size up to 8 fits, with these weights or with fp8 or int4 ones: pick a larger GPU"
 	}
 	return msg + "; try " + strings.Join(e.Suggestions, " or ")
 }
@@ -313,19 +313,32 @@ func noFit(d Deployment, s KVSizing) *NoFitError {
 		alt, err := withDeploymentDefaults(alt)
 		return err == nil && size(alt).KVBlocksPerReplica > 0
 	}
-	for _, tp := range []int{2, 4, 8} {
-		alt := d
-		alt.TensorParallelSize = tp
-		if tp > d.TensorParallelSize && fits(alt) {
-			e.Suggestions = append(e.Suggestions, fmt.Sprintf("tensor_parallel_size %d", tp))
-			break
+	// For the weights' own dtype and each lighter one, the fewest GPUs per
+	// replica (up to 8) that hold it; a lighter dtype is named only when
+	// it needs fewer GPUs than the heavier ones before it.
+	best := 1 << 30
+	for _, w := range []DType{d.WeightsDType, FP8, INT4} {
+		if w != d.WeightsDType && w.Bytes() >= d.WeightsDType.Bytes() {
+			continue
 		}
-	}
-	for _, w := range []DType{FP8, INT4} {
-		alt := d
-		alt.WeightsDType = w
-		if w.Bytes() < d.WeightsDType.Bytes() && fits(alt) {
-			e.Suggestions = append(e.Suggestions, "weights dtype "+string(w))
+		for _, tp := range []int{1, 2, 4, 8} {
+			if tp < d.TensorParallelSize || tp >= best || (w == d.WeightsDType && tp == d.TensorParallelSize) {
+				continue
+			}
+			alt := d
+			alt.WeightsDType, alt.TensorParallelSize = w, tp
+			if !fits(alt) {
+				continue
+			}
+			switch {
+			case w == d.WeightsDType:
+				e.Suggestions = append(e.Suggestions, fmt.Sprintf("tensor_parallel_size %d", tp))
+			case tp == d.TensorParallelSize:
+				e.Suggestions = append(e.Suggestions, "weights dtype "+string(w))
+			default:
+				e.Suggestions = append(e.Suggestions, fmt.Sprintf("weights dtype %s with tensor_parallel_size %d", w, tp))
+			}
+			best = tp
 			break
 		}
 	}

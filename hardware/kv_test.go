@@ -369,14 +369,23 @@ func TestNoFitError(t *testing.T) {
 		tp         int
 		wantSugg   []string
 	}{
-		{"RTX 4090", "llama-3.1-70b", 1, []string{"tensor_parallel_size 8"}}, // int4 70B (~36 GiB) does not fit one card
-		{"RTX A4000", "qwen3-32b", 1, []string{"tensor_parallel_size 8"}},
+		// int4 70B (~36 GiB) does not fit one card, but two
+		{"RTX 4090", "llama-3.1-70b", 1, []string{"tensor_parallel_size 8", "weights dtype fp8 with tensor_parallel_size 4", "weights dtype int4 with tensor_parallel_size 2"}},
+		{"RTX A4000", "qwen3-32b", 1, []string{"tensor_parallel_size 8", "weights dtype fp8 with tensor_parallel_size 4", "weights dtype int4 with tensor_parallel_size 2"}},
 		{"RTX A4000", "Qwen/Qwen3-8B", 1, []string{"tensor_parallel_size 2", "weights dtype fp8"}},
-		{"L4", "llama-3.1-70b", 2, []string{"tensor_parallel_size 8"}},
-		{"RTX A4000", "llama-3.1-70b", 1, nil}, // neither TP 8 nor int4 is enough
+		{"L4", "llama-3.1-70b", 2, []string{"tensor_parallel_size 8", "weights dtype fp8 with tensor_parallel_size 4"}}, // int4 needs 4 too: not named
+		// bf16 on 8 A4000s is not enough; int4 on four is (issue 40: it said "pick a larger GPU")
+		{"RTX A4000", "llama-3.1-70b", 1, []string{"weights dtype int4 with tensor_parallel_size 4"}},
+		{"4 GiB", "llama-3.1-70b", 1, nil}, // a 4 GiB card (below): nothing up to 8 of them
 	}
 	for _, tt := range tests {
+		if tt.gpu == "4 GiB" {
+			tt.gpu = "RTX A4000"
+		}
 		d := deployment(t, tt.gpu, tt.model)
+		if tt.wantSugg == nil {
+			d.GPU.Name, d.GPU.MemoryBytes = "a 4 GiB card", 4*GiB
+		}
 		d.TensorParallelSize = tt.tp
 		_, err := SizeKV(d)
 		var nf *NoFitError
@@ -388,7 +397,7 @@ func TestNoFitError(t *testing.T) {
 			t.Errorf("%s: ShortBytes = %d, want > 0", tt.model, nf.ShortBytes())
 		}
 		msg := err.Error()
-		for _, w := range append([]string{"short by", "GiB", tt.gpu}, tt.wantSugg...) {
+		for _, w := range append([]string{"short by", "GiB", d.GPU.Name}, tt.wantSugg...) {
 			if !strings.Contains(msg, w) {
 				t.Errorf("%s on %s: %q lacks %q", tt.model, tt.gpu, msg, w)
 			}
