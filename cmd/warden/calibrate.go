@@ -157,6 +157,9 @@ func (o *calibrateOptions) calibrate(ctx context.Context) (*calibrate.Calibratio
 }
 
 func runCalibrate(ctx context.Context, o *calibrateOptions, out io.Writer) error {
+	if err := checkOutPath("--out", o.Out); err != nil {
+		return err
+	}
 	c, err := o.calibrate(ctx)
 	if err != nil {
 		return err

@@ -72,6 +72,9 @@ func readSimReport(path string) (*sim.Report, error) {
 }
 
 func runCompare(_ context.Context, o *compareOptions, out io.Writer) error {
+	if err := checkOutPath("--out", o.Out); err != nil {
+		return err
+	}
 	pred, err := readSimReport(o.Predicted)
 	if err != nil {
 		return fmt.Errorf("--predicted: %w", err)

@@ -7,9 +7,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -27,17 +29,63 @@ func writeJSON(out io.Writer, v any) error {
 }
 
 // writeOutFile writes data into path through a temporary file, so that a
-// failed write leaves neither a half file nor the temporary one.
+// failed write leaves neither a half file nor the temporary one. Errors
+// name path, never the temporary file.
 func writeOutFile(path string, data []byte) error {
-	tmp := path + ".tmp"
-	err := os.WriteFile(tmp, data, 0o644)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return outError(path, err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o644)
+	}
 	if err == nil {
 		err = os.Rename(tmp, path)
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
+		return outError(path, err)
 	}
-	return err
+	return nil
+}
+
+// outError says that path could not be written, and why, without the
+// temporary file's name.
+func outError(path string, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		err = le.Err
+	}
+	return fmt.Errorf("cannot write %s: %w", path, err)
+}
+
+// checkOutPath checks, before any work, that path can be written: its
+// directory exists and takes a file, and path is not a directory. "" (no
+// file) passes.
+func checkOutPath(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s %s: is a directory", flag, path)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, outError(path, err))
+	}
+	name := f.Name()
+	_ = f.Close()
+	_ = os.Remove(name)
+	return nil
 }
 
 // writeReport renders r into path; a failed render writes nothing.

@@ -399,6 +399,9 @@ func hasPrice(prices map[string]float64, gpu string) bool {
 }
 
 func runPlan(ctx context.Context, o *planOptions, out io.Writer) error {
+	if err := checkOutPath("--out", o.Out); err != nil {
+		return err
+	}
 	var (
 		res *planner.Result
 		err error

@@ -43,6 +43,9 @@ func runReport(_ context.Context, o *reportOptions, out io.Writer) error {
 	if o.Out == "" {
 		return fmt.Errorf("--out: want a file name")
 	}
+	if err := checkOutPath("--out", o.Out); err != nil {
+		return err
+	}
 	r, err := resultReport(o.From)
 	if err != nil {
 		return err

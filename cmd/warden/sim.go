@@ -21,12 +21,17 @@ import (
 )
 
 // simOptions are the flags of `warden sim`.
+// defaultMaxSimTime bounds a closed loop's simulated time by default: 24
+// hours of the built-in farm take about 3 GB.
+const defaultMaxSimTime = 24 * time.Hour
+
 type simOptions struct {
 	Farm       string
 	Workload   string
 	Strategies []string
 	Sessions   []int
 	Duration   time.Duration
+	MaxSimTime time.Duration // the most simulated time a closed loop may take, steps together; 0: no bound
 	Seed       uint64
 	JSON       bool
 	Progress   bool
@@ -102,6 +107,7 @@ the Anthropic and OpenAI SDKs do.`,
 	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: hash, least-loaded, affinity, or a variant of affinity with options kv, priced, admit, admit=TIMEOUT (affinity+kv+priced+admit, affinity+kv+admit=30s)")
 	f.IntSliceVar(&opts.Sessions, "sessions", sim.DefaultSessions, "concurrent sessions of each step")
 	f.DurationVar(&opts.Duration, "duration", sim.DefaultDuration, "simulated time of each step, at least 1s (with --trace: default and 0 = to the end of the trace)")
+	f.DurationVar(&opts.MaxSimTime, "max-sim-time", defaultMaxSimTime, "refuse more simulated time than this, steps together (memory grows with the requests simulated, ~13 KB each); 0: no bound")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the synthetic sessions")
 	f.BoolVar(&opts.JSON, "json", false, "print the results as JSON")
 	f.BoolVar(&opts.Progress, "progress", false, "show a progress bar on stderr (when it is a terminal)")
@@ -146,6 +152,10 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 	}
 	if o.Trace == "" && o.Duration == 0 {
 		return e, errors.New("--duration 0: want the simulated time of each step, at least 1s (0 means \"to the end of the trace\" only with --trace)")
+	}
+	if total := o.Duration * time.Duration(max(len(o.Sessions), 1)); o.Trace == "" && o.MaxSimTime > 0 && total > o.MaxSimTime {
+		return e, fmt.Errorf("--duration %s x %d steps is %s of simulated time, over --max-sim-time %s: the simulator's memory grows with the requests it simulates (~13 KB each: it remembers every block ever cached, to classify misses), about 130 MB per simulated hour at 8 sessions on 4 replicas and more with more sessions, so this could take gigabytes; shorten --duration, or raise --max-sim-time if the machine has the memory",
+			o.Duration, max(len(o.Sessions), 1), total, o.MaxSimTime)
 	}
 	if changed("speed") && !(o.Speed > 0) {
 		return e, fmt.Errorf("--speed %g: want a speed-up > 0, e.g. 2 to replay twice as fast", o.Speed)
@@ -224,6 +234,9 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 }
 
 func runSim(ctx context.Context, o *simOptions, out io.Writer) error {
+	if err := checkOutPath("--requests", o.Requests); err != nil {
+		return err
+	}
 	e, err := o.experiment()
 	if err != nil {
 		return err

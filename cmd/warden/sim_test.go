@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/traces"
@@ -189,5 +190,25 @@ func TestSimTraceReplay(t *testing.T) {
 		if !strings.Contains(out, `"finished": 6`) {
 			t.Errorf("%v: not every request finished:\n%s", args, out)
 		}
+	}
+}
+
+// TestSimRefusesPastMaxSimTime: sim --duration 1000h used to run until the
+// machine ran out of memory (1.76 GB after 6 s of a 200h step); past
+// --max-sim-time it is refused at once, saying why, and a bound of 0 lifts
+// the check.
+func TestSimRefusesPastMaxSimTime(t *testing.T) {
+	o := &simOptions{Sessions: []int{4, 8}, Duration: 1000 * time.Hour, MaxSimTime: defaultMaxSimTime, Strategies: []string{"affinity"}}
+	_, err := o.experiment()
+	if err == nil || !strings.Contains(err.Error(), "--max-sim-time") || !strings.Contains(err.Error(), "2000h0m0s") {
+		t.Errorf("1000h x 2 steps: err = %v, want a refusal naming --max-sim-time and the total", err)
+	}
+	o.Duration = 12 * time.Hour
+	if _, err := o.experiment(); err != nil {
+		t.Errorf("12h x 2 steps under a 24h bound: %v", err)
+	}
+	o.Duration, o.MaxSimTime = 1000*time.Hour, 0
+	if _, err := o.experiment(); err != nil {
+		t.Errorf("no bound: %v", err)
 	}
 }

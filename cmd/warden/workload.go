@@ -56,6 +56,9 @@ think time.`,
 }
 
 func runWorkload(ctx context.Context, o *workloadOptions, out io.Writer) error {
+	if err := checkOutPath("--out", o.Out); err != nil {
+		return err
+	}
 	var (
 		est *calibrate.WorkloadEstimate
 		err error
