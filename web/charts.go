@@ -183,6 +183,21 @@ func newXYChart(id, title string, x Axis, xs []float64, y Axis, series []Series,
 	}
 	if len(bands) > 0 {
 		c.patches = append(c.patches, func(m map[string]any) { addBandAreas(m, xs, bands, y.Log) })
+		// The legend names the lines only: a band is shaded in its line's colour, and
+		// its entries pushed the last lines onto a second legend page.
+		names := make([]any, 0, len(series))
+		for _, s := range series {
+			names = append(names, s.Name)
+		}
+		c.patches = append(c.patches, func(m map[string]any) {
+			if l, ok := m["legend"].(map[string]any); ok {
+				l["data"] = names
+			} else if ls, ok := m["legend"].([]any); ok && len(ls) > 0 {
+				if l, ok := ls[0].(map[string]any); ok {
+					l["data"] = names
+				}
+			}
+		})
 	}
 	c.opt = line
 	return c
@@ -254,15 +269,17 @@ func markLines(marks []Mark, color string) *opts.MarkLines {
 			c = color
 		}
 		item := map[string]any{"name": mk.Name,
-			"label":     map[string]any{"formatter": mk.Name, "position": "insideEndTop", "color": c},
+			"label": map[string]any{"formatter": mk.Name, "position": "insideEndTop", "color": c,
+				"backgroundColor": "rgba(255,255,255,0.85)", "padding": 2}, // legible over a bar or a line
 			"lineStyle": map[string]any{"type": "dashed", "color": c, "width": 1.5}}
 		switch {
 		case mk.Y != nil:
 			item["yAxis"] = *mk.Y
 		case mk.X != nil:
 			item["xAxis"] = *mk.X
-			// Along the line, near its top: labels of lines close together do not collide.
-			item["label"].(map[string]any)["position"] = "insideEndTop"
+			// Above the plot, level, over the line's top end: off the data, and short
+			// enough that lines a few sessions apart keep their labels apart.
+			item["label"].(map[string]any)["position"] = "end"
 		default:
 			continue
 		}

@@ -73,6 +73,7 @@ func planOverview(res *planner.Result, at int) Section {
 	whys := Table{Caption: "Why the marginal candidates are marginal", Header: []string{"candidate", "why"}, Prose: true}
 	var names []string
 	var p95s, hits, maxes []float64
+	var p95Edge, hitEdge []float64 // the band's pessimistic edge, when the result has a band
 	for i := range res.Candidates {
 		c := &res.Candidates[i]
 		name := c.Name
@@ -129,6 +130,8 @@ func planOverview(res *planner.Result, at int) Section {
 		names = append(names, c.Name)
 		p95s = append(p95s, p95)
 		hits = append(hits, hit)
+		p95Edge = append(p95Edge, bandEdge(jsonPath(cj, "kpis", "ttfb_p95_s"), p95))
+		hitEdge = append(hitEdge, bandEdge(jsonPath(cj, "kpis", "prefix_hit_pct"), hit))
 		maxes = append(maxes, float64(c.MaxSessions))
 	}
 	s := Section{
@@ -177,8 +180,10 @@ func planOverview(res *planner.Result, at int) Section {
 		hit := Series{Name: c.Name, Y: column(rows, func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })}
 		p95.Low, p95.High = kpiBand(cfg, "ttfb_p95_s")
 		hit.Low, hit.High = kpiBand(cfg, "prefix_hit_pct")
-		if full, ok := kvFullSessions(res, c); ok {
-			m := Mark{Name: fmt.Sprintf("KV full at %s sessions", fmtNum(full, 1)), X: ptr(roundF(full, 2))}
+		// A farm whose cache fills well past the levels simulated gets no line: it would
+		// stretch the axis past the data (the rule-of-thumb table says where it fills).
+		if full, ok := kvFullSessions(res, c); ok && full <= 1.25*xs[len(xs)-1] {
+			m := Mark{Name: fmt.Sprintf("KV full: %s", fmtNum(full, 1)), X: ptr(roundF(full, 2))}
 			p95.Marks, hit.Marks = []Mark{m}, []Mark{m}
 			xMax = math.Max(xMax, full)
 		}
@@ -197,9 +202,9 @@ func planOverview(res *planner.Result, at int) Section {
 		NewLineChart("overview-ttfb-lines", "TTFB p95 against sessions, each candidate with its routing",
 			sessions, xs, Axis{Name: "TTFB p95, seconds", Log: true}, p95Lines...),
 		NewBarChart("overview-ttfb", fmt.Sprintf("TTFB p95 at %d sessions", res.Concurrency), names, Axis{Name: "seconds", Log: true},
-			Series{Name: "TTFB p95", Y: p95s, Marks: targetMarks(res, "ttfb")}).WithCategoryName(candidates),
+			barsWithEdge(banded, Series{Name: "TTFB p95", Y: p95s, Marks: targetMarks(res, "ttfb")}, p95Edge)...).WithCategoryName(candidates),
 		NewBarChart("overview-hit", fmt.Sprintf("Prefix-cache hit rate at %d sessions", res.Concurrency), names, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
-			Series{Name: "prefix hit %", Y: hits, Marks: targetMarks(res, "hit")}).WithCategoryName(candidates),
+			barsWithEdge(banded, Series{Name: "prefix hit %", Y: hits, Marks: targetMarks(res, "hit")}, hitEdge)...).WithCategoryName(candidates),
 		NewBarChart("overview-capacity", "Highest sessions level that meets the targets", names, Axis{Name: "sessions", Min: ptr(0.0)},
 			Series{Name: "meets up to", Y: maxes}).WithCategoryName(candidates),
 	}
@@ -281,6 +286,26 @@ func firstOr(items []string, def string) string {
 		return def
 	}
 	return items[0]
+}
+
+// bandEdge is the pessimistic edge of a KPI's band object (its "low": the worst run, the
+// highest TTFB or the lowest hit %), else v.
+func bandEdge(r any, v float64) float64 {
+	m, _ := r.(map[string]any)
+	if lo, ok := m["low"].(float64); ok {
+		return lo
+	}
+	return v
+}
+
+// barsWithEdge is nominal, followed in a banded result by the band's pessimistic edge as a
+// second, paler bar beside each: a bar chart has no shading to show the band with.
+func barsWithEdge(banded bool, nominal Series, edge []float64) []Series {
+	nominal.Name += " (nominal run)"
+	if !banded {
+		return []Series{nominal}
+	}
+	return []Series{nominal, {Name: "the band's worst run", Y: edge}}
 }
 
 // withBand is a figure with its band, e.g. "3.11 (3.10-8.36)", "24.87 (nominal run only)" for

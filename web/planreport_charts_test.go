@@ -85,6 +85,16 @@ func TestLineChartBandAndMarks(t *testing.T) {
 	if diff := cmp.Diff([]string{"line", "line", "line", "custom"}, types); diff != "" {
 		t.Errorf("series types (-want +got):\n%s", diff)
 	}
+	// The legend names the line alone (a band's entries paged the legend; issue 40).
+	legend, _ := m["legend"].(map[string]any)
+	if legend == nil {
+		if ls, _ := m["legend"].([]any); len(ls) > 0 {
+			legend, _ = ls[0].(map[string]any)
+		}
+	}
+	if diff := cmp.Diff([]any{"3 x A4000"}, legend["data"]); diff != "" {
+		t.Errorf("legend data (-want +got):\n%s", diff)
+	}
 	poly := series[3].(map[string]any)
 	if diff := cmp.Diff([]any{[]any{4.0, 70.0, 8.0, 60.0, 16.0, 40.0, 16.0, 70.0, 8.0, 80.0, 4.0, 85.0}}, poly["data"]); diff != "" {
 		t.Errorf("band outline (-want +got):\n%s", diff)
