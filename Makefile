@@ -25,11 +25,16 @@ run: build ## run the main job on the built-in example
 test-deps: ## install the servers the tests use (as root), or print the command
 	@scripts/test-deps.sh
 
-test: test-deps vet ## vet, gofmt check, every test under -race (the README commands and the timing checks without)
+test: test-deps vet ## vet, gofmt check, every test under -race (the README commands, the timing checks and the pure-Go scanner without), a macOS build
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	@# -p 1: the end-to-end tests (emulator, proxy, Prometheus) measure wall time;
 	@# packages running side by side on 2 cores would starve them.
 	$(GO) test -race -count=1 -p 1 -timeout 15m $(PKGS)
+	@# The pure-Go request scanner (no AVX2 block masks, no ASCII skip:
+	@# what every other architecture runs), through the proxy's own tests.
+	$(GO) test -count=1 -tags purego ./live/
+	@# The tree builds for macOS too (Linux-only code stays in _linux files).
+	GOOS=darwin $(GO) build ./...
 	@# Timing-sensitive checks (emulator vs simulator fidelity) run again
 	@# without the race detector, whose slowdown swamps the model's latencies;
 	@# so do the README's commands (two minutes of plans under -race).

@@ -23,12 +23,11 @@
 //     each step's ends and sampled during it (prefix hit %, replicas busy,
 //     per-replica figures), a warden proxy's admin /metrics (stayed %), or a
 //     Prometheus server running the KPIs of metrics/kpi.promql (queried
-//     through calibrate's Prometheus source).
-//   - quantile.go: TTFB quantiles are estimated from the buckets of
-//     warden_ttfb_seconds exactly as PromQL's histogram_quantile does, the
-//     definition the simulator's rows use, so that a prediction and a
-//     measurement are compared like with like; the exact quantiles are kept
-//     beside them (StepStats).
+//     through metrics' Prometheus source).
+//   - TTFB p50 and p95 are the client's exact quantiles (bench.go,
+//     StepStats): the simulator's KPI reads warden_ttfb_seconds' native
+//     histogram, the exact quantile within 2 %, so that a prediction and a
+//     measurement are compared like with like.
 //   - compare.go: Compare matches a prediction's rows (sim.Report) with a
 //     measurement's by strategy and sessions and computes, per column, the
 //     relative error and, for percentages, the difference in points.

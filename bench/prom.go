@@ -6,7 +6,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/lm-warden/warden/calibrate"
 	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/sim"
 )
@@ -28,7 +27,7 @@ var promKPIs = []struct {
 // window ([Start, End], wall time). A KPI without data keeps the row's value
 // read from /metrics, with a warning.
 func (r *runner) fromPrometheus(ctx context.Context) error {
-	prom, err := calibrate.NewPrometheusClient(r.cfg.PrometheusURL, r.client)
+	prom, err := metrics.NewPrometheusClient(r.cfg.PrometheusURL, r.client)
 	if err != nil {
 		return err
 	}
@@ -61,10 +60,10 @@ func (r *runner) fromPrometheus(ctx context.Context) error {
 	return nil
 }
 
-// queryScalar runs an instant query, bounded by calibrate.DefaultTimeout,
+// queryScalar runs an instant query, bounded by metrics.DefaultQueryTimeout,
 // and returns its single value, NaN when the result is empty.
-func queryScalar(ctx context.Context, src calibrate.Source, expr string, at time.Time) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, calibrate.DefaultTimeout)
+func queryScalar(ctx context.Context, src metrics.Source, expr string, at time.Time) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, metrics.DefaultQueryTimeout)
 	defer cancel()
 	v, err := src.Instant(ctx, expr, at)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	pmodel "github.com/prometheus/common/model"
 
-	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // maxMetricsBytes bounds a /metrics page.
@@ -91,7 +91,7 @@ func engines(samples []Sample) []Engine {
 	var list []keyed
 	get := func(l map[string]string) *Engine {
 		id := 0
-		if s, ok := l[metrics.LabelEngine]; ok {
+		if s, ok := l[names.LabelEngine]; ok {
 			n, err := strconv.Atoi(s)
 			if err != nil {
 				return nil
@@ -109,19 +109,19 @@ func engines(samples []Sample) []Engine {
 	for _, s := range samples {
 		var f func(*Engine) *float64
 		switch s.Name {
-		case metrics.VLLMNumRequestsRunning:
+		case names.VLLMNumRequestsRunning:
 			f = func(e *Engine) *float64 { return &e.Running }
-		case metrics.VLLMNumRequestsWaiting:
+		case names.VLLMNumRequestsWaiting:
 			f = func(e *Engine) *float64 { return &e.Waiting }
-		case metrics.VLLMKVCacheUsagePerc:
+		case names.VLLMKVCacheUsagePerc:
 			f = func(e *Engine) *float64 { return &e.KVUsage }
-		case metrics.VLLMPrefixCacheQueries:
+		case names.VLLMPrefixCacheQueries:
 			f = func(e *Engine) *float64 { return &e.Queries }
-		case metrics.VLLMPrefixCacheHits:
+		case names.VLLMPrefixCacheHits:
 			f = func(e *Engine) *float64 { return &e.Hits }
-		case metrics.VLLMRequestSuccess:
+		case names.VLLMRequestSuccess:
 			f = func(e *Engine) *float64 { return &e.Requests }
-		case metrics.VLLMNumPreemptions:
+		case names.VLLMNumPreemptions:
 			f = func(e *Engine) *float64 { return &e.Preemptions }
 		default:
 			continue
@@ -148,21 +148,21 @@ type proxyCounts struct {
 func proxyFigures(samples []Sample, model string) proxyCounts {
 	p := proxyCounts{Sticky: map[int]float64{}, Spilled: map[int]float64{}}
 	for _, s := range samples {
-		if s.Labels[metrics.LabelModel] != model {
+		if s.Labels[names.LabelModel] != model {
 			continue
 		}
 		switch s.Name {
-		case metrics.WardenLaterTurns:
+		case names.WardenLaterTurns:
 			p.LaterTurns += s.Value
 			p.ok = true
-		case metrics.WardenLaterTurnsHome:
+		case names.WardenLaterTurnsHome:
 			p.LaterHome += s.Value
-		case metrics.WardenRequests:
-			r, err := strconv.Atoi(s.Labels[metrics.LabelReplica])
+		case names.WardenRequests:
+			r, err := strconv.Atoi(s.Labels[names.LabelReplica])
 			if err != nil {
 				continue
 			}
-			switch s.Labels[metrics.LabelReason] {
+			switch s.Labels[names.LabelReason] {
 			case "sticky":
 				p.Sticky[r] += s.Value
 			case "spill":
@@ -233,7 +233,7 @@ func (s *scraper) scrape(ctx context.Context, withProxy bool) farm {
 		if err == nil {
 			f.proxy = proxyFigures(samples, s.model)
 			if !f.proxy.ok {
-				err = fmt.Errorf("GET %s: no %s{model=%q}", s.proxy, metrics.WardenLaterTurns, s.model)
+				err = fmt.Errorf("GET %s: no %s{model=%q}", s.proxy, names.WardenLaterTurns, s.model)
 			}
 		}
 		f.proxyErr = err

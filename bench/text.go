@@ -161,20 +161,3 @@ func (c *Conversation) Prompt(k int) []Message {
 func (c *Conversation) Answer(text string) {
 	c.msgs = append(c.msgs, Message{Role: "assistant", Content: text})
 }
-
-// CanonicalText is the request's canonical text (see the package's prompt
-// rule) of messages sent with a system prompt (hasSystem) of text system.
-func CanonicalText(api API, hasSystem bool, system string, msgs []Message) string {
-	var b strings.Builder
-	if hasSystem {
-		if api == OpenAI {
-			b.WriteString(markerSystem)
-		}
-		b.WriteString(system)
-	}
-	for _, m := range msgs {
-		b.WriteString("\x00" + m.Role + "\x00")
-		b.WriteString(m.Content)
-	}
-	return b.String()
-}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/sim"
 )
@@ -64,7 +65,7 @@ func within(got, want, tol float64) bool { return math.Abs(got/want-1) <= tol }
 
 func TestCalibrateRecoversTheSimulatedFarm(t *testing.T) {
 	st, w, _ := observed(t, []int{4, 8}, 3*time.Minute)
-	c, err := Calibrate(context.Background(), &Store{St: st}, Options{
+	c, err := Calibrate(context.Background(), &metrics.StoreSource{St: st}, Options{
 		Model: testModel, GPU: "RTX A4000", Window: w, Windows: 2,
 		// The CLI's default seed. At the KV cliff (8 sessions of ~12k
 		// tokens on two 40k-token replicas) the fit depends on its
@@ -126,10 +127,10 @@ func TestFarmSpecYAMLRoundTrips(t *testing.T) {
 // A window cut into parts finer than PromQL's millisecond resolution is a
 // clear error, not the engine's integer division by zero.
 func TestPerWindowRejectsPartsUnderOneMillisecond(t *testing.T) {
-	src := &Store{St: metrics.NewStore()}
+	src := &metrics.StoreSource{St: metrics.NewStore()}
 	w := Window{Start: time.UnixMilli(0), End: time.UnixMilli(0).Add(10 * time.Second)}
 	for _, n := range []int{0, 100000} {
-		if _, err := deltas(context.Background(), src, sel(metrics.VLLMRequestSuccess, testModel), w, n); err == nil || !strings.Contains(err.Error(), "parts") {
+		if _, err := deltas(context.Background(), src, sel(names.VLLMRequestSuccess, testModel), w, n); err == nil || !strings.Contains(err.Error(), "parts") {
 			t.Errorf("%d parts: error %v, want one about the parts", n, err)
 		}
 	}

@@ -4,14 +4,13 @@
 //
 // # Where to start reading
 //
-//   - source.go: [Source], instant and range PromQL queries, with two
-//     implementations: [Prometheus] (client_golang's HTTP API) and [Store]
-//     (a simulator's metrics.Store through the embedded engine). Everything
-//     else reads through a Source, so the same code calibrates from a
+//   - Everything reads through a metrics.Source (metrics/source.go): a
+//     Prometheus server (metrics.Prometheus) or a simulator's series
+//     (metrics.StoreSource), so the same code calibrates from a
 //     simulation's own series (the unit tests: a farm with known
 //     parameters is simulated, then recovered) and from a real server.
 //   - observe.go: the window, model discovery and the clear errors
-//     ([UnreachableError], [UnknownModelError], [NoDataError]), the
+//     ([UnknownModelError], [NoDataError]; metrics.UnreachableError), the
 //     per-window counter deltas and gauge means, and the routing strategy
 //     in use ([RunningStrategy]).
 //   - farm.go: [Calibrate]: engines, the KV cache from
@@ -22,12 +21,11 @@
 //     per concurrency level, Gauss-Newton over the two efficiencies).
 //   - workload.go: [DeriveWorkload] (from metrics) and [FromJournal] (from
 //     the proxy's journal).
-//   - kpi.go: [KPIValues] (metrics/kpi.promql on any Source), [Compare] and
-//     the check table.
+//   - kpi.go: [Compare] of predicted and observed KPIs (metrics.KPIValues:
+//     metrics/kpi.promql on any Source) and the check table.
 //   - output.go: the YAML written for `warden sim --farm` and
 //     `--workload`, and the text summary.
 //
 // calibrate imports sim, metrics, traces, hardware and placement; planner imports it
-// for `warden plan --prometheus`, and bench queries its Prometheus server
-// through [NewPrometheusClient].
+// for `warden plan --prometheus`.
 package calibrate

@@ -18,6 +18,7 @@ import (
 	"github.com/lm-warden/warden/calibrate"
 	"github.com/lm-warden/warden/emulator"
 	"github.com/lm-warden/warden/live"
+	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/metrics/promtest"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/planner"
@@ -186,7 +187,7 @@ func TestAgainstRealPrometheus(t *testing.T) {
 	truePrompt := float64(step.PromptTokens) / float64(step.Finished)
 	w := calibrate.Window{Start: step.Start.Add(e2eWarmUp).Truncate(time.Millisecond), End: step.End.Truncate(time.Millisecond)}
 
-	src, err := calibrate.NewPrometheus(l.prom.URL, 0)
+	src, err := metrics.NewPrometheus(l.prom.URL, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

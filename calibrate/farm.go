@@ -9,6 +9,7 @@ import (
 
 	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/sim"
 )
 
@@ -74,12 +75,12 @@ type engineConfig struct {
 // observed latencies (see Fit). Required series that are missing give a
 // *NoDataError naming them; optional ones a warning saying what was
 // assumed.
-func Calibrate(ctx context.Context, src Source, o Options) (*Calibration, error) {
+func Calibrate(ctx context.Context, src metrics.Source, o Options) (*Calibration, error) {
 	w, m := o.Window, o.Model
 	if m == "" {
 		return nil, fmt.Errorf("calibrate: no model name (want the model_name of vLLM's series)")
 	}
-	if err := Ping(ctx, src, w.End); err != nil {
+	if err := metrics.Ping(ctx, src, w.End); err != nil {
 		return nil, err
 	}
 	if err := CheckModel(ctx, src, m, w); err != nil {
@@ -102,13 +103,13 @@ func Calibrate(ctx context.Context, src Source, o Options) (*Calibration, error)
 
 	// Engines and their KV caches.
 	rng := promDur(w.Len())
-	running := sel(metrics.VLLMNumRequestsRunning, m)
+	running := sel(names.VLLMNumRequestsRunning, m)
 	engines, err := src.Instant(ctx, fmt.Sprintf("max_over_time(%s[%s])", running, rng), w.End)
 	if err != nil {
 		return nil, err
 	}
 	if len(engines) == 0 {
-		return nil, &NoDataError{Series: []string{metrics.VLLMNumRequestsRunning}, Model: m, Window: w, Source: src.String()}
+		return nil, &NoDataError{Series: []string{names.VLLMNumRequestsRunning}, Model: m, Window: w, Source: src.String()}
 	}
 	c.Engines = len(engines)
 	for _, e := range engines {
@@ -119,7 +120,7 @@ func Calibrate(ctx context.Context, src Source, o Options) (*Calibration, error)
 		return nil, err
 	}
 	if len(cfgs) == 0 {
-		return nil, &NoDataError{Series: []string{metrics.VLLMCacheConfigInfo + " (labels num_gpu_blocks, block_size)"}, Model: m, Window: w, Source: src.String()}
+		return nil, &NoDataError{Series: []string{names.VLLMCacheConfigInfo + " (labels num_gpu_blocks, block_size)"}, Model: m, Window: w, Source: src.String()}
 	}
 	blocks, bs := cfgs[0].numGPUBlocks, cfgs[0].blockSize
 	for _, e := range cfgs[1:] {
@@ -132,7 +133,7 @@ func Calibrate(ctx context.Context, src Source, o Options) (*Calibration, error)
 		}
 	}
 	if len(cfgs) != c.Engines {
-		c.Warnings = append(c.Warnings, fmt.Sprintf("%d engines serve %s but %d carry %s: the others are assumed alike", c.Engines, m, len(cfgs), metrics.VLLMCacheConfigInfo))
+		c.Warnings = append(c.Warnings, fmt.Sprintf("%d engines serve %s but %d carry %s: the others are assumed alike", c.Engines, m, len(cfgs), names.VLLMCacheConfigInfo))
 	}
 	c.BlockSize, c.NumGPUBlocks, c.KVTokensPerReplica = bs, blocks, blocks*bs
 	spec.VLLM.BlockSize, spec.VLLM.NumGPUBlocks = bs, blocks
@@ -148,7 +149,7 @@ func Calibrate(ctx context.Context, src Source, o Options) (*Calibration, error)
 	switch {
 	case cfgs[0].maxNumSeqs > 0:
 		spec.VLLM.MaxNumSeqs = cfgs[0].maxNumSeqs
-		c.MaxNumSeqsFrom = metrics.VLLMCacheConfigInfo + " label max_num_seqs"
+		c.MaxNumSeqsFrom = names.VLLMCacheConfigInfo + " label max_num_seqs"
 	case spec.VLLM.MaxNumSeqs > 0:
 		c.MaxNumSeqsFrom = "the base farm spec"
 	default:
@@ -206,11 +207,11 @@ func Calibrate(ctx context.Context, src Source, o Options) (*Calibration, error)
 // vllm:num_requests_running{model_name=...} on (instance, engine). When
 // that match finds nothing and the source holds a single model, every
 // info series is taken.
-func cacheConfigs(ctx context.Context, src Source, model string, w Window) ([]engineConfig, error) {
+func cacheConfigs(ctx context.Context, src metrics.Source, model string, w Window) ([]engineConfig, error) {
 	rng := promDur(w.Len())
-	info := fmt.Sprintf("last_over_time(%s[%s])", metrics.VLLMCacheConfigInfo, rng)
+	info := fmt.Sprintf("last_over_time(%s[%s])", names.VLLMCacheConfigInfo, rng)
 	joined := fmt.Sprintf("%s * on (instance, engine) group_left () (max by (instance, engine) (last_over_time(%s[%s])) * 0 + 1)",
-		info, sel(metrics.VLLMNumRequestsRunning, model), rng)
+		info, sel(names.VLLMNumRequestsRunning, model), rng)
 	v, err := src.Instant(ctx, joined, w.End)
 	if err != nil {
 		return nil, err
@@ -235,14 +236,14 @@ func cacheConfigs(ctx context.Context, src Source, model string, w Window) ([]en
 		}
 		e := engineConfig{
 			instance:     l.Get("instance"),
-			engine:       l.Get(metrics.LabelEngine),
-			blockSize:    atoi(metrics.LabelBlockSize),
-			numGPUBlocks: atoi(metrics.LabelNumGPUBlocks),
+			engine:       l.Get(names.LabelEngine),
+			blockSize:    atoi(names.LabelBlockSize),
+			numGPUBlocks: atoi(names.LabelNumGPUBlocks),
 			maxNumSeqs:   atoi("max_num_seqs"),
 			maxBatched:   atoi("max_num_batched_tokens"),
 			maxModelLen:  atoi("max_model_len"),
 		}
-		e.gpuMemUtil, _ = strconv.ParseFloat(l.Get(metrics.LabelGPUMemoryUtilization), 64)
+		e.gpuMemUtil, _ = strconv.ParseFloat(l.Get(names.LabelGPUMemoryUtilization), 64)
 		if e.blockSize > 0 && e.numGPUBlocks > 1 {
 			out = append(out, e)
 		}

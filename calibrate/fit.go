@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/sim"
 )
 
@@ -118,11 +119,11 @@ type level struct {
 	itl, prefill histMean
 }
 
-// firstPresent returns the first of names (histogram base names) with
+// firstPresent returns the first of bases (histogram base names) with
 // samples of name_count for the model in w.
-func firstPresent(ctx context.Context, src Source, model string, w Window, names ...string) (string, error) {
-	for _, n := range names {
-		ok, err := hasData(ctx, src, sel(n+metrics.CountSuffix, model), w)
+func firstPresent(ctx context.Context, src metrics.Source, model string, w Window, bases ...string) (string, error) {
+	for _, n := range bases {
+		ok, err := hasData(ctx, src, sel(n+names.CountSuffix, model), w)
 		if err != nil {
 			return "", err
 		}
@@ -135,12 +136,12 @@ func firstPresent(ctx context.Context, src Source, model string, w Window, names
 
 // windowMeans returns per part of w the changes of name_sum and
 // name_count.
-func windowMeans(ctx context.Context, src Source, name, model string, w Window, n int) ([]histMean, error) {
-	sums, err := deltas(ctx, src, sel(name+metrics.SumSuffix, model), w, n)
+func windowMeans(ctx context.Context, src metrics.Source, name, model string, w Window, n int) ([]histMean, error) {
+	sums, err := deltas(ctx, src, sel(name+names.SumSuffix, model), w, n)
 	if err != nil {
 		return nil, err
 	}
-	counts, err := deltas(ctx, src, sel(name+metrics.CountSuffix, model), w, n)
+	counts, err := deltas(ctx, src, sel(name+names.CountSuffix, model), w, n)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +158,7 @@ func windowMeans(ctx context.Context, src Source, name, model string, w Window, 
 // holds for in.Model in in.Window (see Fit for the method). It returns a
 // nil Fit and a warning when the latency histograms are missing (the
 // spec's step_time is then kept).
-func FitStepTime(ctx context.Context, src Source, in FitInput, o FitOptions) (*Fit, []string, error) {
+func FitStepTime(ctx context.Context, src metrics.Source, in FitInput, o FitOptions) (*Fit, []string, error) {
 	if o.Step <= 0 {
 		o.Step = DefaultFitStep
 	}
@@ -170,27 +171,27 @@ func FitStepTime(ctx context.Context, src Source, in FitInput, o FitOptions) (*F
 	}
 	w, m := in.Window, in.Model
 	var warns []string
-	itlName, err := firstPresent(ctx, src, m, w, metrics.VLLMInterTokenLatency, "vllm:time_per_output_token_seconds")
+	itlName, err := firstPresent(ctx, src, m, w, names.VLLMInterTokenLatency, "vllm:time_per_output_token_seconds")
 	if err != nil {
 		return nil, nil, err
 	}
-	pfName, err := firstPresent(ctx, src, m, w, metrics.VLLMRequestPrefillTime, metrics.VLLMTimeToFirstToken)
+	pfName, err := firstPresent(ctx, src, m, w, names.VLLMRequestPrefillTime, names.VLLMTimeToFirstToken)
 	if err != nil {
 		return nil, nil, err
 	}
 	if itlName == "" && pfName == "" {
 		return nil, []string{fmt.Sprintf("step_time not fitted: none of %s, %s, %s has data in the window; the spec keeps its step_time (defaults: prefill_efficiency %g, bandwidth_efficiency %g)",
-			metrics.VLLMInterTokenLatency, metrics.VLLMRequestPrefillTime, metrics.VLLMTimeToFirstToken, sim.DefaultPrefillEfficiency, sim.DefaultBandwidthEfficiency)}, nil
+			names.VLLMInterTokenLatency, names.VLLMRequestPrefillTime, names.VLLMTimeToFirstToken, sim.DefaultPrefillEfficiency, sim.DefaultBandwidthEfficiency)}, nil
 	}
 	if itlName == "" {
-		warns = append(warns, fmt.Sprintf("%s missing: bandwidth_efficiency not fitted (kept)", metrics.VLLMInterTokenLatency))
-	} else if itlName != metrics.VLLMInterTokenLatency {
-		warns = append(warns, fmt.Sprintf("%s missing: decode matched on %s instead", metrics.VLLMInterTokenLatency, itlName))
+		warns = append(warns, fmt.Sprintf("%s missing: bandwidth_efficiency not fitted (kept)", names.VLLMInterTokenLatency))
+	} else if itlName != names.VLLMInterTokenLatency {
+		warns = append(warns, fmt.Sprintf("%s missing: decode matched on %s instead", names.VLLMInterTokenLatency, itlName))
 	}
 	if pfName == "" {
-		warns = append(warns, fmt.Sprintf("%s and %s missing: prefill_efficiency not fitted (kept)", metrics.VLLMRequestPrefillTime, metrics.VLLMTimeToFirstToken))
-	} else if pfName != metrics.VLLMRequestPrefillTime {
-		warns = append(warns, fmt.Sprintf("%s missing: prefill matched on %s (it includes queueing)", metrics.VLLMRequestPrefillTime, pfName))
+		warns = append(warns, fmt.Sprintf("%s and %s missing: prefill_efficiency not fitted (kept)", names.VLLMRequestPrefillTime, names.VLLMTimeToFirstToken))
+	} else if pfName != names.VLLMRequestPrefillTime {
+		warns = append(warns, fmt.Sprintf("%s missing: prefill matched on %s (it includes queueing)", names.VLLMRequestPrefillTime, pfName))
 	}
 
 	// Observed levels.
@@ -247,7 +248,7 @@ func FitStepTime(ctx context.Context, src Source, in FitInput, o FitOptions) (*F
 	}
 	slices.SortFunc(levels, func(a, b level) int { return a.sessions - b.sessions })
 	if len(levels) == 0 {
-		return nil, nil, &NoDataError{Series: []string{metrics.VLLMNumRequestsRunning}, Model: m, Window: w, Source: src.String()}
+		return nil, nil, &NoDataError{Series: []string{names.VLLMNumRequestsRunning}, Model: m, Window: w, Source: src.String()}
 	}
 
 	init := in.Spec.StepTime
@@ -330,7 +331,7 @@ func (p *problem) at(ctx context.Context, x [2]float64) (*eval, error) {
 	if _, err := sim.Run(ctx, e); err != nil {
 		return nil, fmt.Errorf("calibrate: fit: %w", err)
 	}
-	simSrc := &Store{St: st}
+	simSrc := &metrics.StoreSource{St: st}
 	w := Window{Start: time.UnixMilli(0), End: time.UnixMilli(0).Add(p.o.Step * time.Duration(len(sessions)))}
 	ev := &eval{itl: make([]float64, len(p.levels)), prefill: make([]float64, len(p.levels))}
 	read := func(name string, obs func(level) histMean, out []float64) error {

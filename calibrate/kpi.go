@@ -1,43 +1,15 @@
 package calibrate
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"math"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/sim"
 )
-
-// KPIValues evaluates every KPI of metrics/kpi.promql for model over the
-// window of length window that ends at end, on src: the same expressions
-// as the simulator's reports. Keys are as metrics.Evaluator.KPIValues
-// makes them (name, or name plus labels for the _by_ KPIs); a KPI without
-// data is NaN.
-func KPIValues(ctx context.Context, src Source, model string, end time.Time, window time.Duration) (map[string]float64, error) {
-	out := map[string]float64{}
-	for _, k := range metrics.KPIs() {
-		v, err := src.Instant(ctx, metrics.Expand(k.Expr, model, window), end)
-		if err != nil {
-			return nil, fmt.Errorf("KPI %s: %w", k.Name, err)
-		}
-		if len(v) == 0 {
-			out[k.Name] = math.NaN()
-		}
-		for _, s := range v {
-			key := k.Name
-			if l := s.Metric.DropMetricName(); !l.IsEmpty() {
-				key += l.String()
-			}
-			out[key] = s.F
-		}
-	}
-	return out, nil
-}
 
 // Comparison is one KPI predicted and observed.
 type Comparison struct {

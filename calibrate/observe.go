@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/placement"
 )
 
@@ -67,9 +68,9 @@ func promDur(d time.Duration) string {
 // sel is a selector of series name for the model: vLLM's label
 // (model_name) for vllm:* series, warden's (model) for the others.
 func sel(name, model string, extra ...string) string {
-	label := metrics.LabelModel
+	label := names.LabelModel
 	if strings.HasPrefix(name, "vllm:") {
-		label = metrics.LabelModelName
+		label = names.LabelModelName
 	}
 	ms := append([]string{label + "=" + strconv.Quote(model)}, extra...)
 	return name + "{" + strings.Join(ms, ",") + "}"
@@ -78,7 +79,7 @@ func sel(name, model string, extra ...string) string {
 // inVLLM is the requests in vLLM for the model, all engines: running plus
 // waiting (a farm may expose no waiting series).
 func inVLLM(model string) string {
-	return fmt.Sprintf("sum(%s) + (sum(%s) or vector(0))", sel(metrics.VLLMNumRequestsRunning, model), sel(metrics.VLLMNumRequestsWaiting, model))
+	return fmt.Sprintf("sum(%s) + (sum(%s) or vector(0))", sel(names.VLLMNumRequestsRunning, model), sel(names.VLLMNumRequestsWaiting, model))
 }
 
 // deltaExpr is the change of sum(s) over the window of length d that ends
@@ -90,15 +91,15 @@ func deltaExpr(s string, d time.Duration) string {
 }
 
 // Models lists the model_name values of vLLM's series in w, sorted.
-func Models(ctx context.Context, src Source, w Window) ([]string, error) {
-	expr := fmt.Sprintf("count by (%s) (count_over_time(%s[%s]))", metrics.LabelModelName, metrics.VLLMNumRequestsRunning, promDur(w.Len()))
+func Models(ctx context.Context, src metrics.Source, w Window) ([]string, error) {
+	expr := fmt.Sprintf("count by (%s) (count_over_time(%s[%s]))", names.LabelModelName, names.VLLMNumRequestsRunning, promDur(w.Len()))
 	v, err := src.Instant(ctx, expr, w.End)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, s := range v {
-		if m := s.Metric.Get(metrics.LabelModelName); m != "" {
+		if m := s.Metric.Get(names.LabelModelName); m != "" {
 			out = append(out, m)
 		}
 	}
@@ -108,7 +109,7 @@ func Models(ctx context.Context, src Source, w Window) ([]string, error) {
 
 // CheckModel returns an *UnknownModelError when no vLLM series of model
 // has a sample in w.
-func CheckModel(ctx context.Context, src Source, model string, w Window) error {
+func CheckModel(ctx context.Context, src metrics.Source, model string, w Window) error {
 	ms, err := Models(ctx, src, w)
 	if err != nil {
 		return err
@@ -118,13 +119,13 @@ func CheckModel(ctx context.Context, src Source, model string, w Window) error {
 	}
 	if len(ms) == 0 {
 		// Maybe the model exists outside the window.
-		return &NoDataError{Series: []string{metrics.VLLMNumRequestsRunning}, Model: model, Window: w, Source: src.String()}
+		return &NoDataError{Series: []string{names.VLLMNumRequestsRunning}, Model: model, Window: w, Source: src.String()}
 	}
 	return &UnknownModelError{Model: model, Present: ms, Source: src.String()}
 }
 
 // hasData reports whether the series selector s has a sample in w.
-func hasData(ctx context.Context, src Source, s string, w Window) (bool, error) {
+func hasData(ctx context.Context, src metrics.Source, s string, w Window) (bool, error) {
 	v, err := scalar(ctx, src, fmt.Sprintf("count(count_over_time(%s[%s]))", s, promDur(w.Len())), w.End)
 	if err != nil {
 		return false, err
@@ -134,14 +135,14 @@ func hasData(ctx context.Context, src Source, s string, w Window) (bool, error) 
 
 // deltas evaluates the change of sum(s) over each of n equal windows that
 // tile w, in order; NaN where the series has no data.
-func deltas(ctx context.Context, src Source, s string, w Window, n int) ([]float64, error) {
+func deltas(ctx context.Context, src metrics.Source, s string, w Window, n int) ([]float64, error) {
 	return perWindow(ctx, src, w, n, func(step time.Duration) string { return deltaExpr(s, step) })
 }
 
 // gaugeMeans is the time average of expr (an instant-vector expression
 // summed to one series) over each of n equal windows tiling w, sampled at
 // res.
-func gaugeMeans(ctx context.Context, src Source, expr string, w Window, n int, res time.Duration) ([]float64, error) {
+func gaugeMeans(ctx context.Context, src metrics.Source, expr string, w Window, n int, res time.Duration) ([]float64, error) {
 	return perWindow(ctx, src, w, n, func(step time.Duration) string {
 		return fmt.Sprintf("avg_over_time((%s)[%s:%s])", expr, promDur(step), promDur(res))
 	})
@@ -151,7 +152,7 @@ func gaugeMeans(ctx context.Context, src Source, expr string, w Window, n int, r
 // step that ends at the evaluation instant, at the end of each of n equal
 // windows that tile w, and returns the values in order, several series
 // summed; NaN where there is no data.
-func perWindow(ctx context.Context, src Source, w Window, n int, query func(step time.Duration) string) ([]float64, error) {
+func perWindow(ctx context.Context, src metrics.Source, w Window, n int, query func(step time.Duration) string) ([]float64, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("window %s cut into %d parts: want at least one", w, n)
 	}
@@ -191,14 +192,14 @@ func resolution(step time.Duration) time.Duration {
 // from warden_requests_total's reasons: hash, least-loaded, or affinity
 // (new, sticky, spill, parent). Without warden's series the requests went
 // through vLLM's own balancer: least-loaded. how says which.
-func RunningStrategy(ctx context.Context, src Source, model string, w Window) (strategy, how string, err error) {
-	v, err := src.Instant(ctx, fmt.Sprintf("sum by (%s) (%s)", metrics.LabelReason, sel(metrics.WardenRequests, model)), w.End)
+func RunningStrategy(ctx context.Context, src metrics.Source, model string, w Window) (strategy, how string, err error) {
+	v, err := src.Instant(ctx, fmt.Sprintf("sum by (%s) (%s)", names.LabelReason, sel(names.WardenRequests, model)), w.End)
 	if err != nil {
 		return "", "", err
 	}
 	counts := map[string]float64{}
 	for _, s := range v {
-		counts[s.Metric.Get(metrics.LabelReason)] += s.F
+		counts[s.Metric.Get(names.LabelReason)] += s.F
 	}
 	switch {
 	case len(v) == 0:
@@ -210,4 +211,21 @@ func RunningStrategy(ctx context.Context, src Source, model string, w Window) (s
 	default:
 		return placement.StrategyLeastLoaded, "warden_requests_total has reason least-loaded", nil
 	}
+}
+
+// scalar evaluates expr at at and returns its single value, NaN when the
+// result is empty; several series are summed.
+func scalar(ctx context.Context, src metrics.Source, expr string, at time.Time) (float64, error) {
+	v, err := src.Instant(ctx, expr, at)
+	if err != nil {
+		return math.NaN(), err
+	}
+	if len(v) == 0 {
+		return math.NaN(), nil
+	}
+	sum := 0.0
+	for _, s := range v {
+		sum += s.F
+	}
+	return sum, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
@@ -74,7 +75,7 @@ const DefaultWindows = 6
 //     message and new text per turn, scaled so that the mean prompt over a
 //     session's turns equals the observed mean (a journal gives the real
 //     proportions: FromJournal).
-func DeriveWorkload(ctx context.Context, src Source, o WorkloadOptions) (*WorkloadEstimate, error) {
+func DeriveWorkload(ctx context.Context, src metrics.Source, o WorkloadOptions) (*WorkloadEstimate, error) {
 	if o.Windows <= 0 {
 		o.Windows = DefaultWindows
 	}
@@ -82,7 +83,7 @@ func DeriveWorkload(ctx context.Context, src Source, o WorkloadOptions) (*Worklo
 	if w.Len() < time.Second {
 		return nil, fmt.Errorf("window %s: want at least 1s", w)
 	}
-	if err := Ping(ctx, src, w.End); err != nil {
+	if err := metrics.Ping(ctx, src, w.End); err != nil {
 		return nil, err
 	}
 	if err := CheckModel(ctx, src, m, w); err != nil {
@@ -104,26 +105,26 @@ func DeriveWorkload(ctx context.Context, src Source, o WorkloadOptions) (*Worklo
 		}
 		return d[0], !math.IsNaN(d[0]), nil
 	}
-	reqs, ok, err := total(metrics.VLLMRequestSuccess, metrics.LabelFinishedReason+`!="abort"`)
+	reqs, ok, err := total(names.VLLMRequestSuccess, names.LabelFinishedReason+`!="abort"`)
 	if err != nil {
 		return nil, err
 	}
 	if !ok || reqs <= 0 {
-		missing = append(missing, metrics.VLLMRequestSuccess)
+		missing = append(missing, names.VLLMRequestSuccess)
 	}
 	est.Requests = reqs
 	// Answers cut at max_tokens finish with reason "length": when nearly
 	// all do, they ran to the limit (traces.OutputMax), not to a lognormal.
-	lengthCapped, okLen, err := total(metrics.VLLMRequestSuccess, metrics.LabelFinishedReason+`="length"`)
+	lengthCapped, okLen, err := total(names.VLLMRequestSuccess, names.LabelFinishedReason+`="length"`)
 	if err != nil {
 		return nil, err
 	}
 	mean := func(hist, counter string) (float64, string, error) {
-		sum, okS, err := total(hist + metrics.SumSuffix)
+		sum, okS, err := total(hist + names.SumSuffix)
 		if err != nil {
 			return 0, "", err
 		}
-		cnt, okC, err := total(hist + metrics.CountSuffix)
+		cnt, okC, err := total(hist + names.CountSuffix)
 		if err != nil {
 			return 0, "", err
 		}
@@ -138,13 +139,13 @@ func DeriveWorkload(ctx context.Context, src Source, o WorkloadOptions) (*Worklo
 			missing = append(missing, counter)
 			return math.NaN(), "", nil
 		}
-		est.Warnings = append(est.Warnings, fmt.Sprintf("%s missing: mean from %s / %s instead", hist, counter, metrics.VLLMRequestSuccess))
+		est.Warnings = append(est.Warnings, fmt.Sprintf("%s missing: mean from %s / %s instead", hist, counter, names.VLLMRequestSuccess))
 		return tok / reqs, counter, nil
 	}
-	if est.MeanPromptTokens, _, err = mean(metrics.VLLMRequestPromptTokens, metrics.VLLMPromptTokens); err != nil {
+	if est.MeanPromptTokens, _, err = mean(names.VLLMRequestPromptTokens, names.VLLMPromptTokens); err != nil {
 		return nil, err
 	}
-	if est.MeanOutputTokens, _, err = mean(metrics.VLLMRequestGenerationTokens, metrics.VLLMGenerationTokens); err != nil {
+	if est.MeanOutputTokens, _, err = mean(names.VLLMRequestGenerationTokens, names.VLLMGenerationTokens); err != nil {
 		return nil, err
 	}
 	if len(missing) > 0 {
@@ -168,17 +169,17 @@ func DeriveWorkload(ctx context.Context, src Source, o WorkloadOptions) (*Worklo
 		}
 	}
 	if n == 0 {
-		return nil, &NoDataError{Series: []string{metrics.VLLMNumRequestsRunning}, Model: m, Window: w, Source: src.String()}
+		return nil, &NoDataError{Series: []string{names.VLLMNumRequestsRunning}, Model: m, Window: w, Source: src.String()}
 	}
 	est.Sessions = sum / float64(n)
 	est.Warnings = append(est.Warnings, "think time is not visible in metrics: assumed 0s, so concurrent sessions = requests in vLLM (a lower bound when clients think; give --journal for the real figure)")
 
 	// Turns per session from warden's counters.
-	later, okL, err := total(metrics.WardenLaterTurns)
+	later, okL, err := total(names.WardenLaterTurns)
 	if err != nil {
 		return nil, err
 	}
-	routed, okR, err := total(metrics.WardenRequests)
+	routed, okR, err := total(names.WardenRequests)
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +189,7 @@ func DeriveWorkload(ctx context.Context, src Source, o WorkloadOptions) (*Worklo
 		est.Turns = routed / (routed - later)
 	} else {
 		est.Warnings = append(est.Warnings, fmt.Sprintf("%s or %s missing (requests did not go through warden): assumed %d turns per session",
-			metrics.WardenLaterTurns, metrics.WardenRequests, def.Turns))
+			names.WardenLaterTurns, names.WardenRequests, def.Turns))
 	}
 	if mins := w.Len().Minutes(); mins > 0 {
 		est.NewSessionsPerMin = reqs / est.Turns / mins

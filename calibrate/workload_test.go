@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/traces"
 )
 
@@ -27,7 +28,7 @@ func meanPrompt(w traces.Workload, n int) float64 {
 
 func TestDeriveWorkloadRecoversSessionsAndPrompts(t *testing.T) {
 	st, w, _ := observed(t, []int{4, 8}, 3*time.Minute)
-	est, err := DeriveWorkload(context.Background(), &Store{St: st}, WorkloadOptions{Model: testModel, Window: w, Windows: 2})
+	est, err := DeriveWorkload(context.Background(), &metrics.StoreSource{St: st}, WorkloadOptions{Model: testModel, Window: w, Windows: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestDeriveWorkloadRecoversSessionsAndPrompts(t *testing.T) {
 
 func TestClearErrors(t *testing.T) {
 	st, w, _ := observed(t, []int{2}, time.Minute)
-	src := &Store{St: st}
+	src := &metrics.StoreSource{St: st}
 	ctx := context.Background()
 
 	_, err := Calibrate(ctx, src, Options{Model: "no/such-model", GPU: "RTX A4000", Window: w})
@@ -84,16 +85,16 @@ func TestClearErrors(t *testing.T) {
 		t.Errorf("empty window: got %v, want a NoDataError naming vllm:num_requests_running", err)
 	}
 
-	prom, err := NewPrometheus("http://127.0.0.1:1", 2*time.Second)
+	prom, err := metrics.NewPrometheus("http://127.0.0.1:1", 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = Calibrate(ctx, prom, Options{Model: testModel, GPU: "RTX A4000", Window: w})
-	var ue *UnreachableError
+	var ue *metrics.UnreachableError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "http://127.0.0.1:1") {
 		t.Errorf("unreachable: got %v, want an UnreachableError naming the URL", err)
 	}
-	if _, err := NewPrometheus("localhost:9090", 0); err == nil {
+	if _, err := metrics.NewPrometheus("localhost:9090", 0); err == nil {
 		t.Error("a URL without scheme was accepted")
 	}
 }

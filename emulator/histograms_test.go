@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
@@ -63,7 +64,7 @@ func TestHistogramsAgreeWithSimulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := func(name string, extra ...string) float64 {
-		l := labels.FromStrings(append([]string{metrics.LabelName, name, metrics.LabelModelName, testModel, metrics.LabelEngine, "0"}, extra...)...)
+		l := labels.FromStrings(append([]string{names.LabelName, name, names.LabelModelName, testModel, names.LabelEngine, "0"}, extra...)...)
 		_, v, ok := st.Series(l).Last()
 		if !ok {
 			t.Fatalf("the simulator's store has no %s", l)
@@ -83,7 +84,7 @@ func TestHistogramsAgreeWithSimulator(t *testing.T) {
 		}
 		h := fam.GetMetric()[0].GetHistogram()
 		count, sum := float64(h.GetSampleCount()), h.GetSampleSum()
-		wantCount, wantSum := last(d.Name+metrics.CountSuffix), last(d.Name+metrics.SumSuffix)
+		wantCount, wantSum := last(d.Name+names.CountSuffix), last(d.Name+names.SumSuffix)
 		if count != wantCount || count == 0 {
 			t.Errorf("%s: %g observations emulated, %g simulated: want equal and some", d.Name, count, wantCount)
 		}
@@ -100,7 +101,7 @@ func TestHistogramsAgreeWithSimulator(t *testing.T) {
 				t.Errorf("%s: bucket %d le=%g, want %g", d.Name, i, b.GetUpperBound(), bounds[i])
 			}
 			le := labels.FormatOpenMetricsFloat(bounds[i])
-			if got, want := float64(b.GetCumulativeCount()), last(d.Name+metrics.BucketSuffix, metrics.LabelLE, le); got != want {
+			if got, want := float64(b.GetCumulativeCount()), last(d.Name+names.BucketSuffix, names.LabelLE, le); got != want {
 				t.Errorf("%s{le=%q}: %g emulated, %g simulated", d.Name, le, got, want)
 			}
 		}
@@ -116,11 +117,11 @@ func TestHistogramsAgreeWithSimulator(t *testing.T) {
 		name       string
 		count, sum float64
 	}{
-		{metrics.VLLMRequestPromptTokens, n, prompt},
-		{metrics.VLLMRequestGenerationTokens, n, output},
-		{metrics.VLLMTimeToFirstToken, n, -1},
-		{metrics.VLLMInterTokenLatency, output - n, -1},
-		{metrics.VLLMRequestPrefillTime, n, -1},
+		{names.VLLMRequestPromptTokens, n, prompt},
+		{names.VLLMRequestGenerationTokens, n, output},
+		{names.VLLMTimeToFirstToken, n, -1},
+		{names.VLLMInterTokenLatency, output - n, -1},
+		{names.VLLMRequestPrefillTime, n, -1},
 	} {
 		h := fams[c.name].GetMetric()[0].GetHistogram()
 		if float64(h.GetSampleCount()) != c.count || (c.sum >= 0 && h.GetSampleSum() != c.sum) {

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/sim"
 )
 
@@ -25,25 +25,25 @@ type collector struct {
 }
 
 func newCollector(e *Emulator, engines []*engine) *collector {
-	l := []string{metrics.LabelModelName, metrics.LabelEngine}
+	l := []string{names.LabelModelName, names.LabelEngine}
 	d := func(name, help string, extra ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, append(append([]string(nil), l...), extra...), nil)
 	}
 	return &collector{
 		e:       e,
 		engines: engines,
-		running: d(metrics.VLLMNumRequestsRunning, "Number of requests in model execution batches."),
-		waiting: d(metrics.VLLMNumRequestsWaiting, "Number of requests waiting to be processed."),
-		kv:      d(metrics.VLLMKVCacheUsagePerc, "KV-cache usage. 1 means 100 percent usage."),
-		queries: d(metrics.VLLMPrefixCacheQueries, "Prefix cache queries, in terms of number of queried tokens."),
-		hits:    d(metrics.VLLMPrefixCacheHits, "Prefix cache hits, in terms of number of cached tokens."),
-		prompt:  d(metrics.VLLMPromptTokens, "Number of prefill tokens processed."),
-		gen:     d(metrics.VLLMGenerationTokens, "Number of generation tokens processed."),
-		preempt: d(metrics.VLLMNumPreemptions, "Cumulative number of preemption from the engine."),
-		success: d(metrics.VLLMRequestSuccess, "Count of successfully processed requests.", metrics.LabelFinishedReason),
-		cacheCfg: prometheus.NewDesc(metrics.VLLMCacheConfigInfo, "Information of the LLMEngine CacheConfig",
-			[]string{metrics.LabelBlockSize, metrics.LabelEnablePrefixCaching, metrics.LabelEngine,
-				metrics.LabelGPUMemoryUtilization, metrics.LabelNumGPUBlocks}, nil),
+		running: d(names.VLLMNumRequestsRunning, "Number of requests in model execution batches."),
+		waiting: d(names.VLLMNumRequestsWaiting, "Number of requests waiting to be processed."),
+		kv:      d(names.VLLMKVCacheUsagePerc, "KV-cache usage. 1 means 100 percent usage."),
+		queries: d(names.VLLMPrefixCacheQueries, "Prefix cache queries, in terms of number of queried tokens."),
+		hits:    d(names.VLLMPrefixCacheHits, "Prefix cache hits, in terms of number of cached tokens."),
+		prompt:  d(names.VLLMPromptTokens, "Number of prefill tokens processed."),
+		gen:     d(names.VLLMGenerationTokens, "Number of generation tokens processed."),
+		preempt: d(names.VLLMNumPreemptions, "Cumulative number of preemption from the engine."),
+		success: d(names.VLLMRequestSuccess, "Count of successfully processed requests.", names.LabelFinishedReason),
+		cacheCfg: prometheus.NewDesc(names.VLLMCacheConfigInfo, "Information of the LLMEngine CacheConfig",
+			[]string{names.LabelBlockSize, names.LabelEnablePrefixCaching, names.LabelEngine,
+				names.LabelGPUMemoryUtilization, names.LabelNumGPUBlocks}, nil),
 		hists: func() []*prometheus.Desc {
 			var out []*prometheus.Desc
 			for _, h := range sim.EngineHistogramDescs(e.farm.Spec.VLLM.MaxModelLen) {
@@ -94,8 +94,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.prompt, st.PromptTokens)
 		counter(c.gen, st.GenerationTokens)
 		counter(c.preempt, st.Preemptions)
-		counter(c.success, st.FinishedStop, metrics.FinishedStop)
-		counter(c.success, st.FinishedLength, metrics.FinishedLength)
+		counter(c.success, st.FinishedStop, names.FinishedStop)
+		counter(c.success, st.FinishedLength, names.FinishedLength)
 		counter(c.success, st.Aborted, "abort")
 		ch <- prometheus.MustNewConstMetric(c.cacheCfg, prometheus.GaugeValue, 1,
 			strconv.Itoa(st.BlockSize), "True", rank,

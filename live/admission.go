@@ -190,7 +190,7 @@ func (m *model) placeAdmitted(ctx context.Context, r *placement.Request, start t
 // conversation.
 func (m *model) placeQueued(ctx context.Context, r *placement.Request, now time.Time, ch chan struct{}) (picked, error) {
 	m.mu.Lock()
-	l := m.live()
+	l := m.current()
 	a, _ := l.policy.(*placement.Affinity)
 	ahead := len(l.adm.waiters)
 	if ch != nil {
@@ -222,7 +222,7 @@ func (m *model) leaveQueue(ch chan struct{}) {
 func (m *model) observe(session string, tokens int, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l := m.live()
+	l := m.current()
 	if session != "" {
 		if l.observer {
 			tokens = 0 // an observer table records homes, not footprints

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -185,24 +184,6 @@ func (l *emfileListener) Accept() (net.Conn, error) {
 	return l.Listener.Accept()
 }
 
-// logBuffer is a slog handler's output, safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestAcceptFailuresAreLoudAndHealthzTellsTheTruth (issue 35, item 4): an
 // Accept that fails with "too many open files" is logged at ERROR (not
 // DEBUG), counted, retried with a back-off, and /healthz answers 503
@@ -213,7 +194,7 @@ func TestAcceptFailuresAreLoudAndHealthzTellsTheTruth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &logBuffer{}
+	logs := &syncBuffer{}
 	srv, err := NewServer(cfg, WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	if err != nil {
 		t.Fatal(err)

@@ -2,12 +2,13 @@ package live
 
 import (
 	"flag"
-	"github.com/lm-warden/warden/placement"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/placement"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")

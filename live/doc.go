@@ -12,27 +12,32 @@
 //     in-flight count, so affinity and running streams survive), Admin (/metrics,
 //     /api/status, /api/history, /healthz, and what WithAdminHandler adds: cmd/warden
 //     mounts web's dashboard at "/", since live does not import web).
-//   - proxy.go: the request path. ServeHTTP checks the key, reads the body
+//   - handler.go: the request path. ServeHTTP, the HTTP front end, routes
+//     by path and method and hands the request to admit, the step "check,
+//     extract, place, admit" that has no http.ResponseWriter, so that
+//     another front end can reuse it: admit checks the key, reads the body
 //     once (size-capped), validates it and decodes only model, stream,
 //     metadata.user_id, prompt_cache_key and user, keeping the raw values
 //     of system, messages, instructions, input and prompt for the fallback
 //     session id (jsonscan.go: keys compared after unescaping, exactly, as
 //     vLLM's Python does; any of these given twice, "mod\u0065l" after
 //     "model" included, is refused with 400, since the proxy and vLLM
-//     would read different values), finds the
-//     session (session.go), asks placement for a replica (model.go) and
-//     forwards the original bytes (forward.go: the client's headers less
-//     the hop-by-hop ones and the proxy's own, an event stream flushed
-//     event by event, a torn answer ending the client's connection). Its
-//     transport retries a failure that reached no client byte once on
-//     another replica; its response body passes on whole SSE events only,
-//     so a stream that dies midway ends with the API's own error event
-//     (sse.go, apierr.go). Request bodies and copy buffers are recycled
-//     through a free list that garbage collection does not empty
-//     (bodybuf.go); a body is read into a buffer sized by what has
-//     arrived on the client's socket (FIONREAD, rawconn_linux.go), and
-//     checked for UTF-8 with its ASCII runs passed over by AVX2
-//     (jsonblock.go validUTF8).
+//     would read different values), finds the session (session.go), asks
+//     placement for a replica (pick.go) and returns the call (call.go: one
+//     client request, finished once) or the refusal to answer. forward.go
+//     forwards the original bytes (the client's headers less the
+//     hop-by-hop ones and the proxy's own, an event stream flushed event
+//     by event, a torn answer ending the client's connection). Its
+//     transport (attempt.go) retries a failure
+//     that reached no client byte once on another replica and times every
+//     reply (watchdog.go); its response bodies (respbody.go) pass on whole
+//     SSE events only, so a stream that dies midway ends with the API's
+//     own error event (sse.go, apierr.go). models.go answers /v1/models.
+//     Request bodies and copy buffers are recycled through a free list
+//     that garbage collection does not empty (bodybuf.go); a body is read
+//     into a buffer sized by what has arrived on the client's socket
+//     (FIONREAD, rawconn_linux.go), and checked for UTF-8 with its ASCII
+//     runs passed over by AVX2 (jsonblock.go validUTF8).
 //   - upstream.go: the HTTP/1.1 client for the replicas. The body is in
 //     memory, so an attempt is synchronous on the handler's goroutine: one
 //     writev of head and body, the response head read with
@@ -44,10 +49,12 @@
 //     written with RawSyscall, so that the runtime's sysmon thread is not
 //     woken at each busy stretch) it is what brought the CPU a request
 //     costs within 1.5 times HAProxy's (issue 13 item 12, `make speed`).
-//   - model.go: per-model state. In-flight counts are atomics, released
-//     exactly once per attempt; the policy, its session table and the
-//     ejection state sit behind one mutex, the only lock of the request
-//     path. fill builds the placement.Snapshot from the latest scrape.
+//   - model.go: per-model state, and its hand-over to a reload's
+//     successor. In-flight counts are atomics, released exactly once per
+//     attempt; the policy, its session table and the ejection state
+//     (eject.go: passive outlier detection, back-off, warm-up) sit behind
+//     one mutex, the only lock of the request path. pick.go: fill builds
+//     the placement.Snapshot from the latest scrape, pick asks the policy.
 //   - scrape.go: one loop per backend server reads /metrics (vLLM's text
 //     exposition, per engine label) and /health, and publishes an immutable
 //     ScrapeResult through an atomic.Pointer.
@@ -79,7 +86,7 @@
 // before any byte reached the client are retried once on another replica
 // (reason "retried"), and so is a request still waiting for headers on a
 // replica that /health marks down. Every reply is timed to its end
-// (proxy.go watchdog): timeouts.response_header bounds the wait for its
+// (watchdog.go): timeouts.response_header bounds the wait for its
 // headers; a streamed request is bounded by timeouts.first_token (sent ->
 // first token, default 5m) and then timeouts.stream_idle (the wait for
 // each whole event, default 60s: bytes that end no event are no

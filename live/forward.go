@@ -2,6 +2,7 @@ package live
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -28,12 +29,12 @@ import (
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	res, err := s.tr.roundTrip(c, s.outgoing(r, c))
 	if err != nil {
-		s.errorHandler(w, r, err)
+		s.upstreamError(w, r, c, err)
 		return
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		res.Body.Close()
-		s.errorHandler(w, r, errors.New("replica switched protocols (101), which the proxy does not forward"))
+		s.upstreamError(w, r, c, errors.New("replica switched protocols (101), which the proxy does not forward"))
 		return
 	}
 	buf := copyBuffers.Get()
@@ -49,7 +50,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		if n == 0 && rerr != io.EOF {
 			res.Body.Close()
-			s.errorHandler(w, r, rerr)
+			s.upstreamError(w, r, c, rerr)
 			return
 		}
 	}
@@ -179,6 +180,11 @@ func removeHopByHop(h http.Header) {
 	}
 }
 
+// joinPath is a replica's base path with the client's path.
+func joinPath(base, p string) string {
+	return strings.TrimSuffix(base, "/") + p
+}
+
 // outgoing is the request for c's attempt on its replica (c.cur): the
 // replica's URL with the client's path and query, the client's headers
 // less the hop-by-hop ones and those the proxy owns, and the proxy's:
@@ -241,4 +247,34 @@ func (s *Server) outgoing(r *http.Request, c *call) *http.Request {
 		Header: h, Body: c.rb.reader(), ContentLength: int64(len(c.rb.data)), Host: u.Host,
 	}
 	return out.WithContext(r.Context())
+}
+
+// upstreamError answers c's request r, which got no response at all.
+func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, c *call, err error) {
+	if r.Context().Err() != nil {
+		c.status = 499 // client closed the request; nobody reads an answer
+		return
+	}
+	kind := errUpstream
+	switch {
+	case errors.Is(err, errStalled), errors.Is(err, errNoHeaders):
+		kind = errTimeout
+	case errors.Is(err, errBadReply):
+		// A replica broke HTTP (a reply head over the proxy's bounds, a
+		// status outside 100-599): 502, even when no other replica was
+		// there to retry on.
+	case c.noRep.Load() || isConnectError(err) || errors.Is(err, errReplicaDown) || errors.Is(err, errDraining):
+		kind = errUnavailable
+	}
+	c.status = kind.status(c.api)
+	s.log.Warn("upstream failed", "model", c.m.cfg.Name, "replica", c.cur.rep.id, "attempts", c.attempts, "err", err)
+	msg := fmt.Sprintf("upstream replica failed before responding (%d attempt(s))", c.attempts)
+	switch {
+	case kind == errTimeout:
+		msg = strings.TrimPrefix(strings.TrimPrefix(err.Error(), errStalled.Error()+": "), errNoHeaders.Error()+": ")
+	case errors.Is(err, errBadReply):
+		msg = fmt.Sprintf("upstream replica sent a reply the proxy does not take (%d attempt(s)): %s", c.attempts,
+			strings.TrimPrefix(err.Error(), errBadReply.Error()+": "))
+	}
+	writeError(w, c.api, kind, msg)
 }

@@ -130,12 +130,6 @@ type journalOptions struct {
 	maxPending int64
 }
 
-// OpenJournal opens the journal at cfg.Path. A non-empty regular file
-// left there is rotated first, as if it had reached max_bytes.
-func OpenJournal(cfg JournalCfg) (*Journal, error) {
-	return openJournal(cfg, journalOptions{})
-}
-
 func openJournal(cfg JournalCfg, o journalOptions) (*Journal, error) {
 	if o.now == nil {
 		o.now = time.Now
@@ -220,18 +214,6 @@ func (j *Journal) begin() journalTicket {
 	t := journalTicket{n: j.next, at: j.since()}
 	j.next++
 	return t
-}
-
-// skip gives back a ticket that records nothing.
-func (j *Journal) skip(t journalTicket) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if t.n < j.flushAt { // given up on: nothing waits for it
-		return
-	}
-	j.pending[t.n] = nil
-	j.pendingBytes += journalHeldNil
-	j.flush(j.since())
 }
 
 // record journals a finished call.

@@ -16,29 +16,6 @@ import (
 	"github.com/lm-warden/warden/placement"
 )
 
-// Passive ejection and recovery (outlier detection as Envoy does it). A
-// replica whose connection is refused is ejected at once; one that answers
-// ejectConsecutive times in a row with a 5xx or a stream timeout
-// (timeouts.first_token, timeouts.stream_idle) is ejected too. Either is
-// ejected for a back-off that doubles with each consecutive failure
-// (ejectBase, 2*ejectBase, ... up to ejectMax); at most half of a model's
-// replicas (rounded down: never the only replica) are ejected at once, so a
-// network blip cannot empty a farm. When its back-off ends the
-// replica warms up for warmup: it is shown to the policy as healthy for a
-// share of picks that grows linearly from warmStart to 100 %, so new
-// conversations come back to it gradually instead of all at once.
-const (
-	ejectBase = time.Second
-	ejectMax  = 30 * time.Second
-	warmup    = 30 * time.Second
-	warmStart = 0.1
-	// ejectConsecutive is the number of consecutive 5xx answers or stream
-	// timeouts that eject a replica. Envoy's consecutive_5xx default is 5;
-	// 3 here because one stall timeout already costs its client
-	// timeouts.stream_idle or timeouts.first_token.
-	ejectConsecutive = 3
-)
-
 // numCounted is the number of reasons a replica counts: placement's
 // reasons (placement.NumReasons, in their order) plus "retried".
 const numCounted = placement.NumReasons + 1
@@ -123,7 +100,7 @@ type model struct {
 	table    *placement.Table // the affinity policy's table, or an observer table
 	observer bool             // table is ours (records first-turn homes for stats)
 	snap     placement.Snapshot
-	next     *model // the successor a reload handed this model's sessions to; nil: live
+	next     *model // the successor a reload handed this model's sessions to; nil: m is current
 
 	laterTurns atomic.Int64 // requests of a session already known
 	laterHome  atomic.Int64 // those served by the session's home
@@ -136,11 +113,6 @@ type model struct {
 	gpuSeqs int          // vLLM's default max_num_seqs on cfg.GPU; 0: no GPU given
 	warned  atomic.Bool  // the max_num_seqs warning was logged
 	log     *slog.Logger // set by Server.build before the scrapers start; nil: no warnings
-}
-
-// newModel builds the state of one configured model.
-func newModel(cfg ModelCfg, client *http.Client, interval, timeout time.Duration) (*model, error) {
-	return newModelAfter(cfg, client, interval, timeout, nil)
 }
 
 // newModelAfter builds the state of one configured model that is to
@@ -282,7 +254,7 @@ func (m *model) renumbering(prev *model) (to []int, changed bool) {
 func (m *model) handover(prev *model, now time.Time) (kept, forgotten int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev = prev.live()
+	prev = prev.current()
 	to, changed := m.renumbering(prev)
 	t := prev.table
 	if changed {
@@ -302,9 +274,9 @@ func (m *model) handover(prev *model, now time.Time) (kept, forgotten int) {
 	return t.Len(), forgotten
 }
 
-// live returns the model that now makes m's picks: m, or the last of its
+// current returns the model that now makes m's picks: m, or the last of its
 // successors. Called with m.mu held.
-func (m *model) live() *model {
+func (m *model) current() *model {
 	for m.next != nil {
 		m = m.next
 	}
@@ -497,285 +469,4 @@ func (m *model) warnMaxNumSeqs(log *slog.Logger) {
 	if w := m.maxNumSeqsWarning(); w != "" && m.warned.CompareAndSwap(false, true) {
 		log.Warn(w, "model", m.cfg.Name)
 	}
-}
-
-// fill refreshes m.snap for a pick at now. Called with m.mu held.
-//
-// Scraped fields come from the latest scrape when it is fresh (see
-// ScrapeResult.fresh). When it is stale or failed, the replica is described
-// by the proxy's own counts instead: Running = min(InFlight, max_num_seqs),
-// Waiting = the rest, KVUsage = the mean of the replicas with fresh data
-// (0 when none has): neither idle nor saturated, so the policy neither
-// floods nor shuns it.
-//
-// sticky says the pick is for a conversation the table already homes:
-// warm-up throttles new conversations only, so a warming replica is healthy
-// for a known one (see admit).
-func (m *model) fill(now time.Time, sticky bool) {
-	maxSeqs, _ := m.maxNumSeqs()
-	s := &m.snap
-	s.MaxNumSeqs = maxSeqs
-	var gen uint64
-	var kvSum float64
-	var kvN int
-	stale := make([]bool, len(m.replicas))
-	for i, rep := range m.replicas {
-		r := rep.server.last.Load()
-		gen += r.Seq
-		inFlight := int(rep.inFlight.Load())
-		pr := placement.Replica{ID: i, Key: rep.nameHash, InFlight: inFlight, Healthy: r.Healthy && m.admit(rep, now, sticky)}
-		pr.PrefillTokensPerSec, _ = m.prefillRate(rep)
-		pr.PrefillQueueTokens = int(max(rep.prefillQueue.Load(), 0))
-		if st, ok := rep.stats(r); ok && st.NumGPUBlocks > 0 && st.BlockSize > 0 {
-			// vllm:cache_config_info: the cache's size, whatever the freshness.
-			pr.KVCapacityTokens = st.NumGPUBlocks * st.BlockSize
-		}
-		if st, ok := rep.stats(r); ok && r.fresh(now, m.interval) {
-			pr.Running, pr.Waiting, pr.KVUsage = int(st.Running), int(st.Waiting), st.KVUsage
-			kvSum += st.KVUsage
-			kvN++
-		} else {
-			stale[i] = true
-			pr.Running = min(inFlight, maxSeqs)
-			pr.Waiting = inFlight - pr.Running
-		}
-		s.Replicas[i] = pr
-	}
-	for i := range s.Replicas {
-		if stale[i] && kvN > 0 {
-			s.Replicas[i].KVUsage = kvSum / float64(kvN)
-		}
-	}
-	s.Generation = gen
-	m.table.Advance(now)
-	m.table.Fill(s) // the active conversations, which is what placement balances
-	m.adm.wake()    // conversations may have left the active window
-	m.addRemote(s)
-}
-
-// admit applies ejection and warm-up to one pick. A warming replica takes
-// every pick of a known conversation (sticky: its sessions come home, their
-// prefix is cached there) and a growing share of the others, so that only
-// new conversations are throttled. Called with m.mu held.
-func (m *model) admit(rep *replica, now time.Time, sticky bool) bool {
-	if now.Before(rep.ejectedUntil) {
-		return false
-	}
-	if sticky || !now.Before(rep.warmUntil) {
-		return true
-	}
-	elapsed := now.Sub(rep.ejectedUntil)
-	share := warmStart + (1-warmStart)*float64(elapsed)/float64(warmup)
-	n := rep.warmPicks
-	rep.warmPicks++
-	// Admit when the running share crosses an integer: deterministic, no rand.
-	return int(float64(n+1)*share) > int(float64(n)*share)
-}
-
-// picked is the outcome of model.pick.
-type picked struct {
-	placement.Decision
-	m    *model // the model that picked: m, or its successor after a reload
-	rep  *replica
-	home int // the session's home before the pick; -1: a new session
-	// later: a later turn of a known session; stayed: served by the
-	// session's first replica (placement.Stay, the "stayed %" rule).
-	later, stayed bool
-}
-
-// pick asks the policy for a replica and counts the request in flight
-// there. exclude (an index in m, -1 for none) is shown to the policy as
-// unhealthy: the replica a failed first attempt went to. A model that a
-// reload replaced has its successor pick (picked.m says which).
-func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l := m.live(); l != m {
-		if exclude >= 0 {
-			exclude = l.index(m.replicas[exclude])
-		}
-		m = l
-	}
-	home, first, known := -1, -1, false
-	if r.Session != "" {
-		home, first, known = m.table.Lookup(r.Session, now)
-	}
-	// Least-loaded places every turn afresh: nothing is sticky there.
-	m.fill(now, known && m.cfg.EffectiveStrategy() != placement.StrategyLeastLoaded)
-	if exclude >= 0 {
-		m.snap.Replicas[exclude].Healthy = false
-		r.Failed = append(r.Failed[:0], exclude) // the session keeps its home
-	}
-	d, err := m.policy.Pick(r, &m.snap, now)
-	if err != nil {
-		return picked{}, err
-	}
-	if d.Wait {
-		return picked{}, errMustWait
-	}
-	if d.Replica < 0 || d.Replica >= len(m.replicas) {
-		return picked{}, fmt.Errorf("placement picked replica %d of %d", d.Replica, len(m.replicas))
-	}
-	if m.observer && r.Session != "" {
-		if known {
-			m.table.Assign(r.Session, home, now) // keep the first turn's replica, refresh last seen
-		} else {
-			m.table.Assign(r.Session, d.Replica, now)
-		}
-	}
-	if exclude < 0 && r.Session != "" {
-		// The request is sent now: its conversation is held until it ends
-		// (model.observe) and for its return timeout after (placement's
-		// "Held conversations"). A retry (exclude >= 0) is the same request.
-		m.table.Start(r.Session, now)
-	}
-	// A known session's request is a later turn (the proxy sees no turn
-	// numbers: a session that returns after the TTL starts over, for the
-	// count as for placement); a retry (exclude >= 0) was counted by its
-	// first attempt.
-	later, stayed := placement.Stay(known && exclude < 0, first, d.Replica)
-	if later {
-		m.laterTurns.Add(1)
-	}
-	if stayed {
-		m.laterHome.Add(1)
-	}
-	if later && d.Reason == placement.ReasonSpill && home >= 0 && home < len(m.snap.Replicas) && d.Replica != home {
-		m.adm.spills.add(SpillReason{Time: now.UTC(), From: home, To: d.Replica,
-			Reason: spillText(d, m.snap.Replicas[home], m.spillThreshold())})
-	}
-	rep := m.replicas[d.Replica]
-	rep.inFlight.Add(1)
-	if d.Uncached > 0 {
-		rep.prefillQueue.Add(int64(d.Uncached)) // given back by the attempt (prefill.go)
-	}
-	if !known {
-		home = -1
-	}
-	return picked{Decision: d, m: m, rep: rep, home: home, later: later, stayed: stayed}, nil
-}
-
-// pickAux places a request that is no conversation turn (count_tokens) on
-// the healthy replica with the fewest requests in flight (ties to the
-// lowest ID; exclude, -1 for none, is skipped) and counts it in flight
-// there. The session table is neither read nor written (no session is
-// created or refreshed) and no policy decision is counted. It is not sent
-// to the session's home on purpose: counting tokens only tokenizes, so a
-// home's prefix cache gains it nothing, and a busy home need not take it.
-func (m *model) pickAux(exclude int, now time.Time) (picked, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l := m.live(); l != m {
-		if exclude >= 0 {
-			exclude = l.index(m.replicas[exclude])
-		}
-		m = l
-	}
-	m.fill(now, false)
-	best := -1
-	for i, r := range m.snap.Replicas {
-		if r.Healthy && i != exclude && (best < 0 || r.InFlight < m.snap.Replicas[best].InFlight) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return picked{}, fmt.Errorf("%w of %d", placement.ErrNoHealthyReplica, len(m.replicas))
-	}
-	rep := m.replicas[best]
-	rep.inFlight.Add(1)
-	return picked{Decision: placement.Decision{Replica: best, Reason: placement.ReasonLeastLoaded}, m: m, rep: rep, home: -1}, nil
-}
-
-// connectFailed records a refused connection to rep and ejects it unless
-// that would eject more than half of the model's replicas. It reports
-// whether rep was ejected.
-func (m *model) connectFailed(rep *replica, now time.Time) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.live().eject(rep, now)
-}
-
-// outlier records a 5xx answer or a stream timeout of rep and ejects it
-// (under the same rule as connectFailed) at the ejectConsecutive-th in a
-// row. It reports whether rep was ejected.
-func (m *model) outlier(rep *replica, now time.Time) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if saturatingInc(&rep.strikes) < ejectConsecutive || now.Before(rep.ejectedUntil) {
-		return false
-	}
-	if !m.live().eject(rep, now) {
-		return false
-	}
-	rep.strikes.Store(0)
-	return true
-}
-
-// maxFailureCount caps the consecutive-failure counters (strikes,
-// failures): the rules only compare them with small numbers (the
-// ejectConsecutive-th strike, the back-off's doubling is capped after 10),
-// and a counter that wrapped would read negative.
-const maxFailureCount = 1 << 20
-
-// saturatingInc adds one to c, up to maxFailureCount, and returns the new
-// count.
-func saturatingInc(c *atomic.Int32) int32 {
-	for {
-		v := c.Load()
-		if v >= maxFailureCount {
-			return v
-		}
-		if c.CompareAndSwap(v, v+1) {
-			return v + 1
-		}
-	}
-}
-
-// eject ejects rep for its back-off unless that would eject more than half
-// of the model's replicas, or rep is not one of them (a reload removed its
-// backend). Called with m.mu held.
-func (m *model) eject(rep *replica, now time.Time) bool {
-	if m.index(rep) < 0 {
-		return false
-	}
-	failures := saturatingInc(&rep.failures)
-	ejected := 0
-	for _, o := range m.replicas {
-		if o.replicaState != rep.replicaState && now.Before(o.ejectedUntil) {
-			ejected++
-		}
-	}
-	if (ejected+1)*2 > len(m.replicas) {
-		return false
-	}
-	backoff := ejectBase << min(failures-1, 10)
-	backoff = min(backoff, ejectMax)
-	rep.ejectedUntil = now.Add(backoff)
-	rep.warmUntil = rep.ejectedUntil.Add(warmup)
-	rep.warmPicks = 0
-	return true
-}
-
-// succeeded resets rep's failure counts after a good response (a stream:
-// once it ended properly).
-func (m *model) succeeded(rep *replica) {
-	if rep.failures.Load() != 0 {
-		rep.failures.Store(0)
-	}
-	if rep.strikes.Load() != 0 {
-		rep.strikes.Store(0)
-	}
-}
-
-// state names a replica's routing state for Status.
-func (m *model) state(rep *replica, r *ScrapeResult, now time.Time) string {
-	switch {
-	case !r.Healthy:
-		return "down"
-	case now.Before(rep.ejectedUntil):
-		return "ejected"
-	case now.Before(rep.warmUntil):
-		return "warming"
-	}
-	return "healthy"
 }

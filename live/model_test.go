@@ -338,3 +338,8 @@ func TestFailureCountersDoNotWrap(t *testing.T) {
 		t.Errorf("back-off %v after a long run of failures, want the cap %v", got, ejectMax)
 	}
 }
+
+// newModel builds the state of one configured model.
+func newModel(cfg ModelCfg, client *http.Client, interval, timeout time.Duration) (*model, error) {
+	return newModelAfter(cfg, client, interval, timeout, nil)
+}

@@ -115,14 +115,6 @@ func (a *attempt) prefilled() {
 	}
 }
 
-// newAttempt is the attempt of a pick: its in-flight count and its prefill
-// queue share (both added by pick) are the attempt's to give back.
-func newAttempt(p picked) *attempt {
-	a := &attempt{m: p.m, rep: p.rep, uncached: int64(p.Uncached)}
-	a.queued.Store(a.uncached > 0)
-	return a
-}
-
 // prefillWarning names, for a priced spill, the replicas without a prefill
 // rate yet (prefill_tokens_per_s: metrics, and no finished request
 // measured, or a server that does not expose the histogram): a later turn

@@ -15,6 +15,7 @@ import (
 	pmodel "github.com/prometheus/common/model"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/metrics/promtest"
 )
 
@@ -180,16 +181,16 @@ func nativeTTFB(t *testing.T, url string) *dto.Histogram {
 	for {
 		var mf dto.MetricFamily
 		if err := dec.Decode(&mf); err != nil {
-			t.Fatalf("%s: no %s in the protobuf exposition (%v)", url, metrics.WardenTTFB, err)
+			t.Fatalf("%s: no %s in the protobuf exposition (%v)", url, names.WardenTTFB, err)
 		}
-		if mf.GetName() != metrics.WardenTTFB {
+		if mf.GetName() != names.WardenTTFB {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
 				if lp.GetName() == "model" && lp.GetValue() == "m" {
-					if h := m.GetHistogram(); h.GetSchema() != metrics.WardenTTFBNative().Schema() || len(h.GetPositiveSpan()) == 0 {
-						t.Fatalf("%s has no native buckets at schema %d: %v", metrics.WardenTTFB, metrics.WardenTTFBNative().Schema(), h)
+					if h := m.GetHistogram(); h.GetSchema() != names.WardenTTFBNative().Schema() || len(h.GetPositiveSpan()) == 0 {
+						t.Fatalf("%s has no native buckets at schema %d: %v", names.WardenTTFB, names.WardenTTFBNative().Schema(), h)
 					}
 					return m.GetHistogram()
 				}

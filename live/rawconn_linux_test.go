@@ -329,3 +329,15 @@ func TestClientConnArrivals(t *testing.T) {
 		t.Fatal("no request reached the handler")
 	}
 }
+
+// rawListener gives a listener's connections as rawConns, as the
+// proxy's listener does (listener.go).
+type rawListener struct{ net.Listener }
+
+func (l rawListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return wrapRaw(c), nil
+}

@@ -519,3 +519,12 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
+
+// logWriter adapts the http.Server's log.Logger to slog at debug level
+// (it reports client disconnects, which are routine).
+type logWriter struct{ log *slog.Logger }
+
+func (l logWriter) Write(p []byte) (int, error) {
+	l.log.Debug(strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -263,7 +263,7 @@ func TestStoreWarnsOfDifferentReplicaLists(t *testing.T) {
 			ctx := context.Background()
 			a, b := testStore(t, rs), testStore(t, rs)
 			t.Cleanup(func() { a.leave(); b.leave() }) // the next case sees neither
-			logs := &logBuffer{}
+			logs := &syncBuffer{}
 			a.log = slog.New(slog.NewTextHandler(logs, nil))
 			if err := b.sync(ctx, tc.b); err != nil {
 				t.Fatal(err)

@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // BenchmarkAppend measures one sample appended to an existing series.
 func BenchmarkAppend(b *testing.B) {
-	sr := NewStore().Series(labels.FromStrings(LabelName, "x", "k", "v"))
+	sr := NewStore().Series(labels.FromStrings(names.LabelName, "x", "k", "v"))
 	b.ReportAllocs()
 	t := int64(0)
 	for b.Loop() {
@@ -21,7 +23,7 @@ func BenchmarkAppend(b *testing.B) {
 
 // BenchmarkHistogramAppend measures one scrape of warden's TTFB histogram.
 func BenchmarkHistogramAppend(b *testing.B) {
-	h := NewHistogram(NewStore(), WardenTTFB, labels.FromStrings(LabelModel, "m"), WardenTTFBBuckets())
+	h := NewHistogram(NewStore(), names.WardenTTFB, labels.FromStrings(names.LabelModel, "m"), names.WardenTTFBBuckets())
 	b.ReportAllocs()
 	t := int64(0)
 	for b.Loop() {
@@ -35,7 +37,7 @@ func BenchmarkHistogramAppend(b *testing.B) {
 // histogram with its native histogram, as the simulator writes it.
 func BenchmarkNativeHistogramAppend(b *testing.B) {
 	st := NewStore()
-	h := NewHistogram(st, WardenTTFB, labels.FromStrings(LabelModel, "m"), WardenTTFBBuckets()).WithNative(st, WardenTTFBNative())
+	h := NewHistogram(st, names.WardenTTFB, labels.FromStrings(names.LabelModel, "m"), names.WardenTTFBBuckets()).WithNative(st, names.WardenTTFBNative())
 	b.ReportAllocs()
 	t := int64(0)
 	v := 0.3

@@ -4,9 +4,12 @@
 //
 // Where to start reading:
 //
-//   - names.go: the series and label names, vLLM's (vllm:*, labels
-//     model_name and engine) and warden's own (warden_*, labels model and
-//     replica), and the histogram bucket bounds.
+//   - package names (metrics/names): the series and label names, vLLM's
+//     (vllm:*, labels model_name and engine) and warden's own (warden_*,
+//     labels model and replica), and the histogram bucket bounds. It
+//     imports nothing of Prometheus, so that live mode names its series
+//     without linking the PromQL engine; this package and every other
+//     import it.
 //   - kpi.promql: every KPI as a PromQL expression, with the format and the
 //     window semantics documented at its top. kpi.go parses it and provides
 //     [KPIs], [Expand] and [Evaluator.KPIValues].
@@ -17,28 +20,34 @@
 //     client_golang makes it (same buckets, bit for bit), which the store
 //     serves to the engine as float-histogram samples.
 //     warden_ttfb_seconds has both ([Histogram.WithNative],
-//     [WardenTTFBNative]), as live mode's client_golang histogram exposes
+//     names.WardenTTFBNative), as live mode's client_golang histogram exposes
 //     both; the TTFB KPIs read the native one.
 //   - eval.go: [Evaluator], the embedded PromQL engine (instant, scalar and
 //     range queries).
+//   - source.go: [Source], PromQL instant and range queries against a real
+//     Prometheus server ([Prometheus], client_golang's HTTP API) or a
+//     [Store] ([StoreSource], through the embedded engine), and
+//     [KPIValues], every KPI on any Source. Calibration, the planner's
+//     observed plans and bench read their data through it.
 //
-// The same KPI text runs against a real Prometheus server: live mode and the
-// planner call [Expand] and send the result through client_golang's API, so
-// a prediction and a measurement are computed by one definition.
+// The same KPI text runs against a real Prometheus server: [KPIValues] on a
+// [Prometheus] source sends [Expand]'s result through client_golang's API,
+// so a prediction and a measurement are computed by one definition.
 //
 // Typical simulator use:
 //
 //	st := metrics.NewStore()
-//	hits := st.Series(labels.FromStrings(metrics.LabelName, metrics.VLLMPrefixCacheHits,
-//		metrics.LabelModelName, "m", metrics.LabelEngine, "0"))
-//	ttfb := metrics.NewHistogram(st, metrics.WardenTTFB, labels.FromStrings(metrics.LabelModel, "m"),
-//		metrics.WardenTTFBBuckets()).WithNative(st, metrics.WardenTTFBNative())
+//	hits := st.Series(labels.FromStrings(names.LabelName, names.VLLMPrefixCacheHits,
+//		names.LabelModelName, "m", names.LabelEngine, "0"))
+//	ttfb := metrics.NewHistogram(st, names.WardenTTFB, labels.FromStrings(names.LabelModel, "m"),
+//		names.WardenTTFBBuckets()).WithNative(st, names.WardenTTFBNative())
 //	// at every scrape instant t (ms), for every series, including both ends of a step:
 //	hits.Append(t, float64(totalHits))
 //	ttfb.Append(t)
 //	// at the end of a step of length d:
 //	vals, err := metrics.NewEvaluator().KPIValues(ctx, st, "m", time.UnixMilli(t), d)
 //
-// This package is a leaf: it imports only the standard library and
-// Prometheus's promql, model/labels, storage and related packages.
+// Of the project it imports only metrics/names; beyond the standard library,
+// Prometheus's promql, model/labels, storage and related packages, and
+// client_golang's HTTP API client (source.go).
 package metrics

@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 	"go.uber.org/goleak"
+
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -55,7 +57,7 @@ func TestInstantAndScalar(t *testing.T) {
 
 func TestLookbackDelta(t *testing.T) {
 	s := NewStore()
-	s.Series(labels.FromStrings(LabelName, "g")).Append(0, 7)
+	s.Series(labels.FromStrings(names.LabelName, "g")).Append(0, 7)
 	ev := NewEvaluator()
 	for _, tc := range []struct {
 		at   time.Duration

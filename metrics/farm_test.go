@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // A synthetic farm written exactly as the simulator writes its series: every
@@ -61,42 +63,42 @@ func newFarmWith(tb testing.TB, engines, seconds int, native bool) (*Store, *far
 		requests                                                  map[string]*Series
 	}
 	vl := func(name, engine string, extra ...string) *Series {
-		return s.Series(labels.FromStrings(append([]string{LabelName, name, LabelModelName, farmModel, LabelEngine, engine}, extra...)...))
+		return s.Series(labels.FromStrings(append([]string{names.LabelName, name, names.LabelModelName, farmModel, names.LabelEngine, engine}, extra...)...))
 	}
 	wl := func(name string, extra ...string) *Series {
-		return s.Series(labels.FromStrings(append([]string{LabelName, name, LabelModel, farmModel}, extra...)...))
+		return s.Series(labels.FromStrings(append([]string{names.LabelName, name, names.LabelModel, farmModel}, extra...)...))
 	}
 	es := make([]engineSeries, engines)
 	for e := range es {
 		id := strconv.Itoa(e)
 		es[e] = engineSeries{
-			hits: vl(VLLMPrefixCacheHits, id), queries: vl(VLLMPrefixCacheQueries, id),
-			prompt: vl(VLLMPromptTokens, id), gen: vl(VLLMGenerationTokens, id),
-			preempt: vl(VLLMNumPreemptions, id), running: vl(VLLMNumRequestsRunning, id),
-			waiting: vl(VLLMNumRequestsWaiting, id), kv: vl(VLLMKVCacheUsagePerc, id),
+			hits: vl(names.VLLMPrefixCacheHits, id), queries: vl(names.VLLMPrefixCacheQueries, id),
+			prompt: vl(names.VLLMPromptTokens, id), gen: vl(names.VLLMGenerationTokens, id),
+			preempt: vl(names.VLLMNumPreemptions, id), running: vl(names.VLLMNumRequestsRunning, id),
+			waiting: vl(names.VLLMNumRequestsWaiting, id), kv: vl(names.VLLMKVCacheUsagePerc, id),
 			success: [2]*Series{
-				vl(VLLMRequestSuccess, id, LabelFinishedReason, FinishedStop),
-				vl(VLLMRequestSuccess, id, LabelFinishedReason, FinishedLength),
+				vl(names.VLLMRequestSuccess, id, names.LabelFinishedReason, names.FinishedStop),
+				vl(names.VLLMRequestSuccess, id, names.LabelFinishedReason, names.FinishedLength),
 			},
-			ttft: NewHistogram(s, VLLMTimeToFirstToken,
-				labels.FromStrings(LabelModelName, farmModel, LabelEngine, id), VLLMTTFTBuckets()),
-			inFlight: wl(WardenInFlight, LabelReplica, id),
-			sessions: wl(WardenSessions, LabelReplica, id),
+			ttft: NewHistogram(s, names.VLLMTimeToFirstToken,
+				labels.FromStrings(names.LabelModelName, farmModel, names.LabelEngine, id), names.VLLMTTFTBuckets()),
+			inFlight: wl(names.WardenInFlight, names.LabelReplica, id),
+			sessions: wl(names.WardenSessions, names.LabelReplica, id),
 			requests: map[string]*Series{},
 		}
-		s.Series(labels.FromStrings(LabelName, VLLMCacheConfigInfo, LabelEngine, id, LabelBlockSize, "16",
-			LabelNumGPUBlocks, "2437", LabelGPUMemoryUtilization, "0.9", LabelEnablePrefixCaching, "True")).Append(0, 1)
+		s.Series(labels.FromStrings(names.LabelName, names.VLLMCacheConfigInfo, names.LabelEngine, id, names.LabelBlockSize, "16",
+			names.LabelNumGPUBlocks, "2437", names.LabelGPUMemoryUtilization, "0.9", names.LabelEnablePrefixCaching, "True")).Append(0, 1)
 	}
-	later, laterHome := wl(WardenLaterTurns), wl(WardenLaterTurnsHome)
-	completed, outTokens := wl(WardenSessionsCompleted), wl(WardenOutputTokens)
-	ttfb := NewHistogram(s, WardenTTFB, labels.FromStrings(LabelModel, farmModel), WardenTTFBBuckets())
+	later, laterHome := wl(names.WardenLaterTurns), wl(names.WardenLaterTurnsHome)
+	completed, outTokens := wl(names.WardenSessionsCompleted), wl(names.WardenOutputTokens)
+	ttfb := NewHistogram(s, names.WardenTTFB, labels.FromStrings(names.LabelModel, farmModel), names.WardenTTFBBuckets())
 	if native {
-		ttfb.WithNative(s, WardenTTFBNative())
+		ttfb.WithNative(s, names.WardenTTFBNative())
 	}
 	// The other model: one engine, large values, same names.
-	oHits := s.Series(labels.FromStrings(LabelName, VLLMPrefixCacheHits, LabelModelName, farmOther, LabelEngine, "0"))
-	oQueries := s.Series(labels.FromStrings(LabelName, VLLMPrefixCacheQueries, LabelModelName, farmOther, LabelEngine, "0"))
-	oOut := s.Series(labels.FromStrings(LabelName, WardenOutputTokens, LabelModel, farmOther))
+	oHits := s.Series(labels.FromStrings(names.LabelName, names.VLLMPrefixCacheHits, names.LabelModelName, farmOther, names.LabelEngine, "0"))
+	oQueries := s.Series(labels.FromStrings(names.LabelName, names.VLLMPrefixCacheQueries, names.LabelModelName, farmOther, names.LabelEngine, "0"))
+	oOut := s.Series(labels.FromStrings(names.LabelName, names.WardenOutputTokens, names.LabelModel, farmOther))
 
 	var (
 		hits, queries, prompt, gen, preempt = make([]float64, engines), make([]float64, engines),
@@ -175,7 +177,7 @@ func newFarmWith(tb testing.TB, engines, seconds int, native bool) (*Store, *far
 				}
 				sr, ok := x.requests[reason]
 				if !ok {
-					sr = wl(WardenRequests, LabelReplica, strconv.Itoa(e), LabelReason, reason)
+					sr = wl(names.WardenRequests, names.LabelReplica, strconv.Itoa(e), names.LabelReason, reason)
 					x.requests[reason] = sr
 				}
 				sr.Append(tMs, reqs[e][reason])

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // Histogram accumulates observations into a cumulative classic Prometheus
@@ -59,19 +61,19 @@ func NewHistogram(s *Store, name string, l labels.Labels, upperBounds []float64)
 		buckets: make([]*Series, len(bounds)+1),
 	}
 	b := labels.NewBuilder(l)
-	b.Set(LabelName, name+BucketSuffix)
+	b.Set(names.LabelName, name+names.BucketSuffix)
 	for i := range h.buckets {
 		le := math.Inf(+1)
 		if i < len(bounds) {
 			le = bounds[i]
 		}
-		b.Set(LabelLE, labels.FormatOpenMetricsFloat(le))
+		b.Set(names.LabelLE, labels.FormatOpenMetricsFloat(le))
 		h.buckets[i] = s.Series(b.Labels())
 	}
-	b.Del(LabelLE)
-	b.Set(LabelName, name+SumSuffix)
+	b.Del(names.LabelLE)
+	b.Set(names.LabelName, name+names.SumSuffix)
 	h.sumS = s.Series(b.Labels())
-	b.Set(LabelName, name+CountSuffix)
+	b.Set(names.LabelName, name+names.CountSuffix)
 	h.countS = s.Series(b.Labels())
 	return h
 }
@@ -79,13 +81,13 @@ func NewHistogram(s *Store, name string, l labels.Labels, upperBounds []float64)
 // WithNative makes h also write the native histogram called name (no
 // suffix) with the same labels and parameters o: every Observe goes to
 // both, every Append writes both. It returns h; calling it twice panics.
-func (h *Histogram) WithNative(s *Store, o NativeOpts) *Histogram {
+func (h *Histogram) WithNative(s *Store, o names.NativeOpts) *Histogram {
 	if h.native != nil {
 		panic("metrics: Histogram.WithNative called twice")
 	}
 	l := labels.NewBuilder(h.countS.Labels())
-	l.Set(LabelName, strings.TrimSuffix(l.Get(LabelName), CountSuffix))
-	h.native = NewNativeHistogram(s, l.Get(LabelName), l.Labels(), o)
+	l.Set(names.LabelName, strings.TrimSuffix(l.Get(names.LabelName), names.CountSuffix))
+	h.native = NewNativeHistogram(s, l.Get(names.LabelName), l.Labels(), o)
 	return h
 }
 

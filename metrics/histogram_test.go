@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 func TestHistogram(t *testing.T) {
@@ -44,9 +46,9 @@ func TestHistogram(t *testing.T) {
 
 func TestHistogramLabelsOverrideName(t *testing.T) {
 	s := NewStore()
-	NewHistogram(s, "h", labels.FromStrings(LabelName, "ignored", "a", "b"), nil)
+	NewHistogram(s, "h", labels.FromStrings(names.LabelName, "ignored", "a", "b"), nil)
 	for _, sr := range s.all {
-		if n := sr.Labels().Get(LabelName); n != "h_bucket" && n != "h_sum" && n != "h_count" {
+		if n := sr.Labels().Get(names.LabelName); n != "h_bucket" && n != "h_sum" && n != "h_count" {
 			t.Errorf("series %s: unexpected name", sr.Labels())
 		}
 	}
@@ -74,35 +76,35 @@ func TestHistogramBadBoundsPanic(t *testing.T) {
 }
 
 func TestBuckets(t *testing.T) {
-	v := VLLMTTFTBuckets()
+	v := names.VLLMTTFTBuckets()
 	if len(v) != 22 || v[0] != 0.001 || v[21] != 2560 {
 		t.Errorf("vLLM TTFT buckets: %d bounds from %v to %v, want 22 from 0.001 to 2560", len(v), v[0], v[len(v)-1])
 	}
-	w := WardenTTFBBuckets()
+	w := names.WardenTTFBBuckets()
 	if len(w) != 21 || w[0] != 0.005 || math.Abs(w[20]-5242.88) > 1e-9 || w[20] < time.Hour.Seconds() {
 		t.Errorf("warden TTFB buckets: %v", w)
 	}
 	v[0] = 42
-	if VLLMTTFTBuckets()[0] != 0.001 {
-		t.Error("VLLMTTFTBuckets returns shared memory")
+	if names.VLLMTTFTBuckets()[0] != 0.001 {
+		t.Error("names.VLLMTTFTBuckets returns shared memory")
 	}
 	// Both must be accepted by NewHistogram (strictly increasing, finite).
-	NewHistogram(NewStore(), "a", labels.EmptyLabels(), VLLMTTFTBuckets())
-	NewHistogram(NewStore(), "b", labels.EmptyLabels(), WardenTTFBBuckets())
+	NewHistogram(NewStore(), "a", labels.EmptyLabels(), names.VLLMTTFTBuckets())
+	NewHistogram(NewStore(), "b", labels.EmptyLabels(), names.WardenTTFBBuckets())
 }
 
 func TestTokenBuckets(t *testing.T) {
-	if got := VLLMTokenBuckets(0); len(got) != 19 || got[18] != 1_000_000 {
-		t.Errorf("VLLMTokenBuckets(0) = %v, want 1, 2, 5, ... 1000000", got)
+	if got := names.VLLMTokenBuckets(0); len(got) != 19 || got[18] != 1_000_000 {
+		t.Errorf("names.VLLMTokenBuckets(0) = %v, want 1, 2, 5, ... 1000000", got)
 	}
-	if got := VLLMTokenBuckets(2_500_000); got[len(got)-1] != 2_000_000 {
-		t.Errorf("VLLMTokenBuckets(2500000) ends at %v, want 2000000", got[len(got)-1])
+	if got := names.VLLMTokenBuckets(2_500_000); got[len(got)-1] != 2_000_000 {
+		t.Errorf("names.VLLMTokenBuckets(2500000) ends at %v, want 2000000", got[len(got)-1])
 	}
 	// A huge max_model_len must not overflow into negative bounds (it did:
 	// an endless loop for math.MaxInt).
-	got := VLLMTokenBuckets(math.MaxInt)
+	got := names.VLLMTokenBuckets(math.MaxInt)
 	if last := got[len(got)-1]; last != 5e18 {
-		t.Errorf("VLLMTokenBuckets(MaxInt) ends at %v, want 5e18", last)
+		t.Errorf("names.VLLMTokenBuckets(MaxInt) ends at %v, want 5e18", last)
 	}
 	NewHistogram(NewStore(), "c", labels.EmptyLabels(), got)
 }
@@ -112,8 +114,8 @@ func TestTokenBuckets(t *testing.T) {
 // times is not 0.1 x 10), native buckets too.
 func TestHistogramObserveN(t *testing.T) {
 	bounds := []float64{0.05, 0.5, 1}
-	one := NewHistogram(NewStore(), "a_seconds", labels.EmptyLabels(), bounds).WithNative(NewStore(), WardenTTFBNative())
-	many := NewHistogram(NewStore(), "a_seconds", labels.EmptyLabels(), bounds).WithNative(NewStore(), WardenTTFBNative())
+	one := NewHistogram(NewStore(), "a_seconds", labels.EmptyLabels(), bounds).WithNative(NewStore(), names.WardenTTFBNative())
+	many := NewHistogram(NewStore(), "a_seconds", labels.EmptyLabels(), bounds).WithNative(NewStore(), names.WardenTTFBNative())
 	for _, c := range []struct {
 		v float64
 		n uint64

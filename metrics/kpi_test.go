@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -177,7 +179,7 @@ func expectedKPIs(tr *farmTruth, end time.Time, window time.Duration) map[string
 		"prefix_hit_pct":               100 * dh / dq,
 		"ttfb_p50_s":                   sampleQuantile(ttfbs, 0.5),
 		"ttfb_p95_s":                   sampleQuantile(ttfbs, 0.95),
-		"ttft_server_p95_s":            quantile(0.95, tr.ttft, VLLMTTFTBuckets(), end, window),
+		"ttft_server_p95_s":            quantile(0.95, tr.ttft, names.VLLMTTFTBuckets(), end, window),
 		"output_tokens_per_min":        60 * delta(tr.outTokens, end, window) / ws,
 		"sessions_per_hour":            3600 * delta(tr.completed, end, window) / ws,
 		"stayed_pct":                   100 * delta(tr.laterHome, end, window) / delta(tr.later, end, window),
@@ -327,7 +329,7 @@ func TestTTFBClassicFallback(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := quantile(q, tr.ttfb, WardenTTFBBuckets(), w.end, w.window)
+			want := quantile(q, tr.ttfb, names.WardenTTFBBuckets(), w.end, w.window)
 			if math.Abs(got-want) > 1e-9*want {
 				t.Errorf("%s at %v over %v: %v, want the classic estimate %v", k.Name, w.end.Unix(), w.window, got, want)
 			}

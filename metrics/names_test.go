@@ -12,6 +12,6 @@ import (
 // Prometheus): they must stay Prometheus's.
 func TestNamesMatchPrometheus(t *testing.T) {
 	if names.LabelName != labels.MetricName || names.LabelLE != labels.BucketLabel {
-		t.Errorf("names.LabelName %q, LabelLE %q; Prometheus's are %q, %q", names.LabelName, names.LabelLE, labels.MetricName, labels.BucketLabel)
+		t.Errorf("names.LabelName %q, names.LabelLE %q; Prometheus's are %q, %q", names.LabelName, names.LabelLE, labels.MetricName, labels.BucketLabel)
 	}
 }

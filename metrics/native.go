@@ -12,10 +12,6 @@ import (
 	"github.com/lm-warden/warden/metrics/names"
 )
 
-// NativeOpts are the parameters of a Prometheus native histogram (see
-// [names.NativeOpts], where they are defined with the series names).
-type NativeOpts = names.NativeOpts
-
 // nativeZeroThreshold is client_golang's DefNativeHistogramZeroThreshold
 // (2^-128): observations of at most this magnitude count in the zero bucket.
 const nativeZeroThreshold = 2.938735877055719e-39
@@ -44,13 +40,13 @@ type NativeHistogram struct {
 // NewNativeHistogram creates the histogram series name (a __name__ in l is
 // replaced) with the extra labels l. It panics on an empty name, a bucket
 // factor <= 1, or when the series already exists with float samples.
-func NewNativeHistogram(s *Store, name string, l labels.Labels, o NativeOpts) *NativeHistogram {
+func NewNativeHistogram(s *Store, name string, l labels.Labels, o names.NativeOpts) *NativeHistogram {
 	if name == "" {
 		panic("metrics: NewNativeHistogram: empty name")
 	}
 	schema := o.Schema()
 	b := labels.NewBuilder(l)
-	b.Set(LabelName, name)
+	b.Set(names.LabelName, name)
 	sr := s.Series(b.Labels())
 	if sr.Len() > 0 && sr.nh == nil {
 		panic(fmt.Sprintf("metrics: NewNativeHistogram: %s already has float samples", sr.lset))

@@ -13,6 +13,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // sampleQuantile is the q-quantile of sorted values by linear interpolation
@@ -70,8 +72,8 @@ func TestTTFBQuantileAccuracy(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/n=%d", d.name, n), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(n), 7))
 				st := NewStore()
-				h := NewHistogram(st, WardenTTFB, labels.FromStrings(LabelModel, "m"), WardenTTFBBuckets()).
-					WithNative(st, WardenTTFBNative())
+				h := NewHistogram(st, names.WardenTTFB, labels.FromStrings(names.LabelModel, "m"), names.WardenTTFBBuckets()).
+					WithNative(st, names.WardenTTFBNative())
 				// 60 s of other samples before the window and after it,
 				// which the window must not count; scrapes every second.
 				sec := int64(0)
@@ -132,18 +134,18 @@ func TestTTFBQuantileAccuracy(t *testing.T) {
 func TestNativeMatchesClientGolang(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		o    NativeOpts
+		o    names.NativeOpts
 		draw func(r *rand.Rand) float64
 		n    int
 	}{
-		{"ttfb", WardenTTFBNative(), func(r *rand.Rand) float64 { return 0.3 * math.Exp(1.5*r.NormFloat64()) }, 20000},
-		{"edges", WardenTTFBNative(), func(r *rand.Rand) float64 {
+		{"ttfb", names.WardenTTFBNative(), func(r *rand.Rand) float64 { return 0.3 * math.Exp(1.5*r.NormFloat64()) }, 20000},
+		{"edges", names.WardenTTFBNative(), func(r *rand.Rand) float64 {
 			return []float64{0, 1, 0.5, 2, 1e-40, -3, -0.25, math.Inf(1), math.Inf(-1), math.NaN(), math.MaxFloat64, math.SmallestNonzeroFloat64}[r.IntN(12)]
 		}, 500},
-		{"limit halves the resolution", NativeOpts{BucketFactor: 1.01, MaxBuckets: 100}, func(r *rand.Rand) float64 { return math.Exp(3 * r.NormFloat64()) }, 5000},
-		{"schema 0", NativeOpts{BucketFactor: 2}, func(r *rand.Rand) float64 { return math.Exp(3 * r.NormFloat64()) }, 2000},
-		{"schema -2", NativeOpts{BucketFactor: 16}, func(r *rand.Rand) float64 { return math.Exp(5 * r.NormFloat64()) }, 2000},
-		{"schema 8", NativeOpts{BucketFactor: 1.005}, func(r *rand.Rand) float64 { return math.Exp(r.NormFloat64()) }, 2000},
+		{"limit halves the resolution", names.NativeOpts{BucketFactor: 1.01, MaxBuckets: 100}, func(r *rand.Rand) float64 { return math.Exp(3 * r.NormFloat64()) }, 5000},
+		{"schema 0", names.NativeOpts{BucketFactor: 2}, func(r *rand.Rand) float64 { return math.Exp(3 * r.NormFloat64()) }, 2000},
+		{"schema -2", names.NativeOpts{BucketFactor: 16}, func(r *rand.Rand) float64 { return math.Exp(5 * r.NormFloat64()) }, 2000},
+		{"schema 8", names.NativeOpts{BucketFactor: 1.005}, func(r *rand.Rand) float64 { return math.Exp(r.NormFloat64()) }, 2000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cg := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -240,7 +242,7 @@ func mapsEqual(a, b map[int32]float64) bool {
 func readLast(t *testing.T, st *Store, name string) *histogram.FloatHistogram {
 	t.Helper()
 	q, _ := st.Querier(math.MinInt64, math.MaxInt64)
-	ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, LabelName, name))
+	ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, names.LabelName, name))
 	if !ss.Next() {
 		t.Fatal("no series")
 	}
@@ -260,10 +262,10 @@ func readLast(t *testing.T, st *Store, name string) *histogram.FloatHistogram {
 // equal the histogram as it was when appended.
 func TestNativeSamplesRebuilt(t *testing.T) {
 	st := NewStore()
-	nh := NewNativeHistogram(st, "x", labels.FromStrings("k", "v"), WardenTTFBNative())
+	nh := NewNativeHistogram(st, "x", labels.FromStrings("k", "v"), names.WardenTTFBNative())
 	rng := rand.New(rand.NewPCG(5, 6))
 	var want []*histogram.FloatHistogram
-	ref := NewNativeHistogram(NewStore(), "ref", labels.EmptyLabels(), WardenTTFBNative())
+	ref := NewNativeHistogram(NewStore(), "ref", labels.EmptyLabels(), names.WardenTTFBNative())
 	for sec := range 2000 {
 		for range rng.IntN(4) {
 			v := 0.2 * math.Exp(rng.NormFloat64())
@@ -280,7 +282,7 @@ func TestNativeSamplesRebuilt(t *testing.T) {
 	}
 	q, _ := st.Querier(0, math.MaxInt64)
 	view := func() *seriesView {
-		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, LabelName, "x"))
+		ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, names.LabelName, "x"))
 		if !ss.Next() {
 			t.Fatal("no series")
 		}
@@ -306,41 +308,41 @@ func TestNativeSamplesRebuilt(t *testing.T) {
 		_, fh := it.AtFloatHistogram(nil)
 		check("seek", i, fh)
 	}
-	if _, v, ok := st.Series(labels.FromStrings(LabelName, "x", "k", "v")).Last(); !ok || v != nh.count {
+	if _, v, ok := st.Series(labels.FromStrings(names.LabelName, "x", "k", "v")).Last(); !ok || v != nh.count {
 		t.Errorf("Last = %v, want the count %v", v, nh.count)
 	}
 }
 
 func TestNativeSchema(t *testing.T) {
 	for f, want := range map[float64]int32{1.01: 7, 1.005: 8, 1.0001: 8, 1.1: 3, 2: 0, 4: -1, 1e9: -4, 1.02: 6} {
-		if got := (NativeOpts{BucketFactor: f}).Schema(); got != want {
+		if got := (names.NativeOpts{BucketFactor: f}).Schema(); got != want {
 			t.Errorf("Schema(%v) = %d, want %d", f, got, want)
 		}
 	}
-	if s := WardenTTFBNative().Schema(); s != 7 {
+	if s := names.WardenTTFBNative().Schema(); s != 7 {
 		t.Errorf("warden_ttfb_seconds schema %d, want 7", s)
 	}
 }
 
 func TestNativeMisuse(t *testing.T) {
 	st := NewStore()
-	sr := st.Series(labels.FromStrings(LabelName, "f"))
+	sr := st.Series(labels.FromStrings(names.LabelName, "f"))
 	sr.Append(0, 1)
-	mustPanic(t, "native over floats", func() { NewNativeHistogram(st, "f", labels.EmptyLabels(), WardenTTFBNative()) })
-	nh := NewNativeHistogram(st, "h", labels.EmptyLabels(), WardenTTFBNative())
+	mustPanic(t, "native over floats", func() { NewNativeHistogram(st, "f", labels.EmptyLabels(), names.WardenTTFBNative()) })
+	nh := NewNativeHistogram(st, "h", labels.EmptyLabels(), names.WardenTTFBNative())
 	nh.Append(1000)
-	mustPanic(t, "float into native", func() { st.Series(labels.FromStrings(LabelName, "h")).Append(2000, 1) })
+	mustPanic(t, "float into native", func() { st.Series(labels.FromStrings(names.LabelName, "h")).Append(2000, 1) })
 	mustPanic(t, "out of order", func() { nh.Append(500) })
-	mustPanic(t, "factor 1", func() { NewNativeHistogram(st, "g", labels.EmptyLabels(), NativeOpts{BucketFactor: 1}) })
-	mustPanic(t, "empty name", func() { NewNativeHistogram(st, "", labels.EmptyLabels(), WardenTTFBNative()) })
+	mustPanic(t, "factor 1", func() { NewNativeHistogram(st, "g", labels.EmptyLabels(), names.NativeOpts{BucketFactor: 1}) })
+	mustPanic(t, "empty name", func() { NewNativeHistogram(st, "", labels.EmptyLabels(), names.WardenTTFBNative()) })
 	nh.Observe(2)
 	nh.Append(1000) // same instant: replaces
-	if n := st.Series(labels.FromStrings(LabelName, "h")).Len(); n != 1 {
+	if n := st.Series(labels.FromStrings(names.LabelName, "h")).Len(); n != 1 {
 		t.Errorf("%d samples after two appends at one instant, want 1", n)
 	}
-	h := NewHistogram(st, "c", labels.EmptyLabels(), []float64{1}).WithNative(st, WardenTTFBNative())
-	mustPanic(t, "WithNative twice", func() { h.WithNative(st, WardenTTFBNative()) })
-	if h.Native() == nil || h.Native().sr.Labels().Get(LabelName) != "c" {
+	h := NewHistogram(st, "c", labels.EmptyLabels(), []float64{1}).WithNative(st, names.WardenTTFBNative())
+	mustPanic(t, "WithNative twice", func() { h.WithNative(st, names.WardenTTFBNative()) })
+	if h.Native() == nil || h.Native().sr.Labels().Get(names.LabelName) != "c" {
 		t.Error("WithNative: no native series c")
 	}
 }

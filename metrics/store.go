@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/util/annotations"
+
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // Store is an in-memory time-series store of float samples and native
@@ -58,9 +60,9 @@ func NewStore() *Store {
 // otherwise, because a nameless series is a programming error that the engine
 // could never select by name.
 func (s *Store) Series(l labels.Labels) *Series {
-	name := l.Get(LabelName)
+	name := l.Get(names.LabelName)
 	if name == "" {
-		panic(fmt.Sprintf("metrics: Store.Series: label set %s has no %s label", l, LabelName))
+		panic(fmt.Sprintf("metrics: Store.Series: label set %s has no %s label", l, names.LabelName))
 	}
 	h := l.Hash()
 	s.mu.RLock()
@@ -183,7 +185,7 @@ type querier struct {
 // when a matcher fixes it, else all. The caller holds s.mu.
 func (q *querier) candidates(ms []*labels.Matcher) []*Series {
 	for _, m := range ms {
-		if m.Name == LabelName && m.Type == labels.MatchEqual {
+		if m.Name == names.LabelName && m.Type == labels.MatchEqual {
 			return q.s.byName[m.Value]
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
+
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // sampleT is a test view of one sample.
@@ -24,10 +26,10 @@ func testStore(t *testing.T) *Store {
 	t.Helper()
 	s := NewStore()
 	sets := []labels.Labels{
-		labels.FromStrings(LabelName, "up", "job", "a", "inst", "1"),
-		labels.FromStrings(LabelName, "up", "job", "b", "inst", "2"),
-		labels.FromStrings(LabelName, "up", "job", "a", "inst", "3"),
-		labels.FromStrings(LabelName, "down", "job", "c"),
+		labels.FromStrings(names.LabelName, "up", "job", "a", "inst", "1"),
+		labels.FromStrings(names.LabelName, "up", "job", "b", "inst", "2"),
+		labels.FromStrings(names.LabelName, "up", "job", "a", "inst", "3"),
+		labels.FromStrings(names.LabelName, "down", "job", "c"),
 	}
 	// Create in an order that is not label order, to test sorting.
 	for i, l := range []labels.Labels{sets[1], sets[0], sets[2], sets[3]} {
@@ -77,12 +79,12 @@ func TestSelect(t *testing.T) {
 	}{
 		{
 			name: "equal name, whole range", mint: 0, maxt: 1000,
-			ms:   []*labels.Matcher{m(labels.MatchEqual, LabelName, "down")},
+			ms:   []*labels.Matcher{m(labels.MatchEqual, names.LabelName, "down")},
 			want: map[string][]int64{`{__name__="down", job="c"}`: {0, 10, 20, 30, 40, 50, 60, 70, 80, 90}},
 		},
 		{
 			name: "equal label, inclusive bounds", mint: 20, maxt: 40,
-			ms: []*labels.Matcher{m(labels.MatchEqual, LabelName, "up"), m(labels.MatchEqual, "job", "a")},
+			ms: []*labels.Matcher{m(labels.MatchEqual, names.LabelName, "up"), m(labels.MatchEqual, "job", "a")},
 			want: map[string][]int64{
 				`{__name__="up", inst="1", job="a"}`: {20, 30, 40},
 				`{__name__="up", inst="3", job="a"}`: {20, 30, 40},
@@ -90,7 +92,7 @@ func TestSelect(t *testing.T) {
 		},
 		{
 			name: "not equal", mint: 85, maxt: 95,
-			ms:   []*labels.Matcher{m(labels.MatchEqual, LabelName, "up"), m(labels.MatchNotEqual, "job", "a")},
+			ms:   []*labels.Matcher{m(labels.MatchEqual, names.LabelName, "up"), m(labels.MatchNotEqual, "job", "a")},
 			want: map[string][]int64{`{__name__="up", inst="2", job="b"}`: {90}},
 		},
 		{
@@ -103,7 +105,7 @@ func TestSelect(t *testing.T) {
 		},
 		{
 			name: "not regexp on name", mint: 90, maxt: 90,
-			ms:   []*labels.Matcher{m(labels.MatchNotRegexp, LabelName, "u.*")},
+			ms:   []*labels.Matcher{m(labels.MatchNotRegexp, names.LabelName, "u.*")},
 			want: map[string][]int64{`{__name__="down", job="c"}`: {90}},
 		},
 		{
@@ -113,17 +115,17 @@ func TestSelect(t *testing.T) {
 		},
 		{
 			name: "range between samples is empty", mint: 11, maxt: 19,
-			ms:   []*labels.Matcher{m(labels.MatchRegexp, LabelName, ".+")},
+			ms:   []*labels.Matcher{m(labels.MatchRegexp, names.LabelName, ".+")},
 			want: map[string][]int64{},
 		},
 		{
 			name: "range after the last sample is empty", mint: 91, maxt: 1000,
-			ms:   []*labels.Matcher{m(labels.MatchRegexp, LabelName, ".+")},
+			ms:   []*labels.Matcher{m(labels.MatchRegexp, names.LabelName, ".+")},
 			want: map[string][]int64{},
 		},
 		{
 			name: "unknown name", mint: 0, maxt: 1000,
-			ms:   []*labels.Matcher{m(labels.MatchEqual, LabelName, "nope")},
+			ms:   []*labels.Matcher{m(labels.MatchEqual, names.LabelName, "nope")},
 			want: map[string][]int64{},
 		},
 	}
@@ -155,7 +157,7 @@ func TestSelectValuesAndHints(t *testing.T) {
 	q, _ := s.Querier(0, 30)
 	// Hints with a narrower range must not lose data, Limit caps series.
 	got := selectAll(t, q, true, &storage.SelectHints{Start: 25, End: 26, Limit: 2},
-		labels.MustNewMatcher(labels.MatchEqual, LabelName, "up"))
+		labels.MustNewMatcher(labels.MatchEqual, names.LabelName, "up"))
 	want := map[string][]sampleT{
 		// sorted: inst="1" (created 2nd, offset 100), inst="2" (created 1st, offset 0)
 		`{__name__="up", inst="1", job="a"}`: {{0, 100}, {10, 101}, {20, 102}, {30, 103}},
@@ -169,7 +171,7 @@ func TestSelectValuesAndHints(t *testing.T) {
 func TestSelectCreationOrderWhenUnsorted(t *testing.T) {
 	s := testStore(t)
 	q, _ := s.Querier(0, 0)
-	ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, LabelName, "up"))
+	ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, names.LabelName, "up"))
 	var got []string
 	for ss.Next() {
 		got = append(got, ss.At().Labels().Get("inst"))
@@ -181,12 +183,12 @@ func TestSelectCreationOrderWhenUnsorted(t *testing.T) {
 
 func TestIteratorSeek(t *testing.T) {
 	s := NewStore()
-	sr := s.Series(labels.FromStrings(LabelName, "x"))
+	sr := s.Series(labels.FromStrings(names.LabelName, "x"))
 	for ts := int64(0); ts <= 50; ts += 10 {
 		sr.Append(ts, float64(ts))
 	}
 	q, _ := s.Querier(0, 100)
-	ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, LabelName, "x"))
+	ss := q.Select(context.Background(), false, nil, labels.MustNewMatcher(labels.MatchEqual, names.LabelName, "x"))
 	if !ss.Next() {
 		t.Fatal("no series")
 	}
@@ -232,7 +234,7 @@ func TestIteratorSeek(t *testing.T) {
 
 func TestLabelValuesAndNames(t *testing.T) {
 	s := testStore(t)
-	s.Series(labels.FromStrings(LabelName, "empty", "job", "z")) // no samples: invisible
+	s.Series(labels.FromStrings(names.LabelName, "empty", "job", "z")) // no samples: invisible
 	m := labels.MustNewMatcher
 	tests := []struct {
 		name       string
@@ -244,13 +246,13 @@ func TestLabelValuesAndNames(t *testing.T) {
 		wantNames  []string
 	}{
 		{name: "all", label: "job", mint: 0, maxt: 100,
-			wantValues: []string{"a", "b", "c"}, wantNames: []string{LabelName, "inst", "job"}},
+			wantValues: []string{"a", "b", "c"}, wantNames: []string{names.LabelName, "inst", "job"}},
 		{name: "matcher", label: "inst", mint: 0, maxt: 100, ms: []*labels.Matcher{m(labels.MatchEqual, "job", "a")},
-			wantValues: []string{"1", "3"}, wantNames: []string{LabelName, "inst", "job"}},
-		{name: "name matcher", label: "job", mint: 0, maxt: 100, ms: []*labels.Matcher{m(labels.MatchEqual, LabelName, "down")},
-			wantValues: []string{"c"}, wantNames: []string{LabelName, "job"}},
+			wantValues: []string{"1", "3"}, wantNames: []string{names.LabelName, "inst", "job"}},
+		{name: "name matcher", label: "job", mint: 0, maxt: 100, ms: []*labels.Matcher{m(labels.MatchEqual, names.LabelName, "down")},
+			wantValues: []string{"c"}, wantNames: []string{names.LabelName, "job"}},
 		{name: "limit", label: "job", mint: 0, maxt: 100, hints: &storage.LabelHints{Limit: 1},
-			wantValues: []string{"a"}, wantNames: []string{LabelName}},
+			wantValues: []string{"a"}, wantNames: []string{names.LabelName}},
 		{name: "out of range", label: "job", mint: 200, maxt: 300,
 			wantValues: []string{}, wantNames: []string{}},
 	}
@@ -277,9 +279,9 @@ func TestLabelValuesAndNames(t *testing.T) {
 
 func TestSeriesGetOrCreate(t *testing.T) {
 	s := NewStore()
-	a := s.Series(labels.FromStrings(LabelName, "x", "k", "v"))
-	b := s.Series(labels.FromStrings("k", "v", LabelName, "x")) // same set, other order
-	c := s.Series(labels.FromStrings(LabelName, "x", "k", "w"))
+	a := s.Series(labels.FromStrings(names.LabelName, "x", "k", "v"))
+	b := s.Series(labels.FromStrings("k", "v", names.LabelName, "x")) // same set, other order
+	c := s.Series(labels.FromStrings(names.LabelName, "x", "k", "w"))
 	if a != b {
 		t.Error("same label set gave two series")
 	}
@@ -291,8 +293,8 @@ func TestSeriesGetOrCreate(t *testing.T) {
 func TestHashCollisionKeepsSeriesApart(t *testing.T) {
 	// Force a collision by planting a foreign series under a's hash.
 	s := NewStore()
-	la := labels.FromStrings(LabelName, "a")
-	lb := labels.FromStrings(LabelName, "b")
+	la := labels.FromStrings(names.LabelName, "a")
+	lb := labels.FromStrings(names.LabelName, "b")
 	fake := &Series{lset: lb}
 	s.byHash[la.Hash()] = []*Series{fake}
 	if got := s.Series(la); got == fake || !labels.Equal(got.Labels(), la) {
@@ -305,7 +307,7 @@ func TestHashCollisionKeepsSeriesApart(t *testing.T) {
 
 func TestAppend(t *testing.T) {
 	s := NewStore()
-	sr := s.Series(labels.FromStrings(LabelName, "x"))
+	sr := s.Series(labels.FromStrings(names.LabelName, "x"))
 	if _, _, ok := sr.Last(); ok {
 		t.Error("Last on empty series: ok")
 	}
@@ -343,8 +345,8 @@ func TestSeriesWithoutNamePanics(t *testing.T) {
 // more in float and native histogram series alike.
 func TestStoreGrow(t *testing.T) {
 	s := NewStore()
-	f := s.Series(labels.FromStrings(LabelName, "a"))
-	h := NewNativeHistogram(s, "h", labels.EmptyLabels(), WardenTTFBNative())
+	f := s.Series(labels.FromStrings(names.LabelName, "a"))
+	h := NewNativeHistogram(s, "h", labels.EmptyLabels(), names.WardenTTFBNative())
 	f.Append(1, 5)
 	h.Observe(0.5)
 	h.Append(1)
@@ -352,7 +354,7 @@ func TestStoreGrow(t *testing.T) {
 	if f.Len() != 1 || cap(f.ts)-len(f.ts) < 100 || cap(f.vs)-len(f.vs) < 100 {
 		t.Fatalf("float series: %d samples, room for %d/%d", f.Len(), cap(f.ts)-len(f.ts), cap(f.vs)-len(f.vs))
 	}
-	nh := s.Series(labels.FromStrings(LabelName, "h"))
+	nh := s.Series(labels.FromStrings(names.LabelName, "h"))
 	if nh.Len() != 1 || cap(nh.nh.pts)-len(nh.nh.pts) < 100 {
 		t.Fatalf("native series: %d samples, room for %d", nh.Len(), cap(nh.nh.pts)-len(nh.nh.pts))
 	}

@@ -258,7 +258,7 @@ func (a *Affinity) Scores(s *Snapshot, dst []float64) []float64 {
 			dst = append(dst, math.Inf(1))
 			continue
 		}
-		dst = append(dst, newScore(&reps[i], a.table.held(i), invIF, invSess))
+		dst = append(dst, newScore(&reps[i], a.table.activeOn(i), invIF, invSess))
 	}
 	return dst
 }
@@ -271,7 +271,7 @@ func (a *Affinity) norms(reps []Replica) (invIF, invSess float64) {
 	for i := range reps {
 		if reps[i].Healthy {
 			maxIF = max(maxIF, reps[i].InFlight)
-			maxSess = max(maxSess, a.table.held(i))
+			maxSess = max(maxSess, a.table.activeOn(i))
 		}
 	}
 	if maxIF > 0 {

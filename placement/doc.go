@@ -31,6 +31,8 @@
 //     placement balances; and the held ones (Held: a request in flight or
 //     expected back within their return timeout, from the turn ends the
 //     caller reports with Start and Finish), whose KV admission counts.
+//     held.go keeps them: the conversations' footprints, their think-time
+//     gaps and return timeouts, and the heap of scheduled releases.
 //
 // Every strategy honours a valid pin (Request.Pinned in range and healthy),
 // never picks an unhealthy replica, and returns an error wrapping

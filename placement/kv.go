@@ -46,7 +46,7 @@ import (
 // count it, is max(HeldFootprint[i], Held[i] x TypicalFootprint) minus the
 // shared prefix counted more than once, (Held[i]-1) x SharedPrefixTokens:
 // conversations grow towards the typical size, and a common system prompt
-// is cached once. Held conversations (table.go) are the active ones with a
+// is cached once. Held conversations (held.go) are the active ones with a
 // request in flight or expected back within their return timeout; with a
 // caller that never reports ends (Table.Finish) they are the active ones.
 // The priced spill's estimate of what a replica still caches counts every

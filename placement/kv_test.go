@@ -47,8 +47,8 @@ func TestTableFootprintMatchesEntries(t *testing.T) {
 			}
 		}
 		for r := range replicas {
-			if got := tab.footprint(r); got != want[r] || tab.held(r) != active[r] {
-				t.Fatalf("step %d: replica %d Footprint %d Active %d, entries say %d and %d", step, r, got, tab.held(r), want[r], active[r])
+			if got := tab.footprint(r); got != want[r] || tab.activeOn(r) != active[r] {
+				t.Fatalf("step %d: replica %d Footprint %d Active %d, entries say %d and %d", step, r, got, tab.activeOn(r), want[r], active[r])
 			}
 		}
 	}

@@ -494,7 +494,7 @@ func TestStay(t *testing.T) {
 }
 
 // heldModel is an obviously correct account of held conversations (see
-// "Held conversations" in table.go): every session's request state kept
+// "Held conversations" in held.go): every session's request state kept
 // eagerly, Held and HeldFootprint recomputed from scratch.
 type heldModel struct {
 	*modelTable
@@ -748,4 +748,11 @@ func TestReturnTimeout(t *testing.T) {
 	if _, ok := tab.ReturnTimeout("nobody"); ok {
 		t.Errorf("ReturnTimeout of an unknown session: ok")
 	}
+}
+
+// NewTable returns an empty table with the DefaultActiveWindow (capped at
+// the TTL). A ttl or maxSessions of zero or less selects DefaultSessionTTL
+// or DefaultMaxSessions.
+func NewTable(ttl time.Duration, maxSessions int) *Table {
+	return NewTableWindow(ttl, maxSessions, 0)
 }

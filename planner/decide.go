@@ -77,15 +77,6 @@ func (t Targets) Phrases() []string {
 
 func fmtLimit(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
-// decide checks every row, finds each candidate's routing and capacity, and
-// picks the best candidate (or the closest). Solve runs the two halves with
-// the bisection of each candidate's capacity between them.
-func (res *Result) decide() {
-	res.decideConfigs()
-	res.explain()
-	res.pick()
-}
-
 // decideConfigs checks every row and band, and chooses each candidate's
 // routing, verdict and (sweep) capacity.
 func (res *Result) decideConfigs() {

@@ -243,3 +243,12 @@ func TestDecidePriceTieBreak(t *testing.T) {
 		t.Error("fewer cards should win at the same price and headroom")
 	}
 }
+
+// decide checks every row, finds each candidate's routing and capacity, and
+// picks the best candidate (or the closest). Solve runs the two halves with
+// the bisection of each candidate's capacity between them.
+func (res *Result) decide() {
+	res.decideConfigs()
+	res.explain()
+	res.pick()
+}

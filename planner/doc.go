@@ -30,6 +30,12 @@
 // concurrency (per-replica load and KV use, prompt tokens cached and
 // computed per second): the report's charts over time.
 //
+// tune.go is `warden tune`'s planning: the proxy's journal (JournalFiles,
+// LoadJournal: rotated files oldest first, each file's times following on
+// from the previous one's) replayed session by session on a farm once per
+// routing variant (Tune), and the rule that recommends one (TuneRule,
+// Recommend).
+//
 // A Result's JSON (result.go, json.go) round-trips exactly, so `warden
 // report --from` renders a saved result as `warden plan` did; package web
 // (PlanReport) turns a Result into the HTML report. DefaultPlan

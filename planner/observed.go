@@ -17,7 +17,7 @@ import (
 // read from a Prometheus server (package calibrate) instead of a plan
 // file.
 type ObservedOptions struct {
-	Source calibrate.Source
+	Source metrics.Source
 	// Calibrate names the model, the window and the GPU (see
 	// calibrate.Options); its Workload, when set, replaces the load
 	// derived from the metrics (a journal).
@@ -143,11 +143,11 @@ func observe(ctx context.Context, o ObservedOptions, cal *calibrate.Calibration,
 		return nil, fmt.Errorf("plan: simulating the current farm: %w", err)
 	}
 	simWindow := step * time.Duration(len(sessions))
-	pred, err := calibrate.KPIValues(ctx, &calibrate.Store{St: st}, farm.Spec.Model, time.UnixMilli(0).Add(simWindow), simWindow)
+	pred, err := metrics.KPIValues(ctx, &metrics.StoreSource{St: st}, farm.Spec.Model, time.UnixMilli(0).Add(simWindow), simWindow)
 	if err != nil {
 		return nil, fmt.Errorf("plan: simulated KPIs: %w", err)
 	}
-	obs, err := calibrate.KPIValues(ctx, o.Source, cal.Model, w.End, simWindow)
+	obs, err := metrics.KPIValues(ctx, o.Source, cal.Model, w.End, simWindow)
 	if err != nil {
 		return nil, fmt.Errorf("plan: observed KPIs: %w", err)
 	}

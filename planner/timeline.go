@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/sim"
 	"github.com/prometheus/prometheus/model/labels"
 )
@@ -233,7 +234,7 @@ func seriesLabel(l labels.Labels) (string, error) {
 	switch {
 	case n == 0:
 		return "", nil
-	case n == 1 && (name == metrics.LabelReplica || name == metrics.LabelEngine):
+	case n == 1 && (name == names.LabelReplica || name == names.LabelEngine):
 		return value, nil
 	}
 	return "", fmt.Errorf("result series %s: want no label or one replica or engine label", l)

@@ -26,8 +26,9 @@ package sim
 // with its own API server, and the router (the proxy or the strategy)
 // routes the request before it.
 
-// hold parks s in a pending slot, for the event that carries the slot.
-func (r *run) hold(s *seq) int32 {
+// park puts s in a pending slot (run.pending), for the event that carries
+// the slot.
+func (r *run) park(s *seq) int32 {
 	if n := len(r.pendingFree); n > 0 {
 		slot := r.pendingFree[n-1]
 		r.pendingFree = r.pendingFree[:n-1]
@@ -38,9 +39,9 @@ func (r *run) hold(s *seq) int32 {
 	return int32(len(r.pending) - 1)
 }
 
-// unhold frees slot and returns its request, or nil when it was cut on
+// unpark frees slot and returns its request, or nil when it was cut on
 // its way (abortAll): dropped then.
-func (r *run) unhold(slot int32) *seq {
+func (r *run) unpark(slot int32) *seq {
 	s := r.pending[slot]
 	r.pending[slot] = nil
 	r.pendingFree = append(r.pendingFree, slot)
@@ -76,7 +77,7 @@ func (r *run) tokenise(k int, s *seq) {
 	}
 	at := max(r.now, r.apiFreeUs[k]) + r.apiUs(s.prompt)
 	r.apiFreeUs[k] = at
-	r.ev.push(at, evTokenised, r.hold(s))
+	r.ev.push(at, evTokenised, r.park(s))
 }
 
 // reachEngine is an API server done with s, now: the engine client sends

@@ -201,14 +201,6 @@ func (p *blockPool) free(bs []int32) {
 	}
 }
 
-// freeOrder appends the free queue, head first, to dst (tests and goldens).
-func (p *blockPool) freeOrder(dst []int32) []int32 {
-	for b := p.freeHead; b != noBlock; b = p.blocks[b].next {
-		dst = append(dst, b)
-	}
-	return dst
-}
-
 // blockIndex maps the hashes of a pool's cached blocks to the first block
 // holding each: an open-addressing table with linear probing and
 // backward-shift deletion, of a fixed size, at least twice the pool's
@@ -249,9 +241,6 @@ func (x *blockIndex) find(hash uint64) int {
 // get returns hash's block, or noBlock.
 func (x *blockIndex) get(hash uint64) int32 { return x.slots[x.find(hash)].block - 1 }
 
-// put sets hash's block.
-func (x *blockIndex) put(hash uint64, b int32) { x.putAt(x.find(hash), hash, b) }
-
 // putAt sets hash's block in slot i, find's answer for hash.
 func (x *blockIndex) putAt(i int, hash uint64, b int32) {
 	sl := &x.slots[i]
@@ -259,13 +248,6 @@ func (x *blockIndex) putAt(i int, hash uint64, b int32) {
 		x.n++
 	}
 	sl.hash, sl.block = hash, b+1
-}
-
-// del removes hash.
-func (x *blockIndex) del(hash uint64) {
-	if i := x.find(hash); x.slots[i].block != 0 {
-		x.delAt(i)
-	}
 }
 
 // delAt empties the occupied slot i, moving back the entries of its probe
@@ -327,14 +309,6 @@ func (e *everSet) slot(hash uint64) int {
 		}
 		i = (i + 1) & mask
 	}
-}
-
-// reserve makes room for n hashes in all without growing again.
-func (e *everSet) reserve(n int) {
-	if 2*n <= len(e.slots) {
-		return
-	}
-	e.moveTo(make([]everSlot, 1<<bits.Len(uint(2*n-1))))
 }
 
 // moveTo moves the hashes to slots, an empty table of a power of two

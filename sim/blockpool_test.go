@@ -340,3 +340,11 @@ func TestBlockPoolPreemption(t *testing.T) {
 	}
 	h.golden("preemption")
 }
+
+// freeOrder appends the free queue, head first, to dst (tests and goldens).
+func (p *blockPool) freeOrder(dst []int32) []int32 {
+	for b := p.freeHead; b != noBlock; b = p.blocks[b].next {
+		dst = append(dst, b)
+	}
+	return dst
+}

@@ -31,10 +31,10 @@
 //  5. steptime.go: how long a step takes: a roofline of the GPU (compute
 //     bound prefill, memory bound decode) plus a per-step overhead, with
 //     efficiency factors that a farm spec may override.
-//  6. run.go: one strategy on one farm: the router (placement.Policy, an
-//     instant in-flight count, scraped fields refreshed every
-//     scrape_interval), the event loop, marks of every counter at the
-//     boundaries of measured steps.
+//  6. run.go: one strategy on one farm: the event loop and a request's
+//     life. routing.go: the router (placement.Policy, an instant in-flight
+//     count, scraped fields refreshed every scrape_interval; variants, the
+//     KV-aware options and admission).
 //  7. driver.go: the clients: a closed loop of N sessions (next turn when
 //     the answer is read plus the client's turnaround and think time, a new
 //     session when one ends; steps start or retire sessions), an
@@ -50,9 +50,12 @@
 //  8. record.go: the vllm:* and warden_* series written into a
 //     metrics.Store at every scrape instant, as a real farm exposes them
 //     (all of them when Experiment.OnStore reads the store, else only
-//     those of the KPIs a Row holds).
+//     those of the KPIs a Row holds), and marks of every counter at the
+//     boundaries of measured steps.
 //  9. experiment.go and result.go: Run, the public entry point: strategies
-//     in parallel, each on a fresh farm, steps back to back on a warm one;
+//     in parallel, each on a fresh farm, steps back to back on a warm one
+//     (each driver runs its own steps on a stepper; trace.go: a trace in
+//     memory);
 //     rows whose headline columns are the KPIs of metrics/kpi.promql
 //     evaluated by PromQL over each step's window; JSON and text output.
 //

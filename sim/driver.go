@@ -187,6 +187,51 @@ func (c *closedLoop) done(r *run, s *seq, finished bool) {
 // idle reports whether no client has anything left to do.
 func (c *closedLoop) idle() bool { return c.exhausted && c.active == 0 }
 
+// newClosedLoopFor is e's closed loop on r: the synthetic sessions of e's
+// workload, or the trace's sessions, over the clients' network.
+func newClosedLoopFor(e *Experiment, r *run) *closedLoop {
+	var src traces.SessionSource
+	outputCap := 0
+	if e.Trace == nil {
+		src = traces.NewGenerator(e.Workload, e.Farm.Spec.VLLM.BlockSize, e.Seed)
+		outputCap = e.Workload.MaxOutputTokens
+	} else {
+		src = traces.NewSliceSource(e.Trace.sessions())
+	}
+	r.clientNetwork(e.Workload)
+	return &closedLoop{src: src, outputCap: outputCap, turnaroundUs: micros(e.Workload.ClientTurnaround)}
+}
+
+// steps runs a step per sessions level of e, back to back on the same
+// replicas (a trace's closed loop: one, until its sessions are done); only
+// the last step's end cuts the requests in flight.
+func (c *closedLoop) steps(st *stepper, e *Experiment) error {
+	r := st.r
+	levels := e.Sessions
+	if e.Trace != nil {
+		levels = levels[:1]
+		r.stopWhenIdle = true
+	}
+	for i, n := range levels {
+		r.stepSessions = n
+		if i == 0 {
+			c.begin(r, n)
+		} else {
+			c.resize(r, n)
+		}
+		r.stopped, r.stopQueued = false, false
+		if err := st.runFor(micros(e.Duration)); err != nil {
+			return err
+		}
+		if i < len(levels)-1 {
+			st.closeWindow(n, func() int { return 0 }) // the load carries on
+			continue
+		}
+		st.closeWindow(n, func() int { c.cut(); return r.abortAll() })
+	}
+	return nil
+}
+
 // openLoop replays requests at their recorded arrival times, divided by a
 // speed factor, whatever the farm's progress.
 type openLoop struct {
@@ -236,6 +281,24 @@ func (o *openLoop) done(r *run, s *seq, finished bool) {
 
 func (o *openLoop) idle() bool { return o.next >= len(o.reqs) && o.left == 0 }
 
+// steps replays the trace in one step, until its last request is done (or
+// e's duration).
+func (o *openLoop) steps(st *stepper, e *Experiment) error {
+	r := st.r
+	r.stopWhenIdle = true
+	sessions := countSessions(o.reqs)
+	r.stepSessions = sessions
+	o.begin(r)
+	if err := st.runFor(micros(e.Duration)); err != nil {
+		return err
+	}
+	st.closeWindow(sessions, func() int {
+		o.next = len(o.reqs) // nothing more is sent
+		return r.abortAll()
+	})
+	return nil
+}
+
 // sessionReplay replays a trace session by session: each session starts at
 // its first request's recorded arrival (divided by the speed-up) and sends
 // each later turn when the previous answer has reached the client, plus
@@ -247,7 +310,7 @@ func (o *openLoop) idle() bool { return o.next >= len(o.reqs) && o.left == 0 }
 //
 // As the proxy, the router is told when each request is sent and when it
 // ends (run.turnEnds: Table.Start at its placement, Table.Finish at its
-// end with its prompt + answer tokens, as live/proxy.go's call.finish),
+// end with its prompt + answer tokens, as live/call.go's call.finish),
 // never that a conversation has ended: a conversation holds KV headroom
 // while a request of it is in flight and, after, for its return timeout
 // (placement's "Held conversations": RFC 6298's SRTT + 4 RTTVAR of the
@@ -296,6 +359,27 @@ func newSessionReplay(t *Trace, speed float64, turnaroundUs int64) *sessionRepla
 	}
 	p.left = len(p.sessions)
 	return p
+}
+
+// steps replays the sessions in one step, until they are done (or e's
+// duration), with the clients' network and their SDKs' retries, and the
+// router told when each request starts and ends, as the proxy is.
+func (p *sessionReplay) steps(st *stepper, e *Experiment) error {
+	r := st.r
+	r.turnEnds = true // as the proxy: Table.Start and Finish around each request
+	r.clientRetries = sdkMaxRetries
+	r.clientNetwork(e.Workload)
+	r.stopWhenIdle = true
+	r.stepSessions = len(p.sessions)
+	p.begin(r)
+	if err := st.runFor(micros(e.Duration)); err != nil {
+		return err
+	}
+	st.closeWindow(len(p.sessions), func() int {
+		p.cut = true // nothing more is sent
+		return r.abortAll()
+	})
+	return nil
 }
 
 // begin queues every session's first turn at its recorded arrival.

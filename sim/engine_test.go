@@ -208,3 +208,7 @@ func TestEngineReplicaRejects(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, error) {
+	return newRunLean(f, strategy, spill, false)
+}

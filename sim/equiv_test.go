@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/traces"
 )
 
@@ -232,22 +233,22 @@ func TestLeanRunsAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := map[string]bool{}
+	seen := map[string]bool{}
 	for _, s := range strings.Split(dumpStore(t, r.rec.store), "\n") {
 		if name, _, ok := strings.Cut(strings.TrimPrefix(s, `{__name__="`), `"`); ok {
-			names[name] = true
+			seen[name] = true
 		}
 	}
-	want := []string{metrics.VLLMPrefixCacheQueries, metrics.VLLMPrefixCacheHits, metrics.WardenInFlight,
-		metrics.WardenOutputTokens, metrics.WardenSessionsCompleted, metrics.WardenLaterTurns, metrics.WardenLaterTurnsHome}
+	want := []string{names.VLLMPrefixCacheQueries, names.VLLMPrefixCacheHits, names.WardenInFlight,
+		names.WardenOutputTokens, names.WardenSessionsCompleted, names.WardenLaterTurns, names.WardenLaterTurnsHome}
 	for _, n := range want {
-		if !names[n] {
+		if !seen[n] {
 			t.Errorf("the lean store has no %s", n)
 		}
-		delete(names, n)
+		delete(seen, n)
 	}
-	for n := range names {
-		if !strings.HasPrefix(n, metrics.WardenTTFB) {
+	for n := range seen {
+		if !strings.HasPrefix(n, names.WardenTTFB) {
 			t.Errorf("the lean store holds %s, which no row KPI reads", n)
 		}
 	}

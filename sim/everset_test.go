@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"testing"
 
@@ -154,4 +155,22 @@ func TestHashCount(t *testing.T) {
 			t.Errorf("%s: estimate %d, exact %d", c.name, got, want)
 		}
 	}
+}
+
+// put sets hash's block.
+func (x *blockIndex) put(hash uint64, b int32) { x.putAt(x.find(hash), hash, b) }
+
+// del removes hash.
+func (x *blockIndex) del(hash uint64) {
+	if i := x.find(hash); x.slots[i].block != 0 {
+		x.delAt(i)
+	}
+}
+
+// reserve makes room for n hashes in all without growing again.
+func (e *everSet) reserve(n int) {
+	if 2*n <= len(e.slots) {
+		return
+	}
+	e.moveTo(make([]everSlot, 1<<bits.Len(uint(2*n-1))))
 }

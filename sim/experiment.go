@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/bits"
 	"runtime"
 	"slices"
 	"sync"
@@ -79,133 +78,6 @@ type Experiment struct {
 	// (Trace.hashCount), nil when unknown: room each run reserves in its
 	// record of the hashes ever cached once it is known.
 	everHint *hashHint
-}
-
-// hashHint is an estimate of a trace's distinct block hashes made on
-// another goroutine, and for each run a table of everSet slots sized for
-// them, its pages already touched (so that the run does not stop for the
-// kernel to map 8 MB of them as it fills the table).
-type hashHint struct {
-	tables chan []everSlot
-}
-
-// newHashHint returns a hint for runs runs, to prepare.
-func newHashHint(runs int) *hashHint {
-	return &hashHint{tables: make(chan []everSlot, runs)}
-}
-
-// prepare counts t's hashes and makes the runs' tables.
-func (h *hashHint) prepare(t *Trace, runs int) {
-	n := t.hashCount()
-	n += n / 8
-	if n == 0 {
-		close(h.tables)
-		return
-	}
-	for range runs {
-		slots := make([]everSlot, 1<<bits.Len(uint(2*n-1)))
-		for i := 0; i < len(slots); i += 4096 / 16 {
-			slots[i].val = 0 // a page is mapped at its first write
-		}
-		h.tables <- slots
-	}
-	close(h.tables)
-}
-
-// take returns a table once one is prepared (nil, true when none is).
-func (h *hashHint) take() ([]everSlot, bool) {
-	select {
-	case t := <-h.tables:
-		return t, true
-	default:
-		return nil, false
-	}
-}
-
-// Trace is a trace file in memory.
-type Trace struct {
-	Name     string
-	Header   traces.Header
-	Requests []*traces.Request // in file order
-}
-
-// hashCount estimates the number of distinct block hashes of t's requests
-// (prompt and output) by linear counting (Whang, Vander-Zanden and Taylor,
-// "A linear-time probabilistic counting algorithm for database
-// applications", 1990): each id, mixed, marks one bit of a map of m bits,
-// and n distinct ids leave about m e^(-n/m) bits clear, so
-// n = m ln(m/clear). Its error is a fraction of a percent here; it only
-// sizes a table. At a load of 20 and more, no bit is left clear: the ids
-// are counted then.
-func (t *Trace) hashCount() int {
-	total := 0
-	for _, r := range t.Requests {
-		total += len(r.HashIDs) + len(r.OutputHashIDs)
-	}
-	if total == 0 {
-		return 0
-	}
-	// m at least a quarter of the ids (a load up to 4 keeps 2 % of the
-	// bits clear: a fine estimate), at most 2^18 bits: 32 KiB, a first-level
-	// cache, where random bits cost least.
-	b := uint(min(max(bits.Len(uint(total/4)), 12), 18))
-	m := uint64(1) << b
-	var bitmap [1 << 18 / 64]uint64
-	for _, r := range t.Requests {
-		for _, ids := range [2][]uint64{r.HashIDs, r.OutputHashIDs} {
-			for _, id := range ids {
-				// Ids need not be uniform: murmur3's finaliser spreads them.
-				id ^= id >> 33
-				id *= 0xff51afd7ed558ccd
-				id ^= id >> 33
-				id *= 0xc4ceb9fe1a85ec53
-				id ^= id >> 33
-				k := id >> (64 - b)
-				bitmap[k/64] |= 1 << (k % 64)
-			}
-		}
-	}
-	set := 0
-	for _, w := range bitmap[:max(m/64, 1)] {
-		set += bits.OnesCount64(w)
-	}
-	zeros := m - uint64(set)
-	if zeros == 0 {
-		return total
-	}
-	return min(total, int(math.Ceil(float64(m)*math.Log(float64(m)/float64(zeros)))))
-}
-
-// LoadTrace reads a whole trace file (JSONL, optionally gzipped), its
-// lines parsed on several goroutines (traces.Reader.ReadAll).
-func LoadTrace(path string) (*Trace, error) {
-	rd, err := traces.Open(path, traces.ReaderOptions{})
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	reqs, err := rd.ReadAll()
-	if err != nil {
-		return nil, err
-	}
-	return &Trace{Name: path, Header: rd.Header(), Requests: reqs}, nil
-}
-
-// sessions groups the trace's requests by session, in order of first
-// appearance.
-func (t *Trace) sessions() []traces.Session {
-	index := map[string]int{}
-	var out []traces.Session
-	for _, r := range t.Requests {
-		i, ok := index[r.Session]
-		if !ok {
-			i = len(out)
-			index[r.Session] = i
-			out = append(out, traces.Session{ID: r.Session, Parent: r.Parent})
-		}
-		out[i].Turns = append(out[i].Turns, *r)
-	}
-	return out
 }
 
 // withDefaults fills the zero fields and checks the rest.
@@ -372,7 +244,7 @@ type window struct {
 const progressQuantum = 5 * usPerSec
 
 // runStrategy runs one strategy of e and returns its rows and, for tests,
-// the run in its final state.
+// the run in its final state. e's driver (stepsDriver) runs its own steps.
 func runStrategy(ctx context.Context, e Experiment, strategy string, progress func(time.Duration)) ([]Row, *run, error) {
 	r, err := newRunLean(e.Farm, strategy, *e.Spill, e.lean)
 	if err != nil {
@@ -390,149 +262,22 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	if e.Requests != nil {
 		r.log = newRequestLog(r.name)
 	}
-	if strategy == placement.StrategyLeastLoaded && e.Farm.Spec.Replicas > 1 && e.Farm.Spec.Routing.Balancer == BalancerVLLM {
-		if e.Farm.Model.IsMoE() {
-			return nil, nil, &moeBalancerError{model: e.Farm.Model.Name}
-		}
-		v := e.Farm.Spec.VLLM
-		mode := e.Workload.Connections
-		if mode == "" {
-			mode = traces.ConnectionsPool
-		}
-		r.front = newDPFrontend(e.Farm.Spec.Replicas, v.APIServerCount, time.Duration(v.StatsUpdateInterval).Microseconds(), e.Farm.Behaviour, mode, e.Seed)
-		// The coordinator's first poll times out at once (its last
-		// publication is at time 0), then every 5 s when nothing changed.
-		r.ev.push(0, evPublish, publishRepublish)
+	if err := e.vllmFrontend(r, strategy); err != nil {
+		return nil, nil, err
 	}
-	advance := func(until int64) error {
-		for r.now < until && !r.stopped {
-			next := until
-			if progress != nil {
-				next = min(until, r.now+progressQuantum)
-			}
-			if err := r.loop(ctx, next); err != nil {
-				return err
-			}
-			if r.ev.len() == 0 {
-				break
-			}
-			if !r.stopped {
-				r.now = next
-			}
-			if progress != nil {
-				progress(time.Duration(r.now) * time.Microsecond)
-			}
-		}
-		return nil
-	}
-	// runFor runs until dur (0: until idle or the end of the trace) from
-	// now, with a stop event at the end.
-	runFor := func(dur int64) error {
-		until := int64(math.MaxInt64)
-		if dur > 0 {
-			until = r.now + dur
-			r.ev.push(until, evStop, 0)
-		}
-		r.checkIdle()
-		return advance(until)
-	}
-
 	r.rec.store.Grow(expectedScrapes(e, r.scrapeUs))
 	r.scrape()
 	r.ev.push(r.scrapeUs, evScrape, 0)
-	start := r.takeMark()
+	st := &stepper{ctx: ctx, r: r, progress: progress, start: r.takeMark()}
 	r.rt.ttfbs = r.rt.ttfbs[:0]
-	var windows []window
-	closeWindow := func(sessions int, cut func() int) {
-		censored := r.censorTTFBs()
-		if r.lastScrape != r.now {
-			r.scrape()
-		}
-		end := r.takeMark()
-		w := window{sessions: sessions, start: start, end: end, ttfbs: slices.Clone(r.rt.ttfbs), censored: censored}
-		w.unfinished = int64(cut())
-		windows = append(windows, w)
-		r.rt.ttfbs = r.rt.ttfbs[:0]
-		start = end
+	d := e.newDriver(r)
+	r.drv = d
+	if err := d.steps(st, &e); err != nil {
+		return nil, nil, err
 	}
-
-	dur := micros(e.Duration)
-	switch {
-	case e.Trace == nil || e.ClosedLoop:
-		var src traces.SessionSource
-		outputCap := 0
-		if e.Trace == nil {
-			src = traces.NewGenerator(e.Workload, e.Farm.Spec.VLLM.BlockSize, e.Seed)
-			outputCap = e.Workload.MaxOutputTokens
-		} else {
-			src = traces.NewSliceSource(e.Trace.sessions())
-		}
-		w := e.Workload
-		c := &closedLoop{src: src, outputCap: outputCap, turnaroundUs: micros(w.ClientTurnaround)}
-		r.drv = c
-		r.netUpUs = micros(w.NetworkRTT / 2)
-		r.apiUs = func(prompt int) int64 { return micros(w.APIWork(prompt)) }
-		r.downlinkUs = micros(w.Downlink())
-		steps := e.Sessions
-		if e.Trace != nil {
-			steps = steps[:1]
-			r.stopWhenIdle = true
-		}
-		for i, n := range steps {
-			r.stepSessions = n
-			if i == 0 {
-				c.begin(r, n)
-			} else {
-				c.resize(r, n)
-			}
-			r.stopped, r.stopQueued = false, false
-			if err := runFor(dur); err != nil {
-				return nil, nil, err
-			}
-			if i < len(steps)-1 {
-				closeWindow(n, func() int { return 0 }) // the load carries on
-				continue
-			}
-			closeWindow(n, func() int { c.cut(); return r.abortAll() })
-		}
-	case e.SessionReplay:
-		w := e.Workload
-		p := newSessionReplay(e.Trace, e.Speed, micros(w.ClientTurnaround))
-		r.drv = p
-		r.turnEnds = true // as the proxy: Table.Start and Finish around each request
-		r.clientRetries = sdkMaxRetries
-		r.netUpUs = micros(w.NetworkRTT / 2)
-		r.apiUs = func(prompt int) int64 { return micros(w.APIWork(prompt)) }
-		r.downlinkUs = micros(w.Downlink())
-		r.stopWhenIdle = true
-		r.stepSessions = len(p.sessions)
-		p.begin(r)
-		if err := runFor(dur); err != nil {
-			return nil, nil, err
-		}
-		closeWindow(len(p.sessions), func() int {
-			p.cut = true // nothing more is sent
-			return r.abortAll()
-		})
-	default:
-		o := &openLoop{reqs: e.Trace.Requests, speed: e.Speed, homes: map[string]int{}}
-		r.drv = o
-		r.stopWhenIdle = true
-		sessions := countSessions(e.Trace.Requests)
-		r.stepSessions = sessions
-		o.begin(r)
-		if err := runFor(dur); err != nil {
-			return nil, nil, err
-		}
-		closeWindow(sessions, func() int {
-			o.next = len(o.reqs) // nothing more is sent
-			return r.abortAll()
-		})
-	}
-
 	ev := metrics.NewEvaluator()
-	rows := make([]Row, 0, len(windows))
-	for _, w := range windows {
+	rows := make([]Row, 0, len(st.windows))
+	for _, w := range st.windows {
 		row, err := r.row(ctx, ev, r.name, w)
 		if err != nil {
 			return nil, nil, err
@@ -540,6 +285,112 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		rows = append(rows, row)
 	}
 	return rows, r, nil
+}
+
+// vllmFrontend puts vLLM's data-parallel front end before r's replicas
+// when the strategy is vLLM's own least-loaded balancer.
+func (e Experiment) vllmFrontend(r *run, strategy string) error {
+	if strategy != placement.StrategyLeastLoaded || e.Farm.Spec.Replicas <= 1 || e.Farm.Spec.Routing.Balancer != BalancerVLLM {
+		return nil
+	}
+	if e.Farm.Model.IsMoE() {
+		return &moeBalancerError{model: e.Farm.Model.Name}
+	}
+	v := e.Farm.Spec.VLLM
+	mode := e.Workload.Connections
+	if mode == "" {
+		mode = traces.ConnectionsPool
+	}
+	r.front = newDPFrontend(e.Farm.Spec.Replicas, v.APIServerCount, time.Duration(v.StatsUpdateInterval).Microseconds(), e.Farm.Behaviour, mode, e.Seed)
+	// The coordinator's first poll times out at once (its last
+	// publication is at time 0), then every 5 s when nothing changed.
+	r.ev.push(0, evPublish, publishRepublish)
+	return nil
+}
+
+// stepsDriver is a driver that runs the steps of an experiment on a
+// stepper: a closed loop one per sessions level, a replay one.
+type stepsDriver interface {
+	driver
+	steps(st *stepper, e *Experiment) error
+}
+
+// newDriver returns the driver of e's load on r: synthetic sessions or a
+// trace's in a closed loop, a session replay, or an open-loop replay.
+func (e *Experiment) newDriver(r *run) stepsDriver {
+	switch {
+	case e.Trace == nil || e.ClosedLoop:
+		return newClosedLoopFor(e, r)
+	case e.SessionReplay:
+		return newSessionReplay(e.Trace, e.Speed, micros(e.Workload.ClientTurnaround))
+	default:
+		return &openLoop{reqs: e.Trace.Requests, speed: e.Speed, homes: map[string]int{}}
+	}
+}
+
+// stepper runs one strategy's run through the steps its driver gives it:
+// it advances simulated time (reporting progress) and closes each step's
+// measured window.
+type stepper struct {
+	ctx      context.Context
+	r        *run
+	progress func(time.Duration) // nil: none
+	start    mark                // the open window's start
+	windows  []window
+}
+
+// advance runs the events until until, or until the run stops or has no
+// event left, calling progress every progressQuantum of simulated time.
+func (st *stepper) advance(until int64) error {
+	r := st.r
+	for r.now < until && !r.stopped {
+		next := until
+		if st.progress != nil {
+			next = min(until, r.now+progressQuantum)
+		}
+		if err := r.loop(st.ctx, next); err != nil {
+			return err
+		}
+		if r.ev.len() == 0 {
+			break
+		}
+		if !r.stopped {
+			r.now = next
+		}
+		if st.progress != nil {
+			st.progress(time.Duration(r.now) * time.Microsecond)
+		}
+	}
+	return nil
+}
+
+// runFor runs until dur (0: until idle or the end of the trace) from
+// now, with a stop event at the end.
+func (st *stepper) runFor(dur int64) error {
+	r := st.r
+	until := int64(math.MaxInt64)
+	if dur > 0 {
+		until = r.now + dur
+		r.ev.push(until, evStop, 0)
+	}
+	r.checkIdle()
+	return st.advance(until)
+}
+
+// closeWindow ends the open window of a step at sessions, cut returning
+// the requests the step's end cut, and opens the next.
+func (st *stepper) closeWindow(sessions int, cut func() int) {
+	r := st.r
+	censored := r.censorTTFBs()
+	if r.lastScrape != r.now {
+		r.scrape()
+	}
+	end := r.takeMark()
+	w := window{sessions: sessions, start: st.start, end: end, ttfbs: slices.Clone(r.rt.ttfbs), censored: censored}
+	w.unfinished = int64(cut())
+	st.windows = append(st.windows, w)
+	r.rt.ttfbs = r.rt.ttfbs[:0]
+	st.start = end
 }
 
 // rowKPIs are the KPIs of metrics/kpi.promql a Row holds. A lean
@@ -570,14 +421,6 @@ func expectedScrapes(e Experiment, scrapeUs int64) int {
 // maxReservedScrapes bounds the samples reserved per series (longer runs
 // grow their series as they go).
 const maxReservedScrapes = 1 << 12
-
-func countSessions(reqs []*traces.Request) int {
-	seen := map[string]struct{}{}
-	for _, r := range reqs {
-		seen[r.Session] = struct{}{}
-	}
-	return len(seen)
-}
 
 // row computes one row: the KPIs by PromQL over the window, the rest (and
 // the same columns again, for the tests) directly from the marks.

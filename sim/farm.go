@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/internal/strictyaml"
 	"github.com/lm-warden/warden/placement"
@@ -157,34 +155,10 @@ type RoutingSpec struct {
 	AdmissionTimeout Duration `yaml:"admission_timeout"`
 }
 
-// Duration is a time.Duration written as "30m", "1s" or "100us" in YAML.
-type Duration time.Duration
-
-// UnmarshalYAML reads a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	if n.Kind != yaml.ScalarNode {
-		return strictyaml.Bad(n, "want a duration such as 1s or 30m")
-	}
-	v, err := time.ParseDuration(n.Value)
-	if err != nil {
-		return strictyaml.Bad(n, "%q is not a duration (want e.g. 1s, 30m, 100us)", n.Value)
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalText writes the duration as time.Duration.String does.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
-
-// UnmarshalText reads what MarshalText writes (JSON round trips).
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("%q is not a duration (want e.g. 1s, 30m, 100us)", b)
-	}
-	*d = Duration(v)
-	return nil
-}
+// Duration is the duration of a farm spec or a plan: strictyaml's, with
+// negative values read as written (AnySign); the sections that must refuse
+// them do, by key (Resolve).
+type Duration = strictyaml.Duration[strictyaml.AnySign]
 
 // MaxReplicas bounds a farm's replica count (each has its own block pool).
 const MaxReplicas = 4096
@@ -281,191 +255,26 @@ func bad(key, format string, args ...any) error {
 }
 
 // Resolve checks a spec, fills its defaults, looks up its GPU and model and
-// sizes its KV cache. Errors name the spec key at fault.
+// sizes its KV cache. Errors name the spec key at fault. Each section fills
+// its own defaults and checks its own keys (resolveHardware, resolveShape,
+// VLLMSpec.resolve, RoutingSpec.resolve, StepTime, resolveKV), in the
+// order of the keys.
 func Resolve(spec FarmSpec) (*Farm, error) {
 	s := spec
-	if s.Model == "" && s.ModelConfig == "" {
-		return nil, bad("model", "required (a model name, or model_config: path/to/config.json)")
-	}
-	if s.Model != "" && s.ModelConfig != "" {
-		return nil, bad("model_config", "give model or model_config, not both")
-	}
-	if s.GPU == "" {
-		return nil, bad("gpu", "required (a GPU name such as \"RTX A4000\", or auto)")
-	}
-	var (
-		model hardware.Model
-		err   error
-	)
-	if s.ModelConfig != "" {
-		model, err = hardware.LoadHFConfig(s.ModelConfig)
-		if err != nil {
-			return nil, bad("model_config", "%v", err)
-		}
-	} else {
-		model, err = hardware.LookupModel(s.Model)
-		if err != nil {
-			return nil, bad("model", "%v", err)
-		}
-	}
-	if s.Model == "" {
-		s.Model = model.Name
-	}
-	var gpu hardware.GPU
-	if s.GPU == "auto" {
-		gpu, err = probeGPU()
-		if err != nil {
-			return nil, bad("gpu", "auto: %v", err)
-		}
-	} else {
-		gpu, err = hardware.LookupGPU(s.GPU)
-		if err != nil {
-			return nil, bad("gpu", "%v", err)
-		}
-	}
-
-	switch s.WeightsDType {
-	case "":
-		s.WeightsDType = string(hardware.BF16)
-	case string(hardware.BF16), string(hardware.FP8), string(hardware.INT4):
-	default:
-		return nil, bad("weights_dtype", "must be bf16, fp8 or int4, got %q", s.WeightsDType)
-	}
-	switch s.KVCacheDType {
-	case "":
-		s.KVCacheDType = "auto"
-	case "auto", string(hardware.FP8):
-	default:
-		return nil, bad("kv_cache_dtype", "must be auto or fp8, got %q", s.KVCacheDType)
-	}
-	if s.Replicas == 0 {
-		s.Replicas = 1
-	}
-	if s.Replicas < 1 || s.Replicas > MaxReplicas {
-		return nil, bad("replicas", "must be in [1, %d], got %d", MaxReplicas, s.Replicas)
-	}
-	if s.TensorParallelSize == 0 {
-		s.TensorParallelSize = 1
-	}
-	if s.TensorParallelSize < 1 {
-		return nil, bad("tensor_parallel_size", "must be >= 1, got %d", s.TensorParallelSize)
-	}
-
-	v := &s.VLLM
-	// vLLM's defaults for the OpenAI server (hardware.VLLMSchedulerDefaults):
-	// 256 sequences and 2048 batched tokens, or 1024 and 8192 on GPUs of
-	// 70 GiB or more other than the A100.
-	defSeqs, defBatched := hardware.VLLMSchedulerDefaults(gpu)
-	if v.MaxNumSeqs == 0 {
-		v.MaxNumSeqs = defSeqs
-	}
-	if v.MaxNumSeqs < 1 {
-		return nil, bad("vllm.max_num_seqs", "must be >= 1, got %d", v.MaxNumSeqs)
-	}
-	if v.MaxNumBatchedTokens == 0 {
-		v.MaxNumBatchedTokens = defBatched
-	}
-	if v.MaxNumBatchedTokens < 1 {
-		return nil, bad("vllm.max_num_batched_tokens", "must be >= 1, got %d", v.MaxNumBatchedTokens)
-	}
-	if v.GPUMemoryUtilization == 0 {
-		v.GPUMemoryUtilization = 0.9
-	}
-	if !(v.GPUMemoryUtilization > 0 && v.GPUMemoryUtilization <= 1) {
-		return nil, bad("vllm.gpu_memory_utilization", "must be in (0, 1], got %g", v.GPUMemoryUtilization)
-	}
-	if v.BlockSize == 0 {
-		v.BlockSize = DefaultBlockSize
-	}
-	if v.BlockSize < 1 || v.BlockSize > 1024 {
-		return nil, bad("vllm.block_size", "must be in [1, 1024], got %d", v.BlockSize)
-	}
-	if v.NumGPUBlocks < 0 || v.NumGPUBlocks == 1 {
-		return nil, bad("vllm.num_gpu_blocks", "must be 0 (size from hardware) or >= 2, got %d", v.NumGPUBlocks)
-	}
-	if v.MaxModelLen < 0 {
-		return nil, bad("vllm.max_model_len", "must be >= 0, got %d", v.MaxModelLen)
-	}
-	if v.Version == "" {
-		v.Version = DefaultVLLMVersion
-	}
-	version, ok := parseVLLMVersion(v.Version)
-	if !ok {
-		return nil, bad("vllm.version", "want a release such as \"0.26\" or \"0.26.1\", got %q", v.Version)
-	}
-	behaviour := VLLMBehaviourFor(version, model)
-	switch v.ReserveFullISL {
-	case "":
-		v.ReserveFullISL = strconv.FormatBool(behaviour.ReserveFullISL)
-	case "true", "false":
-	default:
-		return nil, bad("vllm.scheduler_reserve_full_isl", "want true or false, got %q", v.ReserveFullISL)
-	}
-	if v.APIServerCount == 0 {
-		v.APIServerCount = s.Replicas
-	}
-	if v.APIServerCount < 1 || v.APIServerCount > 1024 {
-		return nil, bad("vllm.api_server_count", "must be in [1, 1024] (0 = the DP size), got %d", v.APIServerCount)
-	}
-	if v.StatsUpdateInterval == 0 {
-		v.StatsUpdateInterval = Duration(DefaultStatsUpdateInterval)
-	}
-	if time.Duration(v.StatsUpdateInterval) < time.Millisecond || time.Duration(v.StatsUpdateInterval) > time.Minute {
-		return nil, bad("vllm.stats_update_interval", "must be in [1ms, 1m], got %s", time.Duration(v.StatsUpdateInterval))
-	}
-	if !(v.Watermark >= 0 && v.Watermark < 1) {
-		return nil, bad("vllm.watermark", "must be in [0, 1), got %g", v.Watermark)
-	}
-
-	r := &s.Routing
-	if r.Strategy == "" {
-		r.Strategy = placement.StrategyAffinity
-	}
-	if !validStrategy(r.Strategy) {
-		return nil, bad("routing.strategy", "must be one of %s, got %q", strings.Join(placement.Strategies(), ", "), r.Strategy)
-	}
-	if r.SpillThreshold == "" {
-		r.SpillThreshold = "auto"
-	}
-	spill, err := placement.ParseSpillThreshold(r.SpillThreshold)
+	model, gpu, err := s.resolveHardware()
 	if err != nil {
-		return nil, bad("routing.spill_threshold", "%v", err)
+		return nil, err
 	}
-	if r.Balance == "" {
-		r.Balance = placement.BalanceSessions.String()
+	if err := s.resolveShape(); err != nil {
+		return nil, err
 	}
-	balance, err := placement.ParseBalance(r.Balance)
+	behaviour, err := s.VLLM.resolve(gpu, model, s.Replicas)
 	if err != nil {
-		return nil, bad("routing.balance", "want sessions or kv, got %q", r.Balance)
+		return nil, err
 	}
-	if r.Admission == "" {
-		r.Admission = placement.AdmissionOff.String()
-	}
-	admission, err := placement.ParseAdmission(r.Admission)
+	routing, err := s.Routing.resolve()
 	if err != nil {
-		return nil, bad("routing.admission", "want off or kv, got %q", r.Admission)
-	}
-	if r.AdmissionTimeout < 0 {
-		return nil, bad("routing.admission_timeout", "must be >= 0 (0 = wait as long as it takes), got %s", time.Duration(r.AdmissionTimeout))
-	}
-	if r.SessionTTL == 0 {
-		r.SessionTTL = Duration(placement.DefaultSessionTTL)
-	}
-	if r.SessionTTL < 0 {
-		return nil, bad("routing.session_ttl", "must be > 0")
-	}
-	switch r.Balancer {
-	case "":
-		r.Balancer = BalancerVLLM
-	case BalancerVLLM, BalancerWarden:
-	default:
-		return nil, bad("routing.balancer", "want %s or %s, got %q", BalancerVLLM, BalancerWarden, r.Balancer)
-	}
-	if r.ActiveWindow < 0 {
-		return nil, bad("routing.active_window", "must be >= 0 (0 = default %s)", placement.DefaultActiveWindow)
-	}
-	if r.MaxSessions < 0 {
-		return nil, bad("routing.max_sessions", "must be >= 0 (0 = default), got %d", r.MaxSessions)
+		return nil, err
 	}
 	if s.ScrapeInterval == 0 {
 		s.ScrapeInterval = Duration(DefaultScrapeInterval)
@@ -477,21 +286,242 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 	if err := s.StepTime.validate(); err != nil {
 		return nil, err
 	}
+	f := &Farm{GPU: gpu, Model: model, Spill: routing.spill, Balance: routing.balance, Admission: routing.admission, Behaviour: behaviour}
+	if err := s.resolveKV(f); err != nil {
+		return nil, err
+	}
+	if s.Name == "" {
+		s.Name = fmt.Sprintf("%d x %s, %s", s.Replicas*s.TensorParallelSize, gpu.Name, model.Name)
+	}
+	f.Spec = s
+	return f, nil
+}
 
+// resolveHardware checks model (or model_config) and gpu and looks them
+// up; a spec of model_config gets the config's model name.
+func (s *FarmSpec) resolveHardware() (hardware.Model, hardware.GPU, error) {
+	var (
+		model hardware.Model
+		gpu   hardware.GPU
+		err   error
+	)
+	if s.Model == "" && s.ModelConfig == "" {
+		return model, gpu, bad("model", "required (a model name, or model_config: path/to/config.json)")
+	}
+	if s.Model != "" && s.ModelConfig != "" {
+		return model, gpu, bad("model_config", "give model or model_config, not both")
+	}
+	if s.GPU == "" {
+		return model, gpu, bad("gpu", "required (a GPU name such as \"RTX A4000\", or auto)")
+	}
+	if s.ModelConfig != "" {
+		model, err = hardware.LoadHFConfig(s.ModelConfig)
+		if err != nil {
+			return model, gpu, bad("model_config", "%v", err)
+		}
+	} else {
+		model, err = hardware.LookupModel(s.Model)
+		if err != nil {
+			return model, gpu, bad("model", "%v", err)
+		}
+	}
+	if s.Model == "" {
+		s.Model = model.Name
+	}
+	if s.GPU == "auto" {
+		gpu, err = probeGPU()
+		if err != nil {
+			return model, gpu, bad("gpu", "auto: %v", err)
+		}
+	} else {
+		gpu, err = hardware.LookupGPU(s.GPU)
+		if err != nil {
+			return model, gpu, bad("gpu", "%v", err)
+		}
+	}
+	return model, gpu, nil
+}
+
+// resolveShape fills and checks the dtypes, the replicas and the tensor
+// parallel size.
+func (s *FarmSpec) resolveShape() error {
+	switch s.WeightsDType {
+	case "":
+		s.WeightsDType = string(hardware.BF16)
+	case string(hardware.BF16), string(hardware.FP8), string(hardware.INT4):
+	default:
+		return bad("weights_dtype", "must be bf16, fp8 or int4, got %q", s.WeightsDType)
+	}
+	switch s.KVCacheDType {
+	case "":
+		s.KVCacheDType = "auto"
+	case "auto", string(hardware.FP8):
+	default:
+		return bad("kv_cache_dtype", "must be auto or fp8, got %q", s.KVCacheDType)
+	}
+	if s.Replicas == 0 {
+		s.Replicas = 1
+	}
+	if s.Replicas < 1 || s.Replicas > MaxReplicas {
+		return bad("replicas", "must be in [1, %d], got %d", MaxReplicas, s.Replicas)
+	}
+	if s.TensorParallelSize == 0 {
+		s.TensorParallelSize = 1
+	}
+	if s.TensorParallelSize < 1 {
+		return bad("tensor_parallel_size", "must be >= 1, got %d", s.TensorParallelSize)
+	}
+	return nil
+}
+
+// resolve fills and checks the engine arguments of a farm of replicas
+// replicas of model on gpu, and returns the behaviour of its vLLM release.
+func (v *VLLMSpec) resolve(gpu hardware.GPU, model hardware.Model, replicas int) (VLLMBehaviour, error) {
+	// vLLM's defaults for the OpenAI server (hardware.VLLMSchedulerDefaults):
+	// 256 sequences and 2048 batched tokens, or 1024 and 8192 on GPUs of
+	// 70 GiB or more other than the A100.
+	defSeqs, defBatched := hardware.VLLMSchedulerDefaults(gpu)
+	if v.MaxNumSeqs == 0 {
+		v.MaxNumSeqs = defSeqs
+	}
+	if v.MaxNumSeqs < 1 {
+		return VLLMBehaviour{}, bad("vllm.max_num_seqs", "must be >= 1, got %d", v.MaxNumSeqs)
+	}
+	if v.MaxNumBatchedTokens == 0 {
+		v.MaxNumBatchedTokens = defBatched
+	}
+	if v.MaxNumBatchedTokens < 1 {
+		return VLLMBehaviour{}, bad("vllm.max_num_batched_tokens", "must be >= 1, got %d", v.MaxNumBatchedTokens)
+	}
+	if v.GPUMemoryUtilization == 0 {
+		v.GPUMemoryUtilization = 0.9
+	}
+	if !(v.GPUMemoryUtilization > 0 && v.GPUMemoryUtilization <= 1) {
+		return VLLMBehaviour{}, bad("vllm.gpu_memory_utilization", "must be in (0, 1], got %g", v.GPUMemoryUtilization)
+	}
+	if v.BlockSize == 0 {
+		v.BlockSize = DefaultBlockSize
+	}
+	if v.BlockSize < 1 || v.BlockSize > 1024 {
+		return VLLMBehaviour{}, bad("vllm.block_size", "must be in [1, 1024], got %d", v.BlockSize)
+	}
+	if v.NumGPUBlocks < 0 || v.NumGPUBlocks == 1 {
+		return VLLMBehaviour{}, bad("vllm.num_gpu_blocks", "must be 0 (size from hardware) or >= 2, got %d", v.NumGPUBlocks)
+	}
+	if v.MaxModelLen < 0 {
+		return VLLMBehaviour{}, bad("vllm.max_model_len", "must be >= 0, got %d", v.MaxModelLen)
+	}
+	if v.Version == "" {
+		v.Version = DefaultVLLMVersion
+	}
+	version, ok := parseVLLMVersion(v.Version)
+	if !ok {
+		return VLLMBehaviour{}, bad("vllm.version", "want a release such as \"0.26\" or \"0.26.1\", got %q", v.Version)
+	}
+	behaviour := VLLMBehaviourFor(version, model)
+	switch v.ReserveFullISL {
+	case "":
+		v.ReserveFullISL = strconv.FormatBool(behaviour.ReserveFullISL)
+	case "true", "false":
+	default:
+		return behaviour, bad("vllm.scheduler_reserve_full_isl", "want true or false, got %q", v.ReserveFullISL)
+	}
+	if v.APIServerCount == 0 {
+		v.APIServerCount = replicas
+	}
+	if v.APIServerCount < 1 || v.APIServerCount > 1024 {
+		return behaviour, bad("vllm.api_server_count", "must be in [1, 1024] (0 = the DP size), got %d", v.APIServerCount)
+	}
+	if v.StatsUpdateInterval == 0 {
+		v.StatsUpdateInterval = Duration(DefaultStatsUpdateInterval)
+	}
+	if time.Duration(v.StatsUpdateInterval) < time.Millisecond || time.Duration(v.StatsUpdateInterval) > time.Minute {
+		return behaviour, bad("vllm.stats_update_interval", "must be in [1ms, 1m], got %s", time.Duration(v.StatsUpdateInterval))
+	}
+	if !(v.Watermark >= 0 && v.Watermark < 1) {
+		return behaviour, bad("vllm.watermark", "must be in [0, 1), got %g", v.Watermark)
+	}
+	return behaviour, nil
+}
+
+// resolvedRouting is what a routing block resolves to.
+type resolvedRouting struct {
+	spill     placement.SpillThreshold
+	balance   placement.Balance
+	admission placement.Admission
+}
+
+// resolve fills and checks the routing block.
+func (r *RoutingSpec) resolve() (resolvedRouting, error) {
+	var out resolvedRouting
+	if r.Strategy == "" {
+		r.Strategy = placement.StrategyAffinity
+	}
+	if !validStrategy(r.Strategy) {
+		return out, bad("routing.strategy", "must be one of %s, got %q", strings.Join(placement.Strategies(), ", "), r.Strategy)
+	}
+	if r.SpillThreshold == "" {
+		r.SpillThreshold = "auto"
+	}
+	var err error
+	if out.spill, err = placement.ParseSpillThreshold(r.SpillThreshold); err != nil {
+		return out, bad("routing.spill_threshold", "%v", err)
+	}
+	if r.Balance == "" {
+		r.Balance = placement.BalanceSessions.String()
+	}
+	if out.balance, err = placement.ParseBalance(r.Balance); err != nil {
+		return out, bad("routing.balance", "want sessions or kv, got %q", r.Balance)
+	}
+	if r.Admission == "" {
+		r.Admission = placement.AdmissionOff.String()
+	}
+	if out.admission, err = placement.ParseAdmission(r.Admission); err != nil {
+		return out, bad("routing.admission", "want off or kv, got %q", r.Admission)
+	}
+	if r.AdmissionTimeout < 0 {
+		return out, bad("routing.admission_timeout", "must be >= 0 (0 = wait as long as it takes), got %s", time.Duration(r.AdmissionTimeout))
+	}
+	if r.SessionTTL == 0 {
+		r.SessionTTL = Duration(placement.DefaultSessionTTL)
+	}
+	if r.SessionTTL < 0 {
+		return out, bad("routing.session_ttl", "must be > 0")
+	}
+	switch r.Balancer {
+	case "":
+		r.Balancer = BalancerVLLM
+	case BalancerVLLM, BalancerWarden:
+	default:
+		return out, bad("routing.balancer", "want %s or %s, got %q", BalancerVLLM, BalancerWarden, r.Balancer)
+	}
+	if r.ActiveWindow < 0 {
+		return out, bad("routing.active_window", "must be >= 0 (0 = default %s)", placement.DefaultActiveWindow)
+	}
+	if r.MaxSessions < 0 {
+		return out, bad("routing.max_sessions", "must be >= 0 (0 = default), got %d", r.MaxSessions)
+	}
+	return out, nil
+}
+
+// resolveKV checks ecc and the capacity and speed scales and sizes f's KV
+// cache on f's GPU and model (the deployment, its sizing, the blocks).
+func (s *FarmSpec) resolveKV(f *Farm) error {
+	v := &s.VLLM
 	ecc, err := hardware.ParseECC(s.ECC)
 	if err != nil {
-		return nil, bad("ecc", "%v", err)
+		return bad("ecc", "%v", err)
 	}
-	if _, _, err := hardware.TotalMemory(gpu, ecc); err != nil {
-		return nil, bad("ecc", "%v", err)
+	if _, _, err := hardware.TotalMemory(f.GPU, ecc); err != nil {
+		return bad("ecc", "%v", err)
 	}
 	kvDType := hardware.DType(s.KVCacheDType)
 	if s.KVCacheDType == "auto" {
 		kvDType = hardware.BF16
 	}
-	dep := hardware.Deployment{
-		GPU:                  gpu,
-		Model:                model,
+	f.Deployment = hardware.Deployment{
+		GPU:                  f.GPU,
+		Model:                f.Model,
 		WeightsDType:         hardware.DType(s.WeightsDType),
 		KVCacheDType:         kvDType,
 		TensorParallelSize:   s.TensorParallelSize,
@@ -501,50 +531,37 @@ func Resolve(spec FarmSpec) (*Farm, error) {
 		MaxNumSeqs:           v.MaxNumSeqs,
 		MaxNumBatchedTokens:  v.MaxNumBatchedTokens,
 		ECC:                  ecc,
-		ModelRunner:          behaviour.ModelRunner,
+		ModelRunner:          f.Behaviour.ModelRunner,
 	}
-	sizing, err := hardware.SizeKV(dep)
+	f.Sizing, err = hardware.SizeKV(f.Deployment)
 	if err != nil && v.NumGPUBlocks == 0 {
-		return nil, &fieldError{key: "gpu", reason: err.Error(), err: err}
+		return &fieldError{key: "gpu", reason: err.Error(), err: err}
 	}
 	if s.KVCapacityScale == 0 {
 		s.KVCapacityScale = 1
 	}
 	if !(s.KVCapacityScale >= 0.1 && s.KVCapacityScale <= 10) {
-		return nil, bad("kv_capacity_scale", "must be in [0.1, 10] (0 = 1), got %g", s.KVCapacityScale)
+		return bad("kv_capacity_scale", "must be in [0.1, 10] (0 = 1), got %g", s.KVCapacityScale)
 	}
 	if s.SpeedScale == 0 {
 		s.SpeedScale = 1
 	}
 	if !(s.SpeedScale >= 0.1 && s.SpeedScale <= 10) {
-		return nil, bad("speed_scale", "must be in [0.1, 10] (0 = 1), got %g", s.SpeedScale)
+		return bad("speed_scale", "must be in [0.1, 10] (0 = 1), got %g", s.SpeedScale)
 	}
 	blocks := v.NumGPUBlocks
 	if blocks == 0 {
-		blocks = int(float64(sizing.KVBlocksPerReplica) * s.KVCapacityScale)
+		blocks = int(float64(f.Sizing.KVBlocksPerReplica) * s.KVCapacityScale)
 	}
 	if blocks > math.MaxInt32 {
 		// Blocks are numbered by int32 (blockpool.go).
-		return nil, bad("vllm.num_gpu_blocks", "must be at most %d, got %d", math.MaxInt32, blocks)
+		return bad("vllm.num_gpu_blocks", "must be at most %d, got %d", math.MaxInt32, blocks)
 	}
 	if blocks < 2 {
-		return nil, bad("gpu", "%s on %d x %s leaves no room for a KV cache (%d blocks)", model.Name, s.TensorParallelSize, gpu.Name, blocks)
+		return bad("gpu", "%s on %d x %s leaves no room for a KV cache (%d blocks)", f.Model.Name, s.TensorParallelSize, f.GPU.Name, blocks)
 	}
-	if s.Name == "" {
-		s.Name = fmt.Sprintf("%d x %s, %s", s.Replicas*s.TensorParallelSize, gpu.Name, model.Name)
-	}
-	return &Farm{
-		Spec:         s,
-		GPU:          gpu,
-		Model:        model,
-		Deployment:   dep,
-		Sizing:       sizing,
-		NumGPUBlocks: blocks,
-		Spill:        spill,
-		Balance:      balance,
-		Admission:    admission,
-		Behaviour:    behaviour,
-	}, nil
+	f.NumGPUBlocks = blocks
+	return nil
 }
 
 func validStrategy(s string) bool {

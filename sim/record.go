@@ -2,10 +2,12 @@ package sim
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/placement"
 )
 
@@ -72,66 +74,66 @@ func newRecorder(r *run, lean bool) *recorder {
 	for i := range n {
 		eng := strconv.Itoa(i)
 		vl := func(name string, extra ...string) *metrics.Series {
-			kv := append([]string{metrics.LabelName, name, metrics.LabelModelName, model, metrics.LabelEngine, eng}, extra...)
+			kv := append([]string{names.LabelName, name, names.LabelModelName, model, names.LabelEngine, eng}, extra...)
 			return st.Series(labels.FromStrings(kv...))
 		}
 		if lean {
-			rec.eng = append(rec.eng, engineSeries{queries: vl(metrics.VLLMPrefixCacheQueries), hits: vl(metrics.VLLMPrefixCacheHits)})
+			rec.eng = append(rec.eng, engineSeries{queries: vl(names.VLLMPrefixCacheQueries), hits: vl(names.VLLMPrefixCacheHits)})
 			rec.rt = append(rec.rt, routerSeries{
-				inFlight: st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenInFlight, metrics.LabelModel, model, metrics.LabelReplica, eng)),
+				inFlight: st.Series(labels.FromStrings(names.LabelName, names.WardenInFlight, names.LabelModel, model, names.LabelReplica, eng)),
 			})
 			continue
 		}
 		rec.eng = append(rec.eng, engineSeries{
-			running: vl(metrics.VLLMNumRequestsRunning),
-			waiting: vl(metrics.VLLMNumRequestsWaiting),
-			kvUsage: vl(metrics.VLLMKVCacheUsagePerc),
-			queries: vl(metrics.VLLMPrefixCacheQueries),
-			hits:    vl(metrics.VLLMPrefixCacheHits),
-			prompt:  vl(metrics.VLLMPromptTokens),
-			gen:     vl(metrics.VLLMGenerationTokens),
-			preempt: vl(metrics.VLLMNumPreemptions),
-			stop:    vl(metrics.VLLMRequestSuccess, metrics.LabelFinishedReason, metrics.FinishedStop),
-			length:  vl(metrics.VLLMRequestSuccess, metrics.LabelFinishedReason, metrics.FinishedLength),
+			running: vl(names.VLLMNumRequestsRunning),
+			waiting: vl(names.VLLMNumRequestsWaiting),
+			kvUsage: vl(names.VLLMKVCacheUsagePerc),
+			queries: vl(names.VLLMPrefixCacheQueries),
+			hits:    vl(names.VLLMPrefixCacheHits),
+			prompt:  vl(names.VLLMPromptTokens),
+			gen:     vl(names.VLLMGenerationTokens),
+			preempt: vl(names.VLLMNumPreemptions),
+			stop:    vl(names.VLLMRequestSuccess, names.LabelFinishedReason, names.FinishedStop),
+			length:  vl(names.VLLMRequestSuccess, names.LabelFinishedReason, names.FinishedLength),
 			cacheCfg: st.Series(labels.FromStrings(
-				metrics.LabelName, metrics.VLLMCacheConfigInfo,
-				metrics.LabelEngine, eng,
-				metrics.LabelBlockSize, strconv.Itoa(v.BlockSize),
-				metrics.LabelNumGPUBlocks, strconv.Itoa(r.farm.NumGPUBlocks),
-				metrics.LabelGPUMemoryUtilization, strconv.FormatFloat(v.GPUMemoryUtilization, 'g', -1, 64),
-				metrics.LabelEnablePrefixCaching, "True",
+				names.LabelName, names.VLLMCacheConfigInfo,
+				names.LabelEngine, eng,
+				names.LabelBlockSize, strconv.Itoa(v.BlockSize),
+				names.LabelNumGPUBlocks, strconv.Itoa(r.farm.NumGPUBlocks),
+				names.LabelGPUMemoryUtilization, strconv.FormatFloat(v.GPUMemoryUtilization, 'g', -1, 64),
+				names.LabelEnablePrefixCaching, "True",
 			)),
 		})
 		e := &rec.eng[len(rec.eng)-1]
-		hl := labels.FromStrings(metrics.LabelModelName, model, metrics.LabelEngine, eng)
+		hl := labels.FromStrings(names.LabelModelName, model, names.LabelEngine, eng)
 		e.obs = NewEngineHistograms(v.MaxModelLen, func(d HistogramDesc) Observer {
 			h := metrics.NewHistogram(st, d.Name, hl, d.Buckets)
 			e.hists = append(e.hists, h)
 			return h
 		})
 		rs := routerSeries{
-			inFlight: st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenInFlight, metrics.LabelModel, model, metrics.LabelReplica, eng)),
-			sessions: st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenSessions, metrics.LabelModel, model, metrics.LabelReplica, eng)),
-			active:   st.Series(labels.FromStrings(metrics.LabelName, metrics.WardenActiveSessions, metrics.LabelModel, model, metrics.LabelReplica, eng)),
+			inFlight: st.Series(labels.FromStrings(names.LabelName, names.WardenInFlight, names.LabelModel, model, names.LabelReplica, eng)),
+			sessions: st.Series(labels.FromStrings(names.LabelName, names.WardenSessions, names.LabelModel, model, names.LabelReplica, eng)),
+			active:   st.Series(labels.FromStrings(names.LabelName, names.WardenActiveSessions, names.LabelModel, model, names.LabelReplica, eng)),
 		}
 		for reason := range numReasons {
 			rs.requests = append(rs.requests, st.Series(labels.FromStrings(
-				metrics.LabelName, metrics.WardenRequests, metrics.LabelModel, model,
-				metrics.LabelReason, placement.Reason(reason).String(), metrics.LabelReplica, eng)))
+				names.LabelName, names.WardenRequests, names.LabelModel, model,
+				names.LabelReason, placement.Reason(reason).String(), names.LabelReplica, eng)))
 		}
 		rec.rt = append(rec.rt, rs)
 	}
 	wl := func(name string) *metrics.Series {
-		return st.Series(labels.FromStrings(metrics.LabelName, name, metrics.LabelModel, model))
+		return st.Series(labels.FromStrings(names.LabelName, name, names.LabelModel, model))
 	}
-	rec.later = wl(metrics.WardenLaterTurns)
-	rec.home = wl(metrics.WardenLaterTurnsHome)
-	rec.done = wl(metrics.WardenSessionsCompleted)
-	rec.output = wl(metrics.WardenOutputTokens)
+	rec.later = wl(names.WardenLaterTurns)
+	rec.home = wl(names.WardenLaterTurnsHome)
+	rec.done = wl(names.WardenSessionsCompleted)
+	rec.output = wl(names.WardenOutputTokens)
 	// Classic buckets and the native histogram, as live mode's client_golang
 	// histogram exposes them: the TTFB KPIs read the native one.
-	rec.ttfb = metrics.NewHistogram(st, metrics.WardenTTFB, labels.FromStrings(metrics.LabelModel, model), metrics.WardenTTFBBuckets()).
-		WithNative(st, metrics.WardenTTFBNative())
+	rec.ttfb = metrics.NewHistogram(st, names.WardenTTFB, labels.FromStrings(names.LabelModel, model), names.WardenTTFBBuckets()).
+		WithNative(st, names.WardenTTFBNative())
 	return rec
 }
 
@@ -285,8 +287,8 @@ func engineHistogramTable(h *EngineHistograms, maxModelLen int) []struct {
 	desc  HistogramDesc
 	field *Observer
 } {
-	lat := metrics.VLLMRequestLatencyBuckets
-	tok := func() []float64 { return metrics.VLLMTokenBuckets(maxModelLen) }
+	lat := names.VLLMRequestLatencyBuckets
+	tok := func() []float64 { return names.VLLMTokenBuckets(maxModelLen) }
 	d := func(name, help string, buckets []float64) HistogramDesc {
 		return HistogramDesc{Name: name, Help: help, Buckets: buckets}
 	}
@@ -294,15 +296,15 @@ func engineHistogramTable(h *EngineHistograms, maxModelLen int) []struct {
 		desc  HistogramDesc
 		field *Observer
 	}{
-		{d(metrics.VLLMTimeToFirstToken, "Histogram of time to first token in seconds.", metrics.VLLMTTFTBuckets()), &h.ttft},
-		{d(metrics.VLLMInterTokenLatency, "Histogram of inter-token latency in seconds.", metrics.VLLMITLBuckets()), &h.itl},
-		{d(metrics.VLLMRequestQueueTime, "Histogram of time spent in WAITING phase for request.", lat()), &h.queue},
-		{d(metrics.VLLMRequestPrefillTime, "Histogram of time spent in PREFILL phase for request.", lat()), &h.prefill},
-		{d(metrics.VLLMRequestDecodeTime, "Histogram of time spent in DECODE phase for request.", lat()), &h.decode},
-		{d(metrics.VLLME2ERequestLatency, "Histogram of e2e request latency in seconds.", lat()), &h.e2e},
-		{d(metrics.VLLMRequestPromptTokens, "Number of prefill tokens processed.", tok()), &h.prompt},
-		{d(metrics.VLLMRequestGenerationTokens, "Number of generation tokens processed.", tok()), &h.outputs},
-		{d(metrics.VLLMIterationTokens, "Histogram of number of tokens per engine_step.", metrics.VLLMIterationTokenBuckets()), &h.iterTokens},
+		{d(names.VLLMTimeToFirstToken, "Histogram of time to first token in seconds.", names.VLLMTTFTBuckets()), &h.ttft},
+		{d(names.VLLMInterTokenLatency, "Histogram of inter-token latency in seconds.", names.VLLMITLBuckets()), &h.itl},
+		{d(names.VLLMRequestQueueTime, "Histogram of time spent in WAITING phase for request.", lat()), &h.queue},
+		{d(names.VLLMRequestPrefillTime, "Histogram of time spent in PREFILL phase for request.", lat()), &h.prefill},
+		{d(names.VLLMRequestDecodeTime, "Histogram of time spent in DECODE phase for request.", lat()), &h.decode},
+		{d(names.VLLME2ERequestLatency, "Histogram of e2e request latency in seconds.", lat()), &h.e2e},
+		{d(names.VLLMRequestPromptTokens, "Number of prefill tokens processed.", tok()), &h.prompt},
+		{d(names.VLLMRequestGenerationTokens, "Number of generation tokens processed.", tok()), &h.outputs},
+		{d(names.VLLMIterationTokens, "Histogram of number of tokens per engine_step.", names.VLLMIterationTokenBuckets()), &h.iterTokens},
 	}
 }
 
@@ -372,4 +374,86 @@ func (h *EngineHistograms) finished(s *seq, now int64) {
 	h.e2e.Observe(usToSec(now - s.sentUs))
 	h.prompt.Observe(float64(s.prompt))
 	h.outputs.Observe(float64(s.generated))
+}
+
+// refreshSnapshot copies the scraped fields of every replica into the
+// snapshot the policy sees (one scrape).
+func (r *run) refreshSnapshot() {
+	for i, rep := range r.reps {
+		p := &r.snap.Replicas[i]
+		p.Running = len(rep.running)
+		p.Waiting = rep.waiting.len()
+		p.KVUsage = rep.pool.usage()
+	}
+	r.snap.Generation++
+}
+
+// countHeld counts, in a closed loop, the running sessions whose last
+// request was placed on each replica (run.held): where each conversation's
+// context lives, the sessions a replica holds.
+func (r *run) countHeld() {
+	c, ok := r.drv.(*closedLoop)
+	if !ok {
+		return
+	}
+	if r.held == nil {
+		r.held = make([]int32, len(r.reps))
+	}
+	clear(r.held)
+	for k := range c.clients {
+		if cl := &c.clients[k]; cl.active && cl.last >= 0 && int(cl.last) < len(r.held) {
+			r.held[cl.last]++
+		}
+	}
+}
+
+// scrape is one scrape instant: the snapshot is refreshed and every series
+// gets a sample.
+func (r *run) scrape() {
+	r.refreshSnapshot()
+	r.countHeld()
+	if r.table != nil {
+		r.table.Advance(time.UnixMicro(r.now)) // the active counts as of now, not of the last pick
+		r.table.Fill(&r.snap)
+	}
+	if r.kv != nil {
+		r.kv.admit(r) // conversations that went idle make room
+	}
+	r.rec.append(r.now / usPerMs)
+	r.lastScrape = r.now
+}
+
+// mark is the state of every counter at one scrape instant.
+type mark struct {
+	atUs     int64
+	engines  []engineStats
+	requests [][]int64
+	router   routerStats // scalars only; slices are not copied
+	kvSum    []float64   // running sums of KV usage samples per replica
+	kvMax    []float64
+	heldMin  []int32 // sessions held per replica since the last mark
+	heldMax  []int32
+	samples  int64
+	busySum  int64
+}
+
+// takeMark records the counters now (right after a scrape at r.now).
+func (r *run) takeMark() mark {
+	m := mark{atUs: r.now, router: r.rt}
+	m.router.requests, m.router.inFlight, m.router.ttfbs = nil, nil, nil
+	m.engines = make([]engineStats, len(r.reps))
+	m.requests = make([][]int64, len(r.reps))
+	for i, rep := range r.reps {
+		m.engines[i] = rep.stats
+		m.requests[i] = append([]int64(nil), r.rt.requests[i]...)
+	}
+	m.kvSum = append([]float64(nil), r.rec.kvSum...)
+	m.kvMax = append([]float64(nil), r.rec.kvMax...)
+	clear(r.rec.kvMax) // the maximum is per step
+	m.heldMin = append([]int32(nil), r.rec.heldMin...)
+	m.heldMax = append([]int32(nil), r.rec.heldMax...)
+	r.rec.resetHeld()
+	m.samples = r.rec.samples
+	m.busySum = r.rec.busySum
+	return m
 }

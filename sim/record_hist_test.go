@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/metrics/names"
 )
 
 // TestRecorderWritesNativeTTFB checks that the recorder writes
@@ -47,7 +48,7 @@ func TestRecorderWritesNativeTTFB(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(v) != 1 || v[0].H == nil || v[0].H.Count == 0 || v[0].H.Schema != metrics.WardenTTFBNative().Schema() {
+		if len(v) != 1 || v[0].H == nil || v[0].H.Count == 0 || v[0].H.Schema != names.WardenTTFBNative().Schema() {
 			t.Fatalf("%s: native histogram at the end: %v", s, v)
 		}
 	}

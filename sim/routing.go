@@ -336,3 +336,108 @@ func (k *kvRouter) each(f func(*seq)) {
 		k.waiting.Push(s, time.UnixMicro(s.sentUs))
 	}
 }
+
+// submit routes s through the placement policy and enqueues it on the
+// chosen replica. home is the session's home (the replica of its first
+// turn), updated for a first turn; it may be nil. It reports false when
+// the request can never fit in a replica's KV cache: it is then rejected
+// (passed to the driver's done as unfinished) without being routed.
+func (r *run) submit(s *seq, home *int) bool {
+	if !r.cfg.fits(s.prompt, s.output) {
+		r.rt.rejected++
+		r.rt.unfinished++
+		s.rejected = true
+		r.logRequest(s, false)
+		r.drv.done(r, s, false)
+		r.seqFree = append(r.seqFree, s)
+		r.checkIdle()
+		return false
+	}
+	if r.kv != nil && r.kv.aff.MustQueue(r.request(s), r.kv.waiting.Len(), time.UnixMicro(r.now)) {
+		r.kv.waiting.Push(s, time.UnixMicro(s.sentUs)) // behind the new conversations already waiting
+		r.rt.admissionWaits++
+		return true
+	}
+	d, err := r.pick(s)
+	if err != nil {
+		r.err = fmt.Errorf("placement: %w", err)
+		return false
+	}
+	if d.Wait {
+		r.kv.waiting.Push(s, time.UnixMicro(s.sentUs))
+		r.rt.admissionWaits++
+		return true
+	}
+	r.place(s, d, home)
+	return true
+}
+
+// request fills r.preq for s.
+func (r *run) request(s *seq) *placement.Request {
+	r.preq = placement.Request{
+		Session:      s.req.Session,
+		Parent:       s.req.Parent,
+		Model:        r.model,
+		PromptTokens: s.prompt,
+		Pinned:       placement.NoPin,
+	}
+	if r.kv != nil {
+		r.preq.SharedPrefixTokens = min(r.kv.shared, s.prompt)
+	}
+	return &r.preq
+}
+
+// pick asks the router for s's replica.
+func (r *run) pick(s *seq) (placement.Decision, error) {
+	req := r.request(s)
+	if r.table != nil {
+		r.table.Fill(&r.snap)
+	}
+	if r.front != nil {
+		r.connect(s)
+		return r.front.pick(s.apiServer, req)
+	}
+	return r.policy.Pick(req, &r.snap, time.UnixMicro(r.now))
+}
+
+// homeOf returns the home slot of s's client in a closed loop, else nil.
+func (r *run) homeOf(s *seq) *int {
+	if c, ok := r.drv.(*closedLoop); ok && s.client >= 0 && int(s.client) < len(c.clients) {
+		return &c.clients[s.client].home
+	}
+	return nil
+}
+
+// place enqueues s on the replica of decision d.
+func (r *run) place(s *seq, d placement.Decision, home *int) {
+	rp := d.Replica
+	s.reason = uint8(d.Reason)
+	r.rt.requests[rp][d.Reason]++
+	r.rt.inFlight[rp]++
+	r.snap.Replicas[rp].InFlight = r.rt.inFlight[rp]
+	if home != nil {
+		if s.turn == 0 {
+			*home = rp
+		}
+		if c, ok := r.drv.(*closedLoop); ok && s.client >= 0 && int(s.client) < len(c.clients) {
+			c.clients[s.client].last = int32(rp)
+		}
+		r.rt.stay.Add(s.turn > 0, *home, rp)
+	}
+	if r.turnEnds && r.table != nil && s.req.Session != "" {
+		// Sent now: held until it ends (onDone) and for its return timeout
+		// after, as the proxy's pick starts it in the table.
+		r.table.Start(s.req.Session, time.UnixMicro(r.now))
+	}
+	if r.kv != nil {
+		r.kv.routed(r, s, d)
+	}
+	if r.front == nil && r.apiUs != nil {
+		s.replica = rp // in flight there from now, as the router counts it
+		r.tokenise(rp, s)
+		return
+	}
+	rep := r.reps[rp]
+	rep.add(s)
+	r.kick(rep)
+}

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/lm-warden/warden/placement"
@@ -123,9 +122,19 @@ type routerStats struct {
 	admissionRetries int64
 }
 
+// clientNetwork gives r the clients' side of w: half a network round trip
+// on the way up, the API server's work on each prompt (apiserver.go), and
+// the downlink's delay of each event on the way back.
+func (r *run) clientNetwork(w traces.Workload) {
+	r.netUpUs = micros(w.NetworkRTT / 2)
+	r.apiUs = func(prompt int) int64 { return micros(w.APIWork(prompt)) }
+	r.downlinkUs = micros(w.Downlink())
+}
+
 // outputTokens is warden_output_tokens_total: every token streamed to a
-// client. The simulated network is instant, so it is the sum of the
-// engines' generation counters.
+// client, counted as its engine emits it (the sum of the engines'
+// generation counters); the downlink (downlinkUs) delays its arrival, not
+// its count.
 func (r *run) outputTokens() int64 {
 	var n int64
 	for _, rep := range r.reps {
@@ -149,12 +158,9 @@ type driver interface {
 	idle() bool
 }
 
-func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, error) {
-	return newRunLean(f, strategy, spill, false)
-}
-
-// newRunLean is newRun, with a lean recorder when lean is set (its store
-// holds only the series of rowKPIs).
+// newRunLean returns a run of strategy (with the spill threshold spill) on
+// a fresh copy of f's replicas, with a lean recorder when lean is set (its
+// store holds only the series of rowKPIs).
 func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean bool) (*run, error) {
 	vr, err := newVariant(f, strategy, spill)
 	if err != nil {
@@ -256,11 +262,11 @@ func (r *run) loop(ctx context.Context, until int64) error {
 		case evStop:
 			r.stopped = true
 		case evArrive:
-			if s := r.unhold(e.arg); s != nil {
+			if s := r.unpark(e.arg); s != nil {
 				r.reachServer(s)
 			}
 		case evTokenised:
-			if s := r.unhold(e.arg); s != nil {
+			if s := r.unpark(e.arg); s != nil {
 				r.reachEngine(s)
 			}
 		}
@@ -311,7 +317,7 @@ func (r *run) dispatch(s *seq) { r.dispatchAfter(s, 0) }
 // waiting out a Retry-After): until it arrives, s is on its way up.
 func (r *run) dispatchAfter(s *seq, wait int64) {
 	if d := wait + r.netUpUs; d > 0 {
-		r.ev.push(r.now+d, evArrive, r.hold(s))
+		r.ev.push(r.now+d, evArrive, r.park(s))
 		return
 	}
 	r.reachServer(s)
@@ -377,111 +383,6 @@ func makeSeq(id int, req *traces.Request, client int32, outputCap int, now int64
 	}
 }
 
-// submit routes s through the placement policy and enqueues it on the
-// chosen replica. home is the session's home (the replica of its first
-// turn), updated for a first turn; it may be nil. It reports false when
-// the request can never fit in a replica's KV cache: it is then rejected
-// (passed to the driver's done as unfinished) without being routed.
-func (r *run) submit(s *seq, home *int) bool {
-	if !r.cfg.fits(s.prompt, s.output) {
-		r.rt.rejected++
-		r.rt.unfinished++
-		s.rejected = true
-		r.logRequest(s, false)
-		r.drv.done(r, s, false)
-		r.seqFree = append(r.seqFree, s)
-		r.checkIdle()
-		return false
-	}
-	if r.kv != nil && r.kv.aff.MustQueue(r.request(s), r.kv.waiting.Len(), time.UnixMicro(r.now)) {
-		r.kv.waiting.Push(s, time.UnixMicro(s.sentUs)) // behind the new conversations already waiting
-		r.rt.admissionWaits++
-		return true
-	}
-	d, err := r.pick(s)
-	if err != nil {
-		r.err = fmt.Errorf("placement: %w", err)
-		return false
-	}
-	if d.Wait {
-		r.kv.waiting.Push(s, time.UnixMicro(s.sentUs))
-		r.rt.admissionWaits++
-		return true
-	}
-	r.place(s, d, home)
-	return true
-}
-
-// request fills r.preq for s.
-func (r *run) request(s *seq) *placement.Request {
-	r.preq = placement.Request{
-		Session:      s.req.Session,
-		Parent:       s.req.Parent,
-		Model:        r.model,
-		PromptTokens: s.prompt,
-		Pinned:       placement.NoPin,
-	}
-	if r.kv != nil {
-		r.preq.SharedPrefixTokens = min(r.kv.shared, s.prompt)
-	}
-	return &r.preq
-}
-
-// pick asks the router for s's replica.
-func (r *run) pick(s *seq) (placement.Decision, error) {
-	req := r.request(s)
-	if r.table != nil {
-		r.table.Fill(&r.snap)
-	}
-	if r.front != nil {
-		r.connect(s)
-		return r.front.pick(s.apiServer, req)
-	}
-	return r.policy.Pick(req, &r.snap, time.UnixMicro(r.now))
-}
-
-// homeOf returns the home slot of s's client in a closed loop, else nil.
-func (r *run) homeOf(s *seq) *int {
-	if c, ok := r.drv.(*closedLoop); ok && s.client >= 0 && int(s.client) < len(c.clients) {
-		return &c.clients[s.client].home
-	}
-	return nil
-}
-
-// place enqueues s on the replica of decision d.
-func (r *run) place(s *seq, d placement.Decision, home *int) {
-	rp := d.Replica
-	s.reason = uint8(d.Reason)
-	r.rt.requests[rp][d.Reason]++
-	r.rt.inFlight[rp]++
-	r.snap.Replicas[rp].InFlight = r.rt.inFlight[rp]
-	if home != nil {
-		if s.turn == 0 {
-			*home = rp
-		}
-		if c, ok := r.drv.(*closedLoop); ok && s.client >= 0 && int(s.client) < len(c.clients) {
-			c.clients[s.client].last = int32(rp)
-		}
-		r.rt.stay.Add(s.turn > 0, *home, rp)
-	}
-	if r.turnEnds && r.table != nil && s.req.Session != "" {
-		// Sent now: held until it ends (onDone) and for its return timeout
-		// after, as the proxy's pick starts it in the table.
-		r.table.Start(s.req.Session, time.UnixMicro(r.now))
-	}
-	if r.kv != nil {
-		r.kv.routed(r, s, d)
-	}
-	if r.front == nil && r.apiUs != nil {
-		s.replica = rp // in flight there from now, as the router counts it
-		r.tokenise(rp, s)
-		return
-	}
-	rep := r.reps[rp]
-	rep.add(s)
-	r.kick(rep)
-}
-
 // logRequest writes the record of s once, when records are kept.
 func (r *run) logRequest(s *seq, finished bool) {
 	if r.log == nil || s.logged {
@@ -522,7 +423,7 @@ func (r *run) onDone(s *seq, finished bool) {
 }
 
 // turnEnded tells the table that s ended now, as the proxy's finish does
-// (live/proxy.go call.finish): with the conversation's footprint, prompt +
+// (live/call.go call.finish): with the conversation's footprint, prompt +
 // answer tokens, when it finished, else none (0 keeps the last one). The
 // conversation stays held for its return timeout; as the proxy wakes its
 // front waiter at every request's end, admission looks again.
@@ -540,8 +441,11 @@ func (r *run) turnEnded(s *seq, finished bool) {
 	}
 }
 
-// onFirstToken records a request's time to first token (client side and
-// engine side: the simulated network takes no time).
+// onFirstToken records a request's time to first token: as its client
+// sees it (warden_ttfb_seconds: from the client's send to the engine's
+// first token plus the downlink, the uplink and the API server's work in
+// between) and as its engine does (vLLM's TTFT, from the request's arrival
+// there).
 func (r *run) onFirstToken(s *seq) {
 	if r.kv != nil {
 		r.kv.prefilled(r, s)
@@ -620,86 +524,4 @@ func (r *run) abortAll() int {
 		rep.abortAll(r.doneFn)
 	}
 	return n
-}
-
-// refreshSnapshot copies the scraped fields of every replica into the
-// snapshot the policy sees (one scrape).
-func (r *run) refreshSnapshot() {
-	for i, rep := range r.reps {
-		p := &r.snap.Replicas[i]
-		p.Running = len(rep.running)
-		p.Waiting = rep.waiting.len()
-		p.KVUsage = rep.pool.usage()
-	}
-	r.snap.Generation++
-}
-
-// countHeld counts, in a closed loop, the running sessions whose last
-// request was placed on each replica (run.held): where each conversation's
-// context lives, the sessions a replica holds.
-func (r *run) countHeld() {
-	c, ok := r.drv.(*closedLoop)
-	if !ok {
-		return
-	}
-	if r.held == nil {
-		r.held = make([]int32, len(r.reps))
-	}
-	clear(r.held)
-	for k := range c.clients {
-		if cl := &c.clients[k]; cl.active && cl.last >= 0 && int(cl.last) < len(r.held) {
-			r.held[cl.last]++
-		}
-	}
-}
-
-// scrape is one scrape instant: the snapshot is refreshed and every series
-// gets a sample.
-func (r *run) scrape() {
-	r.refreshSnapshot()
-	r.countHeld()
-	if r.table != nil {
-		r.table.Advance(time.UnixMicro(r.now)) // the active counts as of now, not of the last pick
-		r.table.Fill(&r.snap)
-	}
-	if r.kv != nil {
-		r.kv.admit(r) // conversations that went idle make room
-	}
-	r.rec.append(r.now / usPerMs)
-	r.lastScrape = r.now
-}
-
-// mark is the state of every counter at one scrape instant.
-type mark struct {
-	atUs     int64
-	engines  []engineStats
-	requests [][]int64
-	router   routerStats // scalars only; slices are not copied
-	kvSum    []float64   // running sums of KV usage samples per replica
-	kvMax    []float64
-	heldMin  []int32 // sessions held per replica since the last mark
-	heldMax  []int32
-	samples  int64
-	busySum  int64
-}
-
-// takeMark records the counters now (right after a scrape at r.now).
-func (r *run) takeMark() mark {
-	m := mark{atUs: r.now, router: r.rt}
-	m.router.requests, m.router.inFlight, m.router.ttfbs = nil, nil, nil
-	m.engines = make([]engineStats, len(r.reps))
-	m.requests = make([][]int64, len(r.reps))
-	for i, rep := range r.reps {
-		m.engines[i] = rep.stats
-		m.requests[i] = append([]int64(nil), r.rt.requests[i]...)
-	}
-	m.kvSum = append([]float64(nil), r.rec.kvSum...)
-	m.kvMax = append([]float64(nil), r.rec.kvMax...)
-	clear(r.rec.kvMax) // the maximum is per step
-	m.heldMin = append([]int32(nil), r.rec.heldMin...)
-	m.heldMax = append([]int32(nil), r.rec.heldMax...)
-	r.rec.resetHeld()
-	m.samples = r.rec.samples
-	m.busySum = r.rec.busySum
-	return m
 }

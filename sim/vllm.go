@@ -279,29 +279,3 @@ func ParseVLLMVersion(v string) ([2]int, error) {
 	}
 	return out, nil
 }
-
-// VLLMVersionTable writes the table: every switch with its PR, code, merge
-// date, first release and evidence, then what each release from first to
-// last does for m.
-func VLLMVersionTable(m hardware.Model, first, last [2]int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "vLLM behaviour switches the simulator models (vllm.version; default %s)\n\n", DefaultVLLMVersion)
-	for _, s := range vllmSwitches {
-		fmt.Fprintf(&b, "%s (since %d.%d)\n", s.Key, s.Since[0], s.Since[1])
-		fmt.Fprintf(&b, "  what      %s\n", s.What)
-		fmt.Fprintf(&b, "  PR        vllm-project/vllm%s, merged %s\n", s.PR, s.Merged)
-		fmt.Fprintf(&b, "  code      %s\n", s.Code)
-		fmt.Fprintf(&b, "  evidence  %s\n", s.Evidence)
-		if s.Applies != nil {
-			fmt.Fprintf(&b, "  applies   to %s: %t\n", m.Name, s.Applies(m))
-		}
-		b.WriteString("\n")
-	}
-	fmt.Fprintf(&b, "by release, for %s\n", m.Name)
-	fmt.Fprintf(&b, "%-8s %-16s %-18s %-7s %s\n", "release", "reserve_full_isl", "stats_at_admission", "runner", "DP balancer")
-	for v := first; !versionAtLeast(v, [2]int{last[0], last[1] + 1}); v[1]++ {
-		bh := VLLMBehaviourFor(v, m)
-		fmt.Fprintf(&b, "%-8s %-16t %-18t %-7s %s\n", fmt.Sprintf("%d.%d", v[0], v[1]), bh.ReserveFullISL, bh.StatsAtAdmission, bh.ModelRunner, bh.Balancer)
-	}
-	return b.String()
-}

@@ -21,5 +21,7 @@
 //     the infinite-cache upper bound of the prefix-cache hit rate and the
 //     working set to hold against a farm's KV capacity.
 //
-// The package is a leaf: it imports nothing of the project.
+// Of the project it imports only internal/strictyaml, the one strict
+// decoder of every YAML file warden reads (workload files here): none of
+// the project's layers, so that sim, live and the importers can all use it.
 package traces

@@ -202,14 +202,8 @@ func (r *Reader) Close() error {
 // Header returns the trace's header line.
 func (r *Reader) Header() Header { return r.hdr }
 
-// Name returns the name given to NewReader (or Open's path).
-func (r *Reader) Name() string { return r.name }
-
 // Skipped returns the number of bad lines skipped (with SkipBad).
 func (r *Reader) Skipped() int { return r.skipped }
-
-// Line returns the line number of the last line read.
-func (r *Reader) Line() int { return r.line }
 
 // Next returns the next request, or io.EOF after the last. The Request and
 // its slices are reused by the following call: Clone what you keep.

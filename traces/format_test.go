@@ -254,3 +254,6 @@ func TestWriterErrAndFlush(t *testing.T) {
 		t.Error("Write after a failed flush succeeded")
 	}
 }
+
+// Line returns the line number of the last line read.
+func (r *Reader) Line() int { return r.line }

@@ -71,10 +71,6 @@ type blockChain struct {
 	fill    int      // tokens in the trailing partial block
 }
 
-func newBlockChain(blockSize int) *blockChain {
-	return &blockChain{size: blockSize}
-}
-
 func (c *blockChain) parent() uint64 {
 	if len(c.full) == 0 {
 		return rootParent

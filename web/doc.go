@@ -9,8 +9,9 @@
 //
 // Pages never touch the network. A report inlines Apache ECharts 5.6.0 (embedded from
 // assets/echarts with its LICENSE and NOTICE) in a <script> element, so it opens offline and can
-// be mailed. The dashboard (dashboard.go) is served by the proxy's admin listener; its pages load
-// echarts from the binary and poll the proxy's /api/status (live.StatusReport, read as generic
+// be mailed. The dashboard (dashboard.go, its script in assets/dashboard.js, embedded and inlined
+// in each page) is served by the proxy's admin listener; its pages load echarts from the binary
+// and poll the proxy's /api/status (live.StatusReport, read as generic
 // JSON; DashboardHandler documents the fields) once a second; the stats page draws the last hour
 // that the proxy keeps (/api/history, live.HistoryReport) as soon as it opens.
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lm-warden/warden/calibrate"
+	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/sim"
 )
 
@@ -24,7 +25,7 @@ type promOptions struct {
 	Windows    int
 
 	// source opens the data source (tests inject a simulated store).
-	source func(url string, timeout time.Duration) (calibrate.Source, error)
+	source func(url string, timeout time.Duration) (metrics.Source, error)
 	now    func() time.Time
 }
 
@@ -34,12 +35,12 @@ func (o *promOptions) bind(cmd *cobra.Command, defaultSince time.Duration) {
 	f.StringVar(&o.Model, "model", "", "model_name of the farm's vLLM series (required)")
 	f.DurationVar(&o.Since, "since", defaultSince, "length of the window read, ending at --end")
 	f.StringVar(&o.End, "end", "", "end of the window, RFC 3339 (default: now)")
-	f.DurationVar(&o.Timeout, "timeout", calibrate.DefaultTimeout, "bound on each query to Prometheus")
+	f.DurationVar(&o.Timeout, "timeout", metrics.DefaultQueryTimeout, "bound on each query to Prometheus")
 	f.IntVar(&o.Windows, "windows", calibrate.DefaultWindows, "parts the window is cut into (load over time, fit levels)")
 }
 
 // open checks the flags and returns the source and the window.
-func (o *promOptions) open() (calibrate.Source, calibrate.Window, error) {
+func (o *promOptions) open() (metrics.Source, calibrate.Window, error) {
 	var w calibrate.Window
 	if o.Prometheus == "" {
 		return nil, w, errors.New("--prometheus is required (the URL of the server that scrapes the farm)")
@@ -64,8 +65,8 @@ func (o *promOptions) open() (calibrate.Source, calibrate.Window, error) {
 	w = calibrate.Window{Start: end.Add(-o.Since), End: end}
 	open := o.source
 	if open == nil {
-		open = func(url string, timeout time.Duration) (calibrate.Source, error) {
-			return calibrate.NewPrometheus(url, timeout)
+		open = func(url string, timeout time.Duration) (metrics.Source, error) {
+			return metrics.NewPrometheus(url, timeout)
 		}
 	}
 	src, err := open(o.Prometheus, o.Timeout)

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lm-warden/warden/calibrate"
 	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/planner"
@@ -33,7 +32,7 @@ var (
 // num_gpu_blocks 2500, prefill 0.35, bandwidth 0.6, vLLM 0.27, affinity; 6 then 8
 // sessions for 3 minutes each after a 3-minute warm-up at 6, as a running
 // farm has no cold start) whose series stand in for a Prometheus server:
-// the commands read the last 6 minutes through calibrate.Store.
+// the commands read the last 6 minutes through metrics.StoreSource.
 func simulatedPrometheus(t *testing.T) promOptions {
 	t.Helper()
 	promOnce.Do(func() {
@@ -53,7 +52,7 @@ func simulatedPrometheus(t *testing.T) promOptions {
 	})
 	return promOptions{
 		Prometheus: "sim://truth", Model: promModel, Since: 6 * time.Minute, Windows: 2,
-		source: func(string, time.Duration) (calibrate.Source, error) { return &calibrate.Store{St: promStore}, nil },
+		source: func(string, time.Duration) (metrics.Source, error) { return &metrics.StoreSource{St: promStore}, nil },
 		now:    func() time.Time { return promEnd },
 	}
 }

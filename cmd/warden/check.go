@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lm-warden/warden/calibrate"
+	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/sim"
 )
 
@@ -129,13 +130,13 @@ func runCheck(ctx context.Context, o *checkOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := calibrate.Ping(ctx, src, w.End); err != nil {
+	if err := metrics.Ping(ctx, src, w.End); err != nil {
 		return err
 	}
 	if err := calibrate.CheckModel(ctx, src, o.Model, w); err != nil {
 		return err
 	}
-	obs, err := calibrate.KPIValues(ctx, src, o.Model, w.End, w.Len())
+	obs, err := metrics.KPIValues(ctx, src, o.Model, w.End, w.Len())
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/lm-warden/warden/hardware"
 
 	"github.com/lm-warden/warden/calibrate"
+	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/planner"
 )
 
@@ -21,7 +22,7 @@ type planPromOptions struct {
 	Journal    string
 	Tolerance  float64
 
-	source func(url string, timeout time.Duration) (calibrate.Source, error)
+	source func(url string, timeout time.Duration) (metrics.Source, error)
 	now    func() time.Time
 }
 
@@ -45,7 +46,7 @@ func (o *planOptions) solveObserved(ctx context.Context) (*planner.Result, error
 	if _, err := hardware.LookupGPU(gpu); err != nil {
 		return nil, fmt.Errorf("--current-gpu: %w", err)
 	}
-	src, w, err := (&promOptions{Prometheus: po.Prometheus, Model: o.Model, Since: po.Since, End: po.End, Timeout: calibrate.DefaultTimeout,
+	src, w, err := (&promOptions{Prometheus: po.Prometheus, Model: o.Model, Since: po.Since, End: po.End, Timeout: metrics.DefaultQueryTimeout,
 		source: po.source, now: po.now}).open()
 	if err != nil {
 		return nil, err

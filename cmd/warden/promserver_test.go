@@ -12,19 +12,19 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 
-	"github.com/lm-warden/warden/calibrate"
+	"github.com/lm-warden/warden/metrics"
 )
 
 // servePrometheus serves the simulated farm's series of simulatedPrometheus
 // over Prometheus's HTTP API (/api/v1/query and /api/v1/query_range), so a
 // command given its URL runs exactly as against a real server: through its
-// flags and calibrate.NewPrometheus's client. The series end at promEnd;
+// flags and metrics.NewPrometheus's client. The series end at promEnd;
 // the server shifts time so that they end at the moment it starts: a
 // command run at once with its default --end (now) reads the whole farm.
 func servePrometheus(t *testing.T) string {
 	t.Helper()
 	simulatedPrometheus(t)
-	src := &calibrate.Store{St: promStore}
+	src := &metrics.StoreSource{St: promStore}
 	// Whole seconds, and times read to the millisecond (PromQL's
 	// resolution), so that the steps of a range query fall on the samples'
 	// grid as they do in the store.

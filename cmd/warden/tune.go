@@ -7,11 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,12 +15,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/internal/num"
 	"github.com/lm-warden/warden/live"
 	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/sim"
-	"github.com/lm-warden/warden/traces"
 )
 
 // tuneOptions are the flags of `warden tune`.
@@ -49,20 +44,6 @@ var defaultTuneVariants = []string{
 	"affinity+kv+admit=10s", "affinity+kv+admit=30s", "affinity+kv+admit=60s",
 	"affinity+priced", "affinity+kv+priced+admit=30s",
 }
-
-// tuneTie is how close to the most output tokens/min a variant must be to
-// count as a tie, relative: then the one with fewer options is
-// recommended (one more mechanism is not worth 1 %).
-const tuneTie = 0.01
-
-// tuneRule is the recommendation rule, said in the help and the output.
-const tuneRule = `the most output tokens/min among the variants whose TTFB p95
-is no worse than the best plain strategy's (hash, least-loaded, affinity);
-within 1 % of the most counts as a tie, and a tie goes to the variant with
-fewer options (kv, priced, admit), then to the earlier one in the list.
-A priced variant's block sets prefill_tokens_per_s: metrics, the rate the
-proxy measures on each replica (the simulator prices with its step-time
-model).`
 
 func newTuneCmd() *cobra.Command {
 	opts := &tuneOptions{}
@@ -117,7 +98,7 @@ options kv, priced, admit or admit=TIMEOUT joined by "+", as warden sim
 --strategies takes them. The default list is the three strategies, kv,
 admit and kv+admit at 10s, 30s and 60s, priced and kv+priced+admit.
 
-The recommendation is ` + tuneRule + `
+The recommendation is ` + planner.TuneRule + `
 
 The same seed gives byte-identical output.`,
 		Example: `  warden tune --journal /var/log/warden/journal.jsonl --farm examples/a4000-qwen3-4b.yaml
@@ -140,59 +121,8 @@ The same seed gives byte-identical output.`,
 	return cmd
 }
 
-// tuneResult is what `warden tune --json` prints.
-type tuneResult struct {
-	Journal  tuneJournal `json:"journal"`
-	Farm     string      `json:"farm"`
-	Seed     uint64      `json:"seed"`
-	Notes    []string    `json:"notes,omitempty"`
-	Variants []tuneRow   `json:"variants"`
-	Rule     string      `json:"rule"`
-	// Reference is the best TTFB p95 of the plain strategies, and
-	// ReferenceVariant the one that has it.
-	Reference        sim.Float `json:"reference_ttfb_p95_s"`
-	ReferenceVariant string    `json:"reference_variant"`
-	// Recommended is the index in Variants of the recommendation, Why the
-	// sentence that says why.
-	Recommended int    `json:"recommended"`
-	Why         string `json:"why"`
-	// Routing is the recommended routing as the proxy config's YAML.
-	Routing string `json:"routing_yaml"`
-}
-
-// tuneJournal describes the journal replayed.
-type tuneJournal struct {
-	Files     []string  `json:"files"` // oldest first
-	Model     string    `json:"model"`
-	Requests  int       `json:"requests"`
-	Sessions  int       `json:"sessions"`
-	DurationS sim.Float `json:"duration_s"` // first to last arrival
-	Skipped   int       `json:"skipped_other_models,omitempty"`
-	Empty     []string  `json:"empty_files,omitempty"` // empty files skipped
-}
-
-// tuneRow is one variant's replay.
-type tuneRow struct {
-	Variant            string    `json:"variant"` // as given: affinity+kv+admit=30s
-	Name               string    `json:"name"`    // as tables name it: affinity (kv, admit 30s)
-	Options            int       `json:"options"` // options named: kv, priced, admit
-	PrefixHitPct       sim.Float `json:"prefix_hit_pct"`
-	TTFBP50            sim.Float `json:"ttfb_p50_s"`
-	TTFBP95            sim.Float `json:"ttfb_p95_s"`
-	OutputTokensPerMin sim.Float `json:"output_tokens_per_min"`
-	SessionsPerHour    sim.Float `json:"sessions_per_hour"`
-	Finished           int64     `json:"finished"`
-	Unfinished         int64     `json:"unfinished"`
-	AdmissionWaits     int64     `json:"admission_waits"`
-	AdmissionRefused   int64     `json:"admission_refused"`
-	AdmissionRetries   int64     `json:"admission_retries"` // of the refused, sent again after Retry-After
-	Eligible           bool      `json:"eligible"`          // TTFB p95 within the reference
-
-	spec sim.Variant
-}
-
 func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
-	files, err := journalFiles(o.Journals)
+	files, err := planner.JournalFiles(o.Journals)
 	if err != nil {
 		return err
 	}
@@ -208,41 +138,14 @@ func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	trace, jr, err := loadJournal(files, o.Model)
+	res, err := planner.Tune(ctx, planner.TuneOptions{Files: files, Model: o.Model, Farm: farm, Variants: o.Variants, Seed: o.Seed})
 	if err != nil {
-		return err
-	}
-	res := &tuneResult{Journal: jr, Farm: farm.Name(), Seed: o.Seed, Rule: strings.Join(strings.Fields(tuneRule), " ")}
-	note, err := checkJournalModel(jr.Model, farm)
-	if err != nil {
-		return err
-	}
-	if note != "" {
-		res.Notes = append(res.Notes, note)
-	}
-	rep, err := sim.Run(ctx, sim.Experiment{Farm: farm, Strategies: o.Variants, Trace: trace, SessionReplay: true, Seed: o.Seed})
-	if err != nil {
-		return err
-	}
-	for i, v := range o.Variants {
-		spec, _ := sim.ParseVariant(v)
-		r := rep.Rows[i]
-		res.Variants = append(res.Variants, tuneRow{
-			Variant: v, Name: r.Strategy, Options: numOptions(spec),
-			PrefixHitPct: r.PrefixHitPct, TTFBP50: r.TTFBP50, TTFBP95: r.TTFBP95,
-			OutputTokensPerMin: r.OutputTokensPerMin, SessionsPerHour: r.SessionsPerHour,
-			Finished: r.Finished, Unfinished: r.Unfinished,
-			AdmissionWaits: r.AdmissionWaits, AdmissionRefused: r.AdmissionRefused, AdmissionRetries: r.AdmissionRetries,
-			spec: spec,
-		})
-	}
-	if err := recommend(res); err != nil {
 		return err
 	}
 	best := &res.Variants[res.Recommended]
 	// A journal without a model name (a trace from elsewhere) gets the
 	// farm's, as the note says.
-	res.Routing = routingYAML(cmp.Or(jr.Model, farm.Spec.Model), best.spec, routingOf(farm))
+	res.Routing = routingYAML(cmp.Or(res.Journal.Model, farm.Spec.Model), best.Spec, routingOf(farm))
 	if err := checkRoutingYAML(res.Routing, farm.Spec.Replicas); err != nil {
 		return fmt.Errorf("tune: the recommended routing does not load in the proxy (a bug): %w", err)
 	}
@@ -250,73 +153,6 @@ func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
 		return writeJSON(out, res)
 	}
 	return writeTune(out, res, farm)
-}
-
-// numOptions counts the options a variant names.
-func numOptions(v sim.Variant) int {
-	n := 0
-	for _, on := range []bool{v.KV, v.Priced, v.Admit} {
-		if on {
-			n++
-		}
-	}
-	return n
-}
-
-// recommend applies tuneRule to res.Variants.
-func recommend(res *tuneResult) error {
-	vs := res.Variants
-	ref, refName := math.Inf(1), ""
-	plain := false
-	for _, v := range vs {
-		if v.Options == 0 {
-			plain = true
-		}
-	}
-	for _, v := range vs {
-		// The reference: the plain strategies, or every variant when the
-		// list has none.
-		if (v.Options == 0 || !plain) && float64(v.TTFBP95) < ref {
-			ref, refName = float64(v.TTFBP95), v.Name
-		}
-	}
-	if math.IsInf(ref, 1) {
-		return errors.New("tune: no variant measured a TTFB (did any request finish?)")
-	}
-	res.Reference, res.ReferenceVariant = sim.Float(ref), refName
-	most := math.Inf(-1)
-	for i := range vs {
-		v := &vs[i]
-		p95, tok := float64(v.TTFBP95), float64(v.OutputTokensPerMin)
-		v.Eligible = !math.IsNaN(p95) && !math.IsNaN(tok) && p95 <= ref
-		if v.Eligible {
-			most = max(most, tok)
-		}
-	}
-	pick := -1
-	for i := range vs {
-		v := &vs[i]
-		if !v.Eligible || float64(v.OutputTokensPerMin) < most*(1-tuneTie) {
-			continue
-		}
-		if pick < 0 || v.Options < vs[pick].Options {
-			pick = i
-		}
-	}
-	res.Recommended = pick
-	b := &vs[pick]
-	why := fmt.Sprintf("%s: %s output tokens/min (the most is %s), TTFB p95 %s s against %s s of %s, hit %s %%",
-		b.Name, num.Format(float64(b.OutputTokensPerMin), 0), num.Format(most, 0),
-		num.Format(float64(b.TTFBP95), 2), num.Format(ref, 2), refName, num.Format(float64(b.PrefixHitPct), 1))
-	if b.AdmissionWaits > 0 {
-		why += fmt.Sprintf("; %d requests of new conversations waited for admission", b.AdmissionWaits)
-		if b.AdmissionRefused > 0 {
-			why += fmt.Sprintf(", %d were refused after the timeout (429/529 with Retry-After), %d of them sent again by their client",
-				b.AdmissionRefused, b.AdmissionRetries)
-		}
-	}
-	res.Why = why + "."
-	return nil
 }
 
 // farmRouting is what the farm's routing block gives every variant and the
@@ -417,177 +253,8 @@ func tuneFarm(path string) (*sim.Farm, error) {
 	})
 }
 
-// checkJournalModel compares the journal's model with the farm's: an error
-// when both are in the catalogue and differ, a note when the journal's is
-// not (a served alias).
-func checkJournalModel(model string, farm *sim.Farm) (string, error) {
-	if model == "" {
-		return fmt.Sprintf("the journal names no model: replayed as the farm's %s, which the routing block names", farm.Spec.Model), nil
-	}
-	m, err := hardware.LookupModel(model)
-	if err != nil {
-		return fmt.Sprintf("the journal's model %q is not in the hardware catalogue: replayed as the farm's %s", model, farm.Model.Name), nil
-	}
-	if m.Name != farm.Model.Name {
-		return "", fmt.Errorf("the journal's model %s is not the farm's %s (%s): replay it on a farm of that model, or pick another model's requests with --model",
-			m.Name, farm.Model.Name, farm.Name())
-	}
-	return "", nil
-}
-
-// rotatedRE splits a rotated journal's name, FILE.N, into FILE and N.
-var rotatedRE = regexp.MustCompile(`^(.*)\.([0-9]+)$`)
-
-// journalFiles expands --journal (files, globs, directories) into the
-// files to replay, oldest first: by name, and a rotation FILE.N before
-// FILE.N-1 before FILE.
-func journalFiles(args []string) ([]string, error) {
-	if len(args) == 0 {
-		return nil, errors.New("--journal: no file given")
-	}
-	var files []string
-	for _, a := range args {
-		switch {
-		case strings.ContainsAny(a, "*?["):
-			m, err := filepath.Glob(a)
-			if err != nil {
-				return nil, fmt.Errorf("--journal %s: %w", a, err)
-			}
-			if len(m) == 0 {
-				return nil, fmt.Errorf("--journal %s: no file matches", a)
-			}
-			for _, f := range m {
-				if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() {
-					files = append(files, f)
-				}
-			}
-		default:
-			fi, err := os.Stat(a)
-			if err != nil {
-				return nil, fmt.Errorf("--journal: %w", err)
-			}
-			if !fi.IsDir() {
-				files = append(files, a)
-				continue
-			}
-			entries, err := os.ReadDir(a)
-			if err != nil {
-				return nil, fmt.Errorf("--journal: %w", err)
-			}
-			n := len(files)
-			for _, e := range entries {
-				if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
-					files = append(files, filepath.Join(a, e.Name()))
-				}
-			}
-			if len(files) == n {
-				return nil, fmt.Errorf("--journal %s: the directory has no file", a)
-			}
-		}
-	}
-	slices.Sort(files)
-	files = slices.Compact(files)
-	key := func(f string) (string, int) {
-		if m := rotatedRE.FindStringSubmatch(f); m != nil {
-			if n, err := strconv.Atoi(m[2]); err == nil {
-				return m[1], n
-			}
-		}
-		return f, 0
-	}
-	slices.SortStableFunc(files, func(a, b string) int {
-		ba, na := key(a)
-		bb, nb := key(b)
-		if c := strings.Compare(ba, bb); c != 0 {
-			return c
-		}
-		return nb - na // higher N is older
-	})
-	return files, nil
-}
-
-// loadJournal reads the files in order into one trace, each file's times
-// following on from the previous file's last arrival, keeping the requests
-// of model (all when there is one model and model is "").
-func loadJournal(files []string, model string) (*sim.Trace, tuneJournal, error) {
-	jr := tuneJournal{Files: files}
-	t := &sim.Trace{Name: strings.Join(files, ", ")}
-	counts := map[string]int{}
-	var order []string
-	var all []*traces.Request
-	var offset int64
-	first := ""
-	for _, f := range files {
-		if fi, err := os.Stat(f); err == nil && fi.Size() == 0 && len(files) > 1 {
-			// A proxy killed before its first flush leaves an empty file.
-			jr.Empty = append(jr.Empty, f)
-			continue
-		}
-		ft, err := sim.LoadTrace(f)
-		if err != nil {
-			return nil, jr, err
-		}
-		if first == "" {
-			t.Header, first = ft.Header, f
-		} else if ft.Header.BlockSize != t.Header.BlockSize {
-			return nil, jr, fmt.Errorf("%s:1: block_size: %d, but %s has %d: the files are not one journal", f, ft.Header.BlockSize, first, t.Header.BlockSize)
-		}
-		var last int64
-		for _, r := range ft.Requests {
-			last = r.ArrivalMs
-			r.ArrivalMs += offset
-			if counts[r.Model] == 0 {
-				order = append(order, r.Model)
-			}
-			counts[r.Model]++
-			all = append(all, r)
-		}
-		offset += last
-	}
-	if len(all) == 0 {
-		return nil, jr, fmt.Errorf("journal %s: no request (the proxy writes a line when a request finishes)", t.Name)
-	}
-	switch {
-	case model != "":
-		if counts[model] == 0 {
-			return nil, jr, fmt.Errorf("--model %s: the journal has no request for it (it has %s)", model, modelCounts(order, counts))
-		}
-	case len(order) > 1:
-		return nil, jr, fmt.Errorf("the journal has requests for %d models, %s: pick one with --model", len(order), modelCounts(order, counts))
-	default:
-		model = order[0]
-	}
-	for _, r := range all {
-		if r.Model == model {
-			t.Requests = append(t.Requests, r)
-		} else {
-			jr.Skipped++
-		}
-	}
-	sessions := map[string]struct{}{}
-	for _, r := range t.Requests {
-		sessions[r.Session] = struct{}{}
-	}
-	jr.Model, jr.Requests, jr.Sessions = model, len(t.Requests), len(sessions)
-	jr.DurationS = sim.Float(float64(t.Requests[len(t.Requests)-1].ArrivalMs-t.Requests[0].ArrivalMs) / 1000)
-	return t, jr, nil
-}
-
-// modelCounts is "A (50 requests), B (36 requests)".
-func modelCounts(order []string, counts map[string]int) string {
-	var parts []string
-	for _, m := range order {
-		name := m
-		if name == "" {
-			name = "(no model)"
-		}
-		parts = append(parts, fmt.Sprintf("%s (%d requests)", name, counts[m]))
-	}
-	return strings.Join(parts, ", ")
-}
-
 // writeTune prints the table, the rule, the recommendation and the block.
-func writeTune(w io.Writer, res *tuneResult, farm *sim.Farm) error {
+func writeTune(w io.Writer, res *planner.TuneResult, farm *sim.Farm) error {
 	var b bytes.Buffer
 	jr := res.Journal
 	files := jr.Files[0]
@@ -612,7 +279,7 @@ func writeTune(w io.Writer, res *tuneResult, farm *sim.Farm) error {
 	fmt.Fprintln(tw, "variant\thit %\tTTFB p50 s\tTTFB p95 s\toutput tok/min\tsessions/h\twaited / refused / retried\tfinished / unfinished\t")
 	for i, v := range res.Variants {
 		adm := "-"
-		if v.spec.Admit {
+		if v.Spec.Admit {
 			adm = fmt.Sprintf("%d / %d / %d", v.AdmissionWaits, v.AdmissionRefused, v.AdmissionRetries)
 		}
 		mark := ""

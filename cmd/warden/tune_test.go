@@ -12,6 +12,7 @@ import (
 
 	"github.com/lm-warden/warden/live"
 	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
@@ -49,7 +50,7 @@ func TestTuneGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "tune/tune.json", js)
-	var res tuneResult
+	var res planner.TuneResult
 	if err := json.Unmarshal([]byte(js), &res); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestTuneGolden(t *testing.T) {
 		t.Errorf("recommended %s: TTFB p95 %v against the reference %v", best.Name, best.TTFBP95, res.Reference)
 	}
 	for _, v := range res.Variants {
-		if float64(v.TTFBP95) <= float64(res.Reference) && float64(v.OutputTokensPerMin) > float64(best.OutputTokensPerMin)*(1+tuneTie) {
+		if float64(v.TTFBP95) <= float64(res.Reference) && float64(v.OutputTokensPerMin) > float64(best.OutputTokensPerMin)*(1+planner.TuneTie) {
 			t.Errorf("%s has more output tokens/min (%v) than the recommended %s (%v) within the TTFB reference", v.Name, v.OutputTokensPerMin, best.Name, best.OutputTokensPerMin)
 		}
 	}
@@ -340,48 +341,6 @@ func TestTuneErrors(t *testing.T) {
 	}
 }
 
-// TestJournalFiles: --journal's files, globs and directories, replayed
-// oldest first: FILE.N before FILE.N-1 before FILE, as the proxy rotates.
-func TestJournalFiles(t *testing.T) {
-	dir := t.TempDir()
-	for _, name := range []string{"j.jsonl", "j.jsonl.1", "j.jsonl.2", "j.jsonl.10", "other.jsonl", ".hidden"} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := func(names ...string) []string {
-		var out []string
-		for _, n := range names {
-			out = append(out, filepath.Join(dir, n))
-		}
-		return out
-	}
-	for _, tt := range []struct {
-		name string
-		args []string
-		want []string
-	}{
-		{"one file", p("j.jsonl"), p("j.jsonl")},
-		{"rotations given newest first", p("j.jsonl", "j.jsonl.1", "j.jsonl.2"), p("j.jsonl.2", "j.jsonl.1", "j.jsonl")},
-		{"glob", []string{filepath.Join(dir, "j.jsonl*")}, p("j.jsonl.10", "j.jsonl.2", "j.jsonl.1", "j.jsonl")},
-		{"directory", []string{dir}, p("j.jsonl.10", "j.jsonl.2", "j.jsonl.1", "j.jsonl", "other.jsonl")},
-		{"given twice", append(p("j.jsonl.1"), filepath.Join(dir, "j.jsonl*")), p("j.jsonl.10", "j.jsonl.2", "j.jsonl.1", "j.jsonl")},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := journalFiles(tt.args)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("files\n%q\nwant\n%q", got, tt.want)
-			}
-		})
-	}
-}
-
 // TestLoadJournalStitches: each file's times follow on from the previous
 // file's last arrival; an empty file (a proxy killed before its first
 // flush) is skipped and named.
@@ -393,11 +352,11 @@ func TestLoadJournalStitches(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "j.jsonl"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	files, err := journalFiles([]string{dir})
+	files, err := planner.JournalFiles([]string{dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, jr, err := loadJournal(files, "")
+	tr, jr, err := planner.LoadJournal(files, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,45 +369,5 @@ func TestLoadJournalStitches(t *testing.T) {
 	}
 	if jr.Requests != 4 || jr.Sessions != 3 || math.Abs(float64(jr.DurationS)-1) > 1e-9 || !slices.Equal(jr.Empty, []string{filepath.Join(dir, "j.jsonl")}) {
 		t.Errorf("journal %+v", jr)
-	}
-}
-
-// TestTuneRecommend: the rule on rows made up to isolate each clause.
-func TestTuneRecommend(t *testing.T) {
-	row := func(variant string, p95, tok float64) tuneRow {
-		v, err := sim.ParseVariant(variant)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tuneRow{Variant: variant, Name: v.Label(), Options: numOptions(v),
-			TTFBP95: sim.Float(p95), OutputTokensPerMin: sim.Float(tok), spec: v}
-	}
-	nan := math.NaN()
-	for _, tt := range []struct {
-		name string
-		rows []tuneRow
-		want string
-		ref  float64
-	}{
-		{"more tokens but a worse tail loses", []tuneRow{row("least-loaded", 2, 1000), row("affinity", 3, 1200), row("affinity+kv", 1.5, 1100)}, "affinity (kv)", 2},
-		{"a tie goes to fewer options", []tuneRow{row("least-loaded", 2, 1000), row("affinity", 1.9, 1100), row("affinity+kv+admit", 1.8, 1105)}, "affinity", 1.9},
-		{"past the tie, more options win", []tuneRow{row("affinity", 2, 1000), row("affinity+kv+admit", 1.8, 1020)}, "affinity (kv, admit)", 2},
-		{"a tie among plain ones goes to the first", []tuneRow{row("least-loaded", 2, 1000), row("affinity", 2, 1000)}, "least-loaded", 2},
-		{"priced is recommended on its merits", []tuneRow{row("affinity", 2, 1000), row("affinity+priced", 1, 2000)}, "affinity (priced)", 2},
-		{"no measure is no candidate", []tuneRow{row("affinity", nan, nan), row("least-loaded", 3, 900)}, "least-loaded", 3},
-		{"without plain strategies, the reference is the variants'", []tuneRow{row("affinity+kv", 4, 900), row("affinity+admit=10s", 2, 800), row("affinity+priced", 1, 700)}, "affinity (priced)", 1},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			res := &tuneResult{Variants: tt.rows}
-			if err := recommend(res); err != nil {
-				t.Fatal(err)
-			}
-			if got := res.Variants[res.Recommended].Name; got != tt.want || float64(res.Reference) != tt.ref {
-				t.Errorf("recommended %q with reference %v, want %q with %v (%s)", got, res.Reference, tt.want, tt.ref, res.Why)
-			}
-		})
-	}
-	if err := recommend(&tuneResult{Variants: []tuneRow{row("affinity", nan, nan)}}); err == nil {
-		t.Error("no TTFB anywhere: no error")
 	}
 }

@@ -2,18 +2,17 @@ package redistest
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/internal/testproc"
 )
 
 // InstallHint is the command that installs the server.
@@ -30,8 +29,7 @@ type Server struct {
 	dir string
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *testproc.Proc // nil: stopped
 }
 
 // URL is the server's redis:// URL with database db.
@@ -41,17 +39,11 @@ func (s *Server) URL(db int) string { return "redis://" + s.Addr + "/" + strconv
 // stop with the test's cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redistest: redis-server not found on PATH with CI=true (the CI image must install it: %s): %v", InstallHint, err)
-		}
-		t.Skipf("redis-server not installed; install with: %s", InstallHint)
-	}
+	bin := testproc.Find(t, "redistest", "redis-server", InstallHint)
 	s := &Server{t: t, bin: bin, dir: t.TempDir()}
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := testproc.FreePort()
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
@@ -86,31 +78,28 @@ func (s *Server) launch() error {
 		"--save", "", "--appendonly", "no",
 		"--dir", s.dir, "--protected-mode", "no", "--loglevel", "warning",
 	)
-	log := &syncBuffer{}
+	log := &testproc.Output{}
 	cmd.Stdout = log
 	cmd.Stderr = log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.bin, err)
+	proc, err := testproc.Start(cmd)
+	if err != nil {
+		return err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if ping(s.Addr) == nil {
 			s.mu.Lock()
-			s.cmd, s.done = cmd, done
+			s.proc = proc
 			s.mu.Unlock()
 			return nil
 		}
 		select {
-		case <-done:
+		case <-proc.Done():
 			return fmt.Errorf("redis-server exited: %s", strings.TrimSpace(log.String()))
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-done
+			proc.Kill()
 			return errors.New("redis-server did not answer PING within 10s")
 		}
 	}
@@ -141,44 +130,10 @@ func ping(addr string) error {
 // Stopping a stopped server does nothing.
 func (s *Server) Stop() {
 	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd, s.done = nil, nil
+	proc := s.proc
+	s.proc = nil
 	s.mu.Unlock()
-	if cmd == nil {
-		return
+	if proc != nil {
+		proc.Stop(5 * time.Second)
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// syncBuffer is the server's output, written by exec's copying goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -2,7 +2,8 @@
 // exposes and warden writes, with the histogram bucket bounds and native
 // histogram parameters. It imports nothing of Prometheus, so that the
 // proxy (live) can name its series without linking the PromQL engine and
-// the TSDB; package metrics re-exports every name.
+// the TSDB. Every package that names a series imports it, package metrics
+// included.
 package names
 
 import (

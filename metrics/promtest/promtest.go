@@ -1,7 +1,6 @@
 package promtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,8 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +18,8 @@ import (
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/lm-warden/warden/internal/testproc"
 )
 
 // InstallHint is the command that installs the server on Debian and Ubuntu.
@@ -78,7 +77,7 @@ type Server struct {
 	targets  int // distinct (job, target) pairs
 	api      v1.API
 	tr       *http.Transport
-	log      *syncBuffer
+	log      *testproc.Output
 }
 
 // Start starts a Prometheus server that scrapes opts' targets and waits
@@ -86,13 +85,7 @@ type Server struct {
 // unless the environment has CI=true, where it fails.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("promtest: prometheus not found on PATH with CI=true (the CI image must install it: %s): %v", InstallHint, err)
-		}
-		t.Skipf("prometheus not installed; install with: %s", InstallHint)
-	}
+	bin := testproc.Find(t, "promtest", "prometheus", InstallHint)
 	if opts.ScrapeInterval <= 0 {
 		opts.ScrapeInterval = DefaultScrapeInterval
 	}
@@ -111,7 +104,7 @@ func Start(t testing.TB, opts Options) *Server {
 	for attempt := 1; ; attempt++ {
 		pick := opts.pickPort
 		if pick == nil {
-			pick = freePort
+			pick = testproc.FreePort
 		}
 		s, err := launch(t, bin, cfgPath, filepath.Join(dir, fmt.Sprintf("data%d", attempt)), pick)
 		if errors.Is(err, errAddrInUse) && attempt < launchAttempts {
@@ -137,7 +130,7 @@ func launch(t testing.TB, bin, cfgPath, dataDir string, pickPort func() (int, er
 		return nil, err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	log := &syncBuffer{}
+	log := &testproc.Output{}
 	cmd := exec.Command(bin,
 		"--config.file="+cfgPath,
 		"--storage.tsdb.path="+dataDir,
@@ -151,25 +144,12 @@ func launch(t testing.TB, bin, cfgPath, dataDir string, pickPort func() (int, er
 	)
 	cmd.Stdout = log
 	cmd.Stderr = log
-	cmd.SysProcAttr = procAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+	proc, err := testproc.Start(cmd)
+	if err != nil {
+		return nil, err
 	}
-	done := make(chan struct{})
-	var waitErr error
-	go func() {
-		waitErr = cmd.Wait()
-		close(done)
-	}()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(stopGrace):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}
+	done := proc.Done()
+	stop := func() { proc.Stop(stopGrace) }
 
 	s := &Server{URL: "http://" + addr, log: log, tr: &http.Transport{}}
 	if err := s.waitReady(done); err != nil {
@@ -180,7 +160,7 @@ func launch(t testing.TB, bin, cfgPath, dataDir string, pickPort func() (int, er
 			if strings.Contains(log.String(), "address already in use") {
 				return nil, errAddrInUse
 			}
-			err = fmt.Errorf("%w (exit: %v)", err, waitErr)
+			err = fmt.Errorf("%w (exit: %v)", err, proc.Err())
 		default:
 		}
 		return nil, fmt.Errorf("%v; prometheus log:\n%s", err, log.String())
@@ -224,22 +204,6 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 		}
 	}
 }
-
-// freePort returns a TCP port that was free on 127.0.0.1 a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pick a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// API returns a client_golang API client for the server.
-func (s *Server) API() v1.API { return s.api }
-
-// Log returns what the server has written to stdout and stderr so far.
-func (s *Server) Log() string { return s.log.String() }
 
 // WaitScraped waits until every target of every job has been scraped at
 // least n times (counting samples of the synthetic "up" series, whatever the
@@ -401,23 +365,4 @@ func configYAML(opts Options) ([]byte, int, error) {
 	}
 	out, err := yaml.Marshal(cfg)
 	return out, n, err
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writers and the
-// test's readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

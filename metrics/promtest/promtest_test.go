@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/goleak"
+
+	"github.com/lm-warden/warden/internal/testproc"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -94,7 +96,7 @@ func TestPrometheusStartRetriesWhenPortIsTaken(t *testing.T) {
 		if calls == 1 {
 			return l.Addr().(*net.TCPAddr).Port, nil
 		}
-		return freePort()
+		return testproc.FreePort()
 	}
 	_, _, hp := target(t)
 	srv := Start(t, Options{Targets: []string{hp}, ScrapeInterval: 200 * time.Millisecond, pickPort: pick})

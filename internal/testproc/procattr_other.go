@@ -1,6 +1,6 @@
 //go:build !linux
 
-package promtest
+package testproc
 
 import "syscall"
 

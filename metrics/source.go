@@ -1,4 +1,4 @@
-package calibrate
+package metrics
 
 import (
 	"context"
@@ -16,14 +16,12 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
-
-	"github.com/lm-warden/warden/metrics"
 )
 
 // Source answers PromQL queries: a real Prometheus server ([Prometheus]) or
-// a simulator's in-memory series ([Store]). Everything in this package
-// reads its data through a Source, so the same calibration runs against a
-// live farm and against a simulated one.
+// a simulator's in-memory series ([StoreSource]). Calibration, the
+// planner's observed plans and bench read their data through a Source, so
+// the same queries run against a live farm and against a simulated one.
 type Source interface {
 	// Instant evaluates expr at the instant at (an instant vector; a scalar
 	// comes back as one sample without labels).
@@ -35,34 +33,34 @@ type Source interface {
 	String() string
 }
 
-// Store is a [Source] over a metrics.Store, queried by the embedded PromQL
+// StoreSource is a [Source] over a [Store], queried by the embedded PromQL
 // engine: the simulator's own series.
-type Store struct {
-	St   *metrics.Store
-	Eval *metrics.Evaluator // nil: a new one
-	Name string             // "" : "simulated store"
+type StoreSource struct {
+	St   *Store
+	Eval *Evaluator // nil: a new one
+	Name string     // "" : "simulated store"
 }
 
-var _ Source = (*Store)(nil)
+var _ Source = (*StoreSource)(nil)
 
-func (s *Store) eval() *metrics.Evaluator {
+func (s *StoreSource) eval() *Evaluator {
 	if s.Eval == nil {
-		s.Eval = metrics.NewEvaluator()
+		s.Eval = NewEvaluator()
 	}
 	return s.Eval
 }
 
 // Instant implements Source.
-func (s *Store) Instant(ctx context.Context, expr string, at time.Time) (promql.Vector, error) {
+func (s *StoreSource) Instant(ctx context.Context, expr string, at time.Time) (promql.Vector, error) {
 	return s.eval().Instant(ctx, s.St, expr, at)
 }
 
 // Range implements Source.
-func (s *Store) Range(ctx context.Context, expr string, start, end time.Time, step time.Duration) (promql.Matrix, error) {
+func (s *StoreSource) Range(ctx context.Context, expr string, start, end time.Time, step time.Duration) (promql.Matrix, error) {
 	return s.eval().Range(ctx, s.St, expr, start, end, step)
 }
 
-func (s *Store) String() string {
+func (s *StoreSource) String() string {
 	if s.Name != "" {
 		return s.Name
 	}
@@ -77,16 +75,16 @@ type Prometheus struct {
 
 var _ Source = (*Prometheus)(nil)
 
-// DefaultTimeout bounds one query to a Prometheus server, connection
+// DefaultQueryTimeout bounds one query to a Prometheus server, connection
 // included, so that an unreachable server fails quickly.
-const DefaultTimeout = 30 * time.Second
+const DefaultQueryTimeout = 30 * time.Second
 
 // NewPrometheus returns a Source for the server at rawURL
-// ("http://host:9090"). timeout bounds each query (0: DefaultTimeout). It
+// ("http://host:9090"). timeout bounds each query (0: DefaultQueryTimeout). It
 // does not contact the server: call [Ping] for an early, clear error.
 func NewPrometheus(rawURL string, timeout time.Duration) (*Prometheus, error) {
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		timeout = DefaultQueryTimeout
 	}
 	rt := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -203,19 +201,28 @@ func Ping(ctx context.Context, src Source, at time.Time) error {
 	return err
 }
 
-// scalar evaluates expr at at and returns its single value, NaN when the
-// result is empty; several series are summed.
-func scalar(ctx context.Context, src Source, expr string, at time.Time) (float64, error) {
-	v, err := src.Instant(ctx, expr, at)
-	if err != nil {
-		return math.NaN(), err
+// KPIValues evaluates every KPI of metrics/kpi.promql for model over the
+// window of length window that ends at end, on src: the same expressions
+// as the simulator's reports. Keys are as [Evaluator.KPIValues]
+// makes them (name, or name plus labels for the _by_ KPIs); a KPI without
+// data is NaN.
+func KPIValues(ctx context.Context, src Source, model string, end time.Time, window time.Duration) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, k := range KPIs() {
+		v, err := src.Instant(ctx, Expand(k.Expr, model, window), end)
+		if err != nil {
+			return nil, fmt.Errorf("KPI %s: %w", k.Name, err)
+		}
+		if len(v) == 0 {
+			out[k.Name] = math.NaN()
+		}
+		for _, s := range v {
+			key := k.Name
+			if l := s.Metric.DropMetricName(); !l.IsEmpty() {
+				key += l.String()
+			}
+			out[key] = s.F
+		}
 	}
-	if len(v) == 0 {
-		return math.NaN(), nil
-	}
-	sum := 0.0
-	for _, s := range v {
-		sum += s.F
-	}
-	return sum, nil
+	return out, nil
 }
