@@ -165,6 +165,7 @@ func (p Plan) bisect(ctx context.Context, res *Result, cands []*candFarms, trace
 					e.Trace, e.ClosedLoop = trace, true
 					e.Sessions = []int{pr.b.n}
 				}
+				prog.noteRun(c.Name+" (bisection)", cfg, cf.vs[pr.run], e.Sessions)
 				if prog.f != nil {
 					e.Progress = func(done, _ time.Duration) { prog.set(base+i, done) }
 				}

@@ -66,6 +66,11 @@ type Plan struct {
 	// done and in total over every simulation of the plan. Calls are
 	// serialised; done never decreases.
 	Progress func(done, total time.Duration) `yaml:"-" json:"-"`
+	// Note, when set, is told what each simulation that starts is, e.g.
+	// "16 x H100 SXM, affinity (spill auto), KV x0.85, speed x1, seed 1,
+	// 64-308 sessions" (for progress lines). Calls may come from several
+	// goroutines at once.
+	Note func(what string) `yaml:"-" json:"-"`
 
 	// fullBand (tests) runs every run of the band at every level and
 	// probe, with none of the work that cannot change a verdict left out

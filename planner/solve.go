@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -82,7 +83,7 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 			farms[i] = cf.farms[0]
 		}
 	}
-	prog := &progress{f: p.Progress}
+	prog := &progress{f: p.Progress, note: p.Note}
 	if err := p.simulate(ctx, res, cands, trace, prog); err != nil {
 		return nil, err
 	}
@@ -338,6 +339,7 @@ func (p Plan) runJobs(ctx context.Context, res *Result, cands []*candFarms, trac
 			e.Sessions = res.Sessions[:j.upTo]
 		}
 		e.Seed = cf.vs[j.run].seed
+		prog.noteRun(c.Name, cfg, cf.vs[j.run], e.Sessions)
 		if prog.f != nil {
 			e.Progress = func(done, _ time.Duration) { prog.set(base+i, done) }
 		}
@@ -449,6 +451,7 @@ feed:
 type progress struct {
 	mu    sync.Mutex
 	f     func(done, total time.Duration)
+	note  func(what string)
 	done  []time.Duration
 	per   []time.Duration
 	sum   time.Duration
@@ -481,6 +484,19 @@ func (p *progress) set(i int, d time.Duration) {
 	p.sum += d - p.done[i]
 	p.done[i] = d
 	p.f(p.sum, p.total)
+}
+
+// noteRun tells Plan.Note that a run of candidate cand starts: its
+// routing, its member of the band and its sessions levels.
+func (p *progress) noteRun(cand string, cfg *Config, v variant, sessions []int) {
+	if p.note == nil || len(sessions) == 0 {
+		return
+	}
+	levels := strconv.Itoa(sessions[0])
+	if n := len(sessions); n > 1 {
+		levels += "-" + strconv.Itoa(sessions[n-1])
+	}
+	p.note(fmt.Sprintf("%s, %s, %s, %s sessions", cand, cfg.label(), runLabel(v), levels))
 }
 
 // configs lists the routings to try: each strategy once, affinity and its

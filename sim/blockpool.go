@@ -1,7 +1,5 @@
 package sim
 
-import "math/bits"
-
 // This file mirrors vLLM V1's KV block pool (vllm/v1/core/block_pool.py)
 // and its free queue (FreeKVCacheBlockQueue in kv_cache_utils.py):
 //
@@ -46,6 +44,9 @@ type blockPool struct {
 	// tracked (a long-running EngineReplica), misses then read as cold.
 	ever   *everSet
 	everID int
+	// watch, when set, is told of every block cached and evicted
+	// (EngineReplica.WatchCache: the emulator's KV events).
+	watch *CacheWatch
 	// evictions counts cached blocks dropped by allocation.
 	evictions int64
 	// refFlips counts the times a block went from free to held by touch
@@ -61,8 +62,8 @@ func newBlockPool(numBlocks int) *blockPool {
 		blocks:   make([]kvBlock, numBlocks),
 		freeHead: noBlock,
 		freeTail: noBlock,
-		cached:   newBlockIndex(numBlocks),
 	}
+	p.cached = newBlockIndex(p.blocks)
 	for i := range p.blocks {
 		p.blocks[i] = kvBlock{prev: noBlock, next: noBlock, dupNext: noBlock}
 	}
@@ -119,8 +120,8 @@ func (p *blockPool) cacheBlock(b int32, hash uint64) {
 		return
 	}
 	blk.hash, blk.hashed, blk.dupNext = hash, true, noBlock
-	if i := p.cached.find(hash); p.cached.slots[i].block != 0 {
-		last := p.cached.slots[i].block - 1
+	if i := p.cached.find(hash); p.cached.slots[i] != 0 {
+		last := p.cached.blockAt(i)
 		for p.blocks[last].dupNext != noBlock {
 			last = p.blocks[last].dupNext
 		}
@@ -140,11 +141,11 @@ func (p *blockPool) evict(b int32) {
 		return
 	}
 	i := p.cached.find(blk.hash)
-	if first := p.cached.slots[i].block - 1; first == b {
+	if first := p.cached.blockAt(i); first == b {
 		if blk.dupNext == noBlock {
 			p.cached.delAt(i)
 		} else {
-			p.cached.slots[i].block = blk.dupNext + 1
+			p.cached.setBlockAt(i, blk.dupNext)
 		}
 	} else {
 		prev := first
@@ -152,6 +153,9 @@ func (p *blockPool) evict(b int32) {
 			prev = p.blocks[prev].dupNext
 		}
 		p.blocks[prev].dupNext = blk.dupNext
+	}
+	if p.watch != nil {
+		p.watch.Removed(blk.hash)
 	}
 	blk.hashed, blk.hash, blk.dupNext = false, 0, noBlock
 	p.evictions++
@@ -206,48 +210,71 @@ func (p *blockPool) free(bs []int32) {
 // backward-shift deletion, of a fixed size, at least twice the pool's
 // blocks (a block holds at most one hash), so it never grows and stays at
 // most half full. It does the work of a Go map in one probe of one slot.
+//
+// A slot is 8 bytes: 32 bits of the hash's mix (its fingerprint, whose
+// leading bits are also its home slot) and the block + 1. The full hash is
+// the block's own (kvBlock.hash), read only when a fingerprint matches, on
+// a block that the caller reads next anyway (lookup touches it, cacheBlock
+// and evict hold it): half the memory of a slot holding the hash, so twice
+// the slots per cache line and per page, for a table that the lookups of
+// every prompt walk at random (the most time a plan's simulations take).
 type blockIndex struct {
-	slots []indexSlot
-	shift uint // 64 - log2(len(slots))
-	n     int
+	slots  []uint64 // fingerprint<<32 | block+1; 0: empty
+	shift  uint     // 64 - log2(len(slots))
+	n      int
+	blocks []kvBlock // the pool's blocks, whose hash a slot's block holds
 }
 
-// indexSlot is one hash and its block + 1 (0: empty).
-type indexSlot struct {
-	hash  uint64
-	block int32
-}
-
-func newBlockIndex(numBlocks int) blockIndex {
+// newBlockIndex returns the index of a pool of blocks.
+func newBlockIndex(blocks []kvBlock) blockIndex {
 	bits := uint(4)
-	for 1<<bits < 2*numBlocks {
+	for 1<<bits < 2*len(blocks) {
 		bits++
 	}
-	return blockIndex{slots: make([]indexSlot, 1<<bits), shift: 64 - bits}
+	return blockIndex{slots: make([]uint64, 1<<bits), shift: 64 - bits, blocks: blocks}
 }
 
-func (x *blockIndex) home(hash uint64) int { return int((hash * 0x9e3779b97f4a7c15) >> x.shift) }
+// fpMask keeps a slot's fingerprint.
+const fpMask uint64 = 0xffffffff00000000
+
+// mix spreads hash over 64 bits: its top 32 are the fingerprint, and the
+// top log2(len(slots)) of those the home slot.
+func mix(hash uint64) uint64 { return hash * 0x9e3779b97f4a7c15 }
+
+// homeOf is the home slot of a slot's entry, from its fingerprint.
+func (x *blockIndex) homeOf(slot uint64) int { return int(slot >> x.shift) }
 
 // find returns hash's slot, or the empty slot where it would go.
 func (x *blockIndex) find(hash uint64) int {
 	mask := len(x.slots) - 1
-	for i := x.home(hash); ; i = (i + 1) & mask {
-		if sl := &x.slots[i]; sl.block == 0 || sl.hash == hash {
+	m := mix(hash)
+	fp := m & fpMask
+	for i := int(m >> x.shift); ; i = (i + 1) & mask {
+		sl := x.slots[i]
+		if sl == 0 || (sl&fpMask == fp && x.blocks[uint32(sl)-1].hash == hash) {
 			return i
 		}
 	}
 }
 
-// get returns hash's block, or noBlock.
-func (x *blockIndex) get(hash uint64) int32 { return x.slots[x.find(hash)].block - 1 }
+// blockAt is slot i's block, noBlock when it is empty.
+func (x *blockIndex) blockAt(i int) int32 { return int32(uint32(x.slots[i])) - 1 }
 
-// putAt sets hash's block in slot i, find's answer for hash.
+// get returns hash's block, or noBlock.
+func (x *blockIndex) get(hash uint64) int32 { return x.blockAt(x.find(hash)) }
+
+// putAt sets hash's block in slot i, find's answer for hash; block b
+// holds hash.
 func (x *blockIndex) putAt(i int, hash uint64, b int32) {
-	sl := &x.slots[i]
-	if sl.block == 0 {
+	if x.slots[i] == 0 {
 		x.n++
 	}
-	sl.hash, sl.block = hash, b+1
+	x.slots[i] = mix(hash)&fpMask | uint64(uint32(b+1))
+}
+
+// setBlockAt makes block b, which holds the same hash, slot i's block.
+func (x *blockIndex) setBlockAt(i int, b int32) {
+	x.slots[i] = x.slots[i]&fpMask | uint64(uint32(b+1))
 }
 
 // delAt empties the occupied slot i, moving back the entries of its probe
@@ -257,111 +284,15 @@ func (x *blockIndex) delAt(i int) {
 	x.n--
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
 		sl := x.slots[j]
-		if sl.block == 0 {
+		if sl == 0 {
 			break
 		}
 		// The entry at j may move to the hole at i unless its home lies
 		// cyclically in (i, j].
-		if h := x.home(sl.hash); (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
+		if h := x.homeOf(sl); (j > i && (h <= i || h > j)) || (j < i && h <= i && h > j) {
 			x.slots[i] = sl
 			i = j
 		}
 	}
-	x.slots[i] = indexSlot{}
-}
-
-// everSet is the record of a run's replicas of every block hash they ever
-// cached: one probe answers both questions of the miss classification
-// (cached on this replica before? computed on any?), where a Go map per
-// replica and one for the farm took two lookups, and two more insertions
-// per block cached. It is an open-addressing table with linear probing
-// whose slot holds the hash and, up to 64 replicas, their bits: the
-// sets grow to every distinct block of a run, far beyond the caches, so
-// each lookup is a cache miss, and one slot is one miss.
-type everSet struct {
-	slots []everSlot
-	n     int      // slots in use
-	shift uint     // 64 - log2(len(slots))
-	words int      // words of bits per hash: one bit per replica
-	rows  []uint64 // words > 1: the bits of hash row i at [i*words, (i+1)*words)
-}
-
-// everSlot is one hash: val is its replicas' bits (words == 1) or its row
-// + 1; 0 marks an empty slot (a hash is only added with a bit).
-type everSlot struct {
-	hash, val uint64
-}
-
-func newEverSet(replicas int) *everSet {
-	const initial = 1 << 12
-	return &everSet{slots: make([]everSlot, initial), shift: 64 - 12, words: (max(replicas, 1) + 63) / 64}
-}
-
-// slot returns the index of hash's slot, or of the empty slot where it
-// would go.
-func (e *everSet) slot(hash uint64) int {
-	mask := len(e.slots) - 1
-	i := int((hash * 0x9e3779b97f4a7c15) >> e.shift)
-	for {
-		sl := &e.slots[i]
-		if sl.val == 0 || sl.hash == hash {
-			return i
-		}
-		i = (i + 1) & mask
-	}
-}
-
-// moveTo moves the hashes to slots, an empty table of a power of two
-// slots, when it is larger than the one they are in.
-func (e *everSet) moveTo(slots []everSlot) {
-	if len(slots) <= len(e.slots) {
-		return
-	}
-	old := e.slots
-	e.slots, e.shift = slots, uint(64-bits.Len(uint(len(slots)-1)))
-	for _, sl := range old {
-		if sl.val != 0 {
-			e.slots[e.slot(sl.hash)] = sl
-		}
-	}
-}
-
-// add records that replica rep cached hash.
-func (e *everSet) add(hash uint64, rep int) {
-	i := e.slot(hash)
-	sl := &e.slots[i]
-	if e.words == 1 {
-		if sl.val == 0 {
-			sl.hash = hash
-			e.n++
-		}
-		sl.val |= 1 << rep
-	} else {
-		if sl.val == 0 {
-			sl.hash = hash
-			sl.val = uint64(len(e.rows)/e.words) + 1
-			e.rows = append(e.rows, make([]uint64, e.words)...)
-			e.n++
-		}
-		e.rows[int(sl.val-1)*e.words+rep/64] |= 1 << (rep % 64)
-	}
-	if 2*e.n > len(e.slots) {
-		e.grow()
-	}
-}
-
-// grow doubles the table.
-func (e *everSet) grow() { e.moveTo(make([]everSlot, 2*len(e.slots))) }
-
-// seen reports whether replica rep ever cached hash, and whether any
-// replica did.
-func (e *everSet) seen(hash uint64, rep int) (here, anywhere bool) {
-	sl := e.slots[e.slot(hash)]
-	switch {
-	case sl.val == 0:
-		return false, false
-	case e.words == 1:
-		return sl.val&(1<<rep) != 0, true
-	}
-	return e.rows[int(sl.val-1)*e.words+rep/64]&(1<<(rep%64)) != 0, true
+	x.slots[i] = 0
 }

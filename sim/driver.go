@@ -134,6 +134,7 @@ func (c *closedLoop) send(r *run, arg int32) {
 	if cl.retiring {
 		cl.active, cl.retiring = false, false
 		c.active--
+		r.sessionOver(&cl.sess)
 		return
 	}
 	s := r.newSeq(&cl.sess.Turns[cl.turn], int32(k), c.outputCap)
@@ -161,6 +162,7 @@ func (c *closedLoop) done(r *run, s *seq, finished bool) {
 		if r.kv != nil {
 			r.kv.sessionEnded(r, cl.sess.ID)
 		}
+		r.sessionOver(&cl.sess)
 		c.nextSessionAfter(r, k, rejectBackoff)
 		return
 	}
@@ -170,6 +172,7 @@ func (c *closedLoop) done(r *run, s *seq, finished bool) {
 		if r.kv != nil {
 			r.kv.sessionEnded(r, cl.sess.ID)
 		}
+		r.sessionOver(&cl.sess)
 		c.nextSessionAfter(r, k, r.downlinkUs+c.turnaroundUs)
 		return
 	}
@@ -177,6 +180,7 @@ func (c *closedLoop) done(r *run, s *seq, finished bool) {
 		if r.kv != nil {
 			r.kv.sessionEnded(r, cl.sess.ID)
 		}
+		r.sessionOver(&cl.sess)
 		cl.active, cl.retiring = false, false
 		c.active--
 		return

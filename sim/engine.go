@@ -119,6 +119,21 @@ func NewEngineReplica(f *Farm, index int) *EngineReplica {
 // caller guards h's histograms with the lock that serialises the replica.
 func (e *EngineReplica) Record(h *EngineHistograms) { e.obs = h }
 
+// CacheWatch receives the changes of a replica's prefix cache, as vLLM's
+// BlockPool reports them in KV events: Stored for each block cached
+// (BlockStored; parent is the hash of the block before it in its
+// request, hasParent false for a first block), Removed for each cached
+// block evicted (BlockRemoved). Both are called from Advance and Submit,
+// under the caller's lock.
+type CacheWatch struct {
+	Stored  func(hash, parent uint64, hasParent bool)
+	Removed func(hash uint64)
+}
+
+// WatchCache makes the replica tell w of its prefix cache's changes; nil
+// stops it. Both of w's functions must be set.
+func (e *EngineReplica) WatchCache(w *CacheWatch) { e.rep.pool.watch = w }
+
 // Now is the replica's virtual time.
 func (e *EngineReplica) Now() time.Duration { return time.Duration(e.now) * time.Microsecond }
 

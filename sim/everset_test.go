@@ -1,17 +1,22 @@
 package sim
 
 import (
+	"context"
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/lm-warden/warden/traces"
 )
 
 // TestEverSetAgainstMaps checks the table against the sets it replaced (a
-// map per replica and one for the farm), through growth, with one word of
-// replica bits and with several, and with room reserved up front.
+// map per replica and one for the farm), through growth and forgetting
+// (whose backward shifts must leave every probe run whole), with one word
+// of replica bits and with several (whose rows are reused), and with room
+// reserved up front.
 func TestEverSetAgainstMaps(t *testing.T) {
 	// reserve: room reserved after at operations.
 	for _, c := range []struct{ replicas, reserve, at int }{{1, 0, 0}, {4, 0, 0}, {64, 0, 0}, {65, 0, 0}, {130, 0, 0}, {4, 40000, 0}, {4, 40000, 9000}} {
@@ -42,10 +47,17 @@ func TestEverSetAgainstMaps(t *testing.T) {
 				reserve()
 			}
 			h, rep := hash(), rng.IntN(replicas)
-			if rng.IntN(3) == 0 {
+			switch rng.IntN(6) {
+			case 0, 1:
 				e.add(h, rep)
 				here[rep][h], anywhere[h] = true, true
 				continue
+			case 2:
+				e.forget(h)
+				for _, m := range here {
+					delete(m, h)
+				}
+				delete(anywhere, h)
 			}
 			gotHere, gotAny := e.seen(h, rep)
 			if gotHere != here[rep][h] || gotAny != anywhere[h] {
@@ -63,25 +75,50 @@ func TestEverSetAgainstMaps(t *testing.T) {
 
 // TestBlockIndexAgainstMap checks the pool's index against a Go map under
 // random insertions, overwrites and deletions, in a table small enough for
-// probe runs to wrap around its end.
+// probe runs to wrap around its end, with keys that share their
+// fingerprint (the index compares the full hash, the block's own).
 func TestBlockIndexAgainstMap(t *testing.T) {
-	for _, blocks := range []int{2, 5, 64, 1000} {
+	for _, n := range []int{2, 5, 64, 1000} {
+		blocks := make([]kvBlock, n)
 		x := newBlockIndex(blocks)
 		ref := map[uint64]int32{}
-		rng := rand.New(rand.NewPCG(uint64(blocks), 9))
-		keys := make([]uint64, 3*blocks)
+		var free []int32 // blocks holding no key
+		for b := range n {
+			free = append(free, int32(b))
+		}
+		rng := rand.New(rand.NewPCG(uint64(n), 9))
+		keys := make([]uint64, 3*n)
 		for i := range keys {
 			keys[i] = rng.Uint64() >> rng.IntN(64) // some share high bits, some low
+			if i%4 == 3 {
+				// Another key of the key before's fingerprint (and home):
+				// its mix differs in the low bits alone.
+				keys[i] = unmix(mix(keys[i-1]) ^ uint64(1+rng.IntN(1<<20)))
+				if mix(keys[i])&fpMask != mix(keys[i-1])&fpMask || keys[i] == keys[i-1] {
+					t.Fatalf("unmix: %#x and %#x do not share a fingerprint", keys[i], keys[i-1])
+				}
+			}
 		}
 		for step := range 40000 {
 			h := keys[rng.IntN(len(keys))]
 			switch op := rng.IntN(3); {
-			case op == 0 && len(ref) < blocks:
-				b := int32(rng.IntN(blocks))
+			case op == 0 && len(free) > 0:
+				// A block takes the key (a block holding it before gives
+				// it up, as a hash moves to its duplicate in evict).
+				k := rng.IntN(len(free))
+				b := free[k]
+				free = append(free[:k], free[k+1:]...)
+				if old, ok := ref[h]; ok {
+					free = append(free, old)
+				}
+				blocks[b].hash = h
 				x.put(h, b)
 				ref[h] = b
 			case op == 1:
 				x.del(h)
+				if b, ok := ref[h]; ok {
+					free = append(free, b)
+				}
 				delete(ref, h)
 			}
 			want, ok := ref[h]
@@ -89,15 +126,15 @@ func TestBlockIndexAgainstMap(t *testing.T) {
 				want = noBlock
 			}
 			if got := x.get(h); got != want {
-				t.Fatalf("%d blocks, step %d: get(%#x) = %d, want %d", blocks, step, h, got, want)
+				t.Fatalf("%d blocks, step %d: get(%#x) = %d, want %d", n, step, h, got, want)
 			}
 			if x.n != len(ref) {
-				t.Fatalf("%d blocks, step %d: %d entries, want %d", blocks, step, x.n, len(ref))
+				t.Fatalf("%d blocks, step %d: %d entries, want %d", n, step, x.n, len(ref))
 			}
 		}
 		for h, b := range ref {
 			if got := x.get(h); got != b {
-				t.Fatalf("%d blocks: get(%#x) = %d at the end, want %d", blocks, h, got, b)
+				t.Fatalf("%d blocks: get(%#x) = %d at the end, want %d", n, h, got, b)
 			}
 		}
 	}
@@ -157,12 +194,28 @@ func TestHashCount(t *testing.T) {
 	}
 }
 
-// put sets hash's block.
-func (x *blockIndex) put(hash uint64, b int32) { x.putAt(x.find(hash), hash, b) }
+// unmix inverts mix (its multiplier is odd, so invertible mod 2^64).
+func unmix(m uint64) uint64 {
+	const g = 0x9e3779b97f4a7c15
+	inv := uint64(g)
+	for range 6 { // Newton's iteration doubles the correct low bits
+		inv *= 2 - g*inv
+	}
+	return m * inv
+}
+
+// put sets hash's block, which holds hash.
+func (x *blockIndex) put(hash uint64, b int32) {
+	if i := x.find(hash); x.slots[i] != 0 {
+		x.setBlockAt(i, b)
+	} else {
+		x.putAt(i, hash, b)
+	}
+}
 
 // del removes hash.
 func (x *blockIndex) del(hash uint64) {
-	if i := x.find(hash); x.slots[i].block != 0 {
+	if i := x.find(hash); x.slots[i] != 0 {
 		x.delAt(i)
 	}
 }
@@ -173,4 +226,139 @@ func (e *everSet) reserve(n int) {
 		return
 	}
 	e.moveTo(make([]everSlot, 1<<bits.Len(uint(2*n-1))))
+}
+
+// TestEverSetForgetsExactly runs every synthetic equivalence workload (a
+// level going down retires sessions, subagents, preemption) and one of 66
+// replicas (more than one word of replica bits) with the hashes of the
+// sessions that are over forgotten, and with every hash kept, and compares
+// everything they output: forgetting must not change a miss class.
+func TestEverSetForgetsExactly(t *testing.T) {
+	cases := []equivCase{{"a4000x66-steps", func(t testing.TB) Experiment {
+		spec := mustDefaultFarm(t).Spec
+		spec.Replicas = 66
+		f, err := Resolve(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Experiment{Farm: f, Sessions: []int{40, 12, 70}, Duration: 40 * time.Second, Seed: 5, Strategies: []string{"hash", "affinity"}}
+	}}}
+	for _, c := range equivCases() {
+		if c.e(t).Trace == nil {
+			cases = append(cases, c)
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := c.e(t)
+			forgetting := runEquiv(t, e)
+			keepEveryHash = true
+			keeping := runEquiv(t, e)
+			keepEveryHash = false
+			if forgetting != keeping {
+				a, b := strings.Split(forgetting, "\n"), strings.Split(keeping, "\n")
+				for i := range min(len(a), len(b)) {
+					if a[i] != b[i] {
+						t.Fatalf("line %d differs:\nforgetting: %.300s\nkeeping:    %.300s", i+1, a[i], b[i])
+					}
+				}
+				t.Fatalf("outputs differ in length: %d and %d lines", len(a), len(b))
+			}
+		})
+	}
+}
+
+// TestEverSetBoundedByLoad checks that a long run of synthetic sessions
+// holds in its record of hashes ever cached no more than the blocks of the
+// sessions its clients hold at the end (and the shared system prompt's),
+// however many sessions came and went before, where keeping every hash
+// holds several times that.
+func TestEverSetBoundedByLoad(t *testing.T) {
+	final := func(t *testing.T) (*run, int) {
+		e, err := Experiment{Farm: mustDefaultFarm(t), Strategies: []string{"affinity"}, Sessions: []int{16, 8}, Duration: 6 * time.Minute, Seed: 2}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.lean = true
+		_, r, err := runStrategy(context.Background(), e, "affinity", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, int(r.rt.sessionsCompleted)
+	}
+	r, completed := final(t)
+	cl := r.drv.(*closedLoop)
+	held := map[uint64]bool{}
+	for _, c := range cl.clients {
+		for ti := range c.sess.Turns {
+			req := &c.sess.Turns[ti]
+			for k := 0; ; k++ {
+				h, ok := requestBlockHash(req, req.PromptTokens, k, r.cfg.blockSize)
+				if !ok {
+					break
+				}
+				held[h] = true
+			}
+		}
+	}
+	ever := r.reps[0].pool.ever
+	if completed < 4*len(cl.clients) {
+		t.Fatalf("%d sessions completed by %d clients: too few for the test to mean anything", completed, len(cl.clients))
+	}
+	if ever.n > len(held) {
+		t.Errorf("%d hashes recorded after %d sessions completed; the %d clients' sessions hold %d blocks", ever.n, completed, len(cl.clients), len(held))
+	}
+	keepEveryHash = true
+	kept, _ := final(t)
+	keepEveryHash = false
+	n := kept.reps[0].pool.ever.n
+	t.Logf("%d sessions completed: %d hashes recorded (%d slots), %d held by the clients' sessions; keeping every hash: %d", completed, ever.n, len(ever.slots), len(held), n)
+	if n < 2*len(held) {
+		t.Errorf("keeping every hash recorded %d, not far above the %d of the sessions held: the test cannot tell", n, len(held))
+	}
+}
+
+// TestSyntheticSessionsOwnTheirBlocks checks what forgetting a session's
+// hashes (run.sessionOver) rests on: the synthetic sessions, subagents
+// included, share the system prompt's full blocks and no other.
+func TestSyntheticSessionsOwnTheirBlocks(t *testing.T) {
+	for _, bs := range []int{16, 64} {
+		w := traces.DefaultWorkload()
+		w.SubagentProbability = 0.4
+		w.Turns = 4
+		shared := w.SystemPromptTokens / bs
+		g := traces.NewGenerator(w, bs, 9)
+		owner := map[uint64]string{}
+		var system []uint64
+		for range 300 {
+			s, _ := g.NextSession()
+			for ti := range s.Turns {
+				req := &s.Turns[ti]
+				for k := 0; ; k++ {
+					h, ok := requestBlockHash(req, req.PromptTokens, k, bs)
+					if !ok {
+						break
+					}
+					if k < shared {
+						if len(system) == k {
+							system = append(system, h)
+						}
+						if system[k] != h {
+							t.Fatalf("block size %d: session %s, turn %d: system prompt block %d differs from the first session's", bs, s.ID, ti, k)
+						}
+						continue
+					}
+					if o, ok := owner[h]; ok && o != s.ID {
+						t.Fatalf("block size %d: block %d of session %s, turn %d, is also session %s's", bs, k, s.ID, ti, o)
+					}
+					owner[h] = s.ID
+				}
+			}
+		}
+		for k, h := range system {
+			if o, ok := owner[h]; ok {
+				t.Fatalf("block size %d: system prompt block %d is also session %s's own", bs, k, o)
+			}
+		}
+	}
 }

@@ -259,6 +259,11 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	if r.kv != nil && e.Trace == nil {
 		r.kv.shared = e.Workload.SystemPromptTokens // the synthetic sessions' common system prompt
 	}
+	if e.Trace == nil && !keepEveryHash {
+		// The synthetic sessions share the system prompt's full blocks
+		// alone: every later block is one session's own (sessionOver).
+		r.forgetFrom = e.Workload.SystemPromptTokens / r.cfg.blockSize
+	}
 	if e.Requests != nil {
 		r.log = newRequestLog(r.name)
 	}

@@ -448,6 +448,13 @@ func (r *replica) cacheKnown(s *seq, full int) {
 			break
 		}
 		r.pool.cacheBlock(s.blocks[k], h)
+		if w := r.pool.watch; w != nil {
+			parent, hasParent := uint64(0), false
+			if k > 0 {
+				parent, hasParent = s.blockHash(k-1, bs)
+			}
+			w.Stored(h, parent, hasParent)
+		}
 		s.cachedBlocks = k + 1
 	}
 }

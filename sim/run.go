@@ -87,6 +87,10 @@ type run struct {
 	// everHint, until it is used, will tell how many hashes the record of
 	// those ever cached is to hold (reserveEver).
 	everHint *hashHint
+	// forgetFrom >= 0: a session's hashes from its block forgetFrom on
+	// are its own, forgotten by the record of hashes ever cached when it
+	// is over (sessionOver); -1: every hash is kept (a trace's sessions).
+	forgetFrom int
 }
 
 // reserveEver makes room in the record of hashes ever cached once the
@@ -179,6 +183,7 @@ func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean b
 		scrapeUs:   time.Duration(f.Spec.ScrapeInterval).Microseconds(),
 		lastScrape: -1,
 		name:       vr.name,
+		forgetFrom: -1,
 	}
 	if t, ok := pol.(interface{ Table() *placement.Table }); ok {
 		r.table = t.Table()
@@ -409,6 +414,7 @@ func (r *run) onDone(s *seq, finished bool) {
 	if finished {
 		r.rt.finished++
 		r.rec.observeFinished(s, r.now)
+		r.observeHits(s)
 	}
 	switch {
 	case r.turnEnds && r.table != nil:

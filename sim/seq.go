@@ -68,19 +68,25 @@ type seq struct {
 // OutputHashIDs for blocks completed by generated tokens; blocks beyond
 // those have no hash and stay uncached, as does any partial block.
 func (s *seq) blockHash(k, blockSize int) (uint64, bool) {
-	if (k+1)*blockSize <= s.prompt { // k < prompt/blockSize, without a division
-		if k < len(s.req.HashIDs) {
-			return s.req.HashIDs[k], true
+	return requestBlockHash(s.req, s.prompt, k, blockSize)
+}
+
+// requestBlockHash is seq.blockHash of a request of prompt tokens, in a
+// replica or not.
+func requestBlockHash(req *traces.Request, prompt, k, blockSize int) (uint64, bool) {
+	if (k+1)*blockSize <= prompt { // k < prompt/blockSize, without a division
+		if k < len(req.HashIDs) {
+			return req.HashIDs[k], true
 		}
 		return 0, false
 	}
-	full := s.prompt / blockSize
-	if full > len(s.req.HashIDs) {
+	full := prompt / blockSize
+	if full > len(req.HashIDs) {
 		return 0, false // the chain broke inside the prompt
 	}
 	j := k - full
-	if j < len(s.req.OutputHashIDs) {
-		return s.req.OutputHashIDs[j], true
+	if j < len(req.OutputHashIDs) {
+		return req.OutputHashIDs[j], true
 	}
 	return 0, false
 }

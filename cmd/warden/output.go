@@ -14,8 +14,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/web"
@@ -153,40 +151,12 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// progressBar is a bar of seconds (of simulated or of the target's time)
-// drawn on stderr.
-type progressBar struct {
-	bar *progressbar.ProgressBar
-}
-
-// newProgressBar returns the bar when show is set and stderr is a terminal
-// (terminal, when set, answers that instead: tests), else nil.
-func newProgressBar(show bool, stderr io.Writer, terminal func() bool, desc string, throttle time.Duration) *progressBar {
-	if !show || stderr == nil {
+// newProgressBar returns the progress bar when show is set and stderr is
+// a terminal (terminal, when set, answers that instead: tests), else nil
+// (progress.go: its clock is the wall clock's).
+func newProgressBar(show bool, stderr io.Writer, terminal func() bool, desc string, throttle time.Duration) *progress {
+	if !show {
 		return nil
 	}
-	if terminal == nil {
-		terminal = func() bool { return isTerminal(stderr) }
-	}
-	if !terminal() {
-		return nil
-	}
-	return &progressBar{bar: progressbar.NewOptions64(1,
-		progressbar.OptionSetWriter(stderr),
-		progressbar.OptionSetDescription(desc),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionThrottle(throttle),
-		progressbar.OptionClearOnFinish(),
-		progressbar.OptionSetWidth(30),
-	)}
+	return newProgress(progressConfig{bar: true, stderr: stderr, terminal: terminal, desc: desc, throttle: throttle})
 }
-
-// set is the progress callback of sim, planner and bench: done of total.
-func (p *progressBar) set(done, total time.Duration) {
-	if m := int64(total / time.Second); m > 0 && m != p.bar.GetMax64() {
-		p.bar.ChangeMax64(m)
-	}
-	_ = p.bar.Set64(int64(done / time.Second))
-}
-
-func (p *progressBar) finish() { _ = p.bar.Finish() }

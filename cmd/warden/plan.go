@@ -51,6 +51,7 @@ type planOptions struct {
 	Out         string
 	JSON        bool
 	Progress    bool
+	Quiet       bool // no progress on stderr, bar or lines
 	Parallelism int
 
 	prom planPromOptions // --prometheus mode (plan_observed.go)
@@ -62,6 +63,9 @@ type planOptions struct {
 	// it is a terminal (tests).
 	stderr     io.Writer
 	isTerminal func() bool
+	// progressEvery, when set, is the wall time between two progress
+	// lines (tests); 0: every few seconds.
+	progressEvery time.Duration
 }
 
 // builtInPlan is the built-in plan as parsed: the flags' defaults are its
@@ -128,8 +132,9 @@ vLLM's defaults unless --max-num-seqs is given). Flags given with --plan overrid
 the file's values.
 
 The self-contained HTML report goes to --out; --json prints the result as JSON,
-which 'warden report --from' renders again. A progress bar is drawn on stderr when
-it is a terminal.`,
+which 'warden report --from' renders again. Progress goes to stderr: a bar on a
+terminal, else (a log, a pipe) a line every few seconds naming the simulation
+that runs; --quiet silences both.`,
 		Example: `  warden plan                                   # the built-in example; writes plan-report.html
   warden plan --headroom 0 --out ""              # the wanted concurrency alone decides (no headroom level)
   warden plan --gpu "RTX A4000,RTX 4090" --replicas 2,3,4 --model Qwen/Qwen3-4B-Instruct-2507 \
@@ -167,7 +172,8 @@ it is a terminal.`,
 	f.StringVar(&opts.Prices, "price", "", `per-GPU hourly prices, "RTX A4000=0.25,RTX 4090=0.69" (every candidate GPU needs one; ranks by price)`)
 	f.StringVar(&opts.Out, "out", "plan-report.html", `HTML report file ("" for none)`)
 	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON (what 'warden report --from' reads) instead of the summary")
-	f.BoolVar(&opts.Progress, "progress", true, "draw a progress bar on stderr (only when stderr is a terminal)")
+	f.BoolVar(&opts.Progress, "progress", true, "show progress on stderr: a bar on a terminal, else a line every few seconds")
+	f.BoolVar(&opts.Quiet, "quiet", false, "no progress on stderr (neither the bar nor the lines)")
 	f.IntVar(&opts.Parallelism, "parallelism", 0, "simulations run at once (0: one per CPU)")
 	f.StringVar(&opts.prom.Prometheus, "prometheus", "", "plan the farm this Prometheus watches, under its load (with --model, --current-gpu); --gpu/--replicas add candidates")
 	f.DurationVar(&opts.prom.Since, "since", time.Hour, "with --prometheus: the window read, ending now (or at --end)")
@@ -435,9 +441,11 @@ func (o *planOptions) solve(ctx context.Context) (*planner.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if bar := newProgressBar(o.Progress, o.stderr, o.isTerminal, "simulating", 100*time.Millisecond); bar != nil {
-		p.Progress = bar.set
-		defer bar.finish()
+	show := o.Progress && !o.Quiet
+	if pr := newProgress(progressConfig{bar: show, lines: show, stderr: o.stderr, terminal: o.isTerminal,
+		desc: "simulating", throttle: 100 * time.Millisecond, every: o.progressEvery}); pr != nil {
+		p.Progress, p.Note = pr.set, pr.note
+		defer pr.finish()
 	}
 	return planner.Solve(ctx, p)
 }

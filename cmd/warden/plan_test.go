@@ -212,20 +212,56 @@ func TestPlanErrors(t *testing.T) {
 	}
 }
 
-func TestPlanProgressOnlyOnATerminal(t *testing.T) {
-	for _, term := range []bool{false, true} {
-		var stderr, stdout bytes.Buffer
-		o := &planOptions{
-			Sessions: []int{2}, Duration: 10 * time.Second, Progress: true,
-			stderr: &stderr, isTerminal: func() bool { return term },
-			changed: func(name string) bool { return name == "sessions" || name == "duration" },
-		}
-		if err := runPlan(context.Background(), o, &stdout); err != nil {
-			t.Fatal(err)
-		}
-		if got := stderr.Len() > 0; got != term {
-			t.Errorf("terminal %v: wrote %d bytes of progress to stderr", term, stderr.Len())
-		}
+// TestPlanProgress checks where a plan's progress goes: a bar on a
+// terminal; elsewhere lines naming the simulation that runs (here one at
+// every update: progressEvery is tiny), none with --quiet or
+// --progress=false.
+func TestPlanProgress(t *testing.T) {
+	line := regexp.MustCompile(`^simulating: \d+% \(\S+ of \S+ simulated\), \S+ elapsed(, about \S+ left)?; now \d+ x RTX A4000( \(bisection\))?, .*, KV x[\d.]+, speed x[\d.]+, seed \d+, [\d-]+ sessions$`)
+	for _, tt := range []struct {
+		name           string
+		term, progress bool
+		quiet          bool
+		bar, wantLines bool
+	}{
+		{name: "terminal", term: true, progress: true, bar: true},
+		{name: "not a terminal", progress: true, wantLines: true},
+		{name: "not a terminal, --quiet", progress: true, quiet: true},
+		{name: "not a terminal, --progress=false", progress: false},
+		{name: "terminal, --quiet", term: true, progress: true, quiet: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr, stdout bytes.Buffer
+			o := &planOptions{
+				Sessions: []int{2}, Duration: 10 * time.Second, Progress: tt.progress, Quiet: tt.quiet,
+				stderr: &stderr, isTerminal: func() bool { return tt.term }, progressEvery: time.Nanosecond,
+				changed: func(name string) bool { return name == "sessions" || name == "duration" },
+			}
+			if err := runPlan(context.Background(), o, &stdout); err != nil {
+				t.Fatal(err)
+			}
+			out := stderr.String()
+			switch {
+			case tt.bar:
+				if !strings.Contains(out, "simulating") || !strings.Contains(out, "elapsed") {
+					t.Errorf("no bar on the terminal: %q", out)
+				}
+			case tt.wantLines:
+				lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+				if len(lines) < 3 {
+					t.Fatalf("%d progress lines: %q", len(lines), out)
+				}
+				for _, l := range lines {
+					if !line.MatchString(l) {
+						t.Errorf("progress line %q", l)
+					}
+				}
+			default:
+				if out != "" {
+					t.Errorf("wrote %d bytes of progress to stderr: %.200q", len(out), out)
+				}
+			}
+		})
 	}
 }
 
