@@ -232,6 +232,47 @@ func (m *model) observe(session string, tokens int, now time.Time) {
 	l.adm.wake()
 }
 
+// observeHits records what replica rep served of a request of session
+// from its prefix cache, from the answer's usage (its cached tokens:
+// OpenAI's prompt_tokens_details.cached_tokens or input_tokens_details,
+// Anthropic's cache_read_input_tokens; -1 when the replica reports none),
+// for placement's cold-at-home rule (placement/observed.go). A rehome
+// decided on it is counted when the next turn is placed.
+func (m *model) observeHits(session string, rep *replica, u Usage) {
+	if session == "" || u.PromptTokens <= 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.current()
+	if l.observer {
+		return // an observer table follows homes, not what they hold
+	}
+	cached := u.CachedTokens
+	switch {
+	case cached >= 0:
+		rep.reportsCached.Store(true)
+	case rep.reportsCached.Load():
+		cached = 0 // vLLM omits prompt_tokens_details when nothing was cached
+	}
+	if i := l.index(rep); i >= 0 {
+		l.table.ObserveHits(session, i, u.PromptTokens, cached, u.OutputTokens)
+	}
+}
+
+// endSession forgets session (a keyed hash) at once: its home, its
+// footprint and its hold, so that its room counts free for admission and
+// the KV balance now rather than after its return timeout, and wakes the
+// front waiter. It reports whether the table knew it.
+func (m *model) endSession(session string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.current()
+	ok := l.table.Remove(session)
+	l.adm.wake()
+	return ok
+}
+
 // admissionOn reports whether new conversations of m may wait.
 func (m *model) admissionOn() bool {
 	a, _ := placement.ParseAdmission(m.cfg.Admission)

@@ -25,7 +25,10 @@ type call struct {
 	// countTokens: a count_tokens request, no conversation turn: no
 	// session, turn or journal record.
 	countTokens bool
-	start       time.Time
+	// lastTurn: the client said this is its conversation's last turn
+	// (HeaderSessionEnd): the conversation is forgotten when it ends.
+	lastTurn bool
+	start    time.Time
 
 	cur      *attempt    // the attempt whose response is being served
 	reason   string      // reason of cur: a placement reason or "retried"
@@ -73,9 +76,13 @@ func (c *call) finish() {
 		if c.usage.PromptTokens > 0 {
 			fp = c.usage.PromptTokens
 		}
+		c.m.observeHits(c.req.Session, c.cur.rep, c.usage)
 		c.m.observe(c.req.Session, fp+max(c.usage.OutputTokens, 0), now)
 	default:
 		c.m.observe(c.req.Session, 0, now) // the turn ended, with no footprint to record
+	}
+	if c.lastTurn && !c.countTokens && c.req.Session != "" {
+		c.m.endSession(c.req.Session)
 	}
 	dur := now.Sub(c.start)
 	if c.countTokens { // no turn: only its own counter

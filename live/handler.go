@@ -293,6 +293,7 @@ func (s *Server) newCall(rt *routing, in *inbound, rb *reqBody, start time.Time)
 	c := &call{
 		srv: s, m: m, api: in.api, path: in.path, rb: rb, stream: b.Stream, start: start,
 		source: id.Source, status: http.StatusOK, usage: unknownUsage(), countTokens: in.path == countTokensPath,
+		lastTurn: sessionEnds(in.header),
 		req: placement.Request{
 			Session: s.keyer.Sum(id.Session),
 			Parent:  s.keyer.Sum(id.Parent),
@@ -346,6 +347,11 @@ func (s *Server) placeCall(in *inbound, c *call) *refusal {
 	}
 	if p.Reason == placement.ReasonSpill && p.home >= 0 {
 		s.obs.spills.WithLabelValues(m.cfg.Name, strconv.Itoa(p.home)).Inc()
+	}
+	if p.Reason == placement.ReasonRehome && p.home >= 0 && p.home < len(p.m.replicas) {
+		// Counted on the replica the conversation left: it was cold there.
+		p.m.replicas[p.home].rehomes.Add(1)
+		s.obs.rehomes.WithLabelValues(m.cfg.Name, strconv.Itoa(p.home)).Inc()
 	}
 	if s.journal != nil && !c.countTokens {
 		c.jt = s.journal.begin()

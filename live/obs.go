@@ -28,6 +28,7 @@ const (
 	seriesJournalErrors   = "warden_journal_write_errors_total"
 	seriesJournalDropped  = "warden_journal_dropped_total"
 	seriesJournalLate     = "warden_journal_late_total"
+	seriesRehomes         = "warden_rehomes_total"
 )
 
 // observer holds the proxy's Prometheus metrics in a private registry
@@ -38,6 +39,7 @@ type observer struct {
 	reg            *prometheus.Registry
 	requests       *prometheus.CounterVec // model, replica, reason
 	spills         *prometheus.CounterVec // model, replica (the home that overflowed)
+	rehomes        *prometheus.CounterVec // model, replica (the home found cold)
 	upstreamErrors *prometheus.CounterVec // model, replica, kind
 	rejected       *prometheus.CounterVec // reason
 	ejections      *prometheus.CounterVec // model, replica
@@ -66,6 +68,7 @@ func newObserver(state func() *routing) *observer {
 	}
 	o.requests = counter(names.WardenRequests, "Requests forwarded, by the replica that served them and why it was chosen ("+reasonList()+").", "model", "replica", "reason")
 	o.spills = counter(seriesSpills, "Later turns that left their home because it was over the spill threshold, by home replica.", "model", "replica")
+	o.rehomes = counter(seriesRehomes, "Conversations moved away from their home because its last answer to them served (nearly) none of the prefix they had there from cache (rehome: cold), by the home they left.", "model", "replica")
 	o.upstreamErrors = counter(seriesUpstreamErrors, "Upstream failures by kind: connect, reset, status (a 5xx answer), stream (after the first byte), timeout (timeouts.first_token, stream_idle or response_header), protocol (a reply head over the proxy's bounds, malformed, or a status outside 100-599), down, drain.", "model", "replica", "kind")
 	o.rejected = counter(seriesRejected, "Requests the proxy answered itself with an error, by reason.", "reason")
 	o.ejections = counter(seriesEjections, "Passive ejections of a replica after a refused connection.", "model", "replica")
@@ -144,6 +147,7 @@ func (o *observer) initModel(m *model) {
 			o.requests.WithLabelValues(name, id, reasonName(i))
 		}
 		o.spills.WithLabelValues(name, id)
+		o.rehomes.WithLabelValues(name, id)
 		o.ejections.WithLabelValues(name, id)
 		for _, k := range upstreamKinds {
 			o.upstreamErrors.WithLabelValues(name, id, k)
@@ -154,7 +158,7 @@ func (o *observer) initModel(m *model) {
 // dropModel deletes a model's series (a reload removed it).
 func (o *observer) dropModel(name string) {
 	l := prometheus.Labels{"model": name}
-	for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections, o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens, o.countTokens} {
+	for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.rehomes, o.upstreamErrors, o.ejections, o.laterTurns, o.laterHome, o.outputTokens, o.promptTokens, o.countTokens} {
 		v.DeletePartialMatch(l)
 	}
 	o.ttfb.DeletePartialMatch(l)
@@ -170,7 +174,7 @@ func (o *observer) dropReplicas(name string, prev, m *model) {
 			continue
 		}
 		l := prometheus.Labels{"model": name, "replica": strconv.Itoa(j)}
-		for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.upstreamErrors, o.ejections} {
+		for _, v := range []*prometheus.CounterVec{o.requests, o.spills, o.rehomes, o.upstreamErrors, o.ejections} {
 			v.DeletePartialMatch(l)
 		}
 	}

@@ -316,10 +316,39 @@ func (s *Server) Admin() http.Handler {
 	mux.HandleFunc("GET /api/status", s.serveStatus)
 	mux.HandleFunc("GET /api/history", s.serveHistory)
 	mux.HandleFunc("GET /healthz", s.serveHealthz)
+	mux.HandleFunc("DELETE /v1/sessions/{id}", s.serveEndSession)
 	for _, r := range s.adminExtra {
 		mux.Handle(r.pattern, r.h)
 	}
 	return s.adminHostCheck(mux)
+}
+
+// serveEndSession answers DELETE /v1/sessions/{id} on the admin address:
+// the conversation whose session id (as the client sends it, e.g. its
+// X-Claude-Code-Session-Id) is id has ended; every model forgets it at
+// once and frees its footprint (see HeaderSessionEnd). 204 when a model
+// knew it, 404 when none did; the id is never echoed or logged in clear.
+// A shared session store (Redis) keeps its record until its TTL: the
+// other proxies still send a returning conversation home.
+func (s *Server) serveEndSession(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rt := s.state.Load()
+	if id == "" || len(id) > int(rt.cfg.Limits.MaxSessionID) {
+		http.Error(w, fmt.Sprintf("session id: want 1 to %d bytes", rt.cfg.Limits.MaxSessionID), http.StatusBadRequest)
+		return
+	}
+	key := s.keyer.Sum(id)
+	found := false
+	for _, name := range rt.names {
+		if rt.models[name].endSession(key) {
+			found = true
+		}
+	}
+	if !found {
+		http.Error(w, "no conversation with this session id", http.StatusNotFound)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // serveHealthz answers /healthz: 200 "ok", or 503 with the reason while

@@ -17,11 +17,34 @@ import (
 )
 
 // Session id sources, in the order [Extract] tries them (the first one that
-// yields a non-empty id wins).
+// yields a non-empty id wins). Where each header was verified:
+//
+//   - X-Dynamo-Session-ID and X-Dynamo-Parent-Session-ID: NVIDIA Dynamo's
+//     canonical agent session headers, "Identify Agent Sessions"
+//     (docs.nvidia.com/dynamo/dev/agents/identify-agent-sessions): when
+//     X-Dynamo-Session-ID is present Dynamo uses it (and the parent
+//     header) instead of any agent-native identity, and so does warden.
+//   - x-session-affinity, X-Session-Id, x-opencode-session and
+//     x-parent-session-id: OpenCode, sst/opencode
+//     packages/opencode/src/session/llm/request.ts (LLMRequestPrep.prepare):
+//     x-session-affinity and X-Session-Id carry the session id for other
+//     providers, x-opencode-session for its own (opencode*) providers,
+//     x-parent-session-id a subagent's parent session.
+//   - x-codex-parent-thread-id: Codex, openai/codex
+//     codex-rs/core/src/client.rs (X_CODEX_PARENT_THREAD_ID_HEADER) and
+//     codex-rs/core/src/responses_metadata.rs (compatibility_headers: sent
+//     when the thread is a subagent's). Codex's own thread id header
+//     (thread-id) was not found in openai/codex's source here, so it is
+//     not read; its session-id is.
+//   - x-claude-code-agent-id and x-claude-code-parent-agent-id: Claude Code
+//     subagents (see headerAgentID).
 const (
+	SourceDynamo         = "X-Dynamo-Session-ID"      // NVIDIA Dynamo's canonical header
 	SourceClaudeCode     = "X-Claude-Code-Session-Id" // Claude Code
 	SourceCodex          = "session-id"               // Codex CLI
-	SourceOpenCode       = "x-session-id"             // OpenCode
+	SourceOpenCode       = "x-session-id"             // OpenCode (X-Session-Id)
+	SourceAffinity       = "x-session-affinity"       // OpenCode, and routers that share the convention
+	SourceOpenCodeZen    = "x-opencode-session"       // OpenCode to its own providers
 	SourceMetadataUserID = "metadata.user_id"         // Anthropic body
 	SourcePromptCacheKey = "prompt_cache_key"         // OpenAI body
 	SourceUser           = "user"                     // OpenAI body (older)
@@ -34,6 +57,27 @@ const (
 	headerAgentID       = "x-claude-code-agent-id"
 	headerParentAgentID = "x-claude-code-parent-agent-id"
 )
+
+// Parent session headers of other agents' subagents (see the Source
+// constants for where each was verified), in the order they are tried.
+var parentHeaders = [...]string{"X-Dynamo-Parent-Session-ID", "x-parent-session-id", "x-codex-parent-thread-id"}
+
+// HeaderSessionEnd, on a request, says that it is its conversation's last
+// turn: once it ends the proxy forgets the conversation and frees its
+// footprint at once (as DELETE /v1/sessions/{id} on the admin address
+// does), instead of holding it for its return timeout and its home for
+// the session TTL. It is warden's own header (no agent sends one today);
+// any value but "", "0" and "false" counts.
+const HeaderSessionEnd = "X-Warden-Session-End"
+
+// sessionEnds reports whether h carries HeaderSessionEnd.
+func sessionEnds(h http.Header) bool {
+	switch strings.ToLower(strings.TrimSpace(h.Get(HeaderSessionEnd))) {
+	case "", "0", "false":
+		return false
+	}
+	return true
+}
 
 // fallbackPromptBytes bounds how much of a /v1/completions prompt the
 // fallback hashes: completions resend the whole conversation as one string,
@@ -78,8 +122,10 @@ var ErrSessionTooLong = errors.New("session id too long")
 func decodeBody(data []byte) (body, error) { return scanBody(data) }
 
 // extractFrom finds the session id of a request whose body decoded to b,
-// trying in order: the headers
-// X-Claude-Code-Session-Id, session-id, x-session-id; the body's
+// trying in order: the headers X-Dynamo-Session-ID,
+// X-Claude-Code-Session-Id, session-id, x-session-id, x-session-affinity,
+// x-opencode-session (with a parent from X-Dynamo-Parent-Session-ID,
+// x-parent-session-id or x-codex-parent-thread-id); the body's
 // metadata.user_id (JSON-string form {"session_id":...} or the older
 // user_<hash>_account_<uuid>_session_<uuid>); prompt_cache_key; user; and
 // finally a hash of the system prompt and the first user message (Claude
@@ -90,10 +136,21 @@ func decodeBody(data []byte) (body, error) { return scanBody(data) }
 // bytes is an error.
 func extractFrom(h http.Header, b *body, api API, maxLen int) (Identity, error) {
 	id := Identity{}
-	for _, name := range [...]string{SourceClaudeCode, SourceCodex, SourceOpenCode} {
+	for _, name := range [...]string{SourceDynamo, SourceClaudeCode, SourceCodex, SourceOpenCode, SourceAffinity, SourceOpenCodeZen} {
 		if v := strings.TrimSpace(h.Get(name)); v != "" {
 			id = Identity{Session: v, Source: name}
 			break
+		}
+	}
+	if id.Session != "" {
+		for _, name := range parentHeaders {
+			if v := strings.TrimSpace(h.Get(name)); v != "" && v != id.Session {
+				if len(v) > maxLen {
+					return Identity{}, fmt.Errorf("%w: %s is %d bytes (at most %d)", ErrSessionTooLong, name, len(v), maxLen)
+				}
+				id.Parent = v // a subagent: placed on its parent's home (placement's reason parent)
+				break
+			}
 		}
 	}
 	if id.Session == "" && b.Metadata != nil && b.Metadata.UserID != "" {

@@ -23,6 +23,14 @@ func TestExtract(t *testing.T) {
 			`{"model":"m","metadata":{"user_id":"user_x_account_y_session_z"}}`, "cc-1", "", SourceClaudeCode},
 		{"codex header", APIOpenAI, map[string]string{"session-id": "codex-1", "x-session-id": "oc"}, `{"model":"m","user":"u"}`, "codex-1", "", SourceCodex},
 		{"opencode header", APIOpenAI, map[string]string{"x-session-id": "oc-1"}, `{"model":"m","prompt_cache_key":"k"}`, "oc-1", "", SourceOpenCode},
+		{"dynamo header wins", APIOpenAI, map[string]string{"X-Dynamo-Session-ID": "dyn-1", "X-Claude-Code-Session-Id": "cc"}, `{"model":"m"}`, "dyn-1", "", SourceDynamo},
+		{"dynamo parent", APIOpenAI, map[string]string{"x-dynamo-session-id": "child", "x-dynamo-parent-session-id": "root"}, `{"model":"m"}`, "child", "root", SourceDynamo},
+		{"opencode affinity header", APIOpenAI, map[string]string{"x-session-affinity": "ses_1"}, `{"model":"m","prompt_cache_key":"k"}`, "ses_1", "", SourceAffinity},
+		{"opencode own providers", APIOpenAI, map[string]string{"x-opencode-session": "ses_2"}, `{"model":"m"}`, "ses_2", "", SourceOpenCodeZen},
+		{"opencode subagent", APIOpenAI, map[string]string{"x-session-affinity": "ses_c", "X-Session-Id": "ses_c", "x-parent-session-id": "ses_p"}, `{"model":"m"}`, "ses_c", "ses_p", SourceOpenCode},
+		{"codex subagent", APIResponses, map[string]string{"session-id": "th-c", "x-codex-parent-thread-id": "th-p"}, `{"model":"m"}`, "th-c", "th-p", SourceCodex},
+		{"parent equal to session is no parent", APIOpenAI, map[string]string{"session-id": "th", "x-codex-parent-thread-id": "th"}, `{"model":"m"}`, "th", "", SourceCodex},
+		{"parent without a session id is ignored", APIOpenAI, map[string]string{"x-parent-session-id": "p"}, `{"model":"m","user":"u"}`, "u", "", SourceUser},
 		{"metadata json form", APIAnthropic, nil,
 			`{"model":"m","metadata":{"user_id":"{\"device_id\":\"d\",\"account_uuid\":\"a\",\"session_id\":\"sess-json\"}"}}`, "sess-json", "", SourceMetadataUserID},
 		{"metadata old form", APIAnthropic, nil,
@@ -177,6 +185,9 @@ func FuzzExtract(f *testing.F) {
 		h := http.Header{}
 		if sessionHeader != "" {
 			h.Set("x-session-id", sessionHeader)
+			if api&4 != 0 { // a subagent of another agent (OpenCode's parent header)
+				h.Set("x-parent-session-id", "p"+sessionHeader)
+			}
 		}
 		id, err := extractFrom(h, &b, API(api%3), 256)
 		if err != nil {

@@ -61,8 +61,8 @@ func (m *model) place(ctx context.Context, r *placement.Request, now time.Time) 
 		return p, err
 	}
 	home := p.home
-	if home < 0 {
-		home = p.Replica // a new conversation: its home is where it went
+	if home < 0 || p.Reason == placement.ReasonRehome {
+		home = p.Replica // a new or re-homed conversation: its home is where it went
 	}
 	st.Touch(m.cfg.Name, r.Session, p.m.replicas[home].name, now)
 	return p, nil

@@ -21,6 +21,8 @@ import (
 //     change. With no other healthy replica it stays home (sticky).
 //     A request whose home is in Request.Failed (it failed there a moment
 //     ago: the proxy's retry) spills the same way, and home does not change.
+//     With Config.Rehome cold, a later turn of a conversation found cold
+//     at home (observed.go) is first placed as a new one, reason rehome.
 //  3. New: a session the table does not know, or whose home is unhealthy
 //     or no longer exists (it is re-homed), goes to the healthy replica
 //     with the lowest score (ties to the lowest ID), reason new, and that
@@ -131,6 +133,12 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 	}
 	if home >= 0 {
 		t.touch(i, at)
+		if a.cfg.Rehome == RehomeCold && t.coldAt(i) {
+			if d, ok := a.rehome(r, s, i, home); ok {
+				a.grow(i, r.PromptTokens)
+				return d, nil
+			}
+		}
 		if a.cfg.Spill.Priced() {
 			if d, ok := a.priced(r, s, i, home); ok {
 				a.grow(i, r.PromptTokens)

@@ -49,6 +49,10 @@ type Config struct {
 	// Admission, when AdmissionKV, makes a new conversation whose expected
 	// footprint fits on no replica wait (Decision.Wait); see kv.go.
 	Admission Admission
+	// Rehome, when RehomeCold, places the next turn of a conversation
+	// found cold at its home (its answer's cached tokens: Table.ObserveHits)
+	// as a new conversation, reason rehome; see observed.go.
+	Rehome Rehome
 }
 
 // Balance selects how new conversations are spread (routing.balance).
@@ -147,6 +151,9 @@ func (c Config) Validate() error {
 	}
 	if c.Admission > AdmissionKV {
 		return fmt.Errorf("placement: Admission %d is unknown (want AdmissionOff or AdmissionKV)", c.Admission)
+	}
+	if c.Rehome > RehomeCold {
+		return fmt.Errorf("placement: Rehome %d is unknown (want RehomeOff or RehomeCold)", c.Rehome)
 	}
 	if c.MaxSessions < 0 {
 		return fmt.Errorf("placement: MaxSessions %d is negative (want 0 for the default %d, or more)", c.MaxSessions, DefaultMaxSessions)

@@ -20,6 +20,9 @@
 //     then new or a subagent on its parent's home), and its load score.
 //   - kv.go: the KV-aware options of Affinity (balance kv, the priced
 //     spill, admission kv) and WaitQueue, the caller's admission FIFO.
+//   - observed.go: observed hits per conversation (Table.ObserveHits:
+//     what each answer says its replica served from cache) and the
+//     cold-at-home rule (Config.Rehome cold, reason rehome).
 //   - leastloaded.go: LeastLoaded, vLLM's own data-parallel balancer
 //     (4*waiting + running), with notes on where it follows vLLM and where
 //     it differs. Affinity switched off is this policy.
@@ -56,7 +59,7 @@
 //	                                   active_window=DURATION, max_sessions=N,
 //	                                   disabled=true|false, balance=sessions|kv,
 //	                                   admission=off|kv, admission_timeout=DURATION
-//	                                   (the runner's WaitQueue)
+//	                                   (the runner's WaitQueue), rehome=off|cold
 //	state ID|all key=value...          set inflight=, running=, waiting=, kv=
 //	                                   (0..1), kv_capacity=, prefill_rate=
 //	                                   (tokens/s), prefill_queue=, healthy= of
@@ -71,6 +74,9 @@
 //	                                   held for admission, queued FIFO by the
 //	                                   runner as a caller would (MustQueue)
 //	observe session=S tokens=N         Table.Observe: a response's prompt + answer
+//	served session=S replica=ID prompt=N cached=N [answer=N]
+//	                                   Table.ObserveHits: what a response says
+//	                                   its replica served from cache (-1: unknown)
 //	start session=S                    Table.Start: a request of S was sent
 //	finish session=S [tokens=N]        Table.Finish: it ended (with its prompt +
 //	                                   answer); S stays held for its return timeout
@@ -84,7 +90,7 @@
 //	expect replica ID name=N...        affinity only: that replica's counters
 //	                                   (sessions, active, new, parent,
 //	                                   sticky, spilled_in, pinned, footprint,
-//	                                   held, held_footprint); the ones listed
+//	                                   held, held_footprint, rehomed); the ones listed
 //	                                   are checked
 //
 // For example:

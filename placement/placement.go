@@ -99,6 +99,7 @@ const (
 	ReasonLeastLoaded               // least-loaded strategy (vLLM's balancer), or affinity off
 	ReasonPinned                    // a trusted client pinned the replica
 	ReasonParent                    // a subagent's new session placed on its parent's home
+	ReasonRehome                    // a later turn of a conversation cold at home, placed afresh (observed.go)
 	numReasons
 )
 
@@ -107,7 +108,7 @@ const (
 // per-reason counters and metric series by it.
 const NumReasons = int(numReasons)
 
-var reasonNames = [numReasons]string{"new", "sticky", "spill", "hash", "least-loaded", "pinned", "parent"}
+var reasonNames = [numReasons]string{"new", "sticky", "spill", "hash", "least-loaded", "pinned", "parent", "rehome"}
 
 // Reasons returns every reason, in order.
 func Reasons() []Reason {

@@ -45,6 +45,7 @@ const (
 	opExpire
 	opStart
 	opFinish
+	opServed
 )
 
 // assignment is one key=value of a state line, already validated.
@@ -70,6 +71,7 @@ type op struct {
 	counters map[string]int // expect replica: the fields listed
 	prefix   string         // the line before "->", for rewriting
 	comment  string         // a trailing "# ..." comment, kept on rewrite
+	hits     [4]int         // served: replica, prompt, cached, answer
 }
 
 type scenario struct {
@@ -191,8 +193,10 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 					o.cfg.Admission, err = ParseAdmission(v)
 				case "admission_timeout":
 					o.timeout, err = parseDuration(v)
+				case "rehome":
+					o.cfg.Rehome, err = ParseRehome(v)
 				default:
-					return nil, errf("unknown option %q (want spill, ttl, active_window, max_sessions, disabled, balance, admission, admission_timeout)", k)
+					return nil, errf("unknown option %q (want spill, ttl, active_window, max_sessions, disabled, balance, admission, admission_timeout, rehome)", k)
 				}
 				if err != nil {
 					return nil, errf("%s: %v", k, err)
@@ -356,6 +360,37 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 				}
 				o.n = n
 			}
+		case "served":
+			if strategy != StrategyAffinity {
+				return nil, errf("%q needs policy affinity (the only one with a session table)", verb)
+			}
+			const usage = "want \"served session=S replica=ID prompt=N cached=N [answer=N]\" (cached=-1: not reported)"
+			if len(args) < 4 || len(args) > 5 || !strings.HasPrefix(args[0], "session=") {
+				return nil, errf(usage)
+			}
+			o.kind, o.req.Session = opServed, strings.TrimPrefix(args[0], "session=")
+			o.hits = [4]int{0, 0, 0, -1}
+			for k, name := range []string{"replica", "prompt", "cached", "answer"} {
+				if k+1 >= len(args) {
+					break
+				}
+				v, ok := strings.CutPrefix(args[k+1], name+"=")
+				if !ok {
+					return nil, errf(usage)
+				}
+				lo, hi := 0, maxScenarioInt
+				if name == "replica" {
+					hi = maxScenarioReplicas
+				}
+				if name == "cached" {
+					lo = -1
+				}
+				n, err := parseInt(v, lo, hi)
+				if err != nil {
+					return nil, errf("%s: %v", name, err)
+				}
+				o.hits[k] = n
+			}
 		case "admit", "expire":
 			if strategy != StrategyAffinity {
 				return nil, errf("%q needs policy affinity (the only one with a session table)", verb)
@@ -442,7 +477,7 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 				return nil, errf("want \"expect sessions=N\" or \"expect replica ID counter=N...\"")
 			}
 		default:
-			return nil, errf("unknown directive %q (want replicas, policy, state, scrape, at, pick, home, observe, start, finish, end, admit, expire, expect)", verb)
+			return nil, errf("unknown directive %q (want replicas, policy, state, scrape, at, pick, home, observe, served, start, finish, end, admit, expire, expect)", verb)
 		}
 		sc.ops = append(sc.ops, o)
 	}
@@ -474,7 +509,7 @@ func parseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-var counterNames = []string{"sessions", "active", "new", "parent", "sticky", "spilled_in", "pinned", "footprint", "held", "held_footprint"}
+var counterNames = []string{"sessions", "active", "new", "parent", "sticky", "spilled_in", "pinned", "footprint", "held", "held_footprint", "rehomed"}
 
 // counterField returns the named counter of c, or -1 for an unknown name.
 func counterField(c ReplicaCounters, name string) int {
@@ -489,6 +524,8 @@ func counterField(c ReplicaCounters, name string) int {
 		return c.Parent
 	case "sticky":
 		return c.Sticky
+	case "rehomed":
+		return c.Rehomed
 	case "spilled_in":
 		return c.SpilledIn
 	case "pinned":
@@ -609,6 +646,8 @@ func (sc *scenario) run() ([]outcome, error) {
 			aff.Table().Observe(o.req.Session, o.n)
 		case opEnd:
 			aff.Table().Remove(o.req.Session)
+		case opServed:
+			aff.Table().ObserveHits(o.req.Session, o.hits[0], o.hits[1], o.hits[2], o.hits[3])
 		case opStart:
 			aff.Table().Start(o.req.Session, now)
 		case opFinish:

@@ -65,6 +65,15 @@ type ReplicaCounters struct {
 	// Held == Active and HeldFootprint == Footprint.
 	Held          int
 	HeldFootprint int
+	// Rehomed counts the conversations that left this replica because it
+	// was found cold for them (observed.go; Config.Rehome cold).
+	Rehomed int
+	// AskedTokens and CachedTokens sum, over the turns this replica served
+	// as their conversation's home and whose answer reported its cached
+	// tokens, the prompt tokens asked and those served from its prefix
+	// cache (Table.ObserveHits): the observed hit rate of its homed
+	// conversations.
+	AskedTokens, CachedTokens int64
 }
 
 // entry is one remembered conversation. 32 bytes: the key, the time of its
@@ -145,6 +154,12 @@ type Table struct {
 	releases []release
 	gaps     gapStats
 	gapped   bool // gaps holds at least one sample
+	// hits holds the entries' observed hits (observed.go), aligned with
+	// entries from the first observation on; nil for a table never told.
+	hits []hitEntry
+	// sharedHit is the moving average of the cached tokens of first
+	// turns on a replica (observed.go): the shared prefix.
+	sharedHit float64
 }
 
 // NewTableWindow returns an empty table with an active window: a
@@ -430,6 +445,9 @@ func (t *Table) insert(key uint64, home int, at int64) int32 {
 	if int(i) < len(t.kv) {
 		t.kv[i] = kvEntry{left: -1}
 	}
+	if int(i) < len(t.hits) {
+		t.hits[i] = hitEntry{hadOn: -1}
+	}
 	t.counter(home).Sessions++
 	t.pushFront(i)
 	t.activate(i)
@@ -599,6 +617,11 @@ func (t *Table) Renumber(to []int) (forgotten int) {
 	for i := range t.kv {
 		if k := &t.kv[i]; k.left >= 0 {
 			k.left = int16(dest(int32(k.left)))
+		}
+	}
+	for i := range t.hits {
+		if h := &t.hits[i]; h.hadOn >= 0 {
+			h.hadOn = int32(dest(h.hadOn))
 		}
 	}
 	return forgotten

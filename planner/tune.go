@@ -114,6 +114,9 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResult, error) {
 	if note != "" {
 		res.Notes = append(res.Notes, note)
 	}
+	if note := compressionNote(JournalCompression(trace, o.Farm), o.Farm); note != "" {
+		res.Notes = append(res.Notes, note)
+	}
 	rep, err := sim.Run(ctx, sim.Experiment{Farm: o.Farm, Strategies: o.Variants, Trace: trace, SessionReplay: true, Seed: o.Seed})
 	if err != nil {
 		return nil, err
@@ -139,7 +142,7 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResult, error) {
 // numOptions counts the options a variant names.
 func numOptions(v sim.Variant) int {
 	n := 0
-	for _, on := range []bool{v.KV, v.Priced, v.Admit} {
+	for _, on := range []bool{v.KV, v.Priced, v.Admit, v.Rehome} {
 		if on {
 			n++
 		}

@@ -16,6 +16,8 @@ import (
 //	admit     routing.admission: kv        (new conversations wait for headroom,
 //	          up to the farm's routing.admission_timeout)
 //	admit=D   the same with admission_timeout D (> 0), e.g. admit=30s
+//	rehome    routing.rehome: cold         (a conversation whose home served
+//	          (nearly) none of its prefix from cache moves on its next turn)
 //
 // Plain "affinity" takes the farm's routing block. A variant's display
 // name, in tables and JSON, lists the options in effect:
@@ -31,7 +33,7 @@ type variant struct {
 }
 
 // variantOptions are the option words of a variant, in display order.
-var variantOptions = []string{"kv", "priced", "admit"}
+var variantOptions = []string{"kv", "priced", "admit", "rehome"}
 
 // Variant is a strategy name parsed: the base strategy and the options of
 // affinity its name gives (not those of a farm's routing block).
@@ -42,6 +44,7 @@ type Variant struct {
 	Admit    bool   // +admit or +admit=D: admission kv
 	// AdmissionTimeout is D of admit=D; 0: the farm's.
 	AdmissionTimeout time.Duration
+	Rehome           bool // +rehome: rehome cold
 }
 
 // ParseVariant parses a strategy or a variant of affinity
@@ -68,6 +71,8 @@ func ParseVariant(s string) (Variant, error) {
 			o.Priced = true
 		case name == "admit" && !hasVal:
 			o.Admit = true
+		case name == "rehome" && !hasVal:
+			o.Rehome = true
 		case name == "admit":
 			d, err := time.ParseDuration(val)
 			if err != nil || d <= 0 {
@@ -117,6 +122,9 @@ func (o Variant) Label() string {
 			on = append(on, "admit")
 		}
 	}
+	if o.Rehome {
+		on = append(on, "rehome")
+	}
 	if len(on) == 0 {
 		return o.Strategy
 	}
@@ -152,11 +160,14 @@ func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, err
 	if o.AdmissionTimeout > 0 {
 		v.timeout = o.AdmissionTimeout
 	}
+	if o.Rehome {
+		v.cfg.Rehome = placement.RehomeCold
+	}
 	if base == placement.StrategyAffinity {
 		// The options in effect, from the variant or the farm's block.
 		// A timeout named in the variant (admit=D) is shown.
 		eff := Variant{Strategy: base, KV: v.cfg.Balance == placement.BalanceKV, Priced: v.cfg.Spill.Priced(),
-			Admit: v.cfg.Admission == placement.AdmissionKV, AdmissionTimeout: o.AdmissionTimeout}
+			Admit: v.cfg.Admission == placement.AdmissionKV, AdmissionTimeout: o.AdmissionTimeout, Rehome: o.Rehome}
 		v.name = eff.Label()
 	}
 	return v, nil
@@ -370,6 +381,22 @@ func (r *run) submit(s *seq, home *int) bool {
 	}
 	r.place(s, d, home)
 	return true
+}
+
+// observeHits tells a policy that re-homes cold conversations what the
+// replica of s, which finished, served of its prompt from its prefix
+// cache at its first admission (what vLLM's answer reports as its cached
+// tokens), as the proxy does from each answer's usage (live's
+// model.observeHits). Other policies are told nothing, so their runs are
+// unchanged.
+func (r *run) observeHits(s *seq) {
+	if r.table == nil || s.req.Session == "" || s.replica < 0 {
+		return
+	}
+	if a, ok := r.policy.(*placement.Affinity); !ok || a.Config().Rehome != placement.RehomeCold {
+		return
+	}
+	r.table.ObserveHits(s.req.Session, s.replica, s.prompt, s.cachedTokens, s.generated)
 }
 
 // request fills r.preq for s.

@@ -35,6 +35,7 @@ type simOptions struct {
 	Seed       uint64
 	JSON       bool
 	Progress   bool
+	Quiet      bool // no progress lines
 
 	Replicas int     // when given (changed), >= 1; else the farm's
 	KVScale  float64 // when given (changed), in [0.1, 10]; else the farm's kv_capacity_scale
@@ -54,6 +55,9 @@ type simOptions struct {
 	// it is a terminal (tests).
 	stderr     io.Writer
 	isTerminal func() bool
+	// progressEvery, when set, is the wall time between two progress
+	// lines (tests); 0: every few seconds.
+	progressEvery time.Duration
 }
 
 func newSimCmd() *cobra.Command {
@@ -104,13 +108,14 @@ the Anthropic and OpenAI SDKs do.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML (default: the built-in 4 x RTX A4000 example)")
 	f.StringVar(&opts.Workload, "workload", "", "workload YAML (default: the product's agent sessions)")
-	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: hash, least-loaded, affinity, or a variant of affinity with options kv, priced, admit, admit=TIMEOUT (affinity+kv+priced+admit, affinity+kv+admit=30s)")
+	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: hash, least-loaded, affinity, or a variant of affinity with options kv, priced, admit, admit=TIMEOUT, rehome (affinity+kv+priced+admit, affinity+kv+admit=30s, affinity+rehome)")
 	f.IntSliceVar(&opts.Sessions, "sessions", sim.DefaultSessions, "concurrent sessions of each step")
 	f.DurationVar(&opts.Duration, "duration", sim.DefaultDuration, "simulated time of each step, at least 1s (with --trace: default and 0 = to the end of the trace)")
 	f.DurationVar(&opts.MaxSimTime, "max-sim-time", defaultMaxSimTime, "refuse more simulated time than this, steps together (memory grows with the requests simulated, ~13 KB each); 0: no bound")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the synthetic sessions")
 	f.BoolVar(&opts.JSON, "json", false, "print the results as JSON")
-	f.BoolVar(&opts.Progress, "progress", false, "show a progress bar on stderr (when it is a terminal)")
+	f.BoolVar(&opts.Progress, "progress", false, "show a progress bar on stderr when it is a terminal (elsewhere a line every few seconds is written unless --quiet)")
+	f.BoolVar(&opts.Quiet, "quiet", false, "no progress lines on stderr when it is not a terminal")
 	f.IntVar(&opts.Replicas, "replicas", 0, "override the farm's number of replicas, >= 1 (default: the farm's)")
 	f.Float64Var(&opts.KVScale, "kv-scale", 0, "scale the KV cache sized from hardware, in [0.1, 10], e.g. 0.85 for a cache 15% smaller than estimated (default: the farm's kv_capacity_scale)")
 	f.StringVar(&opts.GPU, "gpu", "", "override the farm's GPU, a catalogue name (warden gpus --catalog; default: the farm's)")
@@ -241,9 +246,13 @@ func runSim(ctx context.Context, o *simOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if bar := newProgressBar(o.Progress, o.stderr, o.isTerminal, "simulating", 100*time.Millisecond); bar != nil {
-		e.Progress = bar.set
-		defer bar.finish()
+	// Lines unless --quiet or --progress=false: a long run is not silent
+	// in a log.
+	lines := !o.Quiet && (o.changed == nil || !o.changed("progress") || o.Progress)
+	if pr := newProgress(progressConfig{bar: o.Progress && !o.Quiet, lines: lines, stderr: o.stderr, terminal: o.isTerminal,
+		desc: "simulating", throttle: 100 * time.Millisecond, every: o.progressEvery}); pr != nil {
+		e.Progress = pr.set
+		defer pr.finish()
 	}
 	var reqs bytes.Buffer
 	if o.Requests != "" {

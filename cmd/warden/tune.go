@@ -94,7 +94,7 @@ routing block. least-loaded is the proxy's own (routing.balancer: warden),
 since every row is a proxy configuration.
 
 Variants (--variants): hash, least-loaded, affinity, and affinity with
-options kv, priced, admit or admit=TIMEOUT joined by "+", as warden sim
+options kv, priced, admit or admit=TIMEOUT, rehome joined by "+", as warden sim
 --strategies takes them. The default list is the three strategies, kv,
 admit and kv+admit at 10s, 30s and 60s, priced and kv+priced+admit.
 
@@ -113,7 +113,7 @@ The same seed gives byte-identical output.`,
 	f.StringSliceVar(&opts.Journals, "journal", nil, "the proxy's journal: files, globs or a directory (rotated files FILE.N are replayed oldest first)")
 	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML the journal is replayed on")
 	f.StringVar(&opts.Model, "model", "", "replay only the journal's requests for this model (needed when it has several)")
-	f.StringSliceVar(&opts.Variants, "variants", defaultTuneVariants, "routing variants to compare: hash, least-loaded, affinity, affinity+OPTION... with kv, priced, admit, admit=TIMEOUT")
+	f.StringSliceVar(&opts.Variants, "variants", defaultTuneVariants, "routing variants to compare: hash, least-loaded, affinity, affinity+OPTION... with kv, priced, admit, admit=TIMEOUT, rehome")
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the simulation (vLLM front end, ties)")
 	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON")
 	_ = cmd.MarkFlagRequired("journal")
@@ -203,6 +203,9 @@ func routingYAML(model string, v sim.Variant, fr farmRouting) string {
 			fmt.Fprintf(&b, "    admission: kv\n    admission_timeout: %s\n", timeout)
 		} else {
 			fmt.Fprintf(&b, "    admission: %q\n", placement.AdmissionOff.String())
+		}
+		if v.Rehome { // only when on: off is the proxy's default
+			fmt.Fprintf(&b, "    rehome: %s\n", placement.RehomeCold)
 		}
 	}
 	return b.String()

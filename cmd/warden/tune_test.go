@@ -168,6 +168,8 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 		{variant: "affinity+kv+admit=1m30s", spill: "auto", strategy: "affinity", balance: "kv", admit: "kv", timeout: 90 * time.Second},
 		{variant: "affinity+priced", spill: "auto", strategy: "affinity", balance: "sessions", admit: "off"},
 		{variant: "affinity+kv+priced+admit=30s", spill: "auto", strategy: "affinity", balance: "kv", admit: "kv", timeout: 30 * time.Second},
+		{variant: "affinity+rehome", spill: "auto", strategy: "affinity", balance: "sessions", admit: "off"},
+		{variant: "affinity+kv+rehome", spill: "auto", strategy: "affinity", balance: "kv", admit: "off"},
 	} {
 		t.Run(tt.variant+"/"+tt.spill, func(t *testing.T) {
 			v, err := sim.ParseVariant(tt.variant)
@@ -217,6 +219,9 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 			}
 			if m.SpillThreshold != wantSpill {
 				t.Errorf("spill %+v, want %+v", m.SpillThreshold, wantSpill)
+			}
+			if r, _ := placement.ParseRehome(m.Rehome); (r == placement.RehomeCold) != v.Rehome {
+				t.Errorf("rehome %q for variant %s\n%s", m.Rehome, tt.variant, block)
 			}
 			if m.SessionTTL.D() != 10*time.Minute || m.ActiveWindow.D() != 45*time.Second {
 				t.Errorf("session_ttl %s active_window %s, want the farm's 10m0s and 45s", m.SessionTTL.D(), m.ActiveWindow.D())
