@@ -29,6 +29,9 @@
 //   - apiserver.go: vLLM's API server, which templates and tokenises one
 //     request at a time before the engine sees it (Options.APIServerTime,
 //     APIServerPerKToken; the simulator's own queue, in model time).
+//   - kvevents.go: KVEventsOptions (--kv-events): each engine publishes
+//     vLLM's KV-cache events (package kvevents) from its block pool's
+//     changes (sim.EngineReplica.WatchCache), one batch per Advance.
 //   - fault.go: Faults (--fault): stall-after-headers, error-503,
 //     die-mid-stream and slow-metrics, drawn per request from the seed.
 //

@@ -63,6 +63,10 @@ type Options struct {
 	// the same names). 0 takes traces.DefaultWorkload's; negative: none.
 	APIServerTime      time.Duration
 	APIServerPerKToken time.Duration
+	// KVEvents, when its Form is set, makes every engine publish vLLM's
+	// KV-cache events over ZeroMQ (kvevents.go). New binds the sockets;
+	// Serve closes them when it returns.
+	KVEvents KVEventsOptions
 }
 
 // RankHeader is the header by which a client picks a data-parallel rank.
@@ -130,6 +134,9 @@ func New(f *sim.Farm, opts Options) (*Emulator, error) {
 	n := f.Spec.Replicas
 	for i := range n {
 		e.engines = append(e.engines, newEngine(i, sim.NewEngineReplica(f, i), e.clock, f.Spec.VLLM.MaxModelLen))
+	}
+	if err := e.openKVEvents(opts.KVEvents); err != nil {
+		return nil, err
 	}
 	if n > 1 && opts.Layout == LayoutDP {
 		// A MoE model has none modelled: requests must then name a rank.
@@ -213,7 +220,7 @@ func (e *Emulator) Serve(ctx context.Context, lns []net.Listener) error {
 	scancel()
 	cancel()
 	wg.Wait()
-	return err
+	return errors.Join(err, e.closeKVEvents())
 }
 
 // pick chooses the rank of a LayoutDP request: the X-data-parallel-rank

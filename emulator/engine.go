@@ -26,6 +26,15 @@ type engine struct {
 	// hists are vLLM's histograms (sim.EngineHistogramDescs order), which
 	// eng observes in model time exactly as a simulated engine does.
 	hists []*histogram
+	// kv publishes the engine's KV-cache events (nil: none); flushKV
+	// sends what each Advance cached and evicted.
+	kv *kvPublisher
+}
+
+func (e *engine) flushKV() {
+	if e.kv != nil {
+		e.kv.flush()
+	}
 }
 
 // newEngine wraps eng, recording its histograms with token buckets up to
@@ -90,12 +99,14 @@ func (e *engine) submit(req *traces.Request, outputCap int) (*stream, error) {
 	e.eng.Advance(now, e.emit) // steps due before the arrival end first
 	id, err := e.eng.Submit(req, outputCap)
 	if err != nil {
+		e.flushKV()
 		e.mu.Unlock()
 		return nil, err
 	}
 	s := &stream{id: id, notify: make(chan struct{}, 1)}
 	e.streams[id] = s
 	e.eng.Advance(now, e.emit) // an idle engine starts its step at the arrival
+	e.flushKV()
 	e.mu.Unlock()
 	e.wake()
 	return s, nil
@@ -105,6 +116,7 @@ func (e *engine) submit(req *traces.Request, outputCap int) (*stream, error) {
 func (e *engine) abort(s *stream) {
 	e.mu.Lock()
 	e.eng.Abort(s.id, e.emit)
+	e.flushKV()
 	e.mu.Unlock()
 	e.wake()
 }
@@ -132,6 +144,7 @@ func (e *engine) run(ctx context.Context) {
 	for {
 		e.mu.Lock()
 		e.eng.Advance(e.clock.virtual(), e.emit)
+		e.flushKV()
 		next, busy := e.eng.NextStepEnd()
 		e.mu.Unlock()
 		wait := time.Hour

@@ -156,12 +156,20 @@ type ModelCfg struct {
 	// with 429 (OpenAI) or 529 overloaded_error (Anthropic) and
 	// Retry-After. Default 30s.
 	AdmissionTimeout Duration `yaml:"admission_timeout"`
+	// Rehome, cold, places the next turn of a conversation whose home
+	// answered its last turn with (nearly) none of the prefix it had there
+	// (the answer's cached tokens; vLLM reports them with
+	// --enable-prompt-tokens-details) as a new conversation, reason
+	// rehome; off (the default) keeps every conversation home.
+	Rehome string `yaml:"rehome"`
 	// PrefillTokensPerS is how fast each replica computes the uncached
 	// part of a prompt, in tokens per second, for spill_threshold: priced
 	// (required with it): a number, the same for every replica, or
 	// "metrics" to measure each replica's from its vLLM metrics (see
 	// prefillMeter). Unused otherwise.
 	PrefillTokensPerS PrefillRate `yaml:"prefill_tokens_per_s"`
+	// KVEvents follows the replicas' vLLM KV-cache events (configkvevents.go).
+	KVEvents KVEventsCfg `yaml:"kv_events"`
 }
 
 // DefaultAdmissionTimeout is the longest a new conversation waits for

@@ -56,7 +56,13 @@ type replicaState struct {
 	inFlight atomic.Int64                // requests sent, response not finished
 	byReason [numCounted]atomic.Int64    // requests served here, by reason
 	upErrors atomic.Int64                // upstream failures seen here
+	rehomes  atomic.Int64                // conversations re-homed away from here: it was cold for them
 	base     atomic.Pointer[EngineStats] // counters at the first good scrape, for since-start rates
+
+	// reportsCached: an answer from here has carried cached tokens, so a
+	// chat answer without prompt_tokens_details found none (vLLM leaves
+	// the details out when num_cached_tokens is 0; the emulator does too).
+	reportsCached atomic.Bool
 
 	// prefillQueue is the uncached prompt tokens of the requests sent
 	// here that have not produced a first token; meter measures the
@@ -88,6 +94,7 @@ func (rep *replica) stats(r *ScrapeResult) (EngineStats, bool) {
 // atomic.
 type model struct {
 	cfg      ModelCfg
+	kv       atomic.Pointer[kvFollower] // kv_events; nil: none (kvevents.go)
 	replicas []*replica
 	servers  []*scraper
 	interval time.Duration
@@ -336,6 +343,7 @@ func (m *model) newPolicy() error {
 	}
 	pc.Balance, _ = placement.ParseBalance(m.cfg.Balance) // validated with the config
 	pc.Admission, _ = placement.ParseAdmission(m.cfg.Admission)
+	pc.Rehome, _ = placement.ParseRehome(m.cfg.Rehome)
 	strategy := m.cfg.EffectiveStrategy()
 	if strategy == placement.StrategyLeastLoaded {
 		// Affinity switched off runs vLLM's balancer through the same type.
@@ -375,7 +383,7 @@ func (m *model) samePolicy(o ModelCfg) bool {
 	return a.EffectiveStrategy() == o.EffectiveStrategy() && a.SpillThreshold == o.SpillThreshold &&
 		a.SessionTTL == o.SessionTTL && a.MaxSessions == o.MaxSessions && a.ActiveWindow == o.ActiveWindow &&
 		a.MaxNumSeqs == o.MaxNumSeqs && a.GPU == o.GPU &&
-		a.Balance == o.Balance && a.Admission == o.Admission && a.AdmissionTimeout == o.AdmissionTimeout &&
+		a.Balance == o.Balance && a.Admission == o.Admission && a.AdmissionTimeout == o.AdmissionTimeout && a.Rehome == o.Rehome &&
 		a.PrefillTokensPerS == o.PrefillTokensPerS
 }
 
@@ -385,6 +393,7 @@ func (m *model) start(ctx context.Context) {
 	for _, s := range m.servers {
 		go s.run(ctx)
 	}
+	m.startKV(ctx)
 }
 
 // stop ends the scrape loops and waits for them.
@@ -396,6 +405,7 @@ func (m *model) stop() {
 	for _, s := range m.servers {
 		<-s.stopped
 	}
+	m.stopKV()
 }
 
 // maxNumSeqs is the configured max_num_seqs, else the server's, else

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/lm-warden/warden/kvevents"
 	"github.com/lm-warden/warden/placement"
 )
 
@@ -83,6 +84,18 @@ type ReplicaStatus struct {
 	Parent       int64 `json:"parent"`   // subagents placed with their parent
 	Balanced     int64 `json:"balanced"` // least-loaded and hash decisions
 	Retried      int64 `json:"retried"`  // served after another replica failed
+	// Rehomes counts the conversations that left this replica because it
+	// was found cold for them (rehome: cold); RehomedIn the turns placed
+	// here as re-homed ones (reason rehome).
+	Rehomes   int64 `json:"rehomes"`
+	RehomedIn int64 `json:"rehomed_in"`
+	// ObservedPromptTokens and ObservedCachedTokens sum, over the turns
+	// this replica served as their conversation's home, the prompt tokens
+	// and those its answers reported served from cache (placement's
+	// observed hits; 0 when vLLM does not report cached tokens).
+	ObservedPromptTokens int64 `json:"observed_prompt_tokens"`
+	ObservedCachedTokens int64 `json:"observed_cached_tokens"`
+
 	Requests     int64 `json:"requests"`
 	UpstreamErrs int64 `json:"upstream_errors"`
 
@@ -115,6 +128,14 @@ type ReplicaStatus struct {
 	PrefillTokensPerSec *float64 `json:"prefill_tokens_per_s"`
 	PrefillSource       string   `json:"prefill_source,omitempty"`
 	PrefillQueueTokens  int64    `json:"prefill_queue_tokens"`
+
+	// KVEvents is what the replica's vLLM KV-cache events say (kv_events):
+	// the blocks its prefix cache holds (stored minus removed; what
+	// kv_usage, which counts running requests only, does not show) and
+	// the tokens of the blocks it computed by why (cold, evicted,
+	// elsewhere, as warden sim classifies misses). Absent without
+	// kv_events.
+	KVEvents *kvevents.ReplicaStatus `json:"kv_events,omitempty"`
 }
 
 // Status returns the current routing state of every model.
@@ -190,6 +211,10 @@ func (m *model) status(now time.Time) Status {
 		states[i] = m.state(r, r.server.last.Load(), now)
 	}
 	m.mu.Unlock()
+	var kvs []kvevents.ReplicaStatus
+	if f := m.kv.Load(); f != nil {
+		kvs = f.farm.Snapshot()
+	}
 	for i, r := range m.replicas {
 		sr := r.server.last.Load()
 		rs := ReplicaStatus{
@@ -202,6 +227,8 @@ func (m *model) status(now time.Time) Status {
 			ClientPinned: r.byReason[placement.ReasonPinned].Load(),
 			Parent:       r.byReason[placement.ReasonParent].Load(),
 			Retried:      r.byReason[reasonRetried].Load(),
+			Rehomes:      r.rehomes.Load(),
+			RehomedIn:    r.byReason[placement.ReasonRehome].Load(),
 			UpstreamErrs: r.upErrors.Load(),
 			HealthError:  sr.HealthErr,
 		}
@@ -215,6 +242,7 @@ func (m *model) status(now time.Time) Status {
 		if i < len(counts) {
 			rs.Sessions, rs.Active, rs.Held = counts[i].Sessions, counts[i].Active, counts[i].Held
 			rs.FootprintTokens = counts[i].HeldFootprint
+			rs.ObservedPromptTokens, rs.ObservedCachedTokens = counts[i].AskedTokens, counts[i].CachedTokens
 		}
 		if c, ok := kvCapacity(r, sr); ok {
 			rs.KVCapacityTokens, rs.HeadroomTokens = ptr(c), ptr(c-rs.FootprintTokens)
@@ -223,6 +251,7 @@ func (m *model) status(now time.Time) Status {
 			rs.PrefillTokensPerSec, rs.PrefillSource = ptr(rate), src
 		}
 		rs.PrefillQueueTokens = max(r.prefillQueue.Load(), 0)
+		rs.KVEvents = m.kvStatus(kvs, i)
 		switch {
 		case sr.OK.IsZero() && sr.Err == "":
 			rs.ScrapeState = "pending"

@@ -53,7 +53,11 @@ type DashboardOptions struct {
 //	         waiting, kv_usage (0..1, shown as %), prefix_hit_pct (0..100), scrape_state
 //	         ("ok", "stale", "failed", "pending"), scrape_age_s, scrape_error, health_error,
 //	         prefix_queries and prefix_hits (vLLM's prompt-token counters),
-//	         kv_headroom_tokens and kv_capacity_tokens (shown as "37.6k/40k", headroom/capacity)
+//	         kv_headroom_tokens and kv_capacity_tokens (shown as "37.6k/40k", headroom/capacity),
+//	         kv_events ({connected, complete, blocks_held, miss_tokens: {cold, evicted,
+//	         elsewhere}}: the blocks held, "≥" before a lower bound, and the computed tokens by
+//	         why; the columns only when some replica has it), rehomes (conversations re-homed
+//	         from the replica, found cold there; shown as "re-homed")
 //
 // Any other number in a REPLICA (a counter since start: requests, new, retried, ...) is shown
 // in an extra column named after its key, in key order. A replica whose scrape_state is not

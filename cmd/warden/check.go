@@ -25,6 +25,11 @@ type checkOptions struct {
 	Tolerance string
 	Strategy  string
 	Sessions  int
+	// Status is a proxy's /api/status URL: compare each replica's hit %
+	// and KV events with the prediction (checkreplicas.go); Farm the farm
+	// spec whose KV cache per replica vLLM's is checked against.
+	Status string
+	Farm   string
 }
 
 func newCheckCmd() *cobra.Command {
@@ -42,7 +47,15 @@ window --since (ending now or at --end) and compares them with a prediction:
 
 It prints KPI / predicted / observed / error / verdict and exits with status 1 when
 a KPI drifted beyond --tolerance (relative to the prediction; a KPI without data on
-either side is reported, not failed).`,
+either side is reported, not failed).
+
+With --status (a warden proxy's http://ADMIN/api/status), it also compares per
+replica the predicted hit % with vLLM's prefix-cache counters and, where the proxy
+follows vLLM's KV events (kv_events), with what they show, and says where they
+part: hit % beyond the tolerance, a smaller cache than --farm configures, a changed
+event format (batches that do not decode), no events from a replica that served,
+evictions, or no block ever computed on two replicas (a changed or unset hash seed).
+--prometheus is then optional.`,
 		Example: `  warden check --prometheus http://localhost:9090 --model Qwen/Qwen3-4B-Instruct-2507 --predicted predicted.json
   warden check --prometheus http://prom:9090 --model m --predicted sim.json --strategy affinity --sessions 16 --tolerance 15% --since 1h`,
 		Args: cobra.NoArgs,
@@ -56,6 +69,8 @@ either side is reported, not failed).`,
 	f.StringVar(&opts.Tolerance, "tolerance", "10%", `largest relative drift accepted, "10%" or 0.1`)
 	f.StringVar(&opts.Strategy, "strategy", "", "with a sim report: the row's strategy")
 	f.IntVar(&opts.Sessions, "sessions", 0, "with a sim report: the row's sessions level")
+	f.StringVar(&opts.Status, "status", "", "a warden proxy's /api/status URL: check each replica's hit % and KV events too")
+	f.StringVar(&opts.Farm, "farm", "", "with --status: the farm spec YAML whose KV cache per replica vLLM's should match")
 	return cmd
 }
 
@@ -126,6 +141,20 @@ func runCheck(ctx context.Context, o *checkOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	drift := false
+	if o.Status != "" {
+		d, err := runReplicaCheck(ctx, o, pred["prefix_hit_pct"], tol, out)
+		if err != nil {
+			return err
+		}
+		drift = d
+		if o.Prometheus == "" {
+			if drift {
+				return ErrDrift
+			}
+			return nil
+		}
+	}
 	src, w, err := o.open()
 	if err != nil {
 		return err
@@ -154,8 +183,46 @@ func runCheck(ctx context.Context, o *checkOptions, out io.Writer) error {
 	if err := calibrate.WriteComparisons(out, cs); err != nil {
 		return err
 	}
-	if calibrate.Drifted(cs) {
+	if calibrate.Drifted(cs) || drift {
 		return ErrDrift
 	}
 	return nil
+}
+
+// runReplicaCheck runs the per-replica check against --status and reports
+// whether a replica drifted.
+func runReplicaCheck(ctx context.Context, o *checkOptions, predicted, tol float64, out io.Writer) (bool, error) {
+	if o.Model == "" {
+		return false, errors.New("--model is required (the model name the proxy serves)")
+	}
+	farmKV := 0
+	if o.Farm != "" {
+		data, err := os.ReadFile(o.Farm)
+		if err != nil {
+			return false, err
+		}
+		f, err := sim.ParseFarm(data, o.Farm)
+		if err != nil {
+			return false, err
+		}
+		farmKV = f.KVTokensPerReplica()
+	}
+	st, err := fetchStatus(ctx, o.Status)
+	if err != nil {
+		return false, err
+	}
+	rows, err := checkReplicas(st, o.Model, predicted, tol, farmKV)
+	if err != nil {
+		return false, err
+	}
+	fmt.Fprintf(out, "%s, model %s, per replica, tolerance %.0f%%\n", o.Status, o.Model, 100*tol)
+	if err := writeReplicaDrift(out, rows); err != nil {
+		return false, err
+	}
+	for _, r := range rows {
+		if r.Drifted {
+			return true, nil
+		}
+	}
+	return false, nil
 }

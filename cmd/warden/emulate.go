@@ -13,6 +13,7 @@ import (
 
 	"github.com/lm-warden/warden/emulator"
 	"github.com/lm-warden/warden/examples"
+	"github.com/lm-warden/warden/kvevents"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
@@ -25,6 +26,11 @@ type emulateOptions struct {
 	Speed  float64
 	Seed   uint64
 	Fault  string
+	// KVEvents is the KV events' wire form (array or map), "" for none;
+	// KVEndpoint and KVReplay are rank 0's sockets (rank k: port + k).
+	KVEvents   string
+	KVEndpoint string
+	KVReplay   string
 	// APIServerTime and APIServerPerK are vLLM's API server's work on a
 	// request (0: none).
 	APIServerTime time.Duration
@@ -63,12 +69,20 @@ faults every run): stall-after-headers=P sends the headers, then nothing
 die-mid-stream=P closes the connection halfway through the answer;
 slow-metrics=D delays every /metrics answer by D. P is a probability in
 [0, 1]. To make one replica of several faulty, run a second warden emulate
-with --fault on other ports.`,
+with --fault on other ports.
+
+--kv-events map (or array) makes each replica publish vLLM's KV-cache events over
+ZeroMQ as vLLM's --kv-events-config does: batches of BlockStored / BlockRemoved
+in msgpack, map the tagged-map form of vLLM PR #42892 and later, array the
+positional form before it; replica k publishes on --kv-events-endpoint's port + k
+and answers replay requests on --kv-events-replay's port + k. warden proxy reads
+them with kv_events in its model config.`,
 		Example: `  warden emulate                                   # the built-in 4 x RTX A4000 farm on ports 8000-8003
   warden emulate --farm examples/a4000-qwen3-4b.yaml --layout dp --speed 10
   curl -s localhost:8000/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
   curl -sN localhost:8000/v1/responses -d '{"input":"hi","max_output_tokens":8,"stream":true}'
-  warden emulate --fault stall-after-headers=0.1,error-503=0.05,slow-metrics=3s`,
+  warden emulate --fault stall-after-headers=0.1,error-503=0.05,slow-metrics=3s
+  warden emulate --kv-events map --kv-events-endpoint tcp://127.0.0.1:5557`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runEmulate(cmd.Context(), opts, cmd.OutOrStdout())
@@ -84,6 +98,9 @@ with --fault on other ports.`,
 	f.DurationVar(&opts.APIServerTime, "api-server-time", def.APIServerTime, "vLLM's API server's work on a request before its engine sees it (templating, tokenising), one request at a time; 0: none")
 	f.DurationVar(&opts.APIServerPerK, "api-server-per-1k-tokens", def.APIServerPerKToken, "the API server's further work per 1,000 prompt tokens")
 	f.StringVar(&opts.Fault, "fault", "", "faults to inject: stall-after-headers=P,error-503=P,die-mid-stream=P (probabilities), slow-metrics=D (a duration)")
+	f.StringVar(&opts.KVEvents, "kv-events", "", "publish vLLM's KV-cache events in this wire form: map (vLLM PR #42892 and later) or array (before); empty: none")
+	f.StringVar(&opts.KVEndpoint, "kv-events-endpoint", "tcp://127.0.0.1:5557", "KV events PUB socket of replica 0 (replica k: port + k)")
+	f.StringVar(&opts.KVReplay, "kv-events-replay", "tcp://127.0.0.1:5657", "KV events replay (ROUTER) socket of replica 0 (replica k: port + k); empty: none")
 	return cmd
 }
 
@@ -108,6 +125,13 @@ func runEmulate(ctx context.Context, opts *emulateOptions, out io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("--fault: %w", err)
 	}
+	var kv emulator.KVEventsOptions
+	if opts.KVEvents != "" {
+		if kv.Form, err = kvevents.ParseForm(opts.KVEvents); err != nil {
+			return fmt.Errorf("--kv-events: %w", err)
+		}
+		kv.Endpoint, kv.ReplayEndpoint = opts.KVEndpoint, opts.KVReplay
+	}
 	api := [2]time.Duration{opts.APIServerTime, opts.APIServerPerK}
 	for i, flag := range []string{"--api-server-time", "--api-server-per-1k-tokens"} {
 		switch {
@@ -118,7 +142,7 @@ func runEmulate(ctx context.Context, opts *emulateOptions, out io.Writer) error 
 		}
 	}
 	e, err := emulator.New(farm, emulator.Options{Layout: layout, Speed: opts.Speed, Seed: opts.Seed, Faults: faults,
-		APIServerTime: api[0], APIServerPerKToken: api[1]})
+		APIServerTime: api[0], APIServerPerKToken: api[1], KVEvents: kv})
 	if err != nil {
 		return err
 	}
@@ -138,6 +162,11 @@ func runEmulate(ctx context.Context, opts *emulateOptions, out io.Writer) error 
 			break
 		}
 		fmt.Fprintf(out, "  replica %d  %s\n", i, u)
+	}
+	if pubs, replays := e.KVEndpoints(); pubs != nil {
+		for i := range pubs {
+			fmt.Fprintf(out, "  replica %d kv events (%s)  %s  replay %s\n", i, kv.Form, pubs[i], replays[i])
+		}
 	}
 	if f := faults.String(); f != "" {
 		fmt.Fprintf(out, "  faults: %s (seed %d)\n", f, opts.Seed)

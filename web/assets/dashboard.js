@@ -6,9 +6,41 @@ var KNOWN = [
   ["footprint_tokens", "KV held<br>of cap", kvHeld],
   ["sessions", "sessions<br>all/active/held", sessionCounts]
 ];
+// OPTIONAL columns are shown only when some replica carries their field: the KV events'
+// blocks held and computed tokens by why (kv_events), and the conversations re-homed
+// from a replica found cold for them (rehomes).
+var OPTIONAL = [
+  ["kv_events", "cache holds<br>blocks", kvBlocks],
+  ["kv_miss", "computed tok<br>cold/evicted/elsewhere", kvMiss, "kv_events"],
+  ["rehomes", "re-homed"]
+];
+// kvBlocks is the blocks a replica's prefix cache holds from its KV events, "≥" when the
+// count is a lower bound (batches lost, or subscribed after the start), "off" while the
+// events' socket is not connected.
+function kvBlocks(r) {
+  var k = r.kv_events;
+  if (!k || typeof k !== "object") return "";
+  var v = kTok(k.blocks_held);
+  if (!k.complete) v = "\u2265" + v;
+  return k.connected ? v : v + " (off)";
+}
+function kvMiss(r) {
+  var k = r.kv_events;
+  if (!k || !k.miss_tokens) return "";
+  var m = k.miss_tokens;
+  return [m.cold, m.evicted, m.elsewhere].map(kTok).join("/");
+}
+// columns is KNOWN plus the OPTIONAL columns some replica has.
+function columns(reps) {
+  return KNOWN.concat(OPTIONAL.filter(function (k) {
+    var key = k[3] || k[0];
+    return reps.some(function (r) { return r[key] !== undefined && r[key] !== null; });
+  }));
+}
 var HIDDEN = {id: 1, url: 1, rank: 1, state: 1, scrape_state: 1, scrape_age_s: 1, kv_usage: 1,
   prefix_hits: 1, prefix_queries: 1, kv_capacity_tokens: 1, kv_headroom_tokens: 1,
-  active_sessions: 1, held_sessions: 1, prefill_tokens_per_s: 1, prefill_queue_tokens: 1};
+  active_sessions: 1, held_sessions: 1, prefill_tokens_per_s: 1, prefill_queue_tokens: 1,
+  rehomes: 1, kv_events: 1};
 // kTok writes a token count compactly: 37.6k, 1.2M.
 function kTok(v) {
   if (typeof v !== "number" || !isFinite(v)) return "";
@@ -119,9 +151,10 @@ function panel(m) {
   });
   sec.appendChild(t);
   var extra = extraKeys(reps);
+  var cols = columns(reps);
   var rt = el("table"); rt.className = "replicas";
   var head = el("tr");
-  ["replica", "state"].concat(KNOWN.map(function (k) { return k[1]; }),
+  ["replica", "state"].concat(cols.map(function (k) { return k[1]; }),
     extra.map(function (k) { return k.replace(/_/g, " "); })).forEach(function (h) {
     var th = el("th");
     h.split("<br>").forEach(function (part, i) { if (i) th.appendChild(el("br")); th.appendChild(document.createTextNode(part)); });
@@ -136,7 +169,7 @@ function panel(m) {
     var name = String(id) + (typeof r.rank === "number" ? " (rank " + r.rank + ")" : "") + (r.url ? " " + r.url : "");
     var nm = el("td", name); nm.title = name; tr.appendChild(nm);
     tr.appendChild(stateCell(r));
-    KNOWN.forEach(function (k) {
+    cols.forEach(function (k) {
       var v = k[2] ? k[2](r) : r[k[0]];
       var td = el("td", typeof v === "string" ? v : num(v));
       td.dataset.field = k[0];

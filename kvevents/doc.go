@@ -1,0 +1,50 @@
+// Package kvevents speaks vLLM's KV-cache events: the msgpack batches a
+// vLLM engine started with --kv-events-config publishes over ZeroMQ each
+// time its prefix cache stores or drops blocks. warden reads them to know
+// what each replica really holds (stored minus removed), which
+// vllm:kv_cache_usage_perc does not tell (it counts the blocks of running
+// requests only), and why each computed block had to be computed (cold,
+// evicted, elsewhere), as the simulator classifies its misses. The
+// emulator (`warden emulate --kv-events`) publishes the same events, so the
+// whole loop is tested without GPUs.
+//
+// The wire format is vLLM's own, read in vllm/distributed/kv_events.py:
+//
+//   - each message is three ZeroMQ frames, (topic, seq, payload), sent by
+//     ZmqEventPublisher._publisher_thread on a PUB socket: seq is an 8-byte
+//     big-endian counter from 0 (itertools.count), payload one msgspec
+//     msgpack KVEventBatch;
+//   - KVEventBatch (EventBatch, array_like=True) is [ts, events,
+//     data_parallel_rank], ts a float64 of Unix seconds, the rank omitted
+//     when None (omit_defaults);
+//   - an event is BlockStored, BlockRemoved or AllBlocksCleared (KVCacheEvent,
+//     tag=True: the tag is the class name). Up to vLLM PR #16750..#40984 it
+//     was a positional array, tag first (array_like=True); vLLM PR #42892
+//     ("[KV Events] Switch event structs from array to map encoding")
+//     removed array_like from the events, which are since tagged maps,
+//     {"type": "BlockStored", "block_hashes": [...], ...}, fields by name;
+//     the batch envelope stayed positional. Both forms are decoded (Form);
+//     a batch sent as a map is accepted too;
+//   - a block hash is ExternalBlockHash, int or bytes
+//     (vllm/v1/core/kv_cache_utils.py): bytes unless
+//     VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES, whose int is the low 64 bits of
+//     the bytes (maybe_convert_block_hash); both are read as that uint64,
+//     so the two settings give the same keys;
+//   - a subscriber that misses batches asks the optional ROUTER replay
+//     socket (ZmqEventPublisher._service_replay) with the first sequence
+//     number it lacks, 8 bytes big-endian; the publisher answers every
+//     buffered batch from there as (seq, payload) and ends with seq -1 and
+//     an empty payload.
+//
+// # Where to start reading
+//
+//   - wire.go: Batch, Event and their Kinds; decode.go: Decode (both forms,
+//     every length bounded by the bytes that remain, nesting bounded);
+//     encode.go: AppendBatch, byte for byte what msgspec writes.
+//   - subscriber.go: Subscribe (SUB socket, reconnects, sequence tracking,
+//     replay on a gap, Handler); publisher.go: Publisher (PUB + ROUTER with
+//     a replay buffer, for the emulator); zmtp.go: the frame-size guard
+//     under both.
+//   - ledger.go: Farm and its per-replica ledgers: blocks held, miss
+//     classes, each bounded.
+package kvevents

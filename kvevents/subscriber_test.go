@@ -1,0 +1,128 @@
+package kvevents
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSubscribeRestartAndReconnect: a publisher that restarts (its
+// sequence back to 0) resets the ledger; a subscriber that starts before
+// its publisher connects once it is up, and one that comes late gets the
+// earlier batches by replay.
+func TestSubscribeRestartAndReconnect(t *testing.T) {
+	pub, err := NewPublisher(PublisherOptions{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Form: FormArray})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Batches published before anyone subscribed come by replay.
+	pub.Publish(&Batch{DPRank: -1, Events: []Event{stored(1, 2)}})
+	pub.Publish(&Batch{DPRank: -1, Events: []Event{stored(3)}})
+	farm := NewFarm(1, 0, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Subscribe(ctx, SubscribeOptions{Endpoint: pub.Endpoint(), ReplayEndpoint: pub.ReplayEndpoint(), Retry: 20 * time.Millisecond}, farm.Replica(0))
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != context.Canceled {
+			t.Errorf("Subscribe returned %v, want context.Canceled", err)
+		}
+	}()
+	wait := func(what string, ok func(ReplicaStatus) bool) ReplicaStatus {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s := farm.Snapshot()[0]
+			if ok(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("not %s: %+v", what, s)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	s := wait("replayed the early batches", func(s ReplicaStatus) bool { return s.Batches == 2 })
+	if s.BlocksHeld != 3 || !s.Complete {
+		t.Fatalf("after replay: %+v, want 3 held, complete", s)
+	}
+	// A restarted engine: a new publisher on the same sockets, from seq 0.
+	ep, rep := pub.Endpoint(), pub.ReplayEndpoint()
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pub2, err := NewPublisher(PublisherOptions{Endpoint: ep, ReplayEndpoint: rep, Form: FormMap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub2.Close()
+	wait("reconnected", func(s ReplicaStatus) bool { return s.Connected })
+	go func() {
+		for ctx.Err() == nil && farm.Snapshot()[0].Restarts == 0 {
+			pub2.Publish(&Batch{DPRank: -1, Events: []Event{stored(42)}})
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	s = wait("told of the restart", func(s ReplicaStatus) bool { return s.Restarts == 1 && s.BlocksHeld >= 1 })
+	if s.Lost != 0 {
+		t.Errorf("after the restart: %+v, want none lost", s)
+	}
+}
+
+// TestSubscribeRefusesHugeFrames: a peer that announces a frame of 1 TiB
+// fails the connection before anything is allocated (zmq4 would allocate
+// the frame at its declared size).
+func TestSubscribeRefusesHugeFrames(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		greeting := make([]byte, 64)
+		greeting[0], greeting[9], greeting[10] = 0xff, 0x7f, 3
+		copy(greeting[12:], "NULL")
+		huge := []byte{0x06, 0, 0, 1, 0, 0, 0, 0, 0} // command, long: 1 TiB
+		_, _ = c.Write(append(greeting, huge...))
+		_, _ = io.Copy(io.Discard, c)
+	}()
+	statuses := make(chan error, 4)
+	h := &statusHandler{errs: statuses}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Subscribe(ctx, SubscribeOptions{Endpoint: "tcp://" + ln.Addr().String(), Retry: time.Hour}, h)
+	}()
+	select {
+	case err := <-statuses:
+		if err == nil || !strings.Contains(err.Error(), "a frame of 1099511627776 bytes, more than") {
+			t.Errorf("status error %v, want the frame refused", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no status")
+	}
+	cancel()
+	<-done
+}
+
+type statusHandler struct{ errs chan error }
+
+func (*statusHandler) Batch(uint64, *Batch)      {}
+func (*statusHandler) Lost(uint64, uint64)       {}
+func (*statusHandler) Restarted()                {}
+func (*statusHandler) Undecodable(uint64, error) {}
+func (h *statusHandler) Status(ok bool, err error) {
+	if !ok {
+		h.errs <- err
+	}
+}
