@@ -28,6 +28,7 @@ It simulates farms before you buy cards (sim, plan), routes production traffic
 	root.AddCommand(newGPUsCmd())
 	root.AddCommand(newKVCmd())
 	root.AddCommand(newProxyCmd())
+	root.AddCommand(newEPPCmd())
 	root.AddCommand(newPlanCmd())
 	root.AddCommand(newTuneCmd())
 	root.AddCommand(newReportCmd())

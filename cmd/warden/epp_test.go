@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// TestEPPCheck: --check accepts the example configuration and refuses,
+// naming the file and the key, endpoints the gateway cannot be told.
+func TestEPPCheck(t *testing.T) {
+	var out bytes.Buffer
+	if err := runEPP(context.Background(), &eppOptions{Config: "../../epp/testdata/epp.yaml", Check: true, LogLevel: "info"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if want := "epp.yaml: OK, 1 model(s), 4 endpoint(s)\n"; !strings.HasSuffix(out.String(), want) {
+		t.Errorf("--check: %q, want ...%q", out.String(), want)
+	}
+	dir := t.TempDir()
+	for _, tt := range []struct{ name, model, want string }{
+		{"hostname", "    replicas: [http://vllm-0:8000]\n", `epp.yaml: models[0].replicas[0] (m): "http://vllm-0:8000": "vllm-0" is not an IP address`},
+		{"dp", "    url: http://10.0.0.1:8000\n    data_parallel_size: 2\n", "epp.yaml: models[0] (m): url with data_parallel_size: the picker names endpoints"},
+		{"https", "    replicas: [https://10.0.0.1:8000]\n", `want http://IP:PORT`},
+		{"noport", "    replicas: [http://10.0.0.1]\n", `want http://IP:PORT with the port`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(dir, "epp.yaml")
+			if err := os.WriteFile(p, []byte("listen: 127.0.0.1:0\nauth: passthrough\nmodels:\n  - name: m\n"+tt.model), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := runEPP(context.Background(), &eppOptions{Config: p, Check: true, LogLevel: "info"}, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestEPPServesHealthAndMetrics: `warden epp` serves the gRPC health
+// services the protocol names and /metrics, and drains when its context
+// ends (SIGTERM).
+func TestEPPServesHealthAndMetrics(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "epp.yaml")
+	if err := os.WriteFile(p, []byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nauth: passthrough\ntimeouts: {drain: 2s}\nmodels:\n  - name: m\n    replicas: [http://127.0.0.1:1]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runEPP(ctx, &eppOptions{Config: p, LogLevel: "error"}, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	m := regexp.MustCompile(`gRPC on (\S+) \(admin (\S+)\)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("first line %q: want the addresses", line)
+	}
+	conn, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	for _, svc := range []string{"liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"} {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r, err := hc.Check(cctx, &healthpb.HealthCheckRequest{Service: svc})
+		ccancel()
+		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %s: %v %v, want SERVING", svc, r.GetStatus(), err)
+		}
+	}
+	res, err := http.Get(m[2] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(body), "warden_") {
+		t.Errorf("/metrics: %d, no warden_ series", res.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("drain: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("warden epp did not stop within 10s of SIGTERM")
+	}
+}

@@ -1,0 +1,51 @@
+// Package epp is `warden epp`: warden as the endpoint picker (EPP) of the
+// Gateway API Inference Extension. A gateway (Envoy Gateway, kgateway,
+// Istio, GKE) asks it, over Envoy's ext_proc gRPC protocol, which
+// endpoint of an InferencePool serves each request; warden answers with
+// exactly the placement the proxy (package live) makes: the same session
+// extraction and checks, the same policy, the same session table shared
+// through Redis by several pickers, the same admission.
+//
+// The protocol is the Endpoint Picker Protocol, gateway-api-inference-
+// extension docs/proposals/004-endpoint-picker-protocol (v1.0.0): the
+// picked endpoints, ip:port[,ip:port...] (the first, then the fallbacks
+// the gateway tries in order), go in the request header
+// x-gateway-destination-endpoint and in the dynamic metadata namespace
+// envoy.lb under the same key; the gateway may restrict the pick with
+// envoy.lb.subset_hint / x-gateway-destination-endpoint-subset in the
+// request's metadata context; no eligible endpoint is an ImmediateResponse
+// 503, a request shed is 429; the response's metadata context carries
+// envoy.lb / x-gateway-destination-endpoint-served.
+//
+// Where to start reading:
+//
+//   - server.go: Server, New, Serve (gRPC: ext_proc and the health
+//     services liveness, readiness and
+//     envoy.service.ext_proc.v3.ExternalProcessor; the admin handler,
+//     /metrics and the dashboard, is live's; SIGTERM drains).
+//   - process.go: one ext_proc stream, i.e. one HTTP request. How the
+//     messages come is what llm-d-router's EPP
+//     (pkg/epp/handlers/server.go, request.go) handles in practice: in
+//     FULL_DUPLEX_STREAMED the gateway sends the headers and then the
+//     body chunks without waiting, and expects the headers' response (the
+//     endpoint) once the body is whole, followed by the body, sent back
+//     as StreamedBodyResponse chunks; in BUFFERED the headers are
+//     answered at once (CONTINUE) and the endpoint goes with the body's
+//     response (a header mutation there, with the dynamic metadata). The
+//     mode is read from the first message's protocol_config; when the
+//     gateway sends none, FULL_DUPLEX_STREAMED, which the protocol
+//     requires an EPP to support, is assumed. The response phase
+//     (headers, body, trailers) ends the request's in-flight count, reads
+//     the usage for the conversation's footprint and attributes a retried
+//     request to the endpoint that served it.
+//   - config.go: the configuration is the proxy's (live.Config): listen is
+//     the gRPC address, admin the /metrics address, and each model's
+//     replicas are the pool's endpoints, http://IP:PORT, one per pod and
+//     target port (a vLLM pod with one port per data-parallel rank is one
+//     endpoint per port).
+//
+// Tests play the gateway: a hand-written Envoy side of ext_proc over real
+// gRPC on 127.0.0.1 that streams headers and body as Envoy does in each
+// mode, forwards to emulated vLLM replicas (package emulator) and streams
+// the response back through the response phase.
+package epp
