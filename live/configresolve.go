@@ -3,6 +3,7 @@ package live
 import (
 	"fmt"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"strconv"
@@ -94,6 +95,9 @@ func (c *Config) resolve() error {
 	}
 	if c.Listen == "" {
 		return verr("listen", "required (e.g. 0.0.0.0:8080)")
+	}
+	if err := checkListenAddrs(c.Listen, c.Admin); err != nil {
+		return err
 	}
 	if err := c.resolveAuth(); err != nil {
 		return err
@@ -293,6 +297,9 @@ func (m *ModelCfg) resolve(p string, seen map[string]bool) error {
 	if m.MaxNumSeqs < 0 {
 		return verr(p+".max_num_seqs", "want a positive integer, got %d", m.MaxNumSeqs)
 	}
+	if _, _, err := m.KVEvents.endpoints(p, m.NumReplicas()); err != nil {
+		return err
+	}
 	return m.checkRouting(p)
 }
 
@@ -342,6 +349,9 @@ func (m *ModelCfg) checkRouting(p string) error {
 	if _, err := placement.ParseBalance(m.Balance); err != nil {
 		return verr(p+".balance", "want sessions or kv, got %q", m.Balance)
 	}
+	if _, err := placement.ParseRehome(m.Rehome); err != nil {
+		return verr(p+".rehome", "want off or cold, got %q", m.Rehome)
+	}
 	if _, err := placement.ParseAdmission(m.Admission); err != nil {
 		return verr(p+".admission", "want off or kv, got %q", m.Admission)
 	}
@@ -366,6 +376,46 @@ func checkURL(s string) error {
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
 		return fmt.Errorf("no query or fragment allowed, got %q", s)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %s of %q is not in 1-65535", p, s)
+		}
+	}
+	return nil
+}
+
+// checkListenAddrs checks what net.Listen would refuse or what would make
+// the second listener fail, so that --check says it before a start or a
+// reload does: each address a host:port with a numeric or named port in
+// 0-65535 (0: any free port), and listen and admin not on one socket (the
+// same port where either host is a wildcard, or equal hosts).
+func checkListenAddrs(listen, admin string) error {
+	type addr struct {
+		key, host string
+		port      int
+	}
+	var as [2]addr
+	for i, kv := range [2][2]string{{"listen", listen}, {"admin", admin}} {
+		host, port, err := net.SplitHostPort(kv[1])
+		if err != nil {
+			return verr(kv[0], "want host:port (e.g. 0.0.0.0:8080), got %q: %v", kv[1], err)
+		}
+		n, err := strconv.Atoi(port)
+		if err != nil {
+			if n, err = net.LookupPort("tcp", port); err != nil {
+				return verr(kv[0], "port %q of %q is neither a number nor a known service name", port, kv[1])
+			}
+		}
+		if n < 0 || n > 65535 {
+			return verr(kv[0], "port %d of %q is not in 0-65535", n, kv[1])
+		}
+		as[i] = addr{kv[0], host, n}
+	}
+	wild := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" || h == "[::]" }
+	l, a := as[0], as[1]
+	if l.port != 0 && l.port == a.port && (l.host == a.host || wild(l.host) || wild(a.host)) {
+		return verr("admin", "%q and listen %q share port %d: the second listener could not start (give admin its own port, default %s)", admin, listen, a.port, DefaultAdmin)
 	}
 	return nil
 }
