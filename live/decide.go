@@ -3,7 +3,6 @@ package live
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -297,29 +296,10 @@ func (s *Server) Endpoints() []string {
 // and after it returns; while Run runs, the first request of a model waits
 // for its first scrape (awaitFirstProbe).
 func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
-	s.mu.Lock()
-	if s.runCtx != nil {
-		s.mu.Unlock()
-		return errors.New("live: Run or Serve called twice")
+	stopLoops, storeDone, _, err := s.startLoops(ctx, "Run")
+	if err != nil {
+		return err
 	}
-	runCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx))
-	s.runCtx = runCtx
-	rt := s.state.Load()
-	s.listening = rt.cfg
-	for _, name := range rt.names {
-		rt.models[name].start(runCtx)
-	}
-	s.serving.Store(true)
-	storeDone := make(chan struct{})
-	if s.store != nil {
-		go func() {
-			defer close(storeDone)
-			s.store.Run(runCtx, s.storeLoads)
-		}()
-	} else {
-		close(storeDone)
-	}
-	s.mu.Unlock()
 
 	errc := make(chan error, 1)
 	var admin *http.Server
@@ -327,7 +307,6 @@ func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
 		admin = &http.Server{Handler: s.Admin(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- admin.Serve(adminLn) }()
 	}
-	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -341,31 +320,7 @@ func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
 		}
 	}
 	s.endStreams()
-	s.up.Close()
-	s.base.CloseIdleConnections()
-	s.mu.Lock()
-	s.stopped = true
-	stopLoops()
-	for _, name := range s.state.Load().names {
-		s.state.Load().models[name].stop()
-	}
-	s.mu.Unlock()
-	<-storeDone
-	if s.store != nil {
-		_ = s.store.Close()
-	}
-	if s.journal != nil {
-		if e := s.journal.Close(); e != nil && err == nil {
-			err = e
-		}
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	if err != nil {
-		return fmt.Errorf("live: run: %w", err)
-	}
-	return nil
+	return s.stopLoops(stopLoops, storeDone, err, "run")
 }
 
 // DrainTimeout is timeouts.drain of the current configuration.

@@ -418,34 +418,14 @@ func (s *Server) adminHostAllowed(host string) bool {
 // stops the scrape loops and closes the journal. It returns nil after a
 // clean drain.
 func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
-	s.mu.Lock()
-	if s.runCtx != nil {
-		s.mu.Unlock()
-		return errors.New("live: Serve called twice")
+	stopScrapers, storeDone, cfg, err := s.startLoops(ctx, "Serve")
+	if err != nil {
+		return err
 	}
-	runCtx, stopScrapers := context.WithCancel(context.WithoutCancel(ctx))
-	s.runCtx = runCtx
-	rt := s.state.Load()
-	s.listening = rt.cfg
-	for _, name := range rt.names {
-		rt.models[name].start(runCtx)
-	}
-	s.serving.Store(true)
-	storeDone := make(chan struct{})
-	if s.store != nil {
-		go func() {
-			defer close(storeDone)
-			s.store.Run(runCtx, s.storeLoads)
-		}()
-	} else {
-		close(storeDone)
-	}
-	s.mu.Unlock()
-
-	srv := s.clientServer(rt.cfg)
+	srv := s.clientServer(cfg)
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
-	cl := newClientListener(ln, rt.cfg.Limits.MaxConnections, &s.clientWrite, s.log, s.obs)
+	cl := newClientListener(ln, cfg.Limits.MaxConnections, &s.clientWrite, s.log, s.obs)
 	s.clientLn.Store(cl)
 	go func() { errc <- srv.Serve(cl) }()
 	if adminLn != nil {
@@ -453,8 +433,6 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 		servers = append(servers, admin)
 		go func() { errc <- admin.Serve(adminLn) }()
 	}
-
-	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
@@ -483,31 +461,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 			err = e
 		}
 	}
-	s.up.Close()
-	s.base.CloseIdleConnections()
-	s.mu.Lock()
-	s.stopped = true
-	stopScrapers()
-	for _, name := range s.state.Load().names {
-		s.state.Load().models[name].stop()
-	}
-	s.mu.Unlock()
-	<-storeDone
-	if s.store != nil {
-		_ = s.store.Close()
-	}
-	if s.journal != nil {
-		if e := s.journal.Close(); e != nil && err == nil {
-			err = e
-		}
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	if err != nil {
-		return fmt.Errorf("live: serve: %w", err)
-	}
-	return nil
+	return s.stopLoops(stopScrapers, storeDone, err, "serve")
 }
 
 // clientServer is the HTTP server of the clients' listener (served on a
@@ -556,4 +510,64 @@ type logWriter struct{ log *slog.Logger }
 func (l logWriter) Write(p []byte) (int, error) {
 	l.log.Debug(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// startLoops starts what Serve and Run share: the scrape and health loops
+// of every model and the session store's loop. caller names the method in
+// the error of a second call.
+func (s *Server) startLoops(ctx context.Context, caller string) (stop context.CancelFunc, storeDone chan struct{}, cfg *Config, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.runCtx != nil {
+		return nil, nil, nil, fmt.Errorf("live: %s called after Run or Serve", caller)
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.runCtx = runCtx
+	rt := s.state.Load()
+	s.listening = rt.cfg
+	for _, name := range rt.names {
+		rt.models[name].start(runCtx)
+	}
+	s.serving.Store(true)
+	storeDone = make(chan struct{})
+	if s.store != nil {
+		go func() {
+			defer close(storeDone)
+			s.store.Run(runCtx, s.storeLoads)
+		}()
+	} else {
+		close(storeDone)
+	}
+	return stop, storeDone, rt.cfg, nil
+}
+
+// stopLoops ends what startLoops started, once the listeners are done:
+// upstream connections, the loops, the store and the journal. err is the
+// listeners' error; op names the method in the error returned.
+func (s *Server) stopLoops(stop context.CancelFunc, storeDone <-chan struct{}, err error, op string) error {
+	s.up.Close()
+	s.base.CloseIdleConnections()
+	s.mu.Lock()
+	s.stopped = true
+	stop()
+	for _, name := range s.state.Load().names {
+		s.state.Load().models[name].stop()
+	}
+	s.mu.Unlock()
+	<-storeDone
+	if s.store != nil {
+		_ = s.store.Close()
+	}
+	if s.journal != nil {
+		if e := s.journal.Close(); e != nil && err == nil {
+			err = e
+		}
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("live: %s: %w", op, err)
+	}
+	return nil
 }
