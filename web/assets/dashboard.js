@@ -8,11 +8,13 @@ var KNOWN = [
 ];
 // OPTIONAL columns are shown only when some replica carries their field: the KV events'
 // blocks held and computed tokens by why (kv_events), and the conversations re-homed
-// from a replica found cold for them (rehomes).
+// from a replica found cold for them (rehomes: shown once some replica has re-homed one,
+// since the proxy reports the count, 0, with rehome off too).
 var OPTIONAL = [
   ["kv_events", "cache holds<br>blocks", kvBlocks],
   ["kv_miss", "computed tok<br>cold/evicted/elsewhere", kvMiss, "kv_events"],
-  ["rehomes", "re-homed"]
+  ["rehomes", "re-homed", function (r) { return num(r.rehomes) + (r.rehomed_in ? " (in " + num(r.rehomed_in) + ")" : ""); }, "rehomes",
+    function (r) { return r.rehomes > 0 || r.rehomed_in > 0; }]
 ];
 // kvBlocks is the blocks a replica's prefix cache holds from its KV events, "≥" when the
 // count is a lower bound (batches lost, or subscribed after the start), "off" while the
@@ -33,14 +35,14 @@ function kvMiss(r) {
 // columns is KNOWN plus the OPTIONAL columns some replica has.
 function columns(reps) {
   return KNOWN.concat(OPTIONAL.filter(function (k) {
-    var key = k[3] || k[0];
-    return reps.some(function (r) { return r[key] !== undefined && r[key] !== null; });
+    var key = k[3] || k[0], show = k[4];
+    return reps.some(function (r) { return show ? show(r) : r[key] !== undefined && r[key] !== null; });
   }));
 }
 var HIDDEN = {id: 1, url: 1, rank: 1, state: 1, scrape_state: 1, scrape_age_s: 1, kv_usage: 1,
   prefix_hits: 1, prefix_queries: 1, kv_capacity_tokens: 1, kv_headroom_tokens: 1,
   active_sessions: 1, held_sessions: 1, prefill_tokens_per_s: 1, prefill_queue_tokens: 1,
-  rehomes: 1, kv_events: 1};
+  rehomes: 1, rehomed_in: 1, observed_prompt_tokens: 1, observed_cached_tokens: 1, kv_events: 1};
 // kTok writes a token count compactly: 37.6k, 1.2M.
 function kTok(v) {
   if (typeof v !== "number" || !isFinite(v)) return "";
