@@ -186,13 +186,21 @@ func (p *Publisher) serveReplay() {
 	}
 }
 
-// Close stops the publisher and closes its sockets.
+// Close stops the publisher and closes its sockets. A connection its
+// peer closed first is no error.
 func (p *Publisher) Close() error {
 	close(p.done)
-	err := p.pub.Close()
+	err := ignoreClosed(p.pub.Close())
 	if p.rep != nil {
-		err = errors.Join(err, p.rep.Close())
+		err = errors.Join(err, ignoreClosed(p.rep.Close()))
 	}
 	p.wg.Wait()
+	return err
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
 	return err
 }

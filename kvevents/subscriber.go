@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log"
 	"time"
@@ -78,6 +79,25 @@ type subscriber struct {
 	next    uint64 // the sequence number expected next
 	started bool   // a batch was seen
 	batch   Batch
+	// recent are the payload hashes of the last len(recent) batches
+	// delivered, by seq modulo its length: a batch the live stream brings
+	// after a replay brought it is told from a restarted publisher's batch
+	// with the same number by its bytes.
+	recent [1024]seen
+}
+
+type seen struct {
+	seq, sum uint64
+	ok       bool
+}
+
+// hashSeed is fixed for the process: payload hashes are compared, never kept.
+var hashSeed = maphash.MakeSeed()
+
+// delivered reports whether batch seq, with this payload, was delivered.
+func (s *subscriber) delivered(seq uint64, payload []byte) bool {
+	r := s.recent[seq%uint64(len(s.recent))]
+	return r.ok && r.seq == seq && r.sum == maphash.Bytes(hashSeed, payload)
 }
 
 var quietLog = zmq4.WithLogger(log.New(io.Discard, "", 0))
@@ -98,6 +118,9 @@ func (s *subscriber) session(ctx context.Context) error {
 	s.h.Status(true, nil)
 	// What was published while we were away (or before we came).
 	if s.opts.ReplayEndpoint != "" {
+		if s.restartedAway(ctx) {
+			s.restart(0)
+		}
 		s.replay(ctx, s.next, 0, false)
 	}
 	for {
@@ -111,11 +134,10 @@ func (s *subscriber) session(ctx context.Context) error {
 		seq := binary.BigEndian.Uint64(msg.Frames[1])
 		switch {
 		case s.started && seq < s.next:
-			if seq+1 == s.next {
-				continue // a duplicate of the last one (replayed, then published)
+			if s.delivered(seq, msg.Frames[2]) {
+				continue // replayed, then received as published
 			}
-			s.h.Restarted()
-			s.next = seq
+			s.restart(seq)
 		case seq > s.next:
 			s.replay(ctx, s.next, seq, true)
 			if seq < s.next {
@@ -124,6 +146,12 @@ func (s *subscriber) session(ctx context.Context) error {
 		}
 		s.deliver(seq, msg.Frames[2])
 	}
+}
+
+// restart tells the handler the publisher restarted and expects seq next.
+func (s *subscriber) restart(next uint64) {
+	s.h.Restarted()
+	s.next, s.started, s.recent = next, false, [len(s.recent)]seen{}
 }
 
 // deliver decodes and hands over batch seq.
@@ -142,6 +170,31 @@ func (s *subscriber) deliver(seq uint64, payload []byte) {
 	}
 	s.started = true
 	s.next = seq + 1
+	s.recent[seq%uint64(len(s.recent))] = seen{seq, maphash.Bytes(hashSeed, payload), true}
+}
+
+// restartedAway reports whether the publisher we reconnected to is a new
+// one (the engine restarted while we were away). The live check (a
+// sequence number below the next expected) misses a restarted engine
+// that published as many batches as we had seen before we came back: its
+// numbers then continue ours. So ask the replay socket for the last batch
+// we saw: the same publisher still has it, byte for byte (vLLM's
+// ZmqEventPublisher keeps the last buffer_steps batches, default 10000,
+// and each batch carries its timestamp); a new one answers with another
+// payload at that number, or, being behind us, with nothing. A first
+// batch past it (our last one aged out of a short buffer) leaves the
+// question open: the live check still stands.
+func (s *subscriber) restartedAway(ctx context.Context) bool {
+	if !s.started || s.next == 0 {
+		return false
+	}
+	restarted, answered := false, false
+	ended := s.fetch(ctx, s.next-1, func(seq uint64, payload []byte) bool {
+		answered = true
+		restarted = seq == s.next-1 && !s.delivered(seq, payload)
+		return false
+	})
+	return restarted || (ended && !answered)
 }
 
 // replay asks for the batches from `from` on and delivers those before
