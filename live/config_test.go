@@ -22,6 +22,14 @@ func TestExampleConfig(t *testing.T) {
 		t.Fatalf("%d models, want 2", len(cfg.Models))
 	}
 	dp, urls := cfg.Models[0], cfg.Models[1]
+	dpPub, dpReplay, err := dp.KVEvents.endpoints("models[0]", dp.NumReplicas())
+	if err != nil {
+		t.Fatal(err)
+	}
+	urlsPub, urlsReplay, err := urls.KVEvents.endpoints("models[1]", urls.NumReplicas())
+	if err != nil {
+		t.Fatal(err)
+	}
 	checks := []struct {
 		name      string
 		got, want any
@@ -46,6 +54,11 @@ func TestExampleConfig(t *testing.T) {
 		{"client_write", cfg.Timeouts.ClientWrite.D(), DefaultClientWrite},
 		{"max_connections default", cfg.Limits.MaxConnections, DefaultMaxConnections()},
 		{"admin_hosts", len(cfg.AdminHosts), 0},
+		{"dp rehome", dp.Rehome, "off"},
+		{"dp kv_events rank 3", dpPub[3], "tcp://10.0.0.10:5560"},
+		{"dp kv_events replay rank 3", dpReplay[3], "tcp://10.0.0.10:5570"},
+		{"urls kv_events replica 2", urlsPub[2], "tcp://10.0.1.3:5557"},
+		{"urls kv_events replay replica 2", urlsReplay[2], "tcp://10.0.1.3:5558"},
 	}
 	for _, c := range checks {
 		if c.got != c.want {

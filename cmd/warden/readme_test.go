@@ -67,6 +67,12 @@ func TestREADMECommands(t *testing.T) {
 			if n := len(args); n >= 2 && args[n-2] == ">" {
 				args, redirect = args[:n-2], args[n-1]
 			}
+			if i := slices.Index(args, readmeStatus); i >= 0 {
+				// A real proxy in front of an emulated farm that
+				// publishes vLLM's KV events, as the line reads them.
+				args = slices.Clone(args)
+				args[i] = serveProxyStatus(t)
+			}
 			if slices.Contains(args, readmePrometheus) {
 				// A fresh server per command: its clock starts where the
 				// simulated series end, as the command's --end (now) does.
