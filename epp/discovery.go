@@ -23,9 +23,8 @@ import (
 // API (a client-go informer on the pool's selector) and hands the
 // endpoints of its ready pods, one per pod and target port, to Apply
 // whenever they change. The pool's selector and target ports are given
-// (warden epp's --selector and --target-ports, the values of the pool's
-// spec.selector.matchLabels and spec.targetPorts: deploy/kubernetes keeps
-// them equal, and its test checks it).
+// (spec.selector.matchLabels and spec.targetPorts, as Pool reads them
+// from the InferencePool and gives them again when they change).
 type Discovery struct {
 	Client      kubernetes.Interface
 	Namespace   string

@@ -38,11 +38,20 @@
 //     (headers, body, trailers) ends the request's in-flight count, reads
 //     the usage for the conversation's footprint and attributes a retried
 //     request to the endpoint that served it.
-//   - config.go: the configuration is the proxy's (live.Config): listen is
-//     the gRPC address, admin the /metrics address, and each model's
-//     replicas are the pool's endpoints, http://IP:PORT, one per pod and
-//     target port (a vLLM pod with one port per data-parallel rank is one
-//     endpoint per port).
+//   - The configuration is the proxy's (live.Config; CheckConfig in
+//     server.go): listen is the gRPC address, admin the /metrics address,
+//     and each model's replicas are the pool's endpoints, http://IP:PORT,
+//     one per pod and target port (a vLLM pod with one port per
+//     data-parallel rank is one endpoint per port).
+//   - pool.go, discovery.go: warden epp --kubernetes. Pool reads the
+//     InferencePool (inference.networking.k8s.io/v1, through the dynamic
+//     client: spec.selector.matchLabels and spec.targetPorts[].number, as
+//     gateway-api-inference-extension api/v1/inferencepool_types.go has
+//     them), stops at start on what cannot work (no API server, no pool,
+//     RBAC), and follows the pool; Discovery follows its ready pods with
+//     a client-go informer. Each new set of endpoints is handed on
+//     (WithEndpoints) to the same reload as SIGHUP, so homes are kept.
+//     ParsePoolConfig reads a configuration that lists no replicas.
 //
 // Tests play the gateway: a hand-written Envoy side of ext_proc over real
 // gRPC on 127.0.0.1 that streams headers and body as Envoy does in each

@@ -223,6 +223,15 @@ func LoadConfig(path string) (*Config, error) {
 
 // ParseConfig parses and validates a configuration; name is used in errors.
 func ParseConfig(name string, data []byte) (*Config, error) {
+	return ParseConfigWith(name, data, nil)
+}
+
+// ParseConfigWith is ParseConfig for a front end that finds some of the
+// configuration itself (warden epp --kubernetes: the replicas are an
+// InferencePool's pods): prepare, when not nil, sees the configuration as
+// decoded, before it is validated, and may complete it. An error of
+// prepare made by FieldError names the line of its key.
+func ParseConfigWith(name string, data []byte, prepare func(*Config) error) (*Config, error) {
 	var cfg Config
 	doc, err := strictyaml.Decode(name, data, &cfg)
 	if err != nil {
@@ -231,7 +240,13 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	if doc.Empty() {
 		return nil, fmt.Errorf("%s: empty configuration (want at least listen and models)", name)
 	}
-	if err := cfg.resolve(); err != nil {
+	if prepare != nil {
+		err = prepare(&cfg)
+	}
+	if err == nil {
+		err = cfg.resolve()
+	}
+	if err != nil {
 		var ve *validationError
 		if errors.As(err, &ve) {
 			return nil, doc.Errorf(ve.path, "%s", ve.msg)
@@ -247,6 +262,10 @@ type validationError struct {
 }
 
 func (e *validationError) Error() string { return e.path + ": " + e.msg }
+
+// FieldError is an error about the key at path (e.g. "models[0].replicas")
+// that ParseConfigWith reports at the key's line.
+func FieldError(path, msg string) error { return &validationError{path: path, msg: msg} }
 
 func verr(path, format string, args ...any) error {
 	return &validationError{path: path, msg: fmt.Sprintf(format, args...)}

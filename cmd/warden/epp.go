@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,16 @@ type eppOptions struct {
 	Config   string
 	Check    bool
 	LogLevel string
+
+	// Kubernetes: the endpoints are the ready pods of the InferencePool
+	// Pool in Namespace, found through the Kubernetes API.
+	Kubernetes bool
+	Kubeconfig string
+	Namespace  string
+	Pool       string
+	// connect builds the Kubernetes clients (nil: connectKube); tests
+	// give client-go's fakes.
+	connect func(kubeconfig string) (kubeClients, string, error)
 }
 
 func newEPPCmd() *cobra.Command {
@@ -43,10 +54,23 @@ liveness, readiness and envoy.service.ext_proc.v3.ExternalProcessor. SIGHUP
 reloads (homes of the endpoints kept), SIGTERM drains (readiness goes
 NOT_SERVING, streams in progress get timeouts.drain).
 
+With --kubernetes the endpoints are the ready pods of the InferencePool
+named by --pool (inference.networking.k8s.io/v1), one per pod and
+spec.targetPorts number, followed through the Kubernetes API: pods that
+come, turn ready or unready and go, and a pool whose selector or target
+ports change, reload the picker as SIGHUP does (the homes of the endpoints
+that stay are kept). The configuration then lists no replicas. The API is
+reached as kubectl reaches it (--kubeconfig, else $KUBECONFIG or
+~/.kube/config) or, in a pod with neither, through its service account,
+which needs get, list and watch on pods and inferencepools
+(deploy/kubernetes/rbac.yaml).
+
 See epp/testdata/epp.yaml for an example and deploy/kubernetes/ for the
 manifests.`,
 		Example: `  warden epp --config epp.yaml
-  warden epp --config epp/testdata/epp.yaml --check`,
+  warden epp --config epp/testdata/epp.yaml --check
+  warden epp --config /etc/warden/epp.yaml --kubernetes --pool qwen3-pool
+  warden epp --config deploy/kubernetes/config/epp.yaml --kubernetes --check`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runEPP(cmd.Context(), opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -56,21 +80,46 @@ manifests.`,
 	f.StringVar(&opts.Config, "config", "", "configuration (YAML, the proxy's format) (required)")
 	f.BoolVar(&opts.Check, "check", false, "validate the configuration and exit")
 	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+	f.BoolVar(&opts.Kubernetes, "kubernetes", false, "the endpoints are the ready pods of the InferencePool --pool, found through the Kubernetes API")
+	f.StringVar(&opts.Pool, "pool", "", "with --kubernetes: the InferencePool's name")
+	f.StringVar(&opts.Namespace, "namespace", "", "with --kubernetes: the pool's namespace (default: the pod's own in a cluster, else the kubeconfig context's)")
+	f.StringVar(&opts.Kubeconfig, "kubeconfig", "", "with --kubernetes: a kubeconfig file (default: $KUBECONFIG or ~/.kube/config, else in a pod its service account)")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
 }
 
 // loadEPPConfig reads the configuration and checks what the picker needs
-// of it beyond the proxy's rules.
-func loadEPPConfig(path string) (*live.Config, error) {
-	cfg, err := live.LoadConfig(path)
+// of it beyond the proxy's rules; with --kubernetes it lists no
+// replicas (the pool's pods are).
+func loadEPPConfig(opts *eppOptions) (*live.Config, error) {
+	if opts.Kubernetes {
+		return epp.LoadPoolConfig(opts.Config)
+	}
+	cfg, err := live.LoadConfig(opts.Config)
 	if err != nil {
 		return nil, err
 	}
 	if err := epp.CheckConfig(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", opts.Config, err)
 	}
 	return cfg, nil
+}
+
+// checkKubeFlags refuses the Kubernetes flags without --kubernetes, and
+// --kubernetes without a pool outside --check.
+func checkKubeFlags(opts *eppOptions) error {
+	if !opts.Kubernetes {
+		for _, f := range []struct{ flag, v string }{{"--pool", opts.Pool}, {"--namespace", opts.Namespace}, {"--kubeconfig", opts.Kubeconfig}} {
+			if f.v != "" {
+				return fmt.Errorf("%s needs --kubernetes", f.flag)
+			}
+		}
+		return nil
+	}
+	if opts.Pool == "" && !opts.Check {
+		return errors.New("--kubernetes needs --pool NAME: the InferencePool whose pods are the endpoints")
+	}
+	return nil
 }
 
 func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error {
@@ -78,11 +127,18 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 	if err := level.UnmarshalText([]byte(opts.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	cfg, err := loadEPPConfig(opts.Config)
+	if err := checkKubeFlags(opts); err != nil {
+		return err
+	}
+	cfg, err := loadEPPConfig(opts)
 	if err != nil {
 		return err
 	}
 	if opts.Check {
+		if opts.Kubernetes {
+			_, err := fmt.Fprintf(out, "%s: OK, %d model(s), endpoints from the InferencePool's ready pods (--kubernetes)\n", opts.Config, len(cfg.Models))
+			return err
+		}
 		n := 0
 		for _, m := range cfg.Models {
 			n += m.NumReplicas()
@@ -91,10 +147,36 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
-	ls, err := live.NewServer(cfg, live.WithLogger(logger), dashboard())
+	rs, err := newReplicaSet(cfg, opts.Kubernetes, live.WithLogger(logger), dashboard())
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if opts.Kubernetes {
+		connect := opts.connect
+		if connect == nil {
+			connect = connectKube
+		}
+		kc, ns, err := connect(opts.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		if opts.Namespace != "" {
+			ns = opts.Namespace
+		}
+		done, err := followPool(ctx, kc, ns, opts.Pool, rs, logger)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				logger.Error("following the InferencePool failed", "pool", opts.Pool, "namespace", ns, "err", err)
+			}
+		}()
+	}
+	ls := rs.ls
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
@@ -112,17 +194,15 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	go func() {
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				next, err := loadEPPConfig(opts.Config)
+				next, err := loadEPPConfig(opts)
 				if err == nil {
-					err = ls.Reload(next)
+					err = rs.setConfig(next)
 				}
 				if err != nil {
 					logger.Error("reload failed; keeping the running configuration", "err", err)
