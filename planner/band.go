@@ -43,7 +43,11 @@ import (
 //     corner's seeds first, and the other runs only when none of those
 //     misses: a probe that meets holds every run;
 //   - upwards, the bisection probes its cap first, so a farm that still
-//     meets there takes one probe of the full band, not three.
+//     meets there takes one probe of the full band, not three;
+//   - and that probe's band runs are the sweep's, gone on one step to the
+//     cap: their warm-up is not simulated twice (skip.go).
+//
+// Result.Skipped counts each of these (skip.go), and the reports say it.
 //
 // Every run of a sweep simulates the levels in a row, so one run serves
 // every level it reaches.

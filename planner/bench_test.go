@@ -116,3 +116,33 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkSolveSharedWarmUps is a small plan of several candidates
+// (sharedWarmUpPlan: three farm sizes, two routings, two levels and the
+// bisection) solved with the bisection's first probe simulating every run
+// from the first level (plain) and taking the sweep's runs' last step
+// (shared, skip.go). sim-min/op is the farm time simulated, which does not
+// depend on the machine.
+func BenchmarkSolveSharedWarmUps(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		noAhead bool
+	}{{"plain", true}, {"shared", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			p := sharedWarmUpPlan()
+			p.noAhead = tc.noAhead
+			var total time.Duration
+			p.Progress = func(_, t time.Duration) { total = t }
+			start := cpuTime()
+			defer func() {
+				b.ReportMetric(float64((cpuTime()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
+				b.ReportMetric(total.Minutes(), "sim-min/op")
+			}()
+			for b.Loop() {
+				if _, err := Solve(context.Background(), p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

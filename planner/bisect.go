@@ -37,11 +37,22 @@ type bisector struct {
 	probes map[int]Band
 
 	// The probe of the round under way: its level, its rows (one per run
-	// of the band, in variants order; those not run are zero) and whether
+	// of the band, in variants order; those not run are zero), which of
+	// them the sweep's runs gave (aheadRows: not to run again) and whether
 	// its verdict is known.
 	n       int
 	rows    []sim.Row
+	have    []bool
 	decided bool
+}
+
+// steps is the number of steps a run of the probe under way simulates:
+// the warm-up levels and its own, or, with a trace, its own alone.
+func (b *bisector) steps(trace *sim.Trace) int {
+	if trace != nil {
+		return 1
+	}
+	return len(b.warm) + 1
 }
 
 // firstStage marks the runs of a band (vs, nominal first) that a probe runs
@@ -121,6 +132,7 @@ func (p Plan) bisect(ctx context.Context, res *Result, cands []*candFarms, trace
 		for _, b := range bs {
 			if b.n = b.next(); b.n != 0 {
 				b.rows, b.decided = make([]sim.Row, len(cands[b.cand].vs)), false
+				b.have = p.aheadRows(res, b)
 				active = append(active, b)
 			}
 		}
@@ -134,20 +146,15 @@ func (p Plan) bisect(ctx context.Context, res *Result, cands []*candFarms, trace
 			for _, b := range active {
 				first := p.firstStage(cands[b.cand].vs)
 				for v := range cands[b.cand].vs {
-					if !b.decided && first[v] == (stage == 0) {
+					if !b.decided && first[v] == (stage == 0) && !b.have[v] {
 						probes = append(probes, probe{b, v})
 					}
 				}
 			}
-			if len(probes) == 0 {
-				break
-			}
 			per := make([]time.Duration, len(probes))
 			for i, pr := range probes {
-				per[i] = step * time.Duration(len(pr.b.warm)+1)
-				if trace != nil {
-					per[i] = step
-				}
+				per[i] = step * time.Duration(pr.b.steps(trace))
+				res.skips.Steps += pr.b.steps(trace)
 			}
 			base := prog.add(per)
 			run := func(ctx context.Context, i int) error {
@@ -181,8 +188,10 @@ func (p Plan) bisect(ctx context.Context, res *Result, cands []*candFarms, trace
 				prog.set(base+i, per[i])
 				return nil
 			}
-			if err := forEach(ctx, len(probes), p.Parallelism, run); err != nil {
-				return err
+			if len(probes) > 0 {
+				if err := forEach(ctx, len(probes), p.Parallelism, run); err != nil {
+					return err
+				}
 			}
 			for _, b := range active {
 				if b.decided {
@@ -202,6 +211,7 @@ func (p Plan) bisect(ctx context.Context, res *Result, cands []*candFarms, trace
 					continue // the first stage meets: the others decide
 				}
 				b.decided = true
+				res.skips.probeDecided(b, first, stage, trace)
 				b.probes[b.n] = band
 				if band.Verdict == VerdictMeets {
 					b.lo = b.n

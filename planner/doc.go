@@ -36,6 +36,11 @@
 // routing variant (Tune), and the rule that recommends one (TuneRule,
 // Recommend).
 //
+// skip.go says which work Solve leaves out because it cannot change the
+// answer, and which it does once for two uses (the bisection's first probe
+// takes the last step of the sweep's runs), and counts both
+// (Result.Skipped, SkipNote).
+//
 // A Result's JSON (result.go, json.go) round-trips exactly, so `warden
 // report --from` renders a saved result as `warden plan` did; package web
 // (PlanReport) turns a Result into the HTML report. DefaultPlan

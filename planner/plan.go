@@ -76,6 +76,8 @@ type Plan struct {
 	// probe, with none of the work that cannot change a verdict left out
 	// (simulate's second phase, the bisection's first stage).
 	fullBand bool
+	// noAhead (tests) turns the shared warm-ups off (skip.go).
+	noAhead bool
 }
 
 // Defaults of a plan.

@@ -63,6 +63,12 @@ type Result struct {
 	// Observation, for a plan of the farm a Prometheus watches
 	// (SolveObserved), is its prediction against what was observed.
 	Observation *Observation `json:"observation,omitempty"`
+	// Skipped is the simulation work Solve left out because it could not
+	// change the answer, and the warm-ups it did once for two uses
+	// (skip.go); nil in a result from before it.
+	Skipped *Skipped `json:"skipped,omitempty"`
+
+	skips Skipped // counted while solving
 }
 
 // WorkloadInfo says what load the candidates were simulated with.
@@ -186,6 +192,11 @@ type Config struct {
 	runs   [][]sim.Row
 	vs     []variant
 	banded int
+	// ahead are the rows of the band's runs (runs[0]'s excepted) that went
+	// on from the highest level to aheadAt sessions (skip.go); nil when
+	// none did.
+	ahead   []sim.Row
+	aheadAt int
 }
 
 // Check is the targets checked on one row.

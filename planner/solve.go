@@ -101,7 +101,12 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 	}
 	res.Question = question(res)
 	res.Answer = answer(res)
+	if w := res.RuleOfThumbWords(); w != "" {
+		// The JSON, warden report --from and the terminal say the same.
+		res.Answer += " " + w
+	}
 	res.Title = p.title()
+	res.finishSkips()
 	// What Solve returns is what its JSON says, to the last digit: a saved
 	// result renders the same report as a fresh one.
 	return roundTrip(res)
@@ -238,11 +243,14 @@ func candidateName(c *Candidate, withModel bool) string {
 
 // job is one simulation: one candidate, one config, one run of the band,
 // and either the sessions levels Sessions[:upTo] in a row (synthetic load,
-// level -1) or one level (trace).
+// level -1) or one level (trace). With ahead > 0 the run goes on from
+// Sessions[upTo-1] to ahead sessions, one more step (skip.go: the
+// bisection's first probe).
 type job struct {
 	cand, cfg, run int
 	level          int // index in Result.Sessions, or -1 for Sessions[:upTo]
 	upTo           int
+	ahead          int
 }
 
 // simulate runs the sweep and fills each fitting candidate's Configs (Rows:
@@ -253,17 +261,20 @@ type job struct {
 // (Config.banded). Above it the verdict is already decided (misses: the
 // band's pessimistic edge is never better than the nominal run), so those
 // levels, and every level of a config whose nominal run meets nowhere, keep
-// the nominal run alone (Band.Runs 1, and the reports say so).
+// the nominal run alone (Band.Runs 1, and the reports say so). The band's
+// other runs of a config whose nominal run meets at the highest level go on
+// to the bisection's first probe (aheadLevel), which then takes their last
+// step instead of simulating their warm-up again.
 func (p Plan) simulate(ctx context.Context, res *Result, cands []*candFarms, trace *sim.Trace, prog *progress) error {
 	configs := p.configs()
 	// levels are the jobs of one run over Sessions[:upTo].
 	levels := func(ci, k, v, upTo int) []job {
 		if trace == nil {
-			return []job{{ci, k, v, -1, upTo}}
+			return []job{{cand: ci, cfg: k, run: v, level: -1, upTo: upTo}}
 		}
 		var out []job
 		for l := range upTo {
-			out = append(out, job{ci, k, v, l, 0})
+			out = append(out, job{cand: ci, cfg: k, run: v, level: l})
 		}
 		return out
 	}
@@ -285,6 +296,8 @@ func (p Plan) simulate(ctx context.Context, res *Result, cands []*candFarms, tra
 	if err := p.runJobs(ctx, res, cands, trace, prog, jobs); err != nil {
 		return err
 	}
+	res.skips.count(jobs)
+	ahead := p.aheadLevel(res.Sessions, trace)
 	jobs = nil
 	for ci, cf := range cands {
 		if cf == nil {
@@ -299,15 +312,28 @@ func (p Plan) simulate(ctx context.Context, res *Result, cands []*candFarms, tra
 					cfg.banded = l + 1
 				}
 			}
-			if cfg.banded == 0 {
+			res.skips.NominalOnly += (len(cf.vs) - 1) * (len(cfg.Rows) - cfg.banded)
+			if cfg.banded == 0 || len(cf.vs) == 1 {
 				continue
 			}
+			goOn := ahead > 0 && cfg.banded == len(res.Sessions)
+			if goOn {
+				cfg.aheadAt, cfg.ahead = ahead, make([]sim.Row, len(cf.vs))
+			}
 			for v := 1; v < len(cf.vs); v++ {
-				jobs = append(jobs, levels(ci, k, v, cfg.banded)...)
+				js := levels(ci, k, v, cfg.banded)
+				if goOn {
+					js[0].ahead = ahead
+				}
+				jobs = append(jobs, js...)
 			}
 		}
 	}
-	return p.runJobs(ctx, res, cands, trace, prog, jobs)
+	if err := p.runJobs(ctx, res, cands, trace, prog, jobs); err != nil {
+		return err
+	}
+	res.skips.count(jobs)
+	return nil
 }
 
 // runJobs runs jobs in parallel; each writes its rows into its config's
@@ -319,10 +345,7 @@ func (p Plan) runJobs(ctx context.Context, res *Result, cands []*candFarms, trac
 	step := time.Duration(p.Duration)
 	per := make([]time.Duration, len(jobs))
 	for i, j := range jobs {
-		per[i] = step
-		if j.level < 0 {
-			per[i] = step * time.Duration(j.upTo)
-		}
+		per[i] = step * time.Duration(j.steps())
 	}
 	base := prog.add(per)
 
@@ -337,6 +360,9 @@ func (p Plan) runJobs(ctx context.Context, res *Result, cands []*candFarms, trac
 		}
 		if j.level < 0 {
 			e.Sessions = res.Sessions[:j.upTo]
+			if j.ahead > 0 {
+				e.Sessions = append(slices.Clone(e.Sessions), j.ahead)
+			}
 		}
 		e.Seed = cf.vs[j.run].seed
 		prog.noteRun(c.Name, cfg, cf.vs[j.run], e.Sessions)
@@ -351,8 +377,11 @@ func (p Plan) runJobs(ctx context.Context, res *Result, cands []*candFarms, trac
 			return fmt.Errorf("%s, %s: the simulator returned %d rows for %d sessions levels", c.Name, cfg.label(), len(rep.Rows), len(e.Sessions))
 		}
 		// Each job writes its own rows: no two jobs share a slot.
-		first := max(j.level, 0)
-		copy(cfg.runs[j.run][first:], rep.Rows)
+		rows := rep.Rows
+		if j.ahead > 0 {
+			rows, cfg.ahead[j.run] = rows[:len(rows)-1], rows[len(rows)-1]
+		}
+		copy(cfg.runs[j.run][max(j.level, 0):], rows)
 		prog.set(base+i, per[i])
 		return nil
 	}
