@@ -59,6 +59,9 @@ type Gauge struct {
 	Value float64 // shown on the dial, in Unit
 	Max   float64 // end of the scale; 0 means 100
 	Unit  string  // "%" and the like, shown in the title
+	// OverColor is the arc's colour beyond 100 on a "%" dial (a ratio's limit); "" is red.
+	// Amber says "over, yet fine": a farm over the rule of thumb that the simulation finds meets.
+	OverColor string
 }
 
 // Chart is one echarts chart with a fixed element id, built by NewLineChart, NewBarChart,
@@ -363,6 +366,7 @@ func NewGaugeChart(id, title string, gauges ...Gauge) *Chart {
 		max   float64
 		unit  string
 		split int
+		over  string
 	}
 	var dials []dial
 	for i, gg := range gauges {
@@ -379,7 +383,11 @@ func NewGaugeChart(id, title string, gauges ...Gauge) *Chart {
 				split = int(maxV / 100)
 			}
 		}
-		dials = append(dials, dial{max: maxV, unit: gg.Unit, split: split})
+		over := gg.OverColor
+		if over == "" {
+			over = "#ee6666"
+		}
+		dials = append(dials, dial{max: maxV, unit: gg.Unit, split: split, over: over})
 		center := fmt.Sprintf("%.1f%%", (float64(i)+0.5)*100/float64(max(n, 1)))
 		radius := fmt.Sprintf("%d%%", min(62, 160/max(n, 1)))
 		digits := 1
@@ -410,10 +418,10 @@ func NewGaugeChart(id, title string, gauges ...Gauge) *Chart {
 			s["splitNumber"] = d.split
 			s["progress"] = map[string]any{"show": false}
 			s["pointer"] = map[string]any{"show": true, "width": 5, "length": "60%"}
-			// The arc: green up to 100 (the limit of a ratio in %), red beyond.
+			// The arc: green up to 100 (the limit of a ratio in %), red (or OverColor) beyond.
 			stops := []any{[]any{1, "#91cc75"}}
 			if d.max > 100 && d.unit == "%" {
-				stops = []any{[]any{100 / d.max, "#91cc75"}, []any{1, "#ee6666"}}
+				stops = []any{[]any{100 / d.max, "#91cc75"}, []any{1, d.over}}
 			}
 			s["axisLine"] = map[string]any{"lineStyle": map[string]any{"width": 10, "color": stops}}
 			s["axisTick"] = map[string]any{"distance": -10, "length": 6, "splitNumber": 2}

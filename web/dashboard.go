@@ -162,7 +162,8 @@ body.dashboard{max-width:1360px}
 table.replicas{font-size:.85em;margin-top:0}
 table.replicas th{vertical-align:bottom;padding:3px 3px}
 table.replicas td{white-space:nowrap;padding:3px 3px}
-table.replicas td:first-child{max-width:12em;overflow:hidden;text-overflow:ellipsis}
+table.replicas td.replica{white-space:normal;overflow-wrap:anywhere;min-width:8em;max-width:15em}
+.warning{background:#fff7e0;border-left:4px solid #fac858;padding:.3em .6em;margin:.4em 0}
 table.replicas td:nth-child(2){white-space:normal}
 svg.spark{display:block;width:240px;height:30px}
 #hist-replicas td:last-child{text-align:left}

@@ -119,7 +119,7 @@ func TestDashboardRoutingPageShowsLiveNumbers(t *testing.T) {
 	}
 	// The rows as the page built them: the DOM holds the numbers of the fake status.
 	for _, want := range []string{
-		`<tr id="replica-qwen3-coder &lt;b&gt;-0"><td title="0 http://10.0.0.1:8000">0 http://10.0.0.1:8000</td><td>healthy</td><td data-field="in_flight">7</td><td data-field="sticky">40</td><td data-field="spilled_in">0</td><td data-field="client_pinned">0</td><td data-field="running">7</td><td data-field="waiting">0</td><td data-field="kv_used_pct">41.5</td><td data-field="prefix_hit_pct">88.5</td>`,
+		`<tr id="replica-qwen3-coder &lt;b&gt;-0"><td class="replica" title="0 http://10.0.0.1:8000">0 http://10.0.0.1:8000</td><td>healthy</td><td data-field="in_flight">7</td><td data-field="sticky">40</td><td data-field="spilled_in">0</td><td data-field="client_pinned">0</td><td data-field="running">7</td><td data-field="waiting">0</td><td data-field="kv_used_pct">41.5</td><td data-field="prefix_hit_pct">88.5</td>`,
 		`<td class="bad" title="connection refused">healthy, scrape failed</td><td data-field="in_flight">5</td><td data-field="sticky">41</td><td data-field="spilled_in">3</td><td data-field="client_pinned">1</td><td data-field="running">5</td><td data-field="waiting">1</td><td data-field="kv_used_pct">12.3</td><td data-field="prefix_hit_pct">71</td>`,
 		`<td data-field="retried">1</td>`, // a counter since start, shown in its own column
 		`<td data-field="prefix_hit_pct">88.5</td><td data-field="footprint_tokens">1.1M/1.1M</td><td data-field="sessions">9/7/5</td>`,
@@ -170,7 +170,7 @@ func TestDashboardStatsPageDraws(t *testing.T) {
 				t.Errorf("stats page text lacks %q: %q", tc.words, res.Text)
 			}
 			for _, want := range []string{
-				`<tr id="hist-replica-0"><td title="0 http://10.0.0.1:8000">0 http://10.0.0.1:8000</td><td>healthy</td><td data-field="hit">80.0</td><td data-field="prompt">500</td><td data-field="cached">400</td><td data-field="completion">25.0</td>`,
+				`<tr id="hist-replica-0"><td class="replica" title="0 http://10.0.0.1:8000">0 http://10.0.0.1:8000</td><td>healthy</td><td data-field="hit">80.0</td><td data-field="prompt">500</td><td data-field="cached">400</td><td data-field="completion">25.0</td>`,
 				`<td class="bad" title="connection refused">healthy, scrape failed</td>`,
 			} {
 				if !strings.Contains(res.DOM, want) {

@@ -13,6 +13,7 @@ h1{font-size:1.6em;margin:.3em 0}
 h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #d9dee5}
 .question{font-size:1.05em;color:#52606d;margin:.2em 0}
 .answer{font-size:1.2em;font-weight:600;margin:.3em 0 .8em}
+.note{color:#52606d;margin:.2em 0 .8em}
 table{border-collapse:collapse;margin:.8em 0;font-size:.92em}
 caption{text-align:left;font-weight:600;padding:.3em 0}
 th,td{border:1px solid #d9dee5;padding:4px 8px;text-align:right}
@@ -75,6 +76,7 @@ func servedHead(prefix string) template.HTML {
 
 type pageView struct {
 	Title, Question, Answer string
+	Notes                   []string
 	Head                    template.HTML
 	Sections                []sectionView
 }
@@ -119,6 +121,9 @@ var reportTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 {{- end}}
 {{- if .Answer}}
 <p class="answer" id="answer">{{.Answer}}</p>
+{{- end}}
+{{- range .Notes}}
+<p class="note">{{.}}</p>
 {{- end}}
 </header>
 {{- range .Sections}}

@@ -26,6 +26,9 @@ func PlanReport(res *planner.Result) *Report {
 		Question: res.Question,
 		Answer:   res.Answer,
 	}
+	if w := res.Workload.WorkloadLine(); w != "" {
+		r.Notes = []string{w}
+	}
 	at := planner.Level(res.Sessions, res.Concurrency)
 	r.Sections = append(r.Sections, planOverview(res, at), planRuleOfThumb(res))
 	if res.Timeline != nil {
@@ -152,6 +155,10 @@ func planOverview(res *planner.Result, at int) Section {
 		},
 		Tables: []Table{t},
 	}
+	if words := res.RoutingWords(); len(words) > 0 {
+		// What each routing named does, in plain words, after the sentence that says how one is chosen.
+		s.Paragraphs = slices.Insert(s.Paragraphs, 1, "The routings: "+strings.Join(words, " "))
+	}
 	if len(whys.Rows) > 0 {
 		s.Tables = append(s.Tables, whys)
 	}
@@ -257,7 +264,12 @@ func bandSentence(res *planner.Result) string {
 	runs *= max(len(sd), 1)
 	s := fmt.Sprintf("Band (in parentheses, and shaded in the charts): the lowest and highest of each figure over %s, every "+
 		"combination of them: %d runs per routing and level. ", joinAndWeb(parts), runs)
-	if speeds != nil { // a result from before the speed band ran every run at every level
+	words := res.BandWords()
+	if words != "" {
+		// The same plain words as the terminal's [band] line, which say what the nominal run alone means.
+		s = "Band (in parentheses, and shaded in the charts): " + words + " "
+	}
+	if speeds != nil && words == "" { // a result from before the speed band ran every run at every level
 		s += fmt.Sprintf("Where the nominal run (estimated KV size, the roofline's speed, seed %s) already misses a target, "+
 			"the band cannot change the verdict and that level keeps the nominal run alone. ", firstOr(sd, "-"))
 	}
@@ -524,6 +536,9 @@ func ruleCell(c *planner.Candidate) string {
 	return fmtNum(100*v.Ratio, 0) + " % (" + verdict + ")"
 }
 
+// amber marks a farm over the rule of thumb that the simulation finds meets the targets.
+const amber = "#fac858"
+
 // gaugesPerChart keeps the dials of one gauge chart readable.
 const gaugesPerChart = 6
 
@@ -541,20 +556,27 @@ func planRuleOfThumb(res *planner.Result) Section {
 			continue
 		}
 		v := c.RuleOfThumb
-		verdict := "fits"
-		if !v.Fits {
-			verdict = "over: expect hit rates to collapse whatever the routing"
-		}
+		verdict := planner.RuleOfThumbVerdict(c)
 		t.Rows = append(t.Rows, []string{c.Name, fmtInt(int64(c.NumGPUBlocks)), fmtInt(int64(c.KVTokensPerReplica)), fmtInt(c.KVTokensTotal),
 			fmtInt(v.DemandTokens), fmtNum(100*v.Ratio, 0), fmtInt(int64(v.SessionsThatFit)), verdict})
-		gauges = append(gauges, Gauge{Name: c.Name, Value: 100 * v.Ratio, Unit: "%"})
+		g := Gauge{Name: c.Name, Value: 100 * v.Ratio, Unit: "%"}
+		if c.Verdict != "" && c.Verdict != planner.VerdictMisses {
+			g.OverColor = amber // beyond 100 %: over the rule, yet the simulation does not find a miss
+		}
+		if !v.Fits && c.Verdict != "" {
+			g.Name += "\nsimulated: " + c.Verdict // under the dial, what the simulation says
+		}
+		gauges = append(gauges, g)
 		top = math.Max(top, 100*v.Ratio)
 	}
 	s := Section{
 		Heading: "Rule of thumb: sessions x context against the KV cache",
 		Paragraphs: []string{
-			"Concurrent sessions times their typical context must stay below the farm's total KV cache; beyond it prefix-cache hit " +
-				"rates collapse whatever the routing. A dial shows the demand as a percentage of the farm's KV cache: over 100 % is over.",
+			"The rule of thumb: concurrent sessions times their typical context should stay below the farm's total KV cache, or the " +
+				"cache has to evict what a session will need again. It is a quick check, not the verdict: it counts the shared system " +
+				"prompt once per session and every conversation at its typical length at the same moment, so a farm over it can still " +
+				"meet the targets; the simulation decides. A dial shows the demand as a percentage of the farm's KV cache, green up to " +
+				"100 %; beyond, amber where the simulation finds the farm meets the targets (or is marginal), red where it misses them.",
 			"Typical context: " + res.Workload.TypicalContextHow + ".",
 		},
 		Tables: []Table{t},
@@ -834,7 +856,11 @@ func planSettings(res *planner.Result) Section {
 			{"typical context", fmtInt(int64(res.Workload.TypicalContextTokens)) + " tokens"},
 		},
 	}
-	return Section{Heading: "Workload and settings", Paragraphs: res.Workload.Description, Tables: []Table{t}}
+	paras := slices.Clip(res.Workload.Description)
+	if note := res.SkipNote(); note != "" {
+		paras = append(paras, note) // what the plan did not simulate, and why
+	}
+	return Section{Heading: "Workload and settings", Paragraphs: paras, Tables: []Table{t}}
 }
 
 // headroomCell is the plan's headroom, "20 % (the targets also at 20 sessions)".

@@ -286,8 +286,8 @@ func TestPlanReportShowsBand(t *testing.T) {
 	page := buf.String()
 	for _, want := range []string{"TTFB p95 s (band)", "(5.00-9.50)", "(70.0-88.0)", "marginal (see below)",
 		"Why the marginal candidates are marginal", "it meets at the nominal KV size; misses prefix hit",
-		"the 3.5k system prompt is shared", "the KV cache at x0.85, x1.00 and x1.10 of its estimated size",
-		"the engine at x0.8, x1.0 and x1.2 the speed of the roofline&#39;s default efficiencies", "seeds 1, 2 and 3", "27 runs per routing and level"} {
+		"the 3.5k system prompt is shared", "its KV cache as estimated, 15 % smaller and 10 % larger",
+		"its engine as estimated, 20 % slower and 20 % faster", "seeds 1, 2 and 3", "27 runs per routing and level"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -237,3 +237,82 @@ func TestSampleReportChartsInChromium(t *testing.T) {
 	}
 	checkChartsInDOM(t, r, got.DOM)
 }
+
+// TestPlanReportRuleOfThumbAgrees: when the answer's farm is over the rule of thumb yet meets the
+// targets, the report says so once, in the answer, and does not contradict it: its rule-of-thumb
+// table says "over the rule of thumb; simulated: meets" (not "expect hit rates to collapse"), the
+// dial beyond 100 % is amber, not red, and names the simulated verdict; a farm that misses keeps
+// its red arc. The workload the plan assumed is one line under the answer.
+func TestPlanReportRuleOfThumbAgrees(t *testing.T) {
+	res := samplePlanResult()
+	res.Workload.Spec.SystemPromptTokens, res.Workload.Spec.FirstMessageTokens, res.Workload.Spec.Turns = 3500, 7300, 6
+	res.Workload.Spec.NewTokensPerTurn, res.Workload.Spec.MaxOutputTokens = 400, 256
+	best := &res.Candidates[1]
+	best.KVTokensTotal = 90000
+	best.RuleOfThumb = hardware.RuleOfThumb(8, 12338, 90000)
+	best.Verdict, best.Meets = planner.VerdictMeets, true
+	res.Candidates[0].Verdict = planner.VerdictMisses
+	if best.RuleOfThumb.Fits || res.Candidates[0].RuleOfThumb.Fits {
+		t.Fatal("want both candidates over the rule of thumb")
+	}
+	answer := res.Answer
+	res.Answer += " " + res.RuleOfThumbWords() // as planner.Solve does
+	r := PlanReport(res)
+	if !strings.HasPrefix(r.Answer, answer+" 3 x RTX A4000 meets the targets at 8 sessions although 8 x 12,338 tokens") ||
+		!strings.HasSuffix(r.Answer, "the simulation, not the rule, decides.") {
+		t.Errorf("answer %q: want the result's, then the sentence that reconciles the rule of thumb", r.Answer)
+	}
+	if len(r.Notes) != 1 || !strings.HasPrefix(r.Notes[0], "Workload assumed: a 3,500-token system prompt shared by every session") {
+		t.Errorf("notes %q: want the workload in one line", r.Notes)
+	}
+	var page bytes.Buffer
+	if err := r.Render(&page); err != nil {
+		t.Fatal(err)
+	}
+	html := page.String()
+	for _, bad := range []string{"to collapse", "collapse whatever"} {
+		if strings.Contains(html, bad) {
+			t.Errorf("report says %q beside an answer that meets the targets", bad)
+		}
+	}
+	for _, want := range []string{"over the rule of thumb; simulated: meets", "over the rule of thumb; simulated: misses",
+		`<p class="note">Workload assumed:`, "each conversation stays on the replica", "(8 of 32)"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	var rule *Chart
+	for _, c := range r.Charts() {
+		if c.ID == "rule-1" {
+			rule = c
+		}
+	}
+	if rule == nil {
+		t.Fatal("no rule-of-thumb dials")
+	}
+	js, err := rule.OptionsJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opt struct {
+		Series []struct {
+			Data     []struct{ Name string }
+			AxisLine struct {
+				LineStyle struct{ Color [][]any }
+			}
+		}
+	}
+	if err := json.Unmarshal(js, &opt); err != nil {
+		t.Fatal(err)
+	}
+	if len(opt.Series) != 2 {
+		t.Fatalf("%d dials, want 2", len(opt.Series))
+	}
+	for i, want := range []struct{ name, over string }{{"2 x RTX A4000\nsimulated: misses", "#ee6666"}, {"3 x RTX A4000\nsimulated: meets", amber}} {
+		s := opt.Series[i]
+		stops := s.AxisLine.LineStyle.Color
+		if len(s.Data) != 1 || s.Data[0].Name != want.name || len(stops) != 2 || stops[1][1] != want.over {
+			t.Errorf("dial %d: name %q, arc %v; want %q and %s beyond 100 %%", i, s.Data, stops, want.name, want.over)
+		}
+	}
+}

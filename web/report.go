@@ -13,6 +13,8 @@ type Report struct {
 	Title    string
 	Question string // e.g. "How many H100s, and which routing, for 64 agent sessions?"
 	Answer   string // the answer in one sentence, shown under the question
+	// Notes are short lines under the answer: what it assumed (the plan's workload, say).
+	Notes    []string
 	Sections []Section
 }
 
@@ -75,6 +77,7 @@ func (r *Report) page() (*pageView, error) {
 		Title:    r.Title,
 		Question: r.Question,
 		Answer:   r.Answer,
+		Notes:    r.Notes,
 		Head:     inlineHead(),
 	}
 	seen := map[string]bool{}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -53,6 +54,7 @@ type planOptions struct {
 	Progress    bool
 	Quiet       bool // no progress on stderr, bar or lines
 	Parallelism int
+	Wide        bool // every column of the summary's table, however wide
 
 	prom planPromOptions // --prometheus mode (plan_observed.go)
 
@@ -174,6 +176,7 @@ that runs; --quiet silences both.`,
 	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON (what 'warden report --from' reads) instead of the summary")
 	f.BoolVar(&opts.Progress, "progress", true, "show progress on stderr: a bar on a terminal, else a line every few seconds")
 	f.BoolVar(&opts.Quiet, "quiet", false, "no progress on stderr (neither the bar nor the lines)")
+	f.BoolVar(&opts.Wide, "wide", false, "print every column of the summary's table (by default it keeps within about 120 columns)")
 	f.IntVar(&opts.Parallelism, "parallelism", 0, "simulations run at once (0: one per CPU)")
 	f.StringVar(&opts.prom.Prometheus, "prometheus", "", "plan the farm this Prometheus watches, under its load (with --model, --current-gpu); --gpu/--replicas add candidates")
 	f.DurationVar(&opts.prom.Since, "since", time.Hour, "with --prometheus: the window read, ending now (or at --end)")
@@ -432,7 +435,7 @@ func runPlan(ctx context.Context, o *planOptions, out io.Writer) error {
 	if o.JSON {
 		return writeJSON(out, res)
 	}
-	return writePlanSummary(out, res, o.Out)
+	return writePlanSummary(out, res, o.Out, o.Wide)
 }
 
 // solve is plan's usual mode: a plan file, the flags or the example.
@@ -450,97 +453,77 @@ func (o *planOptions) solve(ctx context.Context) (*planner.Result, error) {
 	return planner.Solve(ctx, p)
 }
 
-// writePlanSummary prints the answer, one line per candidate (about 120
-// columns: what a candidate misses where it stops meeting the targets, and
-// in which run of the band, follows the table), what the band and the
-// verdicts mean, and the sentence that reconciles the rule of thumb with
-// the simulation.
-func writePlanSummary(w io.Writer, res *planner.Result, reportPath string) error {
-	var b, table bytes.Buffer
-	fmt.Fprintln(&b, res.Answer)
+// summaryWidth is the column the summary's sentences wrap at, and
+// tableWidth the widest its table may be without --wide: a terminal of
+// about 120 columns shows both unbroken.
+const (
+	summaryWidth = 110
+	tableWidth   = 120
+)
+
+// writePlanSummary prints the answer (with the sentence that reconciles
+// the rule of thumb when the farm it names is over it) and the workload it
+// assumed, one line per candidate within tableWidth columns (wide: every
+// column, however wide), what a candidate misses where it stops meeting
+// the targets and in which run of the band, what the routings, the band
+// and the verdicts mean in plain words, and the sentence that reconciles
+// the rule of thumb with the simulation. Sentences wrap at summaryWidth.
+func writePlanSummary(w io.Writer, res *planner.Result, reportPath string, wide bool) error {
+	var b bytes.Buffer
+	para := func(sentences ...string) {
+		var nonEmpty []string
+		for _, s := range sentences {
+			if s != "" {
+				nonEmpty = append(nonEmpty, s)
+			}
+		}
+		if len(nonEmpty) > 0 {
+			b.WriteString(wrapText(strings.Join(nonEmpty, " "), summaryWidth))
+		}
+	}
+	para(res.Answer)
+	if wl := res.Workload.WorkloadLine(); wl != "" {
+		fmt.Fprintln(&b)
+		para(wl)
+	}
 	fmt.Fprintln(&b)
-	at := planner.Level(res.Sessions, res.Concurrency)
-	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	priced := res.CostUnit != "cards"
-	cost := ""
-	if priced {
-		cost = "cost/h\tper 1k turns\t"
-	}
-	fmt.Fprintf(tw, "candidate\t%srouting\tverdict\tTTFB p95 s [band]\thit %% [band]\tup to\tmisses at\tdemand/KV\t\n", cost)
-	var cliffs []string
-	for i := range res.Candidates {
-		c := &res.Candidates[i]
-		mark := ""
-		switch i {
-		case res.Best:
-			mark = "<- answer"
-		case res.Closest:
-			mark = "<- closest"
-		}
-		costCells := ""
-		if priced {
-			per := "-"
-			if c.CostPer1kTurns != nil {
-				per = fmtFloat(float64(*c.CostPer1kTurns), 3)
-			}
-			costCells = strconv.FormatFloat(c.Cost, 'f', 2, 64) + "\t" + per + "\t"
-		}
-		if !c.Fits {
-			fmt.Fprintf(tw, "%s\t%sdoes not fit\t-\t-\t-\t-\t-\t-\t\n", c.Name, costCells)
-			continue
-		}
-		cfg := &c.Configs[c.Chosen]
-		row := &cfg.Rows[at]
-		verdict := c.Verdict
-		if verdict == "" {
-			verdict = map[bool]string{true: "meets", false: "misses"}[c.Meets]
-		}
-		p95, hit := fmtFloat(float64(row.TTFBP95), 2), fmtFloat(float64(row.PrefixHitPct), 1)
-		if k := c.KPIs; k != nil && k.Runs > 1 {
-			p95 += " [" + fmtSpan(k.TTFBP95, 2) + "]"
-			hit += " [" + fmtSpan(k.PrefixHitPct, 1) + "]"
-		}
-		upTo, then := "-", "-"
-		if c.MaxSessions > 0 {
-			upTo = strconv.Itoa(c.MaxSessions)
-			if c.FailsAt == 0 {
-				upTo = ">= " + upTo
-			}
-		}
-		if c.FailsAt > 0 {
-			then = strconv.Itoa(c.FailsAt)
-			if len(c.FailsAtMisses) > 0 {
-				cliffs = append(cliffs, fmt.Sprintf("%s at %d sessions misses %s.", c.Name, c.FailsAt, res.BandMisses(c.FailsAtMisses)))
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s%s\t%s\t%s\t%s\t%s\t%s\t%.0f %%\t%s\n", c.Name, costCells, cfg.Label(), verdict,
-			p95, hit, upTo, then, 100*c.RuleOfThumb.Ratio, mark)
-	}
-	if err := tw.Flush(); err != nil {
+	table, cliffs, err := planTable(res, wide)
+	if err != nil {
 		return err
 	}
-	for line := range strings.Lines(table.String()) {
-		b.WriteString(strings.TrimRight(line, " \n") + "\n") // no padding after the last cell
-	}
+	b.WriteString(table)
 	if len(cliffs) > 0 {
-		fmt.Fprintf(&b, "\n%s\n", strings.Join(cliffs, "\n"))
+		fmt.Fprintln(&b)
+		for _, c := range cliffs {
+			para(c)
+		}
 	}
 	fmt.Fprintln(&b)
-	if len(res.Band.Seeds) > 1 {
-		fmt.Fprintf(&b, "[band]: lowest and highest over %s.\n", bandRuns(res))
+	for _, r := range res.RoutingWords() {
+		para(r)
 	}
-	fmt.Fprintf(&b, "verdict: %s\n", verdictRule(res))
-	fmt.Fprintln(&b, "up to: the most sessions at which the band's worst run still meets every target (bisected); misses at: the next; "+
-		"demand/KV: the rule of thumb, sessions x typical context over the farm's KV cache.")
-	if !priced {
-		fmt.Fprintln(&b, "cheapest by card count (give --price \"GPU=per GPU-hour,...\" to rank by price)")
+	if band := res.BandWords(); band != "" {
+		para("[band]: " + band)
+	}
+	para(res.SkipNote()) // what was not simulated, and why ("" for none)
+	para("verdict: " + verdictRule(res))
+	upTo := "up to: the most sessions at which the band's worst run still meets every target (bisected)"
+	if wide {
+		upTo += "; misses at: the next"
+	}
+	para(upTo + "; demand/KV: the rule of thumb, sessions x typical context over the farm's KV cache (over 100 % is over, " +
+		"yet a farm over it can meet the targets: the simulation decides).")
+	if res.CostUnit == "cards" {
+		para(`cheapest by card count (give --price "GPU=per GPU-hour,..." to rank by price)`)
 	}
 	if res.Reconcile != "" {
-		fmt.Fprintf(&b, "\n%s\n", res.Reconcile)
+		fmt.Fprintln(&b)
+		para(res.Reconcile)
 	}
 	for i := range res.Candidates {
 		if c := &res.Candidates[i]; !c.Fits {
-			fmt.Fprintf(&b, "\n%s: %s", c.Name, c.Error)
+			fmt.Fprintln(&b)
+			para(c.Name + ": " + c.Error)
 		}
 	}
 	if ob := res.Observation; ob != nil {
@@ -552,8 +535,203 @@ func writePlanSummary(w io.Writer, res *planner.Result, reportPath string) error
 	if reportPath != "" {
 		fmt.Fprintf(&b, "\nreport: %s\n", reportPath)
 	}
-	_, err := w.Write(b.Bytes())
+	_, err = w.Write(b.Bytes())
 	return err
+}
+
+// Columns of the summary's table that its default view may leave out.
+const (
+	colPer1k    = "per 1k turns"
+	colMissesAt = "misses at"
+	colRouting  = "routing"
+)
+
+// planTable is the summary's table, one line per candidate, and the
+// sentences that say what each candidate misses where it stops meeting the
+// targets. Wide keeps every column; else "misses at" is left out (the
+// cliffs below say it), then, while a line is wider than tableWidth, the
+// columns planTable's steps name.
+func planTable(res *planner.Result, wide bool) (string, []string, error) {
+	at := planner.Level(res.Sessions, res.Concurrency)
+	priced := res.CostUnit != "cards"
+	header := []string{"candidate"}
+	if priced {
+		header = append(header, "cost/h", colPer1k)
+	}
+	header = append(header, colRouting, "verdict", "TTFB p95 s [band]", "hit % [band]", "up to", colMissesAt, "demand/KV", "")
+	col := func(name string) int { return slices.Index(header, name) }
+	var rows [][]string
+	var routings, labels, cliffs []string
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		row := make([]string, len(header))
+		for j := range row {
+			row[j] = "-"
+		}
+		row[0], row[len(row)-1] = c.Name, ""
+		switch i {
+		case res.Best:
+			row[len(row)-1] = "<- answer"
+		case res.Closest:
+			row[len(row)-1] = "<- closest"
+		}
+		if priced {
+			row[col("cost/h")] = strconv.FormatFloat(c.Cost, 'f', 2, 64)
+			if c.CostPer1kTurns != nil {
+				row[col(colPer1k)] = fmtFloat(float64(*c.CostPer1kTurns), 3)
+			}
+		}
+		if !c.Fits {
+			row[col("verdict")] = "does not fit"
+			rows = append(rows, row)
+			continue
+		}
+		cfg := &c.Configs[c.Chosen]
+		r := &cfg.Rows[at]
+		verdict := c.Verdict
+		if verdict == "" {
+			verdict = map[bool]string{true: "meets", false: "misses"}[c.Meets]
+		}
+		p95, hit := fmtFloat(float64(r.TTFBP95), 2), fmtFloat(float64(r.PrefixHitPct), 1)
+		if k := c.KPIs; k != nil && k.Runs > 1 {
+			p95 += " [" + fmtSpan(k.TTFBP95, 2) + "]"
+			hit += " [" + fmtSpan(k.PrefixHitPct, 1) + "]"
+		}
+		upTo := "-"
+		if c.MaxSessions > 0 {
+			upTo = strconv.Itoa(c.MaxSessions)
+			if c.FailsAt == 0 {
+				upTo = ">= " + upTo
+			}
+		}
+		if c.FailsAt > 0 {
+			row[col(colMissesAt)] = strconv.Itoa(c.FailsAt)
+			if len(c.FailsAtMisses) > 0 {
+				cliffs = append(cliffs, fmt.Sprintf("%s at %d sessions misses %s.", c.Name, c.FailsAt, res.BandMisses(c.FailsAtMisses)))
+			}
+		}
+		row[col(colRouting)] = cfg.Label()
+		routings = append(routings, c.Name+": "+cfg.Label())
+		labels = append(labels, cfg.Label())
+		row[col("verdict")], row[col("TTFB p95 s [band]")], row[col("hit % [band]")] = verdict, p95, hit
+		row[col("up to")], row[col("demand/KV")] = upTo, fmt.Sprintf("%.0f %%", 100*c.RuleOfThumb.Ratio)
+		rows = append(rows, row)
+	}
+	drop := map[string]bool{}
+	if !wide {
+		drop[colMissesAt] = true
+	}
+	text, err := renderTable(header, rows, drop)
+	if err != nil || wide || textWidth(text) <= tableWidth {
+		return text, cliffs, err
+	}
+	// Leave out, one after the other until the table fits: the routing when
+	// every candidate has the same (said once under the table), the cost per
+	// 1,000 turns, the band's brackets (the nominal figure stays; the band is
+	// in the report and with --wide), then the routing whatever it is.
+	same := len(slices.Compact(slices.Clone(labels))) == 1
+	steps := []func(){
+		func() { drop[colRouting] = same },
+		func() { drop[colPer1k] = true },
+		func() {
+			for _, name := range []string{"TTFB p95 s [band]", "hit % [band]"} {
+				j := col(name)
+				header[j] = strings.TrimSuffix(name, " [band]")
+				for _, row := range rows {
+					row[j], _, _ = strings.Cut(row[j], " [")
+				}
+			}
+		},
+		func() { drop[colRouting] = true },
+	}
+	for _, step := range steps {
+		step()
+		if text, err = renderTable(header, rows, drop); err != nil {
+			return "", nil, err
+		}
+		if textWidth(text) <= tableWidth {
+			break
+		}
+	}
+	if !drop[colRouting] {
+		return text, cliffs, nil
+	}
+	if same {
+		return text + wrapText("routing: "+labels[0]+" for every candidate", summaryWidth), cliffs, nil
+	}
+	var b strings.Builder
+	b.WriteString(text)
+	for _, r := range routings {
+		b.WriteString(wrapText("routing of "+r, summaryWidth))
+	}
+	return b.String(), cliffs, nil
+}
+
+// renderTable aligns the table's cells with two spaces between columns,
+// leaving out the columns named in drop, with no padding after the last
+// cell of a line.
+func renderTable(header []string, rows [][]string, drop map[string]bool) (string, error) {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	for _, row := range append([][]string{header}, rows...) {
+		for j, cell := range row {
+			if !drop[header[j]] {
+				fmt.Fprint(tw, cell, "\t")
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for line := range strings.Lines(buf.String()) {
+		b.WriteString(strings.TrimRight(line, " \n") + "\n")
+	}
+	return b.String(), nil
+}
+
+// textWidth is the widest line of s, in characters.
+func textWidth(s string) int {
+	n := 0
+	for line := range strings.Lines(s) {
+		n = max(n, utf8.RuneCountInString(strings.TrimRight(line, "\n")))
+	}
+	return n
+}
+
+// wrapText breaks s into lines of at most width characters at spaces (a
+// word longer than width, a path say, stands on a line of its own), each
+// ending in a newline; its own newlines are kept.
+func wrapText(s string, width int) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		n := 0
+		var words []string
+		for _, w := range strings.Fields(line) {
+			if strings.HasPrefix(w, "%") && len(words) > 0 {
+				words[len(words)-1] += " " + w // "5 %" stays on one line
+				continue
+			}
+			words = append(words, w)
+		}
+		for _, word := range words {
+			wl := utf8.RuneCountInString(word)
+			switch {
+			case n == 0:
+			case n+1+wl > width:
+				b.WriteByte('\n')
+				n = 0
+			default:
+				b.WriteByte(' ')
+				n++
+			}
+			b.WriteString(word)
+			n += wl
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 // fmtSpan writes a band's edges in ascending order, "2.90-3.60".
@@ -563,38 +741,6 @@ func fmtSpan(r planner.Range, d int) string {
 		lo, hi = hi, lo
 	}
 	return fmtFloat(lo, d) + "-" + fmtFloat(hi, d)
-}
-
-// bandRuns says which runs make the band, e.g. "the KV cache x0.85, x1.00
-// and x1.10 of its estimate (none where num_gpu_blocks is given), the engine
-// at x0.8, x1.0 and x1.2 the roofline's speed (none where step_time is
-// calibrated) and seeds 1, 2 and 3: up to 27 runs per routing and level (the
-// nominal run alone where it misses)".
-func bandRuns(res *planner.Result) string {
-	scales := func(ks []float64, digits int) string {
-		var s []string
-		for _, k := range slices.Sorted(slices.Values(ks)) {
-			s = append(s, "x"+strconv.FormatFloat(k, 'f', digits, 64))
-		}
-		return joinAnd(s)
-	}
-	var parts []string
-	runs := 1
-	if k := res.Band.KVScales; len(k) > 1 {
-		parts = append(parts, "the KV cache "+scales(k, 2)+" of its estimate (none where num_gpu_blocks is given)")
-		runs *= len(k)
-	}
-	if k := res.Band.SpeedScales; len(k) > 1 {
-		parts = append(parts, "the engine at "+scales(k, 1)+" the roofline's speed (none where step_time is calibrated)")
-		runs *= len(k)
-	}
-	var seeds []string
-	for _, v := range res.Band.Seeds {
-		seeds = append(seeds, strconv.FormatUint(v, 10))
-	}
-	parts = append(parts, "seeds "+joinAnd(seeds))
-	runs *= len(res.Band.Seeds)
-	return fmt.Sprintf("%s: up to %d runs per routing and level (the nominal run alone where it misses)", joinAnd(parts), runs)
 }
 
 // verdictRule says what the verdicts mean, with the plan's headroom.

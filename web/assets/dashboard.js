@@ -134,6 +134,11 @@ function panel(m) {
   var sec = el("section");
   sec.id = "model-" + m.model;
   sec.appendChild(el("h2", m.model));
+  // What routing assumes that the operator should know (a max_num_seqs nobody stated, a
+  // prefill rate missing): said above the tables, where it is seen.
+  (Array.isArray(m.warnings) ? m.warnings : []).forEach(function (w) {
+    var p = el("p", "\u26a0 " + w, "warning"); p.dataset.field = "warning"; sec.appendChild(p);
+  });
   var reps = Array.isArray(m.replicas) ? m.replicas : [];
   var t = el("table"); t.className = "routing";
   var spill = typeof m.spill_threshold === "number" ? num(m.spill_threshold) + (m.spill_auto ? " (auto)" : " (fixed)") : "";
@@ -168,8 +173,7 @@ function panel(m) {
     var tr = el("tr");
     var id = r.id === undefined ? i : r.id;
     tr.id = "replica-" + m.model + "-" + id;
-    var name = String(id) + (typeof r.rank === "number" ? " (rank " + r.rank + ")" : "") + (r.url ? " " + r.url : "");
-    var nm = el("td", name); nm.title = name; tr.appendChild(nm);
+    tr.appendChild(replicaCell(id, r));
     tr.appendChild(stateCell(r));
     cols.forEach(function (k) {
       var v = k[2] ? k[2](r) : r[k[0]];
@@ -188,6 +192,14 @@ function panel(m) {
   var box = el("div", null, "scroll"); box.appendChild(rt);
   sec.appendChild(box);
   return sec;
+}
+// replicaCell names a replica in full: its id, its data-parallel rank and its URL, never cut
+// (the cell wraps, at any character of a long URL), so that two replicas on one host, on two
+// ports or two ranks of one URL, read apart.
+function replicaCell(id, r) {
+  var name = String(id) + (typeof r.rank === "number" ? " (rank " + r.rank + ")" : "") + (r.url ? " " + r.url : "");
+  var td = el("td", name, "replica"); td.title = name;
+  return td;
 }
 // stateCell is a replica's state, flagged when it is not healthy or its scrape is not ok.
 function stateCell(r) {
@@ -364,8 +376,7 @@ function drawReplicas(h, iv) {
   tb.textContent = "";
   reps.forEach(function (r) {
     var tr = el("tr"); tr.id = "hist-replica-" + r.id;
-    var name = String(r.id) + (typeof r.rank === "number" ? " (rank " + r.rank + ")" : "") + (r.url ? " " + r.url : "");
-    var nm = el("td", name); nm.title = name; tr.appendChild(nm);
+    tr.appendChild(replicaCell(r.id, r));
     tr.appendChild(states[r.id] ? stateCell(states[r.id]) : el("td", ""));
     var t = r.total || {};
     [["hit", num(t.hit_pct, 1)], ["prompt", fmtRate(lastMinute(r.prompt_tps || [], iv))],
