@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,15 +9,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -230,26 +226,8 @@ func TestEPPKubernetesServes(t *testing.T) {
 	}
 	opts := &eppOptions{Config: p, LogLevel: "error", Kubernetes: true, Pool: "qwen",
 		connect: func(string) (kubeClients, string, error) { return kc, "llm", nil }}
-	pr, pw := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- runEPP(ctx, opts, pw, io.Discard)
-		pw.Close()
-	}()
-	line, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	m := regexp.MustCompile(`gRPC on (\S+) \(admin (\S+)\)`).FindStringSubmatch(line)
-	if m == nil {
-		t.Fatalf("first line %q: want the addresses", line)
-	}
-	conn, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := startEPP(t, opts)
+	conn := e.conn
 	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 	r, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{Service: "readiness"})
 	ccancel()
@@ -258,7 +236,7 @@ func TestEPPKubernetesServes(t *testing.T) {
 		t.Errorf("readiness: %v %v, want SERVING", r.GetStatus(), err)
 	}
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	res, err := hc.Get(m[2] + "/api/status")
+	res, err := hc.Get(e.admin + "/api/status")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,15 +247,7 @@ func TestEPPKubernetesServes(t *testing.T) {
 			t.Errorf("/api/status does not name the pool's endpoint %s: %.300s", ep, body)
 		}
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("drain: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("warden epp did not stop within 10s of SIGTERM")
-	}
+	e.stop()
 }
 
 // TestEPPKubernetesErrors: what stops warden epp --kubernetes at start

@@ -57,11 +57,49 @@ func TestEPPServesHealthAndMetrics(t *testing.T) {
 	if err := os.WriteFile(p, []byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nauth: passthrough\ntimeouts: {drain: 2s}\nmodels:\n  - name: m\n    replicas: [http://127.0.0.1:1]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	e := startEPP(t, &eppOptions{Config: p, LogLevel: "error"})
+	defer e.conn.Close()
+	conn := e.conn
+	hc := healthpb.NewHealthClient(conn)
+	for _, svc := range []string{"liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"} {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r, err := hc.Check(cctx, &healthpb.HealthCheckRequest{Service: svc})
+		ccancel()
+		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %s: %v %v, want SERVING", svc, r.GetStatus(), err)
+		}
+	}
+	res, err := http.Get(e.admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(body), "warden_") {
+		t.Errorf("/metrics: %d, no warden_ series", res.StatusCode)
+	}
+	e.stop()
+}
+
+// runningEPP is a warden epp started by startEPP: its gRPC connection and
+// admin URL.
+type runningEPP struct {
+	conn   *grpc.ClientConn
+	admin  string
+	cancel context.CancelFunc
+	done   chan error
+	t      *testing.T
+}
+
+// startEPP runs warden epp with opts in this process until stop, and
+// connects to its gRPC address once it prints it.
+func startEPP(t *testing.T, opts *eppOptions) *runningEPP {
+	t.Helper()
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	e := &runningEPP{cancel: cancel, done: make(chan error, 1), t: t}
 	go func() {
-		done <- runEPP(ctx, &eppOptions{Config: p, LogLevel: "error"}, pw, io.Discard)
+		e.done <- runEPP(ctx, opts, pw, io.Discard)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')
@@ -73,36 +111,23 @@ func TestEPPServesHealthAndMetrics(t *testing.T) {
 	if m == nil {
 		t.Fatalf("first line %q: want the addresses", line)
 	}
-	conn, err := grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
+	e.admin = m[2]
+	if e.conn, err = grpc.NewClient(m[1], grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	hc := healthpb.NewHealthClient(conn)
-	for _, svc := range []string{"liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"} {
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-		r, err := hc.Check(cctx, &healthpb.HealthCheckRequest{Service: svc})
-		ccancel()
-		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			t.Errorf("health %s: %v %v, want SERVING", svc, r.GetStatus(), err)
-		}
-	}
-	res, err := http.Get(m[2] + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != 200 || !strings.Contains(string(body), "warden_") {
-		t.Errorf("/metrics: %d, no warden_ series", res.StatusCode)
-	}
-	cancel()
+	return e
+}
+
+// stop ends the picker as SIGTERM does and checks that it drains within 10 s.
+func (e *runningEPP) stop() {
+	e.t.Helper()
+	e.cancel()
 	select {
-	case err := <-done:
+	case err := <-e.done:
 		if err != nil {
-			t.Errorf("drain: %v", err)
+			e.t.Errorf("drain: %v", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("warden epp did not stop within 10s of SIGTERM")
+		e.t.Fatal("warden epp did not stop within 10s of SIGTERM")
 	}
 }
