@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,21 +80,11 @@ func TestDiscoveryMovesPods(t *testing.T) {
 	}()
 	expect := func(want ...string) {
 		t.Helper()
-		deadline := time.After(10 * time.Second)
-		for {
-			select {
-			case eps := <-got:
-				if slices.Equal(eps, want) {
-					mu.Lock()
-					defer mu.Unlock()
-					if have := ls.Endpoints(); !slices.Equal(have, want) {
-						t.Fatalf("the picker has %v, want %v", have, want)
-					}
-					return
-				}
-			case <-deadline:
-				t.Fatalf("endpoints never became %v", want)
-			}
+		awaitEndpoints(t, got, want)
+		mu.Lock()
+		defer mu.Unlock()
+		if have := ls.Endpoints(); !slices.Equal(have, want) {
+			t.Fatalf("the picker has %v, want %v", have, want)
 		}
 	}
 	<-synced

@@ -131,20 +131,7 @@ func TestPoolRunKeepsLastOnBadChange(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	expect := func(want ...string) {
-		t.Helper()
-		deadline := time.After(10 * time.Second)
-		for {
-			select {
-			case eps := <-got:
-				if slices.Equal(eps, want) {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("endpoints never became %v", want)
-			}
-		}
-	}
+	expect := func(want ...string) { t.Helper(); awaitEndpoints(t, got, want) }
 	setPorts := func(ports ...int64) {
 		t.Helper()
 		u, err := dyn.Resource(PoolResource).Namespace("llm").Get(ctx, "qwen", metav1.GetOptions{})
@@ -180,4 +167,21 @@ func TestPoolRunKeepsLastOnBadChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("10.0.0.2:8000", "10.0.0.2:8001")
+}
+
+// awaitEndpoints waits up to 10 s for the endpoint list want on got,
+// passing over the lists before it.
+func awaitEndpoints(t *testing.T, got <-chan []string, want []string) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case eps := <-got:
+			if slices.Equal(eps, want) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("endpoints never became %v", want)
+		}
+	}
 }

@@ -186,19 +186,7 @@ func stepsPhrase(n int) string {
 	if n == 1 {
 		return "1 step"
 	}
-	return thousands(n) + " steps"
-}
-
-// thousands writes n with a comma every three digits.
-func thousands(n int) string {
-	s := fmt.Sprint(n)
-	if n < 0 {
-		return "-" + thousands(-n)
-	}
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
+	return group(int64(n)) + " steps"
 }
 
 func capitalize(s string) string {
