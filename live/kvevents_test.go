@@ -81,9 +81,11 @@ func TestStatusKVEvents(t *testing.T) {
 					t.Fatalf("conversation %d: %d %s", i, r.status, r.body)
 				}
 			}
-			st := h.waitFor("both replicas holding blocks", func(r StatusReport) bool {
+			st := h.waitFor("both replicas holding blocks, their request counted", func(r StatusReport) bool {
 				for _, rs := range r.Models[0].Replicas {
-					if rs.KVEvents == nil || rs.KVEvents.BlocksHeld == 0 {
+					// The events may arrive before the proxy has counted the
+					// request that caused them.
+					if rs.KVEvents == nil || rs.KVEvents.BlocksHeld == 0 || rs.Requests == 0 {
 						return false
 					}
 				}

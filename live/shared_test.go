@@ -199,6 +199,12 @@ func TestSharedStoreProxyRestart(t *testing.T) {
 	}
 	a2 := startProxy(t, cfg) // a restarted: nothing in its table
 	a2.scraped()
+	// Its store connection comes up after it starts listening; until then
+	// it places by rendezvous, as with the store down (a fresh-clone run
+	// sent the turns first: 9 of 16 moved).
+	a2.waitFor("the restarted proxy's store up", func(st StatusReport) bool {
+		return st.SessionStore != nil && st.SessionStore.Up
+	})
 	if moved := f.leftHome(t, a2, home, 2); moved > 0 {
 		t.Errorf("after a restarted, %d of 16 sessions left their home", moved)
 	}
