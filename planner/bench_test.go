@@ -146,3 +146,62 @@ func BenchmarkSolveSharedWarmUps(b *testing.B) {
 		})
 	}
 }
+
+// plan64GPU is issue 39's plan at the size people buy, as
+//
+//	warden plan --gpu "H100 SXM,L40S" --replicas 16,32,64 \
+//	  --model meta-llama/Llama-3.1-8B-Instruct --sessions 64,128,256
+//
+// builds it: six candidates of 16 to 64 cards, the --gpu plans' defaults
+// (vLLM's max_num_seqs, 1-minute steps, both routings, the band).
+func plan64GPU() Plan {
+	return Plan{
+		Farms: []FarmSet{{
+			GPUs:     []string{"H100 SXM", "L40S"},
+			Replicas: []int{16, 32, 64},
+			Model:    "meta-llama/Llama-3.1-8B-Instruct",
+		}},
+		Sessions:        []int{64, 128, 256},
+		Headroom:        HeadroomOf(0.2),
+		Duration:        sim.Duration(time.Minute),
+		Seed:            1,
+		Strategies:      []string{"least-loaded", "affinity"},
+		SpillThresholds: []string{"auto"},
+		Targets:         Targets{TTFBP95MaxS: 10, PrefixHitPctMin: 75},
+	}
+}
+
+// BenchmarkPlan64GPU solves plan64GPU (issue 39: under 60 s on 2 cores):
+//
+//	go test -run '^$' -bench Plan64GPU -benchtime 1x -cpu 2 ./planner/
+//
+// The 16-card tier answers it, so the 32- and 64-card candidates are not
+// simulated (tiers.go); /every is the same plan with every candidate
+// simulated. sim-min/op is the farm time simulated, which does not depend
+// on the machine.
+func BenchmarkPlan64GPU(b *testing.B) {
+	for _, every := range []bool{false, true} {
+		name := map[bool]string{false: "tiers", true: "every"}[every]
+		b.Run(name, func(b *testing.B) {
+			p := plan64GPU()
+			p.EveryCandidate = every
+			var total time.Duration
+			p.Progress = func(_, t time.Duration) { total = t }
+			b.ReportAllocs()
+			start := cpuTime()
+			defer func() {
+				b.ReportMetric(float64((cpuTime()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
+				b.ReportMetric(total.Minutes(), "sim-min/op")
+			}()
+			for b.Loop() {
+				res, err := Solve(context.Background(), p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.Best < 0 {
+					b.Fatalf("no answer: %s", res.Answer)
+				}
+			}
+		})
+	}
+}

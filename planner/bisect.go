@@ -111,7 +111,7 @@ func (p Plan) bisect(ctx context.Context, res *Result, cands []*candFarms, trace
 	var bs []*bisector
 	for ci := range res.Candidates {
 		c := &res.Candidates[ci]
-		if !c.Fits || c.Chosen < 0 || c.MaxSessions == 0 {
+		if cands[ci] == nil || !c.Fits || c.Chosen < 0 || c.MaxSessions == 0 {
 			continue
 		}
 		warm := res.Sessions[:Level(res.Sessions, c.MaxSessions)+1]

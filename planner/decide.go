@@ -83,9 +83,10 @@ func (res *Result) decideConfigs() {
 	at, hat := Level(res.Sessions, res.Concurrency), res.headroomLevel()
 	for ci := range res.Candidates {
 		c := &res.Candidates[ci]
-		if !c.Fits {
-			continue
+		if !c.Fits || len(c.Configs) == 0 || c.decided {
+			continue // a later tier's, not simulated yet, or an earlier tier's, already bisected
 		}
+		c.decided = true
 		for k := range c.Configs {
 			cfg := &c.Configs[k]
 			cfg.Checks = make([]Check, len(cfg.Rows))

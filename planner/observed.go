@@ -95,6 +95,9 @@ func SolveObserved(ctx context.Context, p Plan, o ObservedOptions) (*Result, err
 	if p.Name == "" {
 		p.Name = fmt.Sprintf("The farm you have (%s), under the load you have", spec.Name)
 	}
+	// The farm you have is the point of this plan, whatever it costs:
+	// every candidate is simulated, none left out for a cheaper one.
+	p.EveryCandidate = true
 	res, err := Solve(ctx, p)
 	if err != nil {
 		return nil, err

@@ -59,6 +59,11 @@ type Plan struct {
 	Seed uint64 `yaml:"seed" json:"seed"`
 	// Targets are the service levels a farm must meet; at least one.
 	Targets Targets `yaml:"targets" json:"targets"`
+	// EveryCandidate simulates every candidate that fits. By default a
+	// plan simulates its candidates by cost, cheapest first, and stops
+	// once one meets the targets: the dearer ones cannot be the answer
+	// (Candidate.NotSimulated says so).
+	EveryCandidate bool `yaml:"every_candidate" json:"every_candidate,omitempty"`
 
 	// Parallelism bounds the simulations run at once; 0 means GOMAXPROCS.
 	Parallelism int `yaml:"-" json:"-"`

@@ -108,6 +108,12 @@ type Candidate struct {
 	// room for a KV cache); Error then says why and nothing was simulated.
 	Fits  bool   `json:"fits"`
 	Error string `json:"error,omitempty"`
+	// NotSimulated, for a candidate that fits, says why it was not
+	// simulated: it costs more than a farm that meets the targets, so it
+	// cannot be the answer (Solve: by cost, cheapest first; Plan.EveryCandidate
+	// simulates it anyway), e.g. "it costs more than 16 x H100 SXM, which
+	// meets the targets". Its Configs are then empty and Chosen is -1.
+	NotSimulated string `json:"not_simulated,omitempty"`
 
 	MaxNumSeqs   int `json:"max_num_seqs,omitempty"`
 	NumGPUBlocks int `json:"num_gpu_blocks,omitempty"` // per replica, nominal
@@ -164,6 +170,8 @@ type Candidate struct {
 	FailsAtMisses  []BandMiss `json:"fails_at_misses,omitempty"`
 	MaxSessionsCap int        `json:"max_sessions_cap,omitempty"`
 	Probes         []Band     `json:"probes,omitempty"`
+
+	decided bool // decideConfigs has decided its routing and verdict
 }
 
 // Config is one routing of one candidate: a strategy and, for affinity, a

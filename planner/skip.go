@@ -11,7 +11,9 @@ import (
 // What a plan does not simulate, and what it simulates once for two uses.
 // Every skip is exact: the result is the one every run of every band at
 // every level and probe would give, byte for byte, less the runs a
-// verdict already decided leaves out of the bands (Band.Runs says so).
+// verdict already decided leaves out of the bands (Band.Runs says so), and
+// less the candidates dearer than a farm that meets the targets, which
+// cannot be the answer (tiers.go; Candidate.NotSimulated says so).
 //
 //   - Nominal only (solve.go's simulate): above the highest level at which
 //     a routing's nominal run meets the targets, the band's other runs are
@@ -67,6 +69,9 @@ type Skipped struct {
 	// AheadUnused are the steps the sweep's runs went on to the cap that
 	// no probe used.
 	AheadUnused int `json:"ahead_unused"`
+	// Candidates are the candidates not simulated because a cheaper one
+	// meets the targets (tiers.go; Candidate.NotSimulated).
+	Candidates int `json:"candidates,omitempty"`
 
 	ahead, aheadUsed int // steps run ahead, and those a probe used
 }
@@ -165,6 +170,10 @@ func (res *Result) SkipNote() string {
 		left = append(left, fmt.Sprintf("%s of probes whose first stage (the nominal run and the pessimistic corner) already missed", stepsPhrase(s.FirstStage)))
 	}
 	var b strings.Builder
+	if s.Candidates > 0 {
+		fmt.Fprintf(&b, "Not simulated, as a farm dearer than one that meets the targets cannot be the answer: %s "+
+			"(every_candidate: true in a plan file, or --every-candidate, simulates them). ", candidatesPhrase(s.Candidates))
+	}
 	if len(left) > 0 {
 		fmt.Fprintf(&b, "Not simulated, as they could not change the answer: %s. ", joinAnd(left))
 	}
@@ -179,6 +188,14 @@ func (res *Result) SkipNote() string {
 	}
 	fmt.Fprintf(&b, "Simulated: %s of %s.", stepsPhrase(s.Steps), time.Duration(res.DurationS*float64(time.Second)))
 	return b.String()
+}
+
+// candidatesPhrase is "1 candidate", "4 candidates".
+func candidatesPhrase(n int) string {
+	if n == 1 {
+		return "1 candidate"
+	}
+	return group(int64(n)) + " candidates"
 }
 
 // stepsPhrase is "1 step", "1,234 steps".

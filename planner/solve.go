@@ -84,12 +84,17 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 		}
 	}
 	prog := &progress{f: p.Progress, note: p.Note}
-	if err := p.simulate(ctx, res, cands, trace, prog); err != nil {
-		return nil, err
-	}
-	res.decideConfigs()
-	if err := p.bisect(ctx, res, cands, trace, prog); err != nil {
-		return nil, err
+	for _, tier := range p.tiers(res, cands) {
+		if err := p.simulate(ctx, res, tier, trace, prog); err != nil {
+			return nil, err
+		}
+		res.decideConfigs()
+		if err := p.bisect(ctx, res, tier, trace, prog); err != nil {
+			return nil, err
+		}
+		if res.dearerNotSimulated(cands) {
+			break
+		}
 	}
 	res.explain()
 	for i := range res.Candidates {

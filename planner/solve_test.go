@@ -30,7 +30,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // (19.2k): two replicas evict what the next turn needs and their hit rate
 // collapses, three keep it. It has no headroom (the rule before it: 12
 // alone decides); TestSolveHeadroom adds it: 15 sessions do not fit in
-// three replicas.
+// three replicas. Every candidate is simulated, 4 x H100 too (dearer than
+// the answer: TestSolveDearerNotSimulated leaves it out).
 func kvBoundPlan() Plan {
 	return Plan{
 		Workload: WorkloadSpec{Workload: traces.Workload{
@@ -42,13 +43,14 @@ func kvBoundPlan() Plan {
 			Model: "Qwen/Qwen3-4B-Instruct-2507",
 			VLLM:  sim.VLLMSpec{NumGPUBlocks: 600, MaxNumSeqs: 16},
 		}},
-		Strategies:  []string{"least-loaded", "affinity"},
-		Sessions:    []int{6, 12},
-		Concurrency: 12,
-		Headroom:    HeadroomOf(0),
-		Duration:    sim.Duration(30 * time.Second),
-		Seed:        7,
-		Targets:     Targets{PrefixHitPctMin: 80},
+		Strategies:     []string{"least-loaded", "affinity"},
+		Sessions:       []int{6, 12},
+		Concurrency:    12,
+		Headroom:       HeadroomOf(0),
+		Duration:       sim.Duration(30 * time.Second),
+		Seed:           7,
+		Targets:        Targets{PrefixHitPctMin: 80},
+		EveryCandidate: true,
 	}
 }
 

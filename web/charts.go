@@ -7,6 +7,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/go-echarts/go-echarts/v2/charts"
 	"github.com/go-echarts/go-echarts/v2/opts"
@@ -394,7 +395,10 @@ func NewGaugeChart(id, title string, gauges ...Gauge) *Chart {
 		if gg.Unit == "%" {
 			digits = 0
 		}
-		g.AddSeries(gg.Name, []opts.GaugeData{{Name: gg.Name, Value: roundTo(gg.Value, digits)}},
+		// The legend names the candidate alone; the lines after its name
+		// (e.g. "simulated: meets") are the dial's title's.
+		legend, _, _ := strings.Cut(gg.Name, "\n")
+		g.AddSeries(legend, []opts.GaugeData{{Name: gg.Name, Value: roundTo(gg.Value, digits)}},
 			charts.WithSeriesOpts(func(s *charts.SingleSeries) {
 				s.Center = []string{center, "55%"}
 				s.Radius = radius

@@ -72,7 +72,7 @@ func planOverview(res *planner.Result, at int) Section {
 		Header: append(header, "routing", "meets targets", p95Head, hitHead,
 			"output tok/min", "sessions/h", "meets up to", "stops at", "sessions x context / KV"),
 	}
-	var notFit Table
+	var notFit, dearer Table
 	whys := Table{Caption: "Why the marginal candidates are marginal", Header: []string{"candidate", "why"}, Prose: true}
 	var names []string
 	var p95s, hits, maxes []float64
@@ -88,6 +88,10 @@ func planOverview(res *planner.Result, at int) Section {
 		}
 		if !c.Fits {
 			notFit.Rows = append(notFit.Rows, []string{c.Name, strconv.Itoa(c.Cards), c.Error})
+			continue
+		}
+		if c.NotSimulated != "" {
+			dearer.Rows = append(dearer.Rows, []string{c.Name, strconv.Itoa(c.Cards), strings.ToUpper(c.NotSimulated[:1]) + c.NotSimulated[1:] + "."})
 			continue
 		}
 		x := chosenRow(c, at)
@@ -161,6 +165,12 @@ func planOverview(res *planner.Result, at int) Section {
 	}
 	if len(whys.Rows) > 0 {
 		s.Tables = append(s.Tables, whys)
+	}
+	if len(dearer.Rows) > 0 {
+		dearer.Caption = "Candidates not simulated: a cheaper one meets the targets, so they cannot be the answer (every_candidate: true in the plan, or --every-candidate, simulates them)"
+		dearer.Header = []string{"candidate", "cards", "why"}
+		dearer.Prose = true
+		s.Tables = append(s.Tables, dearer)
 	}
 	if len(notFit.Rows) > 0 {
 		notFit.Caption = "Candidates whose model does not fit (not simulated)"
@@ -536,11 +546,17 @@ func ruleCell(c *planner.Candidate) string {
 	return fmtNum(100*v.Ratio, 0) + " % (" + verdict + ")"
 }
 
+// notSimulatedGrey is the arc beyond 100 % of a farm not simulated
+// (Candidate.NotSimulated): neither amber nor red, as nothing was found.
+const notSimulatedGrey = "#bbbbbb"
+
 // amber marks a farm over the rule of thumb that the simulation finds meets the targets.
 const amber = "#fac858"
 
-// gaugesPerChart keeps the dials of one gauge chart readable.
-const gaugesPerChart = 6
+// gaugesPerChart keeps the dials of one gauge chart readable: with more,
+// their scale's labels overlap (a 320-pixel chart gives each of six dials a
+// radius of about 40 pixels).
+const gaugesPerChart = 4
 
 // planRuleOfThumb shows concurrency x typical context against each farm's KV cache.
 func planRuleOfThumb(res *planner.Result) Section {
@@ -566,6 +582,12 @@ func planRuleOfThumb(res *planner.Result) Section {
 		if !v.Fits && c.Verdict != "" {
 			g.Name += "\nsimulated: " + c.Verdict // under the dial, what the simulation says
 		}
+		if c.NotSimulated != "" {
+			g.OverColor = notSimulatedGrey // no verdict to colour it with
+			if !v.Fits {
+				g.Name += "\nnot simulated"
+			}
+		}
 		gauges = append(gauges, g)
 		top = math.Max(top, 100*v.Ratio)
 	}
@@ -576,7 +598,8 @@ func planRuleOfThumb(res *planner.Result) Section {
 				"cache has to evict what a session will need again. It is a quick check, not the verdict: it counts the shared system " +
 				"prompt once per session and every conversation at its typical length at the same moment, so a farm over it can still " +
 				"meet the targets; the simulation decides. A dial shows the demand as a percentage of the farm's KV cache, green up to " +
-				"100 %; beyond, amber where the simulation finds the farm meets the targets (or is marginal), red where it misses them.",
+				"100 %; beyond, amber where the simulation finds the farm meets the targets (or is marginal), red where it misses them, " +
+				"grey where it was not simulated (a cheaper farm meets the targets).",
 			"Typical context: " + res.Workload.TypicalContextHow + ".",
 		},
 		Tables: []Table{t},
@@ -593,16 +616,23 @@ func planRuleOfThumb(res *planner.Result) Section {
 		s.Tables = append(s.Tables, rec)
 	}
 	scale := 100 * math.Ceil(top/100)
-	for k := 0; k < len(gauges); k += gaugesPerChart {
-		part := gauges[k:min(k+gaugesPerChart, len(gauges))]
+	// As many charts as gaugesPerChart needs, the dials shared evenly
+	// (six make two rows of three, not one of four and one of two).
+	nCharts := (len(gauges) + gaugesPerChart - 1) / gaugesPerChart
+	per := 0
+	if nCharts > 0 {
+		per = (len(gauges) + nCharts - 1) / nCharts
+	}
+	for k := 0; k < len(gauges); k += per {
+		part := gauges[k:min(k+per, len(gauges))]
 		for j := range part {
 			part[j].Max = scale
 		}
 		title := "Demand as % of the farm's KV cache"
-		if len(gauges) > gaugesPerChart {
-			title += fmt.Sprintf(" (%d of %d)", k/gaugesPerChart+1, (len(gauges)+gaugesPerChart-1)/gaugesPerChart)
+		if nCharts > 1 {
+			title += fmt.Sprintf(" (%d of %d)", k/per+1, nCharts)
 		}
-		s.Charts = append(s.Charts, NewGaugeChart(fmt.Sprintf("rule-%d", k/gaugesPerChart+1), title, part...))
+		s.Charts = append(s.Charts, NewGaugeChart(fmt.Sprintf("rule-%d", k/per+1), title, part...))
 	}
 	return s
 }

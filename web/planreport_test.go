@@ -316,3 +316,75 @@ func TestPlanReportRuleOfThumbAgrees(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanReportNotSimulated: a candidate left out because a cheaper farm meets the targets
+// (planner's tiers) is listed apart with why, has no row among the simulated ones, and its
+// rule-of-thumb dial, over 100 %, is grey and says "not simulated" (neither amber nor red: the
+// simulation found nothing), while the legend names it alone.
+func TestPlanReportNotSimulated(t *testing.T) {
+	res := samplePlanResult()
+	res.Candidates = append(res.Candidates, planner.Candidate{
+		Name: "4 x RTX A4000 (small KV)", GPU: "RTX A4000", Model: "Qwen/Qwen3-4B-Instruct-2507",
+		Replicas: 4, TensorParallelSize: 1, Cards: 4, Cost: 4, Fits: true, Chosen: -1,
+		NumGPUBlocks: 500, KVTokensPerReplica: 8000, KVTokensTotal: 32000,
+		RuleOfThumb:  hardware.RuleOfThumb(8, 12338, 32000),
+		NotSimulated: "it takes more cards than 3 x RTX A4000, which meets the targets",
+	})
+	r := PlanReport(res)
+	var page bytes.Buffer
+	if err := r.Render(&page); err != nil {
+		t.Fatal(err)
+	}
+	html := page.String()
+	for _, want := range []string{"Candidates not simulated: a cheaper one meets the targets",
+		"It takes more cards than 3 x RTX A4000, which meets the targets.", "grey where it was not simulated"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	overview := r.Sections[0].Tables[0]
+	for _, row := range overview.Rows {
+		if strings.HasPrefix(row[0], "4 x RTX A4000") {
+			t.Errorf("the candidate not simulated has a row among the simulated ones: %q", row)
+		}
+	}
+	var rule *Chart
+	for _, c := range r.Charts() {
+		if c.ID == "rule-1" {
+			rule = c
+		}
+	}
+	if rule == nil {
+		t.Fatal("no rule-of-thumb dials")
+	}
+	js, err := rule.OptionsJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opt struct {
+		Series []struct {
+			Name     string
+			Data     []struct{ Name string }
+			AxisLine struct {
+				LineStyle struct{ Color [][]any }
+			}
+		}
+	}
+	if err := json.Unmarshal(js, &opt); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range opt.Series {
+		if s.Name != "4 x RTX A4000 (small KV)" {
+			continue
+		}
+		found = true
+		stops := s.AxisLine.LineStyle.Color
+		if len(s.Data) != 1 || s.Data[0].Name != "4 x RTX A4000 (small KV)\nnot simulated" || len(stops) != 2 || stops[1][1] != notSimulatedGrey {
+			t.Errorf("dial: data %q, arc %v; want the name with \"not simulated\" and grey beyond 100 %%", s.Data, stops)
+		}
+	}
+	if !found {
+		t.Errorf("no dial whose legend names the candidate alone: %s", js)
+	}
+}

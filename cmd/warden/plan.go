@@ -49,6 +49,8 @@ type planOptions struct {
 
 	Prices string // --price "RTX A4000=0.25,RTX 4090=0.69"
 
+	EveryCandidate bool // simulate the candidates dearer than one that meets
+
 	Out         string
 	JSON        bool
 	Progress    bool
@@ -172,6 +174,7 @@ that runs; --quiet silences both.`,
 	f.Float64Var(&opts.TargetOutputTokensMin, "target-output-tokens-per-min", 0, "target: output tokens per minute at least this (0: none)")
 	f.Float64Var(&opts.TargetSessionsPerHour, "target-sessions-per-hour", 0, "target: sessions completed per hour at least this (0: none)")
 	f.StringVar(&opts.Prices, "price", "", `per-GPU hourly prices, "RTX A4000=0.25,RTX 4090=0.69" (every candidate GPU needs one; ranks by price)`)
+	f.BoolVar(&opts.EveryCandidate, "every-candidate", false, "simulate every candidate, also those that cost more than one that meets the targets (by default those are skipped: they cannot be the answer)")
 	f.StringVar(&opts.Out, "out", "plan-report.html", `HTML report file ("" for none)`)
 	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON (what 'warden report --from' reads) instead of the summary")
 	f.BoolVar(&opts.Progress, "progress", true, "show progress on stderr: a bar on a terminal, else a line every few seconds")
@@ -301,6 +304,9 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 	}
 	if changed("target-sessions-per-hour") {
 		p.Targets.SessionsPerHourMin = o.TargetSessionsPerHour
+	}
+	if changed("every-candidate") {
+		p.EveryCandidate = o.EveryCandidate
 	}
 	p.Parallelism = o.Parallelism
 	return p, nil
@@ -583,6 +589,12 @@ func planTable(res *planner.Result, wide bool) (string, []string, error) {
 		}
 		if !c.Fits {
 			row[col("verdict")] = "does not fit"
+			rows = append(rows, row)
+			continue
+		}
+		if c.NotSimulated != "" {
+			row[col("verdict")] = "not simulated"
+			row[col("demand/KV")] = fmt.Sprintf("%.0f %%", 100*c.RuleOfThumb.Ratio)
 			rows = append(rows, row)
 			continue
 		}

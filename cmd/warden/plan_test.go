@@ -322,6 +322,21 @@ func TestPlanPriceChangesAnswer(t *testing.T) {
 	if !strings.HasPrefix(res.Answer, "For 2 concurrent agent sessions, 1 x RTX A4000 with affinity (spill auto) is the cheapest farm by price (0.25 per hour") {
 		t.Errorf("with prices: %s", res.Answer)
 	}
+	// The 4090 costs more than the A4000, which meets: it is not simulated.
+	if c := res.Candidates[1]; c.NotSimulated != "it costs more than 1 x RTX A4000, which meets the targets" || c.CostPer1kTurns != nil {
+		t.Errorf("4090: not simulated %q, per 1,000 turns %v; want it left out for the A4000", c.NotSimulated, c.CostPer1kTurns)
+	}
+	every, err := runWarden(t, append(args, "--price", "RTX A4000=0.25,RTX 4090=0.69", "--json", "--every-candidate")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = planner.Result{}
+	if err := json.Unmarshal([]byte(every), &res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(res.Answer, "For 2 concurrent agent sessions, 1 x RTX A4000 with affinity (spill auto) is the cheapest farm by price (0.25 per hour") {
+		t.Errorf("with prices and --every-candidate: %s", res.Answer)
+	}
 	if res.CostUnit != "per hour" || res.Candidates[1].CostPerHour == nil || *res.Candidates[1].CostPerHour != 0.69 || res.Candidates[1].CostPer1kTurns == nil {
 		t.Errorf("cost unit %q, 4090's cost per hour %v and per 1,000 turns %v; want per hour, 0.69 and a figure", res.CostUnit, res.Candidates[1].CostPerHour, res.Candidates[1].CostPer1kTurns)
 	}
