@@ -52,7 +52,7 @@ func (m *model) place(ctx context.Context, r *placement.Request, now time.Time) 
 	switch {
 	case known:
 		p, err = m.pick(r, -1, now)
-	case !st.Up():
+	case st.Down():
 		p, err = m.pickSettled(r, now, m.rendezvous(r.Session))
 	default:
 		p, err = m.claim(ctx, r, now)

@@ -1,7 +1,9 @@
 package live
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -199,16 +201,58 @@ func TestSharedStoreProxyRestart(t *testing.T) {
 	}
 	a2 := startProxy(t, cfg) // a restarted: nothing in its table
 	a2.scraped()
-	// Its store connection comes up after it starts listening; until then
-	// it places by rendezvous, as with the store down (a fresh-clone run
-	// sent the turns first: 9 of 16 moved).
-	a2.waitFor("the restarted proxy's store up", func(st StatusReport) bool {
-		return st.SessionStore != nil && st.SessionStore.Up
-	})
 	if moved := f.leftHome(t, a2, home, 2); moved > 0 {
 		t.Errorf("after a restarted, %d of 16 sessions left their home", moved)
 	}
 }
+
+// A restarted proxy's first turns, before its store has synced once,
+// still find the homes recorded in the store. Before the fix a store that
+// had not synced yet counted as down, so those turns were placed by
+// rendezvous: a fresh-clone run of TestSharedStoreProxyRestart sent them
+// first and 9 of 16 sessions moved; here, with the first sync held back
+// for the whole test, 9 of 16 did.
+func TestSharedStoreBeforeFirstSync(t *testing.T) {
+	rs := redistest.Start(t)
+	f := newFarm(t, 4)
+	cfg := modelsYAML(storeYAML(rs, ""), f.model)
+	a := startProxy(t, cfg)
+	a.scraped()
+	home := map[string]int{}
+	for s := range 16 {
+		session := fmt.Sprintf("agent-%02d", s)
+		home[session] = f.send(t, a, session, 0)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := ParseConfig("test.yaml", []byte("listen: 127.0.0.1:0\n"+cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(parsed, WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.store = neverSyncs{srv.store}
+	a2 := serveHarness(t, srv)
+	a2.scraped()
+	if st := a2.status(); st.SessionStore == nil || st.SessionStore.Up {
+		t.Fatalf("store %+v before any exchange: want it there and not up yet", st.SessionStore)
+	}
+	if moved := f.leftHome(t, a2, home, 1); moved > 0 {
+		t.Errorf("before the restarted proxy's first sync, %d of 16 sessions left their home", moved)
+	}
+	if st := a2.status(); st.SessionStore == nil || !st.SessionStore.Up {
+		t.Errorf("store %+v after claims that succeeded: want it up", st.SessionStore)
+	}
+}
+
+// neverSyncs is a session store whose sync loop does not run until the
+// proxy stops: only the request path's claims reach the store.
+type neverSyncs struct{ sessionStore }
+
+func (neverSyncs) Run(ctx context.Context, _ func() []replicaLoad) { <-ctx.Done() }
 
 // The store stops: requests keep succeeding, both proxies show it down and
 // still agree on new sessions' homes (rendezvous), and those homes reach

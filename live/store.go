@@ -47,6 +47,12 @@ type sessionStore interface {
 	Remote(model, replica string) (inFlight, held int, ok bool)
 	// Up reports whether the last exchange with the store succeeded.
 	Up() bool
+	// Down reports whether the store is known to be down: storeFall
+	// exchanges in a row failed. A store neither up nor down has not
+	// answered yet (a proxy just started): claims still try it, so a
+	// restarted proxy finds the homes recorded before rather than placing
+	// their conversations by rendezvous until its first sync.
+	Down() bool
 	// State describes the store for /api/status.
 	State() StoreStatus
 	// Run syncs with the store until ctx is done: it publishes local's
@@ -138,9 +144,17 @@ type redisStore struct {
 	// remote is the last sync's view of the others, read on every pick
 	// without the lock.
 	remote atomic.Pointer[remoteView]
-	up     atomic.Bool
+	state  atomic.Int32 // storeUnknown, storeUp or storeDown
 	fails  atomic.Int32 // failed exchanges in a row (storeFall)
 }
+
+// A session store's state: unknown until its first exchange succeeds or
+// storeFall fail in a row.
+const (
+	storeUnknown int32 = iota
+	storeUp
+	storeDown
+)
 
 type touchKey struct{ model, session string }
 
@@ -283,6 +297,9 @@ func (s *redisStore) Claim(ctx context.Context, model, session, proposed string,
 	if s.fails.Load() != 0 {
 		s.fails.Store(0)
 	}
+	if s.state.Load() != storeUp {
+		s.state.Store(storeUp)
+	}
 	if len(v) != 2 {
 		err := fmt.Errorf("session store: claim answered %d values", len(v))
 		s.failed(err)
@@ -308,7 +325,7 @@ func (s *redisStore) Touch(model, session, home string, now time.Time) {
 // Remote implements sessionStore.
 func (s *redisStore) Remote(model, replica string) (int, int, bool) {
 	v := s.remote.Load()
-	if v == nil || !s.up.Load() || s.now().Sub(v.at) > storeLease {
+	if v == nil || !s.Up() || s.now().Sub(v.at) > storeLease {
 		return 0, 0, false
 	}
 	r := v.loads[loadField(model, replica)]
@@ -316,13 +333,16 @@ func (s *redisStore) Remote(model, replica string) (int, int, bool) {
 }
 
 // Up implements sessionStore.
-func (s *redisStore) Up() bool { return s.up.Load() }
+func (s *redisStore) Up() bool { return s.state.Load() == storeUp }
+
+// Down implements sessionStore.
+func (s *redisStore) Down() bool { return s.state.Load() == storeDown }
 
 // State implements sessionStore.
 func (s *redisStore) State() StoreStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return StoreStatus{URL: s.url, Up: s.up.Load(), LastError: s.lastErr, LastSync: s.synced,
+	return StoreStatus{URL: s.url, Up: s.Up(), LastError: s.lastErr, LastSync: s.synced,
 		Proxies: s.proxies, Pending: len(s.pending), Dropped: s.dropped, Mismatch: s.mismatch}
 }
 
@@ -330,7 +350,7 @@ func (s *redisStore) State() StoreStatus {
 // storeFall-th in a row.
 func (s *redisStore) failed(err error) {
 	if saturatingInc(&s.fails) >= storeFall {
-		s.up.Store(false)
+		s.state.Store(storeDown)
 	}
 	s.mu.Lock()
 	s.lastErr = err.Error()
@@ -363,19 +383,23 @@ func (s *redisStore) step(ctx context.Context, local func() []replicaLoad, wait 
 	if err != nil {
 		s.failed(err)
 	}
-	state := "up"
-	if !s.up.Load() {
+	state := "unknown" // failed, but fewer than storeFall times in a row yet
+	switch {
+	case s.Up():
+		state = "up"
+	case s.Down():
 		state = "down"
 	}
 	if state != *was && s.log != nil {
-		if state == "down" {
+		switch state {
+		case "down":
 			s.log.Warn("session store down: serving from this proxy's table, new sessions by rendezvous hash", "store", s.url, "err", err)
-		} else {
+		case "up":
 			s.log.Info("session store up", "store", s.url)
 		}
 	}
 	*was = state
-	if state == "down" {
+	if state != "up" {
 		return min(max(2*wait, storeInterval), storeBackoffMax)
 	}
 	return storeInterval
@@ -487,7 +511,7 @@ func (s *redisStore) sync(ctx context.Context, loads []replicaLoad) error {
 	s.mismatch = mismatch
 	s.mu.Unlock()
 	s.fails.Store(0)
-	s.up.Store(true)
+	s.state.Store(storeUp)
 	if changed && s.log != nil {
 		if mismatch != "" {
 			s.log.Warn("proxies sharing the session store list different replicas: with the store down they place new conversations apart; give every proxy the same replicas", "store", s.url, "mismatch", mismatch)

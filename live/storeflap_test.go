@@ -152,6 +152,7 @@ func (downStore) Claim(context.Context, string, string, string, time.Duration) (
 func (downStore) Touch(string, string, string, time.Time)         {}
 func (downStore) Remote(string, string) (int, int, bool)          { return 0, 0, false }
 func (downStore) Up() bool                                        { return false }
+func (downStore) Down() bool                                      { return true }
 func (downStore) State() StoreStatus                              { return StoreStatus{} }
 func (downStore) Run(ctx context.Context, _ func() []replicaLoad) { <-ctx.Done() }
 func (downStore) Close() error                                    { return nil }
