@@ -116,7 +116,11 @@ the levels), with what fails there. Each candidate's rule-of-thumb check
 (sessions x typical context against the farm's KV cache) comes with one
 sentence that reconciles it with the simulation. When no candidate meets the
 targets, it names the closest one. A model that does not fit on a candidate is
-reported, not dropped; when it fits on none, plan fails.
+reported, not dropped; when it fits on none, plan fails. Candidates are
+simulated by cost, cheapest first: once a farm meets the targets, the dearer
+ones cannot be the answer and are not simulated (the table says so, the report
+says why); --every-candidate simulates them too. A plan with --prometheus
+simulates every candidate.
 
 Beyond the three strategies, --strategies (or strategies: in a plan file)
 takes affinity's variants as warden sim does (affinity+kv, affinity+priced,
