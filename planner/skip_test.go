@@ -82,9 +82,11 @@ func TestSolveSharedWarmUpsExact(t *testing.T) {
 }
 
 // TestSolveDeterministicInParallel: the result, its skip counts included,
-// does not depend on how many simulations run at once.
+// does not depend on how many simulations run at once; by cost, cheapest
+// first, as a plan runs by default (tiers.go), 4 x H100 left out.
 func TestSolveDeterministicInParallel(t *testing.T) {
 	p := sharedWarmUpPlan()
+	p.EveryCandidate = false
 	var out [][]byte
 	for _, par := range []int{1, 4, 4} {
 		p.Parallelism = par
@@ -95,6 +97,9 @@ func TestSolveDeterministicInParallel(t *testing.T) {
 		data, err := json.Marshal(res)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if res.Skipped.Candidates != 1 {
+			t.Fatalf("parallelism %d: %d candidates left out, want 1 (4 x H100)", par, res.Skipped.Candidates)
 		}
 		out = append(out, data)
 	}

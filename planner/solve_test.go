@@ -324,12 +324,21 @@ func TestSolveNoneMeets(t *testing.T) {
 	// Nothing answers in a microsecond: every candidate misses the TTFB
 	// target; two cards also miss the hit rate, so they are not the closest.
 	p.Targets.TTFBP95MaxS = 1e-6
+	p.EveryCandidate = false // by cost, cheapest first: with none meeting, every tier runs
 	res, err := Solve(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Best != -1 {
 		t.Fatalf("best = %d, want -1 (none meets)", res.Best)
+	}
+	for _, c := range res.Candidates {
+		if c.NotSimulated != "" || len(c.Configs) == 0 {
+			t.Errorf("%s left out (%q) although no farm meets the targets", c.Name, c.NotSimulated)
+		}
+	}
+	if res.Skipped.Candidates != 0 {
+		t.Errorf("skipped %d candidates, want none", res.Skipped.Candidates)
 	}
 	if res.Closest != 1 && res.Closest != 2 {
 		t.Fatalf("closest = %d, want 3 or 4 cards (they miss one target, 2 cards miss two)\n%s", res.Closest, dump(res))
