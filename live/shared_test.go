@@ -81,6 +81,21 @@ func (f *farm) leftHome(t *testing.T, h *harness, home map[string]int, turn int)
 // storeYAML is the shared-store settings of every proxy of a test: the same
 // session_key, and a timeout that a loaded test machine does not exceed
 // when the store is up.
+// placeThenStop sends the first turns of 16 sessions through h, then
+// stops h, and returns each session's replica.
+func (f *farm) placeThenStop(t *testing.T, h *harness) map[string]int {
+	t.Helper()
+	home := map[string]int{}
+	for s := range 16 {
+		session := fmt.Sprintf("agent-%02d", s)
+		home[session] = f.send(t, h, session, 0)
+	}
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	return home
+}
+
 func storeYAML(r *redistest.Server, extra string) string {
 	return "session_store: " + r.URL(0) + "\nsession_key: shared-test-key\nsession_store_timeout: 500ms\n" + extra
 }
@@ -188,14 +203,7 @@ func TestSharedStoreProxyRestart(t *testing.T) {
 	a, b := startProxy(t, cfg), startProxy(t, cfg)
 	a.scraped()
 	b.scraped()
-	home := map[string]int{}
-	for s := range 16 {
-		session := fmt.Sprintf("agent-%02d", s)
-		home[session] = f.send(t, a, session, 0)
-	}
-	if err := a.stop(); err != nil {
-		t.Fatal(err)
-	}
+	home := f.placeThenStop(t, a)
 	if moved := f.leftHome(t, b, home, 1); moved > 0 {
 		t.Errorf("after a stopped, %d of 16 sessions left their home through b", moved)
 	}
@@ -218,14 +226,7 @@ func TestSharedStoreBeforeFirstSync(t *testing.T) {
 	cfg := modelsYAML(storeYAML(rs, ""), f.model)
 	a := startProxy(t, cfg)
 	a.scraped()
-	home := map[string]int{}
-	for s := range 16 {
-		session := fmt.Sprintf("agent-%02d", s)
-		home[session] = f.send(t, a, session, 0)
-	}
-	if err := a.stop(); err != nil {
-		t.Fatal(err)
-	}
+	home := f.placeThenStop(t, a)
 	parsed, err := ParseConfig("test.yaml", []byte("listen: 127.0.0.1:0\n"+cfg))
 	if err != nil {
 		t.Fatal(err)

@@ -58,16 +58,10 @@ func BenchmarkBuiltInPlan(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total time.Duration
 	var runs int
-	p.Progress = func(_, t time.Duration) { total = t }
 	b.ReportAllocs()
-	start := cpuTime()
-	defer func() {
-		b.ReportMetric(float64((cpuTime()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
-		b.ReportMetric(total.Minutes(), "sim-min/op")
-		b.ReportMetric(float64(runs), "runs/op")
-	}()
+	defer measureWork(b, &p)()
+	defer func() { b.ReportMetric(float64(runs), "runs/op") }()
 	for b.Loop() {
 		res, err := Solve(context.Background(), p)
 		if err != nil {
@@ -107,6 +101,19 @@ func simulations(res *Result) int {
 	return n
 }
 
+// measureWork makes p's progress count the farm time simulated and
+// returns what reports it per op (sim-min/op, which does not depend on the
+// machine) with the CPU time (cpu-ms/op): defer its call.
+func measureWork(b *testing.B, p *Plan) func() {
+	var total time.Duration
+	p.Progress = func(_, t time.Duration) { total = t }
+	start := cpuTime()
+	return func() {
+		b.ReportMetric(float64((cpuTime()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(total.Minutes(), "sim-min/op")
+	}
+}
+
 // cpuTime is the process's CPU time, user and system: on a shared machine
 // it varies much less than wall time.
 func cpuTime() time.Duration {
@@ -131,13 +138,7 @@ func BenchmarkSolveSharedWarmUps(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			p := sharedWarmUpPlan()
 			p.noAhead = tc.noAhead
-			var total time.Duration
-			p.Progress = func(_, t time.Duration) { total = t }
-			start := cpuTime()
-			defer func() {
-				b.ReportMetric(float64((cpuTime()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
-				b.ReportMetric(total.Minutes(), "sim-min/op")
-			}()
+			defer measureWork(b, &p)()
 			for b.Loop() {
 				if _, err := Solve(context.Background(), p); err != nil {
 					b.Fatal(err)
@@ -185,14 +186,8 @@ func BenchmarkPlan64GPU(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			p := plan64GPU()
 			p.EveryCandidate = every
-			var total time.Duration
-			p.Progress = func(_, t time.Duration) { total = t }
 			b.ReportAllocs()
-			start := cpuTime()
-			defer func() {
-				b.ReportMetric(float64((cpuTime()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
-				b.ReportMetric(total.Minutes(), "sim-min/op")
-			}()
+			defer measureWork(b, &p)()
 			for b.Loop() {
 				res, err := Solve(context.Background(), p)
 				if err != nil {

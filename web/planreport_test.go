@@ -281,35 +281,12 @@ func TestPlanReportRuleOfThumbAgrees(t *testing.T) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
-	var rule *Chart
-	for _, c := range r.Charts() {
-		if c.ID == "rule-1" {
-			rule = c
-		}
-	}
-	if rule == nil {
-		t.Fatal("no rule-of-thumb dials")
-	}
-	js, err := rule.OptionsJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var opt struct {
-		Series []struct {
-			Data     []struct{ Name string }
-			AxisLine struct {
-				LineStyle struct{ Color [][]any }
-			}
-		}
-	}
-	if err := json.Unmarshal(js, &opt); err != nil {
-		t.Fatal(err)
-	}
-	if len(opt.Series) != 2 {
-		t.Fatalf("%d dials, want 2", len(opt.Series))
+	dials := ruleDials(t, r)
+	if len(dials) != 2 {
+		t.Fatalf("%d dials, want 2", len(dials))
 	}
 	for i, want := range []struct{ name, over string }{{"2 x RTX A4000\nsimulated: misses", "#ee6666"}, {"3 x RTX A4000\nsimulated: meets", amber}} {
-		s := opt.Series[i]
+		s := dials[i]
 		stops := s.AxisLine.LineStyle.Color
 		if len(s.Data) != 1 || s.Data[0].Name != want.name || len(stops) != 2 || stops[1][1] != want.over {
 			t.Errorf("dial %d: name %q, arc %v; want %q and %s beyond 100 %%", i, s.Data, stops, want.name, want.over)
@@ -348,6 +325,34 @@ func TestPlanReportNotSimulated(t *testing.T) {
 			t.Errorf("the candidate not simulated has a row among the simulated ones: %q", row)
 		}
 	}
+	found := false
+	for _, s := range ruleDials(t, r) {
+		if s.Name != "4 x RTX A4000 (small KV)" {
+			continue
+		}
+		found = true
+		stops := s.AxisLine.LineStyle.Color
+		if len(s.Data) != 1 || s.Data[0].Name != "4 x RTX A4000 (small KV)\nnot simulated" || len(stops) != 2 || stops[1][1] != notSimulatedGrey {
+			t.Errorf("dial: data %q, arc %v; want the name with \"not simulated\" and grey beyond 100 %%", s.Data, stops)
+		}
+	}
+	if !found {
+		t.Errorf("no dial whose legend names the candidate alone")
+	}
+}
+
+// ruleDial is one dial of a report's first rule-of-thumb chart, as its options say.
+type ruleDial struct {
+	Name     string
+	Data     []struct{ Name string }
+	AxisLine struct {
+		LineStyle struct{ Color [][]any }
+	}
+}
+
+// ruleDials reads the dials of r's first rule-of-thumb chart (rule-1).
+func ruleDials(t *testing.T, r *Report) []ruleDial {
+	t.Helper()
 	var rule *Chart
 	for _, c := range r.Charts() {
 		if c.ID == "rule-1" {
@@ -361,30 +366,9 @@ func TestPlanReportNotSimulated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var opt struct {
-		Series []struct {
-			Name     string
-			Data     []struct{ Name string }
-			AxisLine struct {
-				LineStyle struct{ Color [][]any }
-			}
-		}
-	}
+	var opt struct{ Series []ruleDial }
 	if err := json.Unmarshal(js, &opt); err != nil {
 		t.Fatal(err)
 	}
-	found := false
-	for _, s := range opt.Series {
-		if s.Name != "4 x RTX A4000 (small KV)" {
-			continue
-		}
-		found = true
-		stops := s.AxisLine.LineStyle.Color
-		if len(s.Data) != 1 || s.Data[0].Name != "4 x RTX A4000 (small KV)\nnot simulated" || len(stops) != 2 || stops[1][1] != notSimulatedGrey {
-			t.Errorf("dial: data %q, arc %v; want the name with \"not simulated\" and grey beyond 100 %%", s.Data, stops)
-		}
-	}
-	if !found {
-		t.Errorf("no dial whose legend names the candidate alone: %s", js)
-	}
+	return opt.Series
 }

@@ -148,6 +148,8 @@ that runs; --quiet silences both.`,
   warden plan --gpu "RTX A4000,RTX 4090" --replicas 2,3,4 --model Qwen/Qwen3-4B-Instruct-2507 \
       --sessions 4,8,16 --target-ttfb-p95 10s --target-hit-pct 80
   warden plan --gpu h100 --replicas 1,2 --tensor-parallel-size 4 --model llama-3.1-70b --sessions 32,64
+  warden plan --gpu "H100 SXM,L40S" --replicas 16,32,64 --model meta-llama/Llama-3.1-8B-Instruct \
+      --sessions 64,128,256 --every-candidate    # also the farms dearer than the answer
   warden plan --plan my-plan.yaml --out capacity.html --json > result.json
   warden report --from result.json --out capacity.html
   warden plan --prometheus http://localhost:9090 --model Qwen/Qwen3-4B-Instruct-2507 --current-gpu "RTX A4000" \
