@@ -380,3 +380,61 @@ func TestEncodedReplyPassesThrough(t *testing.T) {
 		})
 	}
 }
+
+// TestStallAfterFirstEvent (issue 46, item 1): vLLM sends a stream's
+// first event only with the request's first output (the role chunk,
+// message_start, a completion's first text; for the Responses API the
+// events after response.created and response.in_progress), so a replica
+// that sends it and then goes silent has stalled: it is cut after
+// stream_idle, not first_token, with the stream's error event naming
+// stream_idle, and takes a strike. A Responses stream that only opened
+// (response.created, response.in_progress) is still in its prefill:
+// first_token holds. Before: every stream below waited for first_token
+// (5 min by default), and the replica took its strike only then.
+func TestStallAfterFirstEvent(t *testing.T) {
+	const sseHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+	responsesOpen := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"status\":\"in_progress\"}}\n\n" +
+		"event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{\"status\":\"in_progress\"}}\n\n"
+	for _, tc := range []struct {
+		name, path, body, events string
+		want                     string // the timeout the error event names
+	}{
+		{"chat role chunk", "/v1/chat/completions", chatBody(testModel, "s", 0, true),
+			"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+			"timeouts.stream_idle"},
+		{"completion first text", "/v1/completions", `{"model":"` + testModel + `","prompt":"hi","stream":true}`,
+			"data: {\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"\"}]}\n\n",
+			"timeouts.stream_idle"},
+		{"anthropic message_start", "/v1/messages", anthropicBody(testModel, "s", 0, true),
+			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\n\n",
+			"timeouts.stream_idle"},
+		{"responses output item", "/v1/responses", responsesBody(testModel, "s", true),
+			responsesOpen + "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{\"type\":\"message\"}}\n\n",
+			"timeouts.stream_idle"},
+		{"responses opened only", "/v1/responses", responsesBody(testModel, "s", true), responsesOpen,
+			"timeouts.first_token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := startBadReplica(t, func(c net.Conn) {
+				io.WriteString(c, sseHead+tc.events)
+				hold(c)
+			})
+			h := startProxy(t, timedYAML("stream_idle: 200ms, first_token: 3s", urlsModel(bad.URL())))
+			h.scraped()
+			r, err := sendRaw(h, tc.path, tc.body)
+			if err != nil {
+				t.Fatalf("the client got no answer: %v", err)
+			}
+			if r.status != http.StatusOK || !strings.HasPrefix(r.body, tc.events) || !strings.Contains(r.body, "error") {
+				t.Errorf("status %d body %.400q: want the replica's events, then the stream's error event", r.status, r.body)
+			}
+			if !strings.Contains(r.body, tc.want) {
+				t.Errorf("the stream ended with %q: want the error naming %s", r.body[min(len(tc.events), len(r.body)):], tc.want)
+			}
+			bad.waitEnded(t)
+			if s := h.strikes(0); s != 1 {
+				t.Errorf("replica strikes = %d, want 1", s)
+			}
+		})
+	}
+}

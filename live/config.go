@@ -87,10 +87,12 @@ type Timeouts struct {
 	Health         Duration `yaml:"health"`          // /health and /metrics probes; default 2s
 	Drain          Duration `yaml:"drain"`           // SIGTERM: finish streams up to this; default 60s
 	// FirstToken bounds a streamed request from the moment it is sent to
-	// a backend to its first output token (prefill and queueing included);
-	// default 5m. StreamIdle bounds the wait for the next whole event of a
-	// stream once its first token came (bytes that end no event are no
-	// progress); default 60s. On expiry the client gets the API's error
+	// a backend to its first output (prefill and queueing included): the
+	// first event vLLM sends only with it (the role chunk, message_start,
+	// a Responses event after response.created and response.in_progress;
+	// see streamWatch); default 5m. StreamIdle bounds the wait for the
+	// next whole event of a stream from then on (bytes that end no event
+	// are no progress); default 60s. On expiry the client gets the API's error
 	// event (or a 504 before any byte of a reply that is not an event
 	// stream), the backend
 	// request is cancelled and the replica takes a strike towards

@@ -92,7 +92,10 @@
 // replica that /health marks down. Every reply is timed to its end
 // (watchdog.go): timeouts.response_header bounds the wait for its
 // headers; a streamed request is bounded by timeouts.first_token (sent ->
-// first token, default 5m) and then timeouts.stream_idle (the wait for
+// first output, default 5m: the first event vLLM sends only with it, the
+// role chunk, message_start, or for the Responses API the first after
+// response.created and response.in_progress; sse.go says where in vLLM's
+// code) and then timeouts.stream_idle (the wait for
 // each whole event, default 60s: bytes that end no event are no
 // progress); an event stream sent to a request that did not ask for one
 // waits at most stream_idle for each event, and any other reply (a JSON

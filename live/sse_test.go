@@ -22,6 +22,12 @@ func TestStreamWatch(t *testing.T) {
 			true, true, false, Usage{100, 7, 64}},
 		{"openai cut short", APIOpenAI, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n", true, false, false, Usage{-1, -1, -1}},
 		{"openai error event", APIOpenAI, "data: {\"error\":{\"message\":\"x\"}}\n\n", false, false, true, Usage{-1, -1, -1}},
+		// vLLM sends these only with the first output (see streamWatch).
+		{"openai role chunk", APIOpenAI, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n", true, false, false, Usage{-1, -1, -1}},
+		{"anthropic message_start", APIAnthropic, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n", true, false, false, Usage{-1, -1, -1}},
+		{"anthropic ping", APIAnthropic, "event: ping\ndata: {\"type\":\"ping\"}\n\n", false, false, false, Usage{-1, -1, -1}},
+		{"responses opened", APIResponses, "event: response.created\ndata: {}\n\nevent: response.in_progress\ndata: {}\n\n", false, false, false, Usage{-1, -1, -1}},
+		{"responses output item", APIResponses, "event: response.created\ndata: {}\n\nevent: response.output_item.added\ndata: {}\n\n", true, false, false, Usage{-1, -1, -1}},
 		{"anthropic", APIAnthropic,
 			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":90,\"output_tokens\":1}}}\n\n" +
 				"event: content_block_delta\ndata: {\"delta\":{\"text\":\"a\"}}\n\n" +
