@@ -98,6 +98,62 @@ func TestClientThatStopsReadingIsCut(t *testing.T) {
 	}
 }
 
+// pacedReplica streams a chat event of about 500 bytes every millisecond
+// (a fast vLLM's pace with a long event) to every inference request,
+// counting the bytes it wrote, until a write fails (the proxy closed the
+// connection: ended receives the count) or it has written overrun bytes
+// (ended receives -1).
+func pacedReplica(t testing.TB, overrun int) (url string, ended chan int) {
+	event := []byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" +
+		strings.Repeat("y", 400) + "\"}}]}\n\n")
+	ended = make(chan int, 8)
+	srv := startBadReplica(t, func(c net.Conn) {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+		for sent := 0; ; sent += len(event) {
+			if sent > overrun {
+				ended <- -1
+				hold(c)
+				return
+			}
+			if _, err := c.Write(event); err != nil {
+				ended <- sent
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	return srv.URL(), ended
+}
+
+// TestClientThatStopsReadingAtTokenPaceIsCut (issue 46, item 2): a client
+// that stops reading a stream that comes at a token's pace is cut once
+// the proxy's writes make no progress for client_write, not once the
+// kernel's send buffer, which grows to megabytes (net.ipv4.tcp_wmem), is
+// full: the unsent bytes in the client's socket are bounded
+// (TCP_NOTSENT_LOWAT, rawconn_linux.go), so the proxy takes little more
+// than that from the replica before the cut. The client's receive buffer
+// is 4 KiB, so what it absorbs does not count. Before: the proxy passed
+// on megabytes (118 s of a stream at 2 ms a token) before client_write
+// began to count.
+func TestClientThatStopsReadingAtTokenPaceIsCut(t *testing.T) {
+	const overrun = 2 << 20
+	url, ended := pacedReplica(t, overrun)
+	h := startProxy(t, timedYAML("client_write: 300ms", urlsModel(url)))
+	h.scraped()
+	c := dialSmallWindow(t, strings.TrimPrefix(h.url, "http://"))
+	if _, err := io.WriteString(c, rawPost("/v1/chat/completions", chatBody(testModel, "s", 0, true))); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads nothing from here on.
+	sent := <-ended
+	if sent < 0 {
+		t.Fatalf("the replica wrote %d MiB for a client that reads nothing and was not cut: the kernel's send buffer took them", overrun>>20)
+	}
+	t.Logf("the replica wrote %d KiB before the proxy cut the exchange", sent>>10)
+	h.waitMetrics("warden_client_write_timeouts_total 1")
+	h.waitFor("the slot given back", func(st StatusReport) bool { return st.Models[0].Replicas[0].InFlight == 0 })
+}
+
 // TestConnectionsCapped (issue 35, item 4): limits.max_connections bounds
 // the client connections open at once, idle ones included: at the bound
 // the proxy stops accepting (new clients wait), /healthz says so with 503

@@ -158,7 +158,9 @@
 // write to a client that makes no progress for timeouts.client_write
 // (default 60s: a client that stopped reading) ends the exchange and
 // cancels the replica's request (rawconn_linux.go), logged and counted
-// (warden_client_write_timeouts_total). A request with a
+// (warden_client_write_timeouts_total); on Linux a client's socket holds
+// at most 32 KiB the client has not taken (TCP_NOTSENT_LOWAT), so that the
+// wait begins when the client stops, not megabytes of send buffer later. A request with a
 // Transfer-Encoding closes its connection after the answer (RFC 9112 6.1:
 // Go drops a Content-Length beside it before the handler, so this covers
 // requests that had both). The admin address answers only requests whose
