@@ -69,6 +69,15 @@ type Limits struct {
 	// rate_limit_error (OpenAI shapes) or 529 overloaded_error (Anthropic),
 	// with Retry-After. Default: see DefaultMaxInFlight.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxBodyBytesInFlight bounds the bytes of request bodies the whole
+	// proxy holds at once (each body counted by the buffer it is read
+	// into, from its first byte until its request ends). A request whose
+	// body would take the proxy past it is answered at once: 429
+	// rate_limit_error (OpenAI shapes) or 529 overloaded_error
+	// (Anthropic) with Retry-After while other bodies hold the room, 413
+	// when the body alone is larger. Default: see
+	// DefaultMaxBodyBytesInFlight.
+	MaxBodyBytesInFlight ByteSize `yaml:"max_body_bytes_in_flight"`
 	// MaxConnections bounds the client connections open at once, idle
 	// keep-alive ones included. At the bound the proxy stops accepting
 	// (new connections wait in the kernel's backlog) until one closes,

@@ -172,7 +172,13 @@
 // it a request is answered at once, before its body is read: 429
 // rate_limit_error (OpenAI shapes) or 529 overloaded_error (Anthropic),
 // with Retry-After: 1. A body is allocated as its bytes arrive, never its
-// declared Content-Length up front.
+// declared Content-Length up front, and limits.max_body_bytes_in_flight
+// bounds the bytes of the buffers all bodies hold at once (default an
+// eighth of the machine's memory, see DefaultMaxBodyBytesInFlight;
+// bodybuf.go's bodyBudget): a body that would pass it is refused the
+// same way (its rest read and dropped first, so that a client still
+// sending reads the answer), 413 when it is larger than the bound alone;
+// warden_request_body_bytes shows what is held.
 // Bodies over limits.max_body_bytes get 413 in the client's shape.
 // Headers over limits.max_header_bytes get 431 in the client's shape;
 // only headers over four times the limit meet Go's own plain-text 431,

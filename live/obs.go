@@ -127,7 +127,7 @@ func reasonList() string {
 }
 
 // rejectReasons are the values of warden_rejected_total's reason label.
-var rejectReasons = []string{"header_too_large", "auth", "path", "method", "too_large", "read", "utf8", "json", "duplicate_key", "content_type", "model", "unknown_model", "session_id", "unavailable"}
+var rejectReasons = []string{"header_too_large", "auth", "path", "method", "too_large", "read", "utf8", "json", "duplicate_key", "content_type", "model", "unknown_model", "session_id", "unavailable", "body_budget"}
 
 // upstreamKinds are the values of warden_upstream_errors_total's kind label.
 var upstreamKinds = []string{"connect", "reset", "status", "stream"}
@@ -276,6 +276,15 @@ func (o *observer) clientConns(ln func() *clientListener) {
 		}
 		return 0
 	}))
+}
+
+// bodyBytes registers warden_request_body_bytes: the bytes of request
+// body buffers held now (limits.max_body_bytes_in_flight bounds them).
+func (o *observer) bodyBytes(b *bodyBudget) {
+	o.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "warden_request_body_bytes",
+		Help: "Bytes of request body buffers the proxy holds now (bounded by limits.max_body_bytes_in_flight; beyond, requests get 429/529).",
+	}, func() float64 { return float64(b.held.Load()) }))
 }
 
 // storeUp registers warden_session_store_up: 1 while the last exchange
