@@ -245,7 +245,9 @@ func TestReplyHeadBounded(t *testing.T) {
 // and a stream's JSON error that stalls all end within the timeouts, the
 // replica's request ends (its connection is closed) and the replica takes
 // a strike; the client gets 504 in its shape when nothing was sent yet,
-// else the stream's error event or a cut connection. Before: the
+// else the stream's error event or a cut connection (nothing is sent of
+// a JSON answer before 32 KiB of it or its end: issue 46 item 8, where
+// one that stalled midway ended with an empty reply). Before: the
 // watchdog stopped at the headers unless the reply was the event stream
 // a stream asked for, and each of these held its slot until the client
 // gave up.
@@ -263,8 +265,14 @@ func TestEveryReplyIsTimed(t *testing.T) {
 			io.WriteString(c, jsonHead)
 			hold(c)
 		}, 504, `"code":"upstream_timeout"`, ""},
+		// Issue 46 item 8: the client has had nothing of a JSON answer
+		// that stalls within its first 32 KiB: 504, not an empty reply.
 		{"json stalls midway", false, func(c net.Conn) {
 			io.WriteString(c, jsonHead+`{"id":"x",`)
+			hold(c)
+		}, 504, `"code":"upstream_timeout"`, ""},
+		{"json stalls after 40 KiB", false, func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"id\":\""+strings.Repeat("x", 40<<10))
 			hold(c)
 		}, 0, "", ""},
 		{"event stream to stream:false", false, func(c net.Conn) {
@@ -279,7 +287,7 @@ func TestEveryReplyIsTimed(t *testing.T) {
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-		}, 0, "", ""},
+		}, 504, `"code":"upstream_timeout"`, ""},
 		{"event stream trickled without ending an event", true, func(c net.Conn) {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
 			io.WriteString(c, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t0\"}}]}\n\n")

@@ -104,7 +104,9 @@
 // the backend request is cancelled, the replica takes a strike, and the
 // client gets the API's error: 504 in its shape if nothing was sent yet
 // (the status of a reply that is not an event stream is sent with its
-// first bytes), else the API's error event, or for a JSON body its
+// first 32 KiB, or all of it when it is known to be shorter: a JSON
+// answer that stalls before is a 504, not an empty reply), else the
+// API's error event, or for a longer JSON body its
 // connection cut so that a torn answer is not taken for a whole one.
 // What a replica can make the proxy hold is bounded (upstream.go): a
 // reply head (status lines and headers, informational replies included)

@@ -22,8 +22,10 @@ import (
 // of unknown length, is still flushed as it comes).
 //
 // The status of a reply that is not an event stream is sent with its
-// first bytes: a replica that sends headers and then nothing
-// (timeouts.stream_idle) is answered with 504 in the client's shape. A
+// first bytes, 32 KiB of them (a copy buffer) or all when its length is
+// known to be less: a replica that sends headers and then nothing, or
+// stalls within those bytes (timeouts.stream_idle), is answered with 504
+// in the client's shape. A
 // client that stops reading is cut after timeouts.client_write (see
 // rawConn): the exchange ends and the replica's request is cancelled.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
@@ -43,12 +45,22 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	n := 0
 	var rerr error
 	if !sse {
-		// Nothing is sent before the reply's first bytes, so that a reply
-		// that stalls (or fails) before them is answered with a status.
-		for n == 0 && rerr == nil {
-			n, rerr = res.Body.Read(buf)
+		// Nothing is sent before the reply's first bytes, and for a body
+		// of known length nothing before the copy buffer is full or the
+		// body whole: what is written to w without a flush stays in the
+		// server's buffers, so a JSON answer that stalled (or failed)
+		// midway ended with an empty reply (issue 46 item 8). Until then
+		// the client has had nothing, and gets a status.
+		full := len(buf)
+		if cl := res.ContentLength; cl >= 0 && cl < int64(full) {
+			full = int(cl)
 		}
-		if n == 0 && rerr != io.EOF {
+		for rerr == nil && (n == 0 || res.ContentLength >= 0 && n < full) {
+			var k int
+			k, rerr = res.Body.Read(buf[n:])
+			n += k
+		}
+		if rerr != nil && rerr != io.EOF {
 			res.Body.Close()
 			s.upstreamError(w, r, c, rerr)
 			return
