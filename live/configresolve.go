@@ -315,8 +315,8 @@ func (m *ModelCfg) resolve(p string, seen map[string]bool) error {
 			return verr(p+".gpu", "%v", err)
 		}
 	}
-	if m.MaxNumSeqs < 0 {
-		return verr(p+".max_num_seqs", "want a positive integer, got %d", m.MaxNumSeqs)
+	if m.MaxNumSeqs < 0 || m.MaxNumSeqs > maxServerNumSeqs {
+		return verr(p+".max_num_seqs", "want a positive integer up to %d (the bound a server's own value is taken within), got %d", maxServerNumSeqs, m.MaxNumSeqs)
 	}
 	if _, _, err := m.KVEvents.endpoints(p, m.NumReplicas()); err != nil {
 		return err
