@@ -3,6 +3,7 @@ package live
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -224,12 +225,44 @@ func (m *ModelCfg) EffectiveStrategy() string {
 
 // LoadConfig reads and validates the YAML file at path. Errors name the file,
 // the line and the key, e.g. "proxy.yaml:12: models[0].replicas: ...".
+// A file over MaxConfigBytes is refused without being read whole.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return ParseConfig(filepath.Base(path), data)
+}
+
+// MaxConfigBytes bounds a configuration file: 1 MiB, what a Kubernetes
+// ConfigMap may hold, and a hundred times a configuration of a thousand
+// replicas. Issue 46 item 8: a 100 MB file was read whole and decoded
+// before any check, and a reload of one left the proxy at 632 MB.
+const MaxConfigBytes = 1 << 20
+
+// readConfigFile reads the file at path, refusing one over MaxConfigBytes
+// (by its size when it is a regular file, else after MaxConfigBytes + 1
+// bytes): the error names the file.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tooBig := func(size string) error {
+		return fmt.Errorf("%s: %smore than the %d bytes (1 MiB) a configuration may have", path, size, MaxConfigBytes)
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxConfigBytes {
+		return nil, tooBig(fmt.Sprintf("%d bytes, ", fi.Size()))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > MaxConfigBytes {
+		return nil, tooBig("")
+	}
+	return data, nil
 }
 
 // ParseConfig parses and validates a configuration; name is used in errors.
