@@ -79,11 +79,12 @@ type Limits struct {
 	// when the body alone is larger. Default: see
 	// DefaultMaxBodyBytesInFlight.
 	MaxBodyBytesInFlight ByteSize `yaml:"max_body_bytes_in_flight"`
-	// MaxConnections bounds the client connections open at once, idle
-	// keep-alive ones included. At the bound the proxy stops accepting
-	// (new connections wait in the kernel's backlog) until one closes,
-	// logs it at ERROR, counts it and /healthz answers 503. Default: see
-	// DefaultMaxConnections. Restart only.
+	// MaxConnections bounds the client connections served at once, idle
+	// keep-alive ones included. At the bound a new connection is answered
+	// at once, as MaxInFlight is (429/529 with Retry-After, and
+	// Connection: close), or closed at once when many are being answered;
+	// the proxy logs it at ERROR, counts it and /healthz answers 503.
+	// Default: see DefaultMaxConnections. Restart only.
 	MaxConnections int `yaml:"max_connections"`
 }
 

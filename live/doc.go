@@ -153,9 +153,11 @@
 //
 // Clients. limits.max_connections bounds the client connections open at
 // once, idle ones included (default from the file descriptor limit, see
-// DefaultMaxConnections): at the bound the listener stops accepting until
-// one closes (listener.go), which is logged at ERROR and counted, and the
-// admin /healthz answers 503 while it lasts, or while accepting fails
+// DefaultMaxConnections): at the bound a new connection is answered at
+// once, 429 (OpenAI shapes) or 529 overloaded_error (Anthropic) with
+// Retry-After: 1 and Connection: close, or closed at once when 64 are
+// being answered already (listener.go refuse), which is logged at ERROR
+// and counted, and the admin /healthz answers 503 while it lasts, or while accepting fails
 // (out of file descriptors: logged at ERROR, retried with back-off). A
 // write to a client that makes no progress for timeouts.client_write
 // (default 60s: a client that stopped reading) ends the exchange and

@@ -25,6 +25,17 @@ var endpoints = map[string]API{
 	countTokensPath:        APIAnthropic,
 }
 
+// apiOf is the dialect of a request to path with headers h, and whether
+// path is one the proxy serves: another path is Anthropic's when the
+// client sent anthropic-version, else OpenAI's.
+func apiOf(path string, h http.Header) (API, bool) {
+	api, ok := endpoints[path]
+	if !ok && h.Get("anthropic-version") != "" {
+		api = APIAnthropic
+	}
+	return api, ok
+}
+
 // countTokensPath counts a prompt's tokens (Anthropic): it is no
 // conversation turn (see model.pickCountTokens).
 const countTokensPath = "/v1/messages/count_tokens"
@@ -45,10 +56,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// connection after the answer.
 		w.Header().Set("Connection", "close")
 	}
-	api, ok := endpoints[r.URL.Path]
-	if !ok && r.Header.Get("anthropic-version") != "" {
-		api = APIAnthropic
-	}
+	api, ok := apiOf(r.URL.Path, r.Header)
 	if n, limit := headerBytes(r), int(rt.cfg.Limits.MaxHeaderBytes); n > limit {
 		s.reject(w, api, &refusal{kind: errHeadersTooLarge, reason: "header_too_large",
 			msg: fmt.Sprintf("request headers of %d bytes exceed the limit of %d bytes", n, limit)})

@@ -463,6 +463,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 			err = e
 		}
 	}
+	cl.wait() // connections being refused over max_connections: within refuseWait
 	return s.stopLoops(stopScrapers, storeDone, err, "serve")
 }
 
