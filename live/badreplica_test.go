@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -442,6 +444,52 @@ func TestStallAfterFirstEvent(t *testing.T) {
 			bad.waitEnded(t)
 			if s := h.strikes(0); s != 1 {
 				t.Errorf("replica strikes = %d, want 1", s)
+			}
+		})
+	}
+}
+
+// TestResponsesErrorEventSequenced (issue 50, item 4): the error event
+// that ends a Responses stream the replica broke carries every field the
+// SDKs' ResponseErrorEvent requires, sequence_number included, numbered
+// after the replica's last event (0 when it sent none). Before: no
+// sequence_number, which the SDKs' types require.
+func TestResponsesErrorEventSequenced(t *testing.T) {
+	const sseHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+	for _, tc := range []struct {
+		name   string
+		events string
+		want   int64
+	}{
+		{"after three events", "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{}}\n\n" +
+			"event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{}}\n\n" +
+			"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{}}\n\n", 3},
+		{"before any event", "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := startBadReplica(t, func(c net.Conn) { io.WriteString(c, sseHead+tc.events) }) // then the connection closes
+			h := startProxy(t, timedYAML("stream_idle: 200ms", urlsModel(bad.URL())))
+			h.scraped()
+			r, err := sendRaw(h, "/v1/responses", responsesBody(testModel, "s", true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rest, ok := strings.CutPrefix(r.body, tc.events)
+			data, found := strings.CutPrefix(rest, "event: error\ndata: ")
+			if !ok || !found {
+				t.Fatalf("body %q: want the replica's events, then an error event", r.body)
+			}
+			var ev map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &ev); err != nil {
+				t.Fatalf("error event %q: %v", data, err)
+			}
+			for _, k := range []string{"type", "code", "message", "param", "sequence_number"} {
+				if _, ok := ev[k]; !ok {
+					t.Errorf("error event %s lacks %s (required by the SDKs' ResponseErrorEvent)", data, k)
+				}
+			}
+			if got := string(ev["sequence_number"]); got != strconv.FormatInt(tc.want, 10) {
+				t.Errorf("sequence_number %s, want %d", got, tc.want)
 			}
 		})
 	}

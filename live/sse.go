@@ -3,6 +3,7 @@ package live
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 
 	"github.com/lm-warden/warden/internal/sse"
 )
@@ -96,6 +97,7 @@ type streamWatch struct {
 	firstToken  bool       // an event that comes with the first output has been seen
 	terminal    bool       // the stream ended as its API says it should
 	upstreamErr bool       // the backend sent an error event itself
+	nextSeq     int64      // Responses: the sequence_number after the last event's
 	usage       Usage
 	onFirst     func() // called once, at the first output
 }
@@ -206,6 +208,9 @@ func (w *streamWatch) anthropicEvent(event, data []byte) {
 }
 
 func (w *streamWatch) responsesEvent(event, data []byte) {
+	if n, ok := sequenceNumber(data); ok && n < math.MaxInt64 {
+		w.nextSeq = n + 1
+	}
 	typ := string(event)
 	switch typ {
 	case "response.created", "response.in_progress", "response.queued", "error":
@@ -226,6 +231,35 @@ func (w *streamWatch) responsesEvent(event, data []byte) {
 	case "error":
 		w.upstreamErr = true
 	}
+}
+
+// sequenceNumber reads a Responses event's sequence_number, a
+// non-negative integer: the first "sequence_number" key in data (a key:
+// inside a JSON string its quotes would be escaped), which vLLM's events
+// have at their top level only.
+func sequenceNumber(data []byte) (int64, bool) {
+	i := bytes.Index(data, []byte(`"sequence_number"`))
+	if i < 0 {
+		return 0, false
+	}
+	rest := bytes.TrimLeft(data[i+len(`"sequence_number"`):], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return 0, false
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	var n int64
+	digits := 0
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			break
+		}
+		if n > (math.MaxInt64-9)/10 {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+		digits++
+	}
+	return n, digits > 0
 }
 
 // bodyUsage reads the usage of a non-streamed JSON response.
