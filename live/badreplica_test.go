@@ -494,3 +494,35 @@ func TestResponsesErrorEventSequenced(t *testing.T) {
 		})
 	}
 }
+
+// TestAnthropicNotFoundInItsShape (issue 50, item 4): a replica without
+// /v1/messages/count_tokens (vLLM before pull request 35588) answers 404
+// in FastAPI's shape, {"detail":"Not Found"}; the client gets a 404 in
+// the Anthropic shape (not_found_error) that says why. A 404 the replica
+// gave in the Anthropic shape (an unknown model) passes as it came.
+// Before: FastAPI's body reached the Anthropic client.
+func TestAnthropicNotFoundInItsShape(t *testing.T) {
+	anthropic404 := `{"type":"error","error":{"type":"not_found_error","message":"The model x does not exist."}}`
+	for _, tc := range []struct {
+		name, reply, want string
+	}{
+		{"no route", `{"detail":"Not Found"}`, "count_tokens"},
+		{"anthropic shape", anthropic404, anthropic404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := startBadReplica(t, func(c net.Conn) {
+				fmt.Fprintf(c, "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(tc.reply), tc.reply)
+				hold(c)
+			})
+			h := startProxy(t, timedYAML("stream_idle: 5s", urlsModel(bad.URL())))
+			h.scraped()
+			r, err := sendRaw(h, "/v1/messages/count_tokens", `{"model":"`+testModel+`","messages":[{"role":"user","content":"hi"}]}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.status != http.StatusNotFound || anthropicErrorType(r.body) != "not_found_error" || !strings.Contains(r.body, tc.want) {
+				t.Errorf("%d %s: want 404 not_found_error with %q", r.status, r.body, tc.want)
+			}
+		})
+	}
+}

@@ -149,7 +149,11 @@
 // server of a model has been scraped and probed once (the first
 // milliseconds after start), a request waits for it, so that it is
 // answered as it would be a moment later: 503/529 when no replica is up,
-// not a 502 from a replica only presumed healthy.
+// not a 502 from a replica only presumed healthy. /v1/messages/count_tokens
+// goes to a replica (vLLM serves it since its pull request 35588); a 404
+// a replica gives an Anthropic request in another shape than Anthropic's
+// (FastAPI's {"detail":"Not Found"}: a route it lacks) is answered as a
+// 404 not_found_error.
 //
 // Clients. limits.max_connections bounds the client connections open at
 // once, idle ones included (default from the file descriptor limit, see

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,6 +66,19 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 			s.upstreamError(w, r, c, rerr)
 			return
 		}
+		if c.api == APIAnthropic && res.StatusCode == http.StatusNotFound && rerr == io.EOF && !anthropicShaped(buf[:n]) {
+			// A route the replica does not have answers in FastAPI's
+			// shape ({"detail":"Not Found"}), which the Anthropic SDKs do
+			// not read: say it in theirs (issue 50 item 4).
+			res.Body.Close()
+			c.status = http.StatusNotFound
+			msg := fmt.Sprintf("the replica has no route for POST %s", c.path)
+			if c.countTokens {
+				msg += " (vLLM serves it since its pull request 35588: upgrade the replica)"
+			}
+			writeError(w, APIAnthropic, errNoRoute, msg)
+			return
+		}
 	}
 	removeHopByHop(res.Header)
 	h := w.Header()
@@ -105,6 +119,17 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	for k, vv := range res.Trailer {
 		h[http.TrailerPrefix+k] = vv
 	}
+}
+
+// anthropicShaped reports whether body is an error in the Anthropic
+// shape, {"type":"error","error":{...}}, as vLLM's Anthropic routes answer
+// (vllm/entrypoints/anthropic/api_router.py, translate_error_response).
+func anthropicShaped(body []byte) bool {
+	var v struct {
+		Type  string          `json:"type"`
+		Error json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal(body, &v) == nil && v.Type == "error" && len(v.Error) > 0 && v.Error[0] == '{'
 }
 
 // clientWriteError is a failed write (or flush) to the client, told apart
