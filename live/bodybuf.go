@@ -140,8 +140,10 @@ var errBodyReleased = errors.New("request body read after its request finished")
 // body buffers the proxy holds at once (issue 46, item 5: 40 clients each
 // sending 16 MiB took the proxy from 47 MB to 707 MB). A body counts its
 // buffer's capacity from the moment it is taken until the call gives it
-// back (reqBody.release); a growth counts the larger buffer only (both
-// are held for the copy between them). A request whose buffer would take
+// back (reqBody.release): once the replica has answered (forward), or
+// when the call ends for an https replica or with the journal on; a
+// growth counts the larger buffer only (both are held for the copy
+// between them). A request whose buffer would take
 // the bodies held past the limit is refused at once (errOverBudget):
 // 429/529 with Retry-After while other bodies hold the room, 413 when
 // its body alone is larger than the limit. The zero value holds nothing.

@@ -72,7 +72,7 @@ type Limits struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 	// MaxBodyBytesInFlight bounds the bytes of request bodies the whole
 	// proxy holds at once (each body counted by the buffer it is read
-	// into, from its first byte until its request ends). A request whose
+	// into, from its first byte until the replica answers). A request whose
 	// body would take the proxy past it is answered at once: 429
 	// rate_limit_error (OpenAI shapes) or 529 overloaded_error
 	// (Anthropic) with Retry-After while other bodies hold the room, 413

@@ -181,9 +181,10 @@
 // rate_limit_error (OpenAI shapes) or 529 overloaded_error (Anthropic),
 // with Retry-After: 1. A body is allocated as its bytes arrive, never its
 // declared Content-Length up front, and limits.max_body_bytes_in_flight
-// bounds the bytes of the buffers all bodies hold at once (default an
-// eighth of the machine's memory, see DefaultMaxBodyBytesInFlight;
-// bodybuf.go's bodyBudget): a body that would pass it is refused the
+// bounds the bytes of the buffers all bodies hold at once, each from its
+// first byte until the replica answers (default an eighth of the
+// machine's memory, see DefaultMaxBodyBytesInFlight; bodybuf.go's
+// bodyBudget): a body that would pass it is refused the
 // same way (its rest read and dropped first, so that a client still
 // sending reads the answer), 413 when it is larger than the bound alone;
 // warden_request_body_bytes shows what is held.

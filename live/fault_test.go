@@ -453,3 +453,44 @@ func TestBodyAloneOverBudget(t *testing.T) {
 		t.Errorf("a small body: %d %s", r.status, r.body)
 	}
 }
+
+// TestBodyGivenBackOnceAnswered (issue 46, item 5): a body counts against
+// limits.max_body_bytes_in_flight until the replica answers, not until
+// the answer ends: eight streams of 16 MiB requests run at once under a
+// 48 MiB budget (three such bodies), and the proxy holds no body while
+// they stream. Before: each body was held until its stream ended, and the
+// fourth client got 429.
+func TestBodyGivenBackOnceAnswered(t *testing.T) {
+	const streams = 8
+	bad := startBadReplica(t, func(c net.Conn) {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
+		hold(c)
+	})
+	h := startProxy(t, "limits: {max_body_bytes_in_flight: 48MiB}\n"+strings.Replace(
+		timedYAML("read: 30s", urlsModel(bad.URL())+"    strategy: least-loaded\n"), "scrape_interval: 50ms", "scrape_interval: 5s", 1))
+	h.scraped()
+	body := sizedChat(`{"model":"`+testModel+`","stream":true,"messages":[{"role":"user","content":"`, 16<<20-1)
+	client := &http.Client{Timeout: 60 * time.Second}
+	defer client.CloseIdleConnections()
+	for i := range streams {
+		req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		req.Header.Set("X-Claude-Code-Session-Id", fmt.Sprint("s", i))
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close() // the stream stays open until the test ends
+		if res.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(res.Body)
+			t.Fatalf("stream %d of %d: %d %s", i+1, streams, res.StatusCode, b)
+		}
+	}
+	h.waitMetrics("warden_request_body_bytes 0")
+	bad.ln.Close()
+	bad.mu.Lock()
+	for _, c := range bad.conns {
+		c.Close()
+	}
+	bad.mu.Unlock()
+}

@@ -35,6 +35,15 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 		s.upstreamError(w, r, c, err)
 		return
 	}
+	if s.journal == nil && c.cur.rep.target.Scheme == "http" {
+		// The replica has answered: no attempt is made again, and the
+		// proxy's own client wrote the body before it read the answer
+		// (net/http's Transport, for https, may still be writing it; the
+		// journal reads it when the call ends). Its buffer goes back now,
+		// not when a stream that may last minutes ends, and with it its
+		// share of limits.max_body_bytes_in_flight.
+		c.rb.release()
+	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		res.Body.Close()
 		s.upstreamError(w, r, c, errors.New("replica switched protocols (101), which the proxy does not forward"))
