@@ -110,6 +110,12 @@ func (s *Server) Decide(in DecideInput) (*Decision, *Refusal) {
 	}
 	d.endpoint = c.cur.rep.target.Host
 	d.fallback = d.c.m.fallbacks(c.cur.rep, in.Allowed)
+	if s.journal == nil {
+		// The gateway sends the body itself: the copy admit read is
+		// given back now, with its share of limits.max_body_bytes_in_flight,
+		// not when the response ends (the journal reads it then).
+		c.rb.release()
+	}
 	return d, nil
 }
 
