@@ -1,0 +1,76 @@
+package placement
+
+import (
+	"math/bits"
+	"math/rand/v2"
+	"time"
+)
+
+// The routers people run instead of warden (notes/peer-routers.md), each
+// a Policy in its own file peer_*.go, modelled on what that router keeps
+// and reads, with the file and commit it was read at cited at the top.
+// What a peer needs beyond Pick it asks for through the small interfaces
+// below; a caller (the router seam in sim and live) looks for them with a
+// type assertion and does nothing for a policy that has none.
+
+// Tracker is a policy that follows the requests it placed, as a gateway
+// sees them pass: the caller reports each one's first token and its end
+// (finished, failed or cut), with the Request it was placed with (its ID
+// and Prompt) and the replica it went to.
+type Tracker interface {
+	FirstToken(r *Request, replica int, now time.Time)
+	Finished(r *Request, replica int, now time.Time)
+}
+
+// Scraper is a policy that reads vLLM's gauges (Replica.Running, Waiting,
+// KVUsage) at an interval of its own: the caller refreshes those fields
+// of the Snapshot at that interval (the simulator) or scrapes at it (the
+// proxy), so the policy sees them as old as its own scrape makes them.
+type Scraper interface {
+	ScrapeInterval() time.Duration
+}
+
+// HeldReader is a policy that reads Prompt.Held (how much of the prompt
+// each replica holds now, from KV events or the block pools); the caller
+// fills it only for policies that say so.
+type HeldReader interface {
+	ReadsHeld() bool
+}
+
+// newRand is the policies' seeded source: PCG, as math/rand/v2 offers.
+func newRand(seed uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// boundedDraw is a number in [0, n) from r by Lemire's multiply-shift with
+// rejection, as Rust's fastrand draws usize(0..n) (Rng::gen_mod_u64),
+// reading one r.Uint64() per try. With a wyrand source it reproduces the
+// draws of a seeded fastrand::Rng (Dynamo's tie-break test).
+func boundedDraw(r *rand.Rand, n uint64) uint64 {
+	hi, lo := bits.Mul64(r.Uint64(), n)
+	if lo < n {
+		t := -n % n
+		for lo < t {
+			hi, lo = bits.Mul64(r.Uint64(), n)
+		}
+	}
+	return hi
+}
+
+// pinned returns the decision for a valid pin: every strategy honours
+// one, as vLLM honours X-data-parallel-rank.
+func pinned(r *Request, s *Snapshot) (Decision, bool) {
+	if usable(s.Replicas, r.Pinned) {
+		return Decision{Replica: r.Pinned, Reason: ReasonPinned}, true
+	}
+	return Decision{}, false
+}
+
+// grow returns xs with at least n elements, the new ones zero.
+func grow[T any](xs []T, n int) []T {
+	for len(xs) < n {
+		var z T
+		xs = append(xs, z)
+	}
+	return xs
+}
