@@ -16,7 +16,7 @@ import (
 //     approximate mode.
 //   - Cost of worker w (selector/default.rs worker_logit, sequences'
 //     WorkerLoadProjection): raw_prefill_blocks = (active_prefill_tokens_w
-//     + isl) / block_size; credit = the device-tier overlap in blocks (the
+//   - isl) / block_size; credit = the device-tier overlap in blocks (the
 //     radix tree fed by vLLM's KV events); decode = active_blocks_w + the
 //     request's blocks that w's active requests do not already hold;
 //     cost = prefill_load_scale x max(raw_prefill_blocks - credit, 0) +
