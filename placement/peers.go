@@ -1,8 +1,10 @@
 package placement
 
 import (
+	"maps"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -74,3 +76,7 @@ func grow[T any](xs []T, n int) []T {
 	}
 	return xs
 }
+
+// sortedKeys returns m's keys in order: state kept in maps is visited in
+// a fixed order, never the map's.
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
