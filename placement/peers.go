@@ -80,3 +80,56 @@ func grow[T any](xs []T, n int) []T {
 // sortedKeys returns m's keys in order: state kept in maps is visited in
 // a fixed order, never the map's.
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// The peers' strategy names, as issue 47 names them.
+const (
+	PeerLLMD            = "llm-d"
+	PeerLLMDPrecise     = "llm-d-precise"
+	PeerDynamo          = "dynamo"
+	PeerSGLang          = "sglang"
+	PeerVLLMRouter      = "vllm-router"
+	PeerVLLMRouterHash  = "vllm-router-hash"
+	PeerProductionStack = "production-stack"
+	PeerRayPrefix       = "ray-prefix"
+	PeerAIBrix          = "aibrix"
+	PeerLiteLLM         = "litellm"
+	PeerNginxHash       = "nginx-hash"
+)
+
+// PeerNames lists the peers' strategy names in the order of
+// notes/peer-routers.md.
+func PeerNames() []string {
+	return []string{PeerLLMD, PeerLLMDPrecise, PeerDynamo, PeerSGLang, PeerVLLMRouter, PeerVLLMRouterHash,
+		PeerProductionStack, PeerRayPrefix, PeerAIBrix, PeerLiteLLM, PeerNginxHash}
+}
+
+// NewPeer returns the policy of peer name in its default configuration,
+// its random draws (tie-breaks) seeded with seed; ok is false for a name
+// that is not a peer's.
+func NewPeer(name string, seed uint64) (p Policy, ok bool) {
+	switch name {
+	case PeerLLMD:
+		return NewLLMD(LLMDConfig{Seed: seed}), true
+	case PeerLLMDPrecise:
+		return NewLLMDPrecise(seed), true
+	case PeerDynamo:
+		return NewDynamo(DynamoConfig{Seed: seed}), true
+	case PeerSGLang:
+		return NewSGLang(SGLangConfig{}), true
+	case PeerVLLMRouter:
+		return NewVLLMRouter(), true
+	case PeerVLLMRouterHash:
+		return &VLLMRouterHash{}, true
+	case PeerProductionStack:
+		return NewProductionStack(ProductionStackConfig{}), true
+	case PeerRayPrefix:
+		return NewRayPrefix(RayPrefixConfig{Seed: seed}), true
+	case PeerAIBrix:
+		return NewAIBrix(AIBrixConfig{Seed: seed}), true
+	case PeerLiteLLM:
+		return NewLiteLLM(seed), true
+	case PeerNginxHash:
+		return &NginxHash{}, true
+	}
+	return nil, false
+}
