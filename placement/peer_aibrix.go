@@ -66,18 +66,10 @@ var _ Policy = (*AIBrix)(nil)
 
 // NewAIBrix returns AIBrix's prefix-cache router with cfg.
 func NewAIBrix(cfg AIBrixConfig) *AIBrix {
-	if cfg.Blocks <= 0 {
-		cfg.Blocks = 200000
-	}
-	if cfg.IdleTTL <= 0 {
-		cfg.IdleTTL = 20 * time.Minute
-	}
-	if cfg.ImbalanceAbs <= 0 {
-		cfg.ImbalanceAbs = 8
-	}
-	if cfg.StdDevFactor == 0 {
-		cfg.StdDevFactor = 1
-	}
+	orDefault(&cfg.Blocks, 200000)
+	orDefault(&cfg.IdleTTL, 20*time.Minute)
+	orDefault(&cfg.ImbalanceAbs, 8)
+	orDefault(&cfg.StdDevFactor, 1)
 	return &AIBrix{cfg: cfg, rng: newRand(cfg.Seed), store: aibStore{idx: make(map[uint64]int32), head: -1, tail: -1}}
 }
 

@@ -84,15 +84,9 @@ var (
 
 // NewDynamo returns Dynamo's KV router with cfg.
 func NewDynamo(cfg DynamoConfig) *Dynamo {
-	if cfg.OverlapCredit == 0 {
-		cfg.OverlapCredit = 1
-	}
-	if cfg.PrefillScale == 0 {
-		cfg.PrefillScale = 1
-	}
-	if cfg.TTL <= 0 {
-		cfg.TTL = 120 * time.Second
-	}
+	orDefault(&cfg.OverlapCredit, 1)
+	orDefault(&cfg.PrefillScale, 1)
+	orDefault(&cfg.TTL, 120*time.Second)
 	d := &Dynamo{cfg: cfg, rng: cfg.Rand, active: make(map[uint64]dynActive)}
 	if d.rng == nil {
 		d.rng = newRand(cfg.Seed)

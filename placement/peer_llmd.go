@@ -103,18 +103,10 @@ func NewLLMD(cfg LLMDConfig) *LLMD {
 	if cfg.QueueWeight == 0 && cfg.KVWeight == 0 && cfg.PrefixWeight == 0 {
 		cfg.QueueWeight, cfg.KVWeight, cfg.PrefixWeight = 2, 2, 3
 	}
-	if cfg.VLLMBlockSize <= 0 {
-		cfg.VLLMBlockSize = 16
-	}
-	if cfg.MinBlockTokens <= 0 {
-		cfg.MinBlockTokens = 64
-	}
-	if cfg.MaxPrefixTokens <= 0 {
-		cfg.MaxPrefixTokens = 131072
-	}
-	if cfg.LRUCapacity <= 0 {
-		cfg.LRUCapacity = 31250
-	}
+	orDefault(&cfg.VLLMBlockSize, 16)
+	orDefault(&cfg.MinBlockTokens, 64)
+	orDefault(&cfg.MaxPrefixTokens, 131072)
+	orDefault(&cfg.LRUCapacity, 31250)
 	return &LLMD{cfg: cfg, rng: newRand(cfg.Seed), index: llmdIndex{pods: make(map[uint64][]int32)}}
 }
 

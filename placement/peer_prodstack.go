@@ -56,9 +56,7 @@ var _ Policy = (*ProductionStack)(nil)
 
 // NewProductionStack returns the session router with cfg.
 func NewProductionStack(cfg ProductionStackConfig) *ProductionStack {
-	if cfg.Window <= 0 {
-		cfg.Window = 60 * time.Second
-	}
+	orDefault(&cfg.Window, 60*time.Second)
 	return &ProductionStack{cfg: cfg}
 }
 

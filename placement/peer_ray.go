@@ -68,15 +68,9 @@ var _ Policy = (*RayPrefix)(nil)
 
 // NewRayPrefix returns the prefix-aware router with cfg.
 func NewRayPrefix(cfg RayPrefixConfig) *RayPrefix {
-	if cfg.ImbalancedThreshold == 0 {
-		cfg.ImbalancedThreshold = math.Inf(1)
-	}
-	if cfg.MatchRateThreshold == 0 {
-		cfg.MatchRateThreshold = 0.1
-	}
-	if cfg.QueueLenTTL <= 0 {
-		cfg.QueueLenTTL = 10 * time.Second
-	}
+	orDefault(&cfg.ImbalancedThreshold, math.Inf(1))
+	orDefault(&cfg.MatchRateThreshold, 0.1)
+	orDefault(&cfg.QueueLenTTL, 10*time.Second)
 	return &RayPrefix{cfg: cfg, rng: newRand(cfg.Seed), tree: newCharTree()}
 }
 

@@ -54,21 +54,11 @@ var _ Policy = (*SGLang)(nil)
 
 // NewSGLang returns SMG's cache_aware policy with cfg.
 func NewSGLang(cfg SGLangConfig) *SGLang {
-	if cfg.CacheThreshold == 0 {
-		cfg.CacheThreshold = 0.3
-	}
-	if cfg.BalanceAbs == 0 {
-		cfg.BalanceAbs = 64
-	}
-	if cfg.BalanceRel == 0 {
-		cfg.BalanceRel = 1.5
-	}
-	if cfg.EvictionInterval <= 0 {
-		cfg.EvictionInterval = 120 * time.Second
-	}
-	if cfg.MaxTreeChars <= 0 {
-		cfg.MaxTreeChars = 1 << 26
-	}
+	orDefault(&cfg.CacheThreshold, 0.3)
+	orDefault(&cfg.BalanceAbs, 64)
+	orDefault(&cfg.BalanceRel, 1.5)
+	orDefault(&cfg.EvictionInterval, 120*time.Second)
+	orDefault(&cfg.MaxTreeChars, 1<<26)
 	return &SGLang{cfg: cfg, trees: make(map[string]*charTree)}
 }
 

@@ -133,3 +133,12 @@ func NewPeer(name string, seed uint64) (p Policy, ok bool) {
 	}
 	return nil, false
 }
+
+// orDefault sets *p to v when it is the zero value: the peers' configs
+// take their router's default for a field left out.
+func orDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
