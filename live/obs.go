@@ -278,11 +278,15 @@ func (o *observer) clientConns(ln func() *clientListener) {
 	}))
 }
 
-// storeUp registers warden_session_store_up: 1 while the last exchange
-// with the session store succeeded, 0 while it is down.
+// storeUp registers warden_session_store_up: 1 while the session store is
+// up, 0 while it is not; and warden_session_store_bad_keys_total.
 func (o *observer) storeUp(st sessionStore) {
 	o.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "warden_session_store_up",
 		Help: "1 while the session store (session_store) answers, 0 while the proxy serves from its own table without it.",
 	}, func() float64 { return float64(boolInt(st.Up())) }))
+	o.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "warden_session_store_bad_keys_total",
+		Help: "Keys of the session store of the wrong type or size skipped, once per sync or claim that met one (/api/status session_store.bad_key names the last).",
+	}, func() float64 { return float64(st.State().BadKeysTotal) }))
 }
