@@ -36,15 +36,26 @@
 //     buffered batch from there as (seq, payload) and ends with seq -1 and
 //     an empty payload.
 //
+// A publisher is a peer that can misbehave; what it can make warden hold,
+// wait for and do is bounded (Limits): bytes and frames per message, a
+// read deadline on the greeting, the handshake and each message, and a
+// token bucket on batches and on block hashes per second, whose drops are
+// counted and lost. Sequence numbers are the publisher's word: a jump
+// further ahead than any engine publishes is a restart, and counters
+// saturate rather than go negative.
+//
 // # Where to start reading
 //
 //   - wire.go: Batch, Event and their Kinds; decode.go: Decode (both forms,
 //     every length bounded by the bytes that remain, nesting bounded);
 //     encode.go: AppendBatch, byte for byte what msgspec writes.
-//   - subscriber.go: Subscribe (SUB socket, reconnects, sequence tracking,
-//     replay on a gap, Handler); publisher.go: Publisher (PUB + ROUTER with
-//     a replay buffer, for the emulator); zmtp.go: the frame-size guard
-//     under both.
+//   - subscriber.go: Subscribe (dials, reconnects, replay on a gap,
+//     Handler); stream.go: one publisher's sequence numbers (gaps,
+//     restarts, duplicates from replay) and the bound on work;
+//     zmtp.go: ZMTP over zmq4's Conn, each connection read through the
+//     limits and deadlines; publisher.go: Publisher (PUB + ROUTER with a
+//     replay buffer, for the emulator).
 //   - ledger.go: Farm and its per-replica ledgers: blocks held, miss
-//     classes, each bounded.
+//     classes, each bounded; Snapshot reads what each ledger last
+//     published, without its lock.
 package kvevents

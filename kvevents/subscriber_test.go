@@ -181,6 +181,7 @@ type statusHandler struct{ errs chan error }
 
 func (*statusHandler) Batch(uint64, *Batch)      {}
 func (*statusHandler) Lost(uint64, uint64)       {}
+func (*statusHandler) Dropped(uint64, string)    {}
 func (*statusHandler) Restarted()                {}
 func (*statusHandler) Undecodable(uint64, error) {}
 func (h *statusHandler) Status(ok bool, err error) {
