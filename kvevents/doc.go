@@ -50,7 +50,9 @@
 //     every length bounded by the bytes that remain, nesting bounded);
 //     encode.go: AppendBatch, byte for byte what msgspec writes.
 //   - subscriber.go: Subscribe (dials, reconnects, replay on a gap,
-//     Handler); stream.go: one publisher's sequence numbers (gaps,
+//     Handler); listen.go: Listener, for publishers that connect (vLLM
+//     connects when its endpoint has no "*", as llm-d deploys it), told
+//     apart by topic and data-parallel rank (Router); stream.go: one publisher's sequence numbers (gaps,
 //     restarts, duplicates from replay) and the bound on work;
 //     zmtp.go: ZMTP over zmq4's Conn, each connection read through the
 //     limits and deadlines; publisher.go: Publisher (PUB + ROUTER with a
