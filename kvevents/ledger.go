@@ -62,6 +62,9 @@ type ReplicaStatus struct {
 	// generated tokens, which vLLM caches too.
 	Miss    MissTokens `json:"miss_tokens"`
 	Batches int64      `json:"batches"`
+	// WireForm is the form of the last batch (Form: array, map,
+	// batch-map): which of vLLM's encodings the replica speaks.
+	WireForm string `json:"wire_form,omitempty"`
 	// Undecodable counts batches that did not decode (a changed wire
 	// format?), BadPayload the last one's error.
 	Undecodable int64  `json:"batches_undecodable"`
@@ -177,6 +180,7 @@ func (l *ledger) Batch(seq uint64, b *Batch) {
 		}
 	}
 	add(&l.st.Batches, 1)
+	l.st.WireForm = b.Form.String()
 	l.st.LastSeq = seq
 	if b.TS > 0 && b.TS < 1e10 { // a peer's float: NaN, ±Inf and the far future are no time
 		l.st.LastBatch = time.Unix(0, int64(b.TS*1e9))

@@ -74,7 +74,7 @@ func TestStatusKVEventsListen(t *testing.T) {
 			}
 			m := h.status().Models[0]
 			for i, rs := range m.Replicas {
-				if kv := rs.KVEvents; !kv.Connected || kv.BlocksHeld != 1 || kv.Miss.Cold != 16 {
+				if kv := rs.KVEvents; !kv.Connected || kv.BlocksHeld < 1 || kv.Miss.Cold != 16 { // published until heard: maybe more than once
 					t.Errorf("replica %d: %+v, want connected, holding its own block", i, kv)
 				}
 			}
