@@ -343,3 +343,26 @@ func (r *recorder) lastErr() string {
 	defer r.mu.Unlock()
 	return r.err
 }
+
+// FuzzLimitedConnScan: the ZMTP stream scanner never panics, whatever the
+// bytes and however they are cut, and what it lets pass keeps within the
+// bounds: no message of more than maxFrames frames or max bytes.
+func FuzzLimitedConnScan(f *testing.F) {
+	f.Add(append(append(zmtpGreeting(), zmtpReady("PUB")...), batchMessage(3)...), uint8(7))
+	f.Add(append(zmtpGreeting(), zmtpMessage(repeat(nil, 10)...)...), uint8(1))
+	f.Add(append(zmtpGreeting(), 0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff), uint8(3))
+	f.Fuzz(func(t *testing.T, stream []byte, cut uint8) {
+		c := &limitedConn{max: 1024, greet: 64}
+		step := int(cut%16) + 1
+		for len(stream) > 0 {
+			k := min(step, len(stream))
+			if err := c.scan(stream[:k]); err != nil {
+				return
+			}
+			if c.frames > maxFrames || c.bytes > c.max {
+				t.Fatalf("let through %d frames, %d bytes", c.frames, c.bytes)
+			}
+			stream = stream[k:]
+		}
+	})
+}

@@ -196,3 +196,20 @@ func TestKVEventsListenReload(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// FuzzKVRoutes: a peer's topic and rank never make Replica panic or
+// answer other than a replica's index or -1.
+func FuzzKVRoutes(f *testing.F) {
+	f.Add("kv@10.0.0.2@m", 3)
+	f.Add("kv@[fd00::1]:8000@m", -1)
+	f.Add("kv@@@", 1<<62)
+	targets := []string{"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.2:8001", "[fd00::1]:8000"}
+	routes := []*kvRoutes{newKVRoutes(nil, targets), newKVRoutes([]string{"a", "b", "b", "kv@10.0.0.2@m"}, targets)}
+	f.Fuzz(func(t *testing.T, topic string, rank int) {
+		for _, r := range routes {
+			if i := r.Replica(topic, rank); i < -1 || i >= len(targets) {
+				t.Fatalf("Replica(%q, %d) = %d", topic, rank, i)
+			}
+		}
+	})
+}
