@@ -366,3 +366,28 @@ func FuzzLimitedConnScan(f *testing.F) {
 		}
 	})
 }
+
+// TestWriteStallFails: after the handshake a write to a publisher that
+// reads nothing (zmq4 answers each PING with a PONG: a peer that sends
+// PINGs and never reads fills the socket's buffer) fails after the
+// message time instead of holding the connection forever, shown connected.
+func TestWriteStallFails(t *testing.T) {
+	ours, theirs := net.Pipe() // unbuffered: a write waits for a read that never comes
+	defer theirs.Close()
+	c := &limitedConn{Conn: ours, msgTimeout: 100 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write([]byte("PONG"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "reads nothing") {
+			t.Errorf("write: %v, want the stall named", err)
+		}
+	case <-time.After(10 * time.Second):
+		theirs.Close()
+		<-done
+		t.Error("the write to a publisher that reads nothing never ended")
+	}
+}

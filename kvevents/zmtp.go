@@ -237,6 +237,23 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write bounds each write after the handshake (zmq4 answers a PING with
+// a PONG): a peer that sends and never reads would otherwise hold the
+// connection in a write once the socket's buffer is full.
+func (c *limitedConn) Write(p []byte) (int, error) {
+	if !c.handshake {
+		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.msgTimeout)); err != nil {
+			return 0, err
+		}
+	}
+	n, err := c.Conn.Write(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = errors.New("kv events: the publisher reads nothing (a write stalled), reconnecting")
+		c.Conn.Close()
+	}
+	return n, err
+}
+
 func (c *limitedConn) scan(b []byte) error {
 	for len(b) > 0 {
 		switch {
