@@ -59,9 +59,11 @@
 //     exposition, per engine label) and /health, and publishes an immutable
 //     ScrapeResult through an atomic.Pointer.
 //   - kvevents.go: with models[].kv_events (configkvevents.go), one
-//     kvevents subscriber per replica follows vLLM's KV-cache events over
-//     ZeroMQ from the model's start to its stop; status.go shows each
-//     replica's blocks held and computed tokens by why (kv_events).
+//     kvevents subscriber per replica (the proxy dials), or one listener
+//     the publishers connect to, told apart by topic and rank (kvRoutes),
+//     follows vLLM's KV-cache events over ZeroMQ from the model's start to
+//     its stop; status.go shows each replica's blocks held and computed
+//     tokens by why (kv_events) and the listener (kv_events_listen).
 //   - max_num_seqs (for the auto spill threshold): models[].max_num_seqs,
 //     else the server's *_config_info label, else vLLM's default for
 //     models[].gpu (1024 on >= 70 GiB GPUs other than the A100, else 256),
