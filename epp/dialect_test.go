@@ -149,10 +149,7 @@ func TestSubsetBareIP(t *testing.T) {
 // body mode; within a subset hint when there is one. Before, the picker
 // answered 404 itself.
 func TestNotInferencePath(t *testing.T) {
-	a, _ := startReplica(t, "")
-	b, _ := startReplica(t, "")
-	p := startPicker(t, pickerYAML("", "", a, b))
-	p.waitScraped(t)
+	p, _ := pickerOver(t, 2, "")
 	g := newGateway(p, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
 	// One conversation turn held in flight on its endpoint.
 	held, release := make(chan string), make(chan struct{})

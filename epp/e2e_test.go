@@ -132,10 +132,7 @@ func readAll(res *http.Response) string {
 // its requests in flight has its third placed on another endpoint; the
 // one after, once those ended, is home again.
 func TestSpill(t *testing.T) {
-	a, _ := startReplica(t, "")
-	b, _ := startReplica(t, "")
-	p := startPicker(t, pickerYAML("", "    spill_threshold: 1\n", a, b))
-	p.waitScraped(t)
+	p, _ := pickerOver(t, 2, "    spill_threshold: 1\n")
 	g := newGateway(p, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
 	first := g.do(t, request{path: "/v1/chat/completions", header: sessionHeader("s"), body: chatBody("s", 0, 500, false)})
 	home := first.endpoints[0]

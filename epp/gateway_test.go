@@ -141,6 +141,19 @@ func startPickerOn(t testing.TB, yamlText string, ln net.Listener, opts ...Optio
 	return p
 }
 
+// pickerOver starts n emulated replicas and a picker over them (model
+// options modelExtra) and waits for their first scrape.
+func pickerOver(t testing.TB, n int, modelExtra string) (*picker, []string) {
+	t.Helper()
+	eps := make([]string, n)
+	for i := range eps {
+		eps[i], _ = startReplica(t, "")
+	}
+	p := startPicker(t, pickerYAML("", modelExtra, eps...))
+	p.waitScraped(t)
+	return p, eps
+}
+
 // pickerYAML is an EPP configuration of one model over the endpoints.
 func pickerYAML(extra, modelExtra string, endpoints ...string) string {
 	urls := make([]string, len(endpoints))
