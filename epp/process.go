@@ -86,9 +86,12 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 			}
 		}
 	}()
-	deadline := time.NewTimer(s.live.Timeouts().Read.D())
-	defer deadline.Stop()
-	timeout := deadline.C
+	var timeout <-chan time.Time // nil: none (timeouts.read below 0, as on the proxy's listener)
+	if read := s.live.Timeouts().Read.D(); read > 0 {
+		deadline := time.NewTimer(read)
+		defer deadline.Stop()
+		timeout = deadline.C
+	}
 	for {
 		var m received
 		select {

@@ -124,14 +124,17 @@ const maxMessage = 4 << 20
 // updates (gRPC's default is 64 KiB; Envoy's own stream window is
 // 256 MiB).
 func serverOptions(l live.Limits, t live.Timeouts) []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.InitialWindowSize(1 << 20), grpc.InitialConnWindowSize(1 << 20),
 		grpc.MaxConcurrentStreams(uint32(min(max(l.MaxInFlight, minStreams), math.MaxUint32))),
-		grpc.ConnectionTimeout(t.ReadHeader.D()),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: t.Idle.D(), Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: max(t.Idle.D(), 0), Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinPing, PermitWithoutStream: true}),
 	}
+	if t.ReadHeader.D() > 0 { // below 0: none, as on the proxy's listener
+		opts = append(opts, grpc.ConnectionTimeout(t.ReadHeader.D()))
+	}
+	return opts
 }
 
 const (
