@@ -284,7 +284,7 @@ func (s *Server) newCall(rt *routing, in *inbound, rb *reqBody, start time.Time)
 	}
 	m := rt.models[b.Model]
 	if m == nil {
-		return nil, &refusal{kind: errNotFound, reason: "unknown_model", msg: fmt.Sprintf("model %q is not served here (see /v1/models)", b.Model)}
+		return nil, &refusal{kind: errNotFound, reason: "unknown_model", msg: "model " + quotedExcerpt(b.Model, maxEchoed) + " is not served here (see /v1/models)"}
 	}
 	id, err := extractFrom(in.header, &b, in.api, rt.cfg.Limits.MaxSessionID)
 	if err != nil {
