@@ -63,7 +63,7 @@ func waitFor(t *testing.T, farm *kvevents.Farm, what string, ok func(kvevents.Re
 // is counted lost.
 func TestKVEventsEndToEnd(t *testing.T) {
 	system := strings.Repeat("Shared system prompt for agents. ", 40)
-	for _, form := range []kvevents.Form{kvevents.FormArray, kvevents.FormMap} {
+	for _, form := range kvevents.Forms {
 		for _, replay := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s replay=%v", form, replay), func(t *testing.T) {
 				kv := KVEventsOptions{Form: form, Endpoint: "tcp://127.0.0.1:0"}
@@ -77,8 +77,8 @@ func TestKVEventsEndToEnd(t *testing.T) {
 				first := ask(t, r.urls[0], "/v1/chat/completions", chatBody(system, []string{user}, nil, 100, false))
 				want1 := int64((first.promptTokens + first.outputTokens - 1) / 16)
 				s := waitFor(t, farm, "holding the first turn", func(s kvevents.ReplicaStatus) bool { return s.BlocksHeld >= want1 })
-				if s.BlocksHeld != want1 || !s.Complete || s.Miss.Cold != want1*16 {
-					t.Fatalf("after turn 1: %+v, want %d blocks held, complete, all cold", s, want1)
+				if s.BlocksHeld != want1 || !s.Complete || s.Miss.Cold != want1*16 || s.WireForm != form.String() {
+					t.Fatalf("after turn 1: %+v, want %d blocks held, complete, all cold, in the %s form", s, want1, form)
 				}
 
 				r.e.KVPublisher(0).DropNext() // the second turn's first batch never goes out

@@ -13,16 +13,28 @@
 // x-gateway-destination-endpoint and in the dynamic metadata namespace
 // envoy.lb under the same key; the gateway may restrict the pick with
 // envoy.lb.subset_hint / x-gateway-destination-endpoint-subset in the
-// request's metadata context; no eligible endpoint is an ImmediateResponse
-// 503, a request shed is 429; the response's metadata context carries
-// envoy.lb / x-gateway-destination-endpoint-served.
+// request's metadata context (ip:port, or a bare IP for every port of that
+// pod, as the reference pickers read it); no eligible endpoint is an
+// ImmediateResponse 503, a request shed is 429 (a refusal's status is
+// always one of Envoy's HttpStatus enum: Anthropic's 529 goes as 429 or
+// 503); the response's metadata context carries envoy.lb /
+// x-gateway-destination-endpoint-served. A request that is no
+// conversation turn (no body, or a path that is no inference API) goes to
+// the endpoint with the fewest requests in flight, uncounted.
 //
 // Where to start reading:
 //
 //   - server.go: Server, New, Serve (gRPC: ext_proc and the health
-//     services liveness, readiness and
-//     envoy.service.ext_proc.v3.ExternalProcessor; the admin handler,
-//     /metrics and the dashboard, is live's; SIGTERM drains).
+//     services liveness, readiness, inference-extension and
+//     envoy.service.ext_proc.v3.ExternalProcessor, and the health
+//     services alone on a port of their own, 9003, where the llm-d chart
+//     and GAIE's conformance manifests probe; the admin handler, /metrics
+//     and the dashboard, is live's; SIGTERM drains). What a gateway's
+//     connections may hold is bounded as the proxy's clients are: the
+//     gRPC listener is live's client listener (limits.max_connections),
+//     and gRPC's own limits bound each connection (serverOptions).
+//   - budget.go: the one budget for the request bodies held across
+//     streams (limits.max_in_flight MiB); past it a stream is refused.
 //   - process.go: one ext_proc stream, i.e. one HTTP request. How the
 //     messages come is what llm-d-router's EPP
 //     (pkg/epp/handlers/server.go, request.go) handles in practice: in
@@ -37,12 +49,15 @@
 //     requires an EPP to support, is assumed. The response phase
 //     (headers, body, trailers) ends the request's in-flight count, reads
 //     the usage for the conversation's footprint and attributes a retried
-//     request to the endpoint that served it.
-//   - The configuration is the proxy's (live.Config; CheckConfig in
-//     server.go): listen is the gRPC address, admin the /metrics address,
-//     and each model's replicas are the pool's endpoints, http://IP:PORT,
-//     one per pod and target port (a vLLM pod with one port per
-//     data-parallel rank is one endpoint per port).
+//     request to the endpoint that served it. The request phase must end
+//     within timeouts.read (else 408 in the client's shape).
+//   - config.go: the configuration is the proxy's (live.Config) with the
+//     picker's rules (ParseConfig; CheckConfig in server.go): listen is
+//     the gRPC address, admin the /metrics address, and each model's
+//     replicas are the pool's endpoints, http://IP:PORT, one per pod and
+//     target port (a vLLM pod with one port per data-parallel rank is one
+//     endpoint per port); no placeholder session_key, the key read from a
+//     Secret's file (ReadSessionKey).
 //   - pool.go, discovery.go: warden epp --kubernetes. Pool reads the
 //     InferencePool (inference.networking.k8s.io/v1, through the dynamic
 //     client: spec.selector.matchLabels and spec.targetPorts[].number, as
@@ -54,7 +69,11 @@
 //     ParsePoolConfig reads a configuration that lists no replicas.
 //
 // Tests play the gateway: a hand-written Envoy side of ext_proc over real
-// gRPC on 127.0.0.1 that streams headers and body as Envoy does in each
+// gRPC on 127.0.0.1 (no Envoy is installable here) that sends what Envoy's
+// ext_proc filter sends (protocol_config on the first message, the
+// forwarded metadata on every message, raw_value headers: Envoy's
+// source/extensions/filters/http/ext_proc/ext_proc.cc, checked by
+// TestGatewaySpeaksEnvoy), streams headers and body as Envoy does in each
 // mode, forwards to emulated vLLM replicas (package emulator) and streams
 // the response back through the response phase.
 package epp

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/lm-warden/warden/emulator"
@@ -37,6 +39,13 @@ const testModel = "Qwen/Qwen3-4B-Instruct-2507"
 // called when the test ends).
 func startReplica(t testing.TB, vllm string) (addr string, kill func()) {
 	t.Helper()
+	return startReplicaOn(t, "127.0.0.1", vllm)
+}
+
+// startReplicaOn is startReplica listening on host (another loopback
+// address: a pod of its own IP).
+func startReplicaOn(t testing.TB, host, vllm string) (addr string, kill func()) {
+	t.Helper()
 	f, err := sim.ParseFarm([]byte("model: "+testModel+"\ngpu: RTX A4000\nreplicas: 1\nvllm: {max_num_seqs: 32, max_model_len: 32768"+vllm+"}\n"), "farm.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +54,7 @@ func startReplica(t testing.TB, vllm string) (addr string, kill func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +73,11 @@ func startReplica(t testing.TB, vllm string) (addr string, kill func()) {
 
 // picker is a running `warden epp` on 127.0.0.1.
 type picker struct {
+	s      *Server
 	ls     *live.Server
+	addr   string // ext_proc
 	admin  string
+	health string // the health port
 	client extprocv3.ExternalProcessorClient
 	conn   *grpc.ClientConn
 	stop   func() error
@@ -73,7 +85,14 @@ type picker struct {
 
 // startPicker parses yamlText as the EPP's configuration (listen set for
 // it), serves it on 127.0.0.1:0 and stops it when the test ends.
-func startPicker(t testing.TB, yamlText string) *picker {
+func startPicker(t testing.TB, yamlText string, opts ...Option) *picker {
+	t.Helper()
+	return startPickerOn(t, yamlText, nil, opts...)
+}
+
+// startPickerOn is startPicker serving ext_proc on ln (nil: a new
+// listener on 127.0.0.1:0).
+func startPickerOn(t testing.TB, yamlText string, ln net.Listener, opts ...Option) *picker {
 	t.Helper()
 	cfg, err := live.ParseConfig("epp.yaml", []byte("listen: 127.0.0.1:0\n"+yamlText))
 	if err != nil {
@@ -86,23 +105,29 @@ func startPicker(t testing.TB, yamlText string) *picker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(ls, WithLogger(slog.New(slog.DiscardHandler)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	s := New(ls, append([]Option{WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	if ln == nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	aln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	hln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln, aln) }()
+	go func() { done <- s.Serve(ctx, Listeners{ExtProc: ln, Admin: aln, Health: hln}) }()
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &picker{ls: ls, admin: "http://" + aln.Addr().String(), client: extprocv3.NewExternalProcessorClient(conn), conn: conn}
+	p := &picker{s: s, ls: ls, addr: ln.Addr().String(), admin: "http://" + aln.Addr().String(), health: hln.Addr().String(),
+		client: extprocv3.NewExternalProcessorClient(conn), conn: conn}
 	p.stop = sync.OnceValue(func() error {
 		_ = conn.Close()
 		cancel()
@@ -116,13 +141,29 @@ func startPicker(t testing.TB, yamlText string) *picker {
 	return p
 }
 
+// pickerOver starts n emulated replicas and a picker over them (model
+// options modelExtra) and waits for their first scrape.
+func pickerOver(t testing.TB, n int, modelExtra string) (*picker, []string) {
+	t.Helper()
+	eps := make([]string, n)
+	for i := range eps {
+		eps[i], _ = startReplica(t, "")
+	}
+	p := startPicker(t, pickerYAML("", modelExtra, eps...))
+	p.waitScraped(t)
+	return p, eps
+}
+
 // pickerYAML is an EPP configuration of one model over the endpoints.
 func pickerYAML(extra, modelExtra string, endpoints ...string) string {
 	urls := make([]string, len(endpoints))
 	for i, e := range endpoints {
 		urls[i] = "http://" + e
 	}
-	return "auth: passthrough\nscrape_interval: 50ms\ntimeouts: {drain: 5s, health: 1s}\n" + extra +
+	if !strings.Contains(extra, "timeouts:") {
+		extra = "timeouts: {drain: 5s, health: 1s}\n" + extra
+	}
+	return "auth: passthrough\nscrape_interval: 50ms\n" + extra +
 		"models:\n  - name: " + testModel + "\n    replicas: [" + strings.Join(urls, ", ") + "]\n" + modelExtra
 }
 
@@ -204,16 +245,14 @@ func (g *gateway) try(r request) (answer, error) {
 		return answer{}, err
 	}
 	defer func() { _ = st.CloseSend() }()
-	hs := []*corev3.HeaderValue{{Key: ":method", RawValue: []byte("POST")}, {Key: ":path", RawValue: []byte(r.path)},
-		{Key: ":authority", RawValue: []byte("gateway")}, {Key: "content-type", RawValue: []byte("application/json")}}
-	for k, v := range r.header {
-		hs = append(hs, &corev3.HeaderValue{Key: strings.ToLower(k), RawValue: []byte(v)})
-	}
-	first := &extprocv3.ProcessingRequest{
-		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-			Headers: &corev3.HeaderMap{Headers: hs}, EndOfStream: len(r.body) == 0}},
-		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: g.mode, ResponseBodyMode: g.mode},
-	}
+	// What Envoy's ext_proc filter sends (source/extensions/filters/http/
+	// ext_proc/ext_proc.cc): every message carries the forwarded dynamic
+	// metadata (addDynamicMetadata in buildHeaderRequest, setupBodyChunk
+	// and sendTrailers), the protocol_config goes on the stream's first
+	// message only (encodeProtocolConfig, protocol_config_encoded_), and
+	// header values go as raw_value (mutation_utils.cc headersToProto,
+	// envoy.reloadable_features.send_header_raw_value).
+	md := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
 	if r.subset != nil {
 		vals := make([]any, len(r.subset))
 		for i, s := range r.subset {
@@ -223,9 +262,32 @@ func (g *gateway) try(r request) (answer, error) {
 		if err != nil {
 			return answer{}, err
 		}
-		first.MetadataContext = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{NamespaceSubset: hint}}
+		md.FilterMetadata[NamespaceSubset] = hint
 	}
-	if err := st.Send(first); err != nil {
+	first := true
+	send := func(m *extprocv3.ProcessingRequest) error {
+		m.MetadataContext = proto.Clone(md).(*corev3.Metadata)
+		if first {
+			m.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: g.mode, ResponseBodyMode: g.mode}
+			first = false
+		}
+		return st.Send(m)
+	}
+	hs := []*corev3.HeaderValue{{Key: ":authority", RawValue: []byte("gateway")}, {Key: ":path", RawValue: []byte(r.path)},
+		{Key: ":method", RawValue: []byte("POST")}, {Key: ":scheme", RawValue: []byte("http")},
+		{Key: "content-type", RawValue: []byte("application/json")}}
+	if len(r.body) > 0 {
+		hs = append(hs, &corev3.HeaderValue{Key: "content-length", RawValue: strconv.AppendInt(nil, int64(len(r.body)), 10)})
+	}
+	for k, v := range r.header {
+		hs = append(hs, &corev3.HeaderValue{Key: strings.ToLower(k), RawValue: []byte(v)})
+	}
+	hs = append(hs, &corev3.HeaderValue{Key: "x-forwarded-proto", RawValue: []byte("http")},
+		&corev3.HeaderValue{Key: "x-request-id", RawValue: fmt.Appendf(nil, "%016x", time.Now().UnixNano())})
+	if err := send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: &corev3.HeaderMap{Headers: hs}, EndOfStream: len(r.body) == 0}},
+	}); err != nil {
 		return answer{}, err
 	}
 	var dest string
@@ -271,7 +333,13 @@ func (g *gateway) try(r request) (answer, error) {
 		if res.GetRequestHeaders() == nil {
 			return answer{}, fmt.Errorf("buffered: want the headers' answer first, got %T", res.GetResponse())
 		}
-		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+		if cr := res.GetRequestHeaders().GetResponse(); cr.GetHeaderMutation() != nil {
+			// No conversation turn: the endpoint comes with the headers.
+			if err := readDest(res, cr); err != nil {
+				return answer{}, err
+			}
+		}
+		if err := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 			RequestBody: &extprocv3.HttpBody{Body: r.body, EndOfStream: true}}}); err != nil {
 			return answer{}, err
 		}
@@ -285,14 +353,16 @@ func (g *gateway) try(r request) (answer, error) {
 		if res.GetRequestBody() == nil {
 			return answer{}, fmt.Errorf("buffered: want the body's answer, got %T", res.GetResponse())
 		}
-		if err := readDest(res, res.GetRequestBody().GetResponse()); err != nil {
-			return answer{}, err
+		if dest == "" {
+			if err := readDest(res, res.GetRequestBody().GetResponse()); err != nil {
+				return answer{}, err
+			}
 		}
 		echoed = r.body
 	default: // FULL_DUPLEX_STREAMED: the body follows without waiting
 		for off := 0; off < len(r.body); off += g.chunk {
 			end := min(off+g.chunk, len(r.body))
-			if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+			if err := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
 				RequestBody: &extprocv3.HttpBody{Body: r.body[off:end], EndOfStream: end == len(r.body)}}}); err != nil {
 				return answer{}, err
 			}
@@ -361,10 +431,12 @@ func (g *gateway) try(r request) (answer, error) {
 	a.status, a.header = res.StatusCode, res.Header
 	rh := []*corev3.HeaderValue{{Key: ":status", RawValue: fmt.Appendf(nil, "%d", res.StatusCode)},
 		{Key: "content-type", RawValue: []byte(res.Header.Get("Content-Type"))}}
-	served, _ := structpb.NewStruct(map[string]any{KeyServed: a.served})
-	if err := st.Send(&extprocv3.ProcessingRequest{
-		Request:         &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: rh}}},
-		MetadataContext: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{NamespaceLB: served}},
+	// The picker's envoy.lb metadata, with the endpoint that served, is
+	// forwarded from now on with every message.
+	served, _ := structpb.NewStruct(map[string]any{HeaderDestination: dest, KeyServed: a.served})
+	md.FilterMetadata[NamespaceLB] = served
+	if err := send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: rh}}},
 	}); err != nil {
 		return answer{}, err
 	}
@@ -378,7 +450,7 @@ func (g *gateway) try(r request) (answer, error) {
 		if n == 0 && !eos {
 			continue
 		}
-		if err := st.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		if err := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
 			ResponseBody: &extprocv3.HttpBody{Body: bytes.Clone(buf[:n]), EndOfStream: eos}}}); err != nil {
 			return answer{}, err
 		}

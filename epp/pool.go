@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 
@@ -253,37 +251,10 @@ const poolPlaceholder = "http://192.0.2.1:1"
 // them). The models of the configuration it returns have no replicas;
 // WithEndpoints gives them the pool's.
 func LoadPoolConfig(path string) (*live.Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return ParsePoolConfig(filepath.Base(path), data)
+	return LoadConfig(path, ConfigOptions{Kubernetes: true})
 }
 
 // ParsePoolConfig is LoadPoolConfig on data; name is used in errors.
 func ParsePoolConfig(name string, data []byte) (*live.Config, error) {
-	cfg, err := live.ParseConfigWith(name, data, func(c *live.Config) error {
-		for i := range c.Models {
-			m := &c.Models[i]
-			p := fmt.Sprintf("models[%d]", i)
-			const why = "with --kubernetes the endpoints are the InferencePool's ready pods, one per pod and target port: leave url, data_parallel_size and replicas out"
-			switch {
-			case m.URL != "":
-				return live.FieldError(p+".url", why)
-			case m.DataParallelSize != 0:
-				return live.FieldError(p+".data_parallel_size", why)
-			case len(m.Replicas) > 0:
-				return live.FieldError(p+".replicas", why)
-			}
-			m.Replicas = []string{poolPlaceholder}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for i := range cfg.Models {
-		cfg.Models[i].Replicas = nil
-	}
-	return cfg, nil
+	return ParseConfig(name, data, ConfigOptions{Kubernetes: true})
 }

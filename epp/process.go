@@ -3,10 +3,13 @@ package epp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	filterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
@@ -35,26 +38,68 @@ type stream struct {
 	header   http.Header
 	path     string
 	method   string
-	subset   map[string]bool // nil: no hint
-	headers  bool            // request headers seen
-	body     []byte
-	overflow bool // the body passed limits.max_body_bytes: no more is kept
-	decided  bool // an endpoint was sent (or the request refused)
+	subset   *subset // nil: no hint
+	headers  bool    // request headers seen
+	body     []byte  // the request body gathered so far; its capacity is taken from s.bodies
+	overflow bool    // the body passed limits.max_body_bytes: no more is kept
+	decided  bool    // an endpoint was sent (or the request refused)
+	// through: the request is no conversation turn (no body, or a path
+	// that is no inference API): its endpoint was sent with the headers'
+	// answer, by load, and its body passes through unkept.
+	through  bool
+	bodyDone bool // the request body ended (through)
 
 	d        *live.Decision
 	respSeen bool // response headers seen
 }
 
+// received is one message from the gateway, or the stream's end.
+type received struct {
+	req *extprocv3.ProcessingRequest
+	err error
+}
+
 // Process serves one ext_proc stream (ExternalProcessorServer).
+//
+// The request phase, from the stream's start until the endpoint is sent,
+// must end within timeouts.read, as a request's body must arrive within
+// it on the proxy's listener: a gateway that sends a body and never its
+// end gets 408 in the client's shape, and the body held is let go (issue
+// 46, item 3). The gateway's messages are read on a goroutine of the
+// stream's, so that the wait can be timed; it ends with the stream.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 	st := &stream{s: s, srv: srv}
-	defer func() {
-		if st.d != nil {
-			st.d.Finish()
+	defer st.end()
+	msgs := make(chan received)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			req, err := srv.Recv()
+			select {
+			case msgs <- received{req, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
 		}
 	}()
+	var timeout <-chan time.Time // nil: none (timeouts.read below 0, as on the proxy's listener)
+	if read := s.live.Timeouts().Read.D(); read > 0 {
+		deadline := time.NewTimer(read)
+		defer deadline.Stop()
+		timeout = deadline.C
+	}
 	for {
-		req, err := srv.Recv()
+		var m received
+		select {
+		case m = <-msgs:
+		case <-timeout:
+			return st.timedOut()
+		}
+		req, err := m.req, m.err
 		if err == io.EOF || status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
 			return nil
 		}
@@ -69,7 +114,57 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) error {
 		if done {
 			return nil
 		}
+		if st.decided {
+			timeout = nil // the request phase is over: the response takes its time
+		}
 	}
+}
+
+// end lets go of what the stream holds: its request's in-flight counts
+// and its body's share of the budget.
+func (st *stream) end() {
+	if st.d != nil {
+		st.d.Finish()
+	}
+	st.freeBody()
+}
+
+// timedOut ends a stream whose request did not arrive whole within
+// timeouts.read: 408 in the client's shape once its headers came, else
+// the stream's own error.
+func (st *stream) timedOut() error {
+	st.freeBody()
+	read := st.s.live.Timeouts().Read.D()
+	if !st.headers {
+		return status.Errorf(codes.DeadlineExceeded, "epp: no request headers within timeouts.read (%s)", read)
+	}
+	msg := fmt.Sprintf("the request body did not arrive whole within timeouts.read (%s)", read)
+	return st.immediate(st.s.live.Refuse(st.path, st.header, live.RefuseReadTimeout, "read", msg))
+}
+
+// keepBody appends chunk to the body gathered, its capacity taken from
+// the picker's body budget first; false when the budget cannot give it.
+func (st *stream) keepBody(chunk []byte) bool {
+	need := len(st.body) + len(chunk)
+	if need > cap(st.body) {
+		// Grow as append would (doubling), but never past the body limit
+		// plus the byte that tells Decide it is too large.
+		grown := min(max(need, 2*cap(st.body), 4<<10), st.s.live.MaxBodyBytes()+1)
+		if !st.s.bodies.take(grown - cap(st.body)) {
+			return false
+		}
+		b := make([]byte, len(st.body), grown)
+		copy(b, st.body)
+		st.body = b
+	}
+	st.body = append(st.body, chunk...)
+	return true
+}
+
+// freeBody gives the body's capacity back to the budget.
+func (st *stream) freeBody() {
+	st.s.bodies.give(cap(st.body))
+	st.body = nil
 }
 
 // protocolError is a stream that breaks the protocol: it ends with
@@ -151,24 +246,18 @@ func (st *stream) requestHeaders(req *extprocv3.ProcessingRequest, hs *extprocv3
 		return false, protocolError("request headers without :path")
 	}
 	st.subset = subsetHint(req)
-	if hs.GetEndOfStream() {
-		// No body (a GET such as /v1/models): any healthy endpoint, as
-		// llm-d-router's EPP does; no conversation, nothing counted.
-		ep := st.s.live.AnyEndpoint()
-		if st.subset != nil && !st.subset[ep] {
-			ep = ""
-			for _, e := range st.s.live.Endpoints() {
-				if st.subset[e] {
-					ep = e
-					break
-				}
-			}
-		}
+	if hs.GetEndOfStream() || !live.InferencePath(st.path) {
+		// No conversation turn: a request without a body (a GET such as
+		// /v1/models) or to a path that is no inference API (the GAIE
+		// conformance tests POST to paths of their own). Any healthy
+		// endpoint, by load, as llm-d-router's EPP does; nothing counted,
+		// the body passes through unkept.
+		st.decided, st.through = true, true
+		st.bodyDone = hs.GetEndOfStream()
+		ep := st.s.live.AnyEndpoint(st.subset.allowed())
 		if ep == "" {
-			return true, st.immediate(&live.Refusal{Status: http.StatusServiceUnavailable,
-				Body: []byte(`{"error":{"message":"no endpoint can take the request now","type":"server_error","param":null,"code":"service_unavailable"}}`)})
+			return true, st.immediate(st.s.live.Refuse(st.path, st.header, live.RefuseUnavailable, "unavailable", "no endpoint can take the request now"))
 		}
-		st.decided = true
 		return false, st.send(headersResponse(ep))
 	}
 	if st.buffered() {
@@ -184,9 +273,49 @@ func (st *stream) buffered() bool {
 	return st.modeKnown && (st.reqMode == filterv3.ProcessingMode_BUFFERED || st.reqMode == filterv3.ProcessingMode_BUFFERED_PARTIAL)
 }
 
+// subset is the gateway's subset hint: the endpoints the picker may
+// choose from. An entry ip:port names that endpoint; an entry that is a
+// bare IP (no port) names every port of that pod, as the reference
+// pickers read the hint by address (llm-d-router
+// pkg/epp/requestcontrol/candidates.go, DatastoreEndpointCandidates.Locate,
+// and gateway-api-inference-extension's SubsetFilter keep the address of
+// each entry and match pods by it).
+type subset struct {
+	endpoints map[string]bool // ip:port, the IP in its canonical form
+	ips       map[string]bool // bare IPs, canonical
+}
+
+// allows reports whether the hint lets the picker choose ep (ip:port).
+func (h *subset) allows(ep string) bool {
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil {
+		return h.endpoints[ep]
+	}
+	host = canonicalIP(host)
+	return h.endpoints[net.JoinHostPort(host, port)] || h.ips[host]
+}
+
+// allowed is the hint as Decide's Allowed: nil when there is none.
+func (h *subset) allowed() func(string) bool {
+	if h == nil {
+		return nil
+	}
+	return h.allows
+}
+
+// canonicalIP is an IP address in Go's canonical form (IPv4 written as
+// IPv6 made IPv4, IPv6 zeros compressed); anything else as it is.
+func canonicalIP(s string) string {
+	if ip := net.ParseIP(s); ip != nil {
+		return ip.String()
+	}
+	return s
+}
+
 // subsetHint reads envoy.lb.subset_hint / x-gateway-destination-endpoint-subset
-// (a list of ip:port, or one comma-separated string); nil when absent.
-func subsetHint(req *extprocv3.ProcessingRequest) map[string]bool {
+// (a list of ip:port or bare IPs, or one comma-separated string); nil when
+// absent.
+func subsetHint(req *extprocv3.ProcessingRequest) *subset {
 	ns := req.GetMetadataContext().GetFilterMetadata()[NamespaceSubset]
 	if ns == nil {
 		return nil
@@ -195,11 +324,19 @@ func subsetHint(req *extprocv3.ProcessingRequest) map[string]bool {
 	if !ok {
 		return nil
 	}
-	set := map[string]bool{}
+	h := &subset{endpoints: map[string]bool{}, ips: map[string]bool{}}
 	add := func(s string) {
 		for e := range strings.SplitSeq(s, ",") {
-			if e = strings.TrimSpace(e); e != "" {
-				set[e] = true
+			e = strings.TrimSpace(e)
+			if e == "" {
+				continue
+			}
+			if host, port, err := net.SplitHostPort(e); err == nil {
+				h.endpoints[net.JoinHostPort(canonicalIP(host), port)] = true
+			} else if ip := net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(e, "["), "]")); ip != nil {
+				h.ips[ip.String()] = true
+			} else {
+				h.endpoints[e] = true // a name: it matches no endpoint
 			}
 		}
 	}
@@ -211,26 +348,45 @@ func subsetHint(req *extprocv3.ProcessingRequest) map[string]bool {
 	case *structpb.Value_StringValue:
 		add(k.StringValue)
 	}
-	return set // empty: nothing is eligible (the protocol: 503)
+	return h // empty: nothing is eligible (the protocol: 503)
 }
 
 func (st *stream) requestBody(b *extprocv3.HttpBody) (bool, error) {
 	if !st.headers {
 		return false, protocolError("a request body before the request headers")
 	}
+	eos := b.GetEndOfStream() || b.GetEndOfStreamWithoutMessage()
+	if st.through {
+		if st.bodyDone {
+			return false, protocolError("request body after the end of the request body")
+		}
+		st.bodyDone = eos
+		if st.modeKnown && st.reqMode != filterv3.ProcessingMode_FULL_DUPLEX_STREAMED {
+			// BUFFERED or STREAMED: the body passes unchanged.
+			return false, st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}})
+		}
+		return false, st.send(streamedBody(true, b.GetBody(), eos))
+	}
 	if st.decided {
 		return false, protocolError("request body after the end of the request body")
 	}
 	if !st.overflow {
-		if len(st.body)+len(b.GetBody()) > st.s.live.MaxBodyBytes() {
+		chunk := b.GetBody()
+		if limit := st.s.live.MaxBodyBytes(); len(st.body)+len(chunk) > limit {
 			// Keep one byte past the limit: Decide answers 413.
-			st.body = append(st.body, b.GetBody()[:st.s.live.MaxBodyBytes()+1-len(st.body)]...)
+			chunk = chunk[:limit+1-len(st.body)]
 			st.overflow = true
-		} else {
-			st.body = append(st.body, b.GetBody()...)
+		}
+		if !st.keepBody(chunk) {
+			// The bodies held across streams are at the picker's budget:
+			// shed this one (the client retries) rather than grow past it.
+			st.freeBody()
+			held, budget := st.s.bodies.state()
+			return true, st.immediate(st.s.live.Refuse(st.path, st.header, live.RefuseOverloaded, "body_memory",
+				fmt.Sprintf("the picker holds %d bytes of request bodies, its budget is %d bytes: retry shortly", held, budget)))
 		}
 	}
-	if !b.GetEndOfStream() && !b.GetEndOfStreamWithoutMessage() {
+	if !eos {
 		return false, nil
 	}
 	return st.decide()
@@ -239,18 +395,16 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) (bool, error) {
 // decide places the request once its body is whole and sends the answer.
 func (st *stream) decide() (bool, error) {
 	st.decided = true
-	var allowed func(string) bool
-	if st.subset != nil {
-		allowed = func(ep string) bool { return st.subset[ep] }
-	}
 	d, ref := st.s.live.Decide(live.DecideInput{Ctx: st.srv.Context(), Method: st.method, Path: st.path,
-		Header: st.header, Body: st.body, Allowed: allowed})
+		Header: st.header, Body: st.body, Allowed: st.subset.allowed()})
 	if ref != nil {
+		st.freeBody()
 		return true, st.immediate(ref)
 	}
 	st.d = d
 	dest := strings.Join(append([]string{d.Endpoint()}, d.Fallbacks()...), ",")
 	if st.buffered() {
+		st.freeBody()
 		r := headersResponse(dest)
 		cr := r.GetRequestHeaders().GetResponse()
 		return false, st.send(&extprocv3.ProcessingResponse{
@@ -271,7 +425,7 @@ func (st *stream) decide() (bool, error) {
 			return false, err
 		}
 	}
-	st.body = nil
+	st.freeBody()
 	return false, nil
 }
 
@@ -322,11 +476,27 @@ func (st *stream) immediate(ref *live.Refusal) error {
 		})
 	}
 	return st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(ref.Status)},
+		Status:  &typev3.HttpStatus{Code: protocolStatus(ref)},
 		Headers: &extprocv3.HeaderMutation{SetHeaders: hs},
 		Body:    ref.Body,
 		Details: "warden_" + ref.Reason,
 	}}})
+}
+
+// protocolStatus is the refusal's status as Envoy's HttpStatus can carry
+// it: its StatusCode enum lists the registered HTTP statuses only, and
+// Envoy validates an ImmediateResponse against it (defined_only), so
+// Anthropic's 529, which the proxy sends in its own HTTP answers, goes as
+// 429 for a request shed for load and 503 otherwise (issue 50, item 3).
+// The body keeps the client's error type (overloaded_error).
+func protocolStatus(ref *live.Refusal) typev3.StatusCode {
+	if _, ok := typev3.StatusCode_name[int32(ref.Status)]; ok && ref.Status != 0 {
+		return typev3.StatusCode(ref.Status)
+	}
+	if ref.Shed {
+		return typev3.StatusCode_TooManyRequests
+	}
+	return typev3.StatusCode_ServiceUnavailable
 }
 
 func (st *stream) responseHeaders(req *extprocv3.ProcessingRequest, hs *extprocv3.HttpHeaders) error {

@@ -453,6 +453,7 @@ func (r *reader) batch(b *Batch) error {
 		if !haveTS || !haveEvents {
 			return errors.New("batch map without ts or events")
 		}
+		b.Form = FormBatchMap
 		return nil
 	}
 	n, err := r.arrayLen()

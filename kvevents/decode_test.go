@@ -81,7 +81,7 @@ func TestDecodeTolerant(t *testing.T) {
 		{
 			name: "batch as a map, float32 ts",
 			hex:  "83 a6 6576656e7473 90 a2 7473 ca40400000 b2 646174615f706172616c6c656c5f72616e6b 03",
-			want: Batch{TS: 3, DPRank: 3, Form: FormArray},
+			want: Batch{TS: 3, DPRank: 3, Form: FormBatchMap},
 		},
 	}
 	for _, c := range cases {
@@ -109,7 +109,7 @@ func TestRoundTrip(t *testing.T) {
 		b.Events[0].TokenIDs[i] = uint32(i * 7919)
 	}
 	var got Batch
-	for _, f := range []Form{FormArray, FormMap} {
+	for _, f := range Forms {
 		b.Form = f
 		raw := AppendBatch(nil, b, f)
 		if err := Decode(raw, &got); err != nil {
@@ -129,7 +129,7 @@ func TestRoundTrip(t *testing.T) {
 // it accepts is one msgpack value to an independent library too, and
 // re-encodes to bytes it decodes to the same events.
 func FuzzDecode(f *testing.F) {
-	for _, h := range []string{v026MapHex, v026ArrayHex, removedMapHex} {
+	for _, h := range []string{v026MapHex, v026ArrayHex, v026BatchMapHex, removedMapHex, removedArrayHex, removedBatchMapHex} {
 		f.Add(annotated(f, h))
 	}
 	f.Add(AppendBatch(nil, &Batch{DPRank: -1, Events: []Event{{Kind: BlockStored, BlockHashes: []uint64{1}, TokenIDs: []uint32{1}, BlockSize: 1}}}, FormArray))

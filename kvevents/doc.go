@@ -14,17 +14,29 @@
 //     ZmqEventPublisher._publisher_thread on a PUB socket: seq is an 8-byte
 //     big-endian counter from 0 (itertools.count), payload one msgspec
 //     msgpack KVEventBatch;
-//   - KVEventBatch (EventBatch, array_like=True) is [ts, events,
-//     data_parallel_rank], ts a float64 of Unix seconds, the rank omitted
-//     when None (omit_defaults);
-//   - an event is BlockStored, BlockRemoved or AllBlocksCleared (KVCacheEvent,
-//     tag=True: the tag is the class name). Up to vLLM PR #16750..#40984 it
-//     was a positional array, tag first (array_like=True); vLLM PR #42892
-//     ("[KV Events] Switch event structs from array to map encoding")
-//     removed array_like from the events, which are since tagged maps,
-//     {"type": "BlockStored", "block_hashes": [...], ...}, fields by name;
-//     the batch envelope stayed positional. Both forms are decoded (Form);
-//     a batch sent as a map is accepted too;
+//   - the payload is written by msgspec, whose rules decide the bytes:
+//     an array_like struct is written whole, every field, a default too
+//     (mpack_encode_struct_array in msgspec/_core.c: omit_defaults does not
+//     apply, msgspec issue #720); a struct as a map leaves out the fields
+//     equal to their default under omit_defaults
+//     (mpack_encode_struct_object), a tagged one "type" first;
+//   - an event is BlockStored, BlockRemoved or AllBlocksCleared
+//     (KVCacheEvent, tag=True: the tag is the class name); KVEventBatch
+//     (EventBatch) is ts (float64 Unix seconds), events and
+//     data_parallel_rank (None by default; ZmqEventPublisher.publish sets
+//     its own rank, PR #18925). Three forms followed each other (Form):
+//     array, batch and events array_like ([ts, events, rank] with rank
+//     nil when None; [tag, field...] with every field, BlockStored's 11
+//     since PR #40984), from PR #16750; map, the events tagged maps
+//     {"type": "BlockStored", "block_hashes": [...], ...} without their
+//     defaults, the batch still positional (PR #42892, "[KV Events]
+//     Switch event structs from array to map encoding"; vLLM 0.26.0,
+//     volcano-sh/kthena#1535); batch-map, the batch a map too,
+//     {"ts", "events", "data_parallel_rank"}, the rank left out when None
+//     (vLLM main at 0181ea3). Decode reads all three, fields in any order,
+//     fewer positional fields (older releases), unknown fields and event
+//     types skipped; AppendBatch writes each byte for byte, and the golden
+//     files under testdata/ hold each form;
 //   - a block hash is ExternalBlockHash, int or bytes
 //     (vllm/v1/core/kv_cache_utils.py): bytes unless
 //     VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES, whose int is the low 64 bits of
@@ -36,15 +48,28 @@
 //     buffered batch from there as (seq, payload) and ends with seq -1 and
 //     an empty payload.
 //
+// A publisher is a peer that can misbehave; what it can make warden hold,
+// wait for and do is bounded (Limits): bytes and frames per message, a
+// read deadline on the greeting, the handshake and each message, and a
+// token bucket on batches and on block hashes per second, whose drops are
+// counted and lost. Sequence numbers are the publisher's word: a jump
+// further ahead than any engine publishes is a restart, and counters
+// saturate rather than go negative.
+//
 // # Where to start reading
 //
 //   - wire.go: Batch, Event and their Kinds; decode.go: Decode (both forms,
 //     every length bounded by the bytes that remain, nesting bounded);
 //     encode.go: AppendBatch, byte for byte what msgspec writes.
-//   - subscriber.go: Subscribe (SUB socket, reconnects, sequence tracking,
-//     replay on a gap, Handler); publisher.go: Publisher (PUB + ROUTER with
-//     a replay buffer, for the emulator); zmtp.go: the frame-size guard
-//     under both.
+//   - subscriber.go: Subscribe (dials, reconnects, replay on a gap,
+//     Handler); listen.go: Listener, for publishers that connect (vLLM
+//     connects when its endpoint has no "*", as llm-d deploys it), told
+//     apart by topic and data-parallel rank (Router); stream.go: one publisher's sequence numbers (gaps,
+//     restarts, duplicates from replay) and the bound on work;
+//     zmtp.go: ZMTP over zmq4's Conn, each connection read through the
+//     limits and deadlines; publisher.go: Publisher (PUB + ROUTER with a
+//     replay buffer, for the emulator).
 //   - ledger.go: Farm and its per-replica ledgers: blocks held, miss
-//     classes, each bounded.
+//     classes, each bounded; Snapshot reads what each ledger last
+//     published, without its lock.
 package kvevents

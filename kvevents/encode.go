@@ -6,43 +6,66 @@ import (
 )
 
 // AppendBatch appends b encoded as vLLM's msgspec encoder writes a
-// KVEventBatch, its events in form f (b.Form is ignored), and returns the
-// extended buffer. The bytes are msgspec's, not merely equivalent msgpack:
+// KVEventBatch in form f (b.Form is ignored), and returns the extended
+// buffer. The bytes are msgspec's, not merely equivalent msgpack:
 //
 //   - integers take the shortest encoding (positive fixint, then uint8 to
 //     uint64; negatives fixint, then int8 to int64), floats float64, str
-//     fixstr then str8/16/32 (mpack_encode_long, mpack_encode_str in
-//     msgspec/_core.c);
-//   - the batch is array_like with omit_defaults: [ts, events, rank], the
-//     rank left out when None (b.DPRank < 0);
-//   - an event is tagged, "type" first in a map, first in an array;
-//     omit_defaults leaves out fields equal to their default (extra_keys,
-//     group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window default
-//     to None), in an array only the trailing ones;
-//   - BlockStored's lora_id and lora_name, fields without a default, are
-//     always written; warden has no LoRA, so they are None.
+//     fixstr then str8/16/32 (mpack_encode_long, mpack_encode_float,
+//     mpack_encode_cstr in msgspec/_core.c);
+//   - an array_like struct is written whole, every field in declaration
+//     order, a default too (mpack_encode_struct_array: omit_defaults does
+//     not apply): the batch [ts, events, data_parallel_rank] with None
+//     (b.DPRank < 0) as nil in FormArray and FormMap; an event [tag,
+//     field...] in FormArray, BlockStored's 11 fields (extra_keys,
+//     group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window nil
+//     when None; the sliding window always: warden has no sliding-window
+//     layers), BlockRemoved's 3;
+//   - a struct as a map (mpack_encode_struct_object) is its fields by
+//     name in declaration order, a tagged one "type" first, those with a
+//     default left out when equal to it (omit_defaults): an event in
+//     FormMap and FormBatchMap, the batch in FormBatchMap (the rank left
+//     out when None). Fields without a default are always written:
+//     BlockStored's lora_id and lora_name, None here (warden has no LoRA).
 func AppendBatch(dst []byte, b *Batch, f Form) []byte {
-	n := 2
-	if b.DPRank >= 0 {
-		n = 3
+	if f == FormBatchMap {
+		n := 2
+		if b.DPRank >= 0 {
+			n = 3
+		}
+		dst = appendMapLen(dst, n)
+		dst = appendStr(dst, "ts")
+		dst = appendFloat(dst, b.TS)
+		dst = appendStr(dst, "events")
+		dst = appendEvents(dst, b, FormMap)
+		if b.DPRank >= 0 {
+			dst = appendStr(dst, "data_parallel_rank")
+			dst = appendInt(dst, int64(b.DPRank))
+		}
+		return dst
 	}
-	dst = appendArrayLen(dst, n)
+	dst = appendArrayLen(dst, 3)
 	dst = appendFloat(dst, b.TS)
+	dst = appendEvents(dst, b, f)
+	if b.DPRank < 0 {
+		return append(dst, 0xc0)
+	}
+	return appendInt(dst, int64(b.DPRank))
+}
+
+func appendEvents(dst []byte, b *Batch, f Form) []byte {
 	dst = appendArrayLen(dst, len(b.Events))
 	for i := range b.Events {
 		dst = appendEvent(dst, &b.Events[i], f)
 	}
-	if b.DPRank >= 0 {
-		dst = appendInt(dst, int64(b.DPRank))
-	}
 	return dst
 }
 
-// field is one encoded field of an event: its name and its value, or
-// omitted (a default left out).
+// fieldVal is one field of an event: its name and its value, or its
+// default (None, def true).
 type fieldVal struct {
 	name string
-	omit bool
+	def  bool
 	put  func([]byte) []byte
 }
 
@@ -69,55 +92,51 @@ func appendEvent(dst []byte, e *Event, f Form) []byte {
 			{name: "lora_id", put: appendNil},
 			{name: "medium", put: func(d []byte) []byte { return appendOptStr(d, e.Medium) }},
 			{name: "lora_name", put: appendNil},
-			{name: "extra_keys", omit: !e.ExtraKeys, put: func(d []byte) []byte {
+			{name: "extra_keys", def: !e.ExtraKeys, put: func(d []byte) []byte {
 				d = appendArrayLen(d, len(e.BlockHashes))
 				for range e.BlockHashes {
 					d = append(d, 0xc0)
 				}
 				return d
 			}},
-			{name: "group_idx", omit: e.GroupIdx < 0, put: func(d []byte) []byte { return appendInt(d, int64(e.GroupIdx)) }},
-			{name: "kv_cache_spec_kind", omit: e.CacheSpecKind == "", put: func(d []byte) []byte { return appendStr(d, e.CacheSpecKind) }},
+			{name: "group_idx", def: e.GroupIdx < 0, put: func(d []byte) []byte { return appendInt(d, int64(e.GroupIdx)) }},
+			{name: "kv_cache_spec_kind", def: e.CacheSpecKind == "", put: func(d []byte) []byte { return appendStr(d, e.CacheSpecKind) }},
+			{name: "kv_cache_spec_sliding_window", def: true},
 		}
 	case BlockRemoved:
 		fields = []fieldVal{
 			{name: "block_hashes", put: func(d []byte) []byte { return appendHashes(d, e.BlockHashes) }},
 			{name: "medium", put: func(d []byte) []byte { return appendOptStr(d, e.Medium) }},
-			{name: "group_idx", omit: e.GroupIdx < 0, put: func(d []byte) []byte { return appendInt(d, int64(e.GroupIdx)) }},
+			{name: "group_idx", def: e.GroupIdx < 0, put: func(d []byte) []byte { return appendInt(d, int64(e.GroupIdx)) }},
 		}
 	}
 	tag := e.Kind.String()
-	if f == FormMap {
-		n := 1
-		for _, fv := range fields {
-			if !fv.omit {
-				n++
-			}
-		}
-		dst = appendMapLen(dst, n)
-		dst = appendStr(dst, "type")
+	if f == FormArray {
+		dst = appendArrayLen(dst, len(fields)+1)
 		dst = appendStr(dst, tag)
 		for _, fv := range fields {
-			if !fv.omit {
-				dst = appendStr(dst, fv.name)
-				dst = fv.put(dst)
+			if fv.def {
+				dst = append(dst, 0xc0) // the default, None, written in place
+				continue
 			}
+			dst = fv.put(dst)
 		}
 		return dst
 	}
-	// array_like: only trailing defaults are left out.
-	n := len(fields)
-	for n > 0 && fields[n-1].omit {
-		n--
-	}
-	dst = appendArrayLen(dst, n+1)
-	dst = appendStr(dst, tag)
-	for _, fv := range fields[:n] {
-		if fv.omit {
-			dst = append(dst, 0xc0) // a default written in place: None
-			continue
+	n := 1
+	for _, fv := range fields {
+		if !fv.def {
+			n++
 		}
-		dst = fv.put(dst)
+	}
+	dst = appendMapLen(dst, n)
+	dst = appendStr(dst, "type")
+	dst = appendStr(dst, tag)
+	for _, fv := range fields {
+		if !fv.def {
+			dst = appendStr(dst, fv.name)
+			dst = fv.put(dst)
+		}
 	}
 	return dst
 }

@@ -1,7 +1,9 @@
 package kvevents
 
 import (
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,7 +16,10 @@ import (
 // (beyond, it stops adding and says it is incomplete), and the record of
 // hashes ever stored keeps at most MaxEver, forgetting the oldest half
 // when full. Safe for concurrent use: one subscriber goroutine per
-// replica feeds it (Replica), the status page reads it (Snapshot).
+// replica feeds it (Replica), the status page reads it (Snapshot) without
+// waiting: each replica publishes a copy of its status after every change
+// (a batch of a million hashes held the lock for two seconds, and
+// /api/status with it).
 type Farm struct {
 	maxBlocks int
 	maxEver   int
@@ -39,6 +44,7 @@ type ledger struct {
 	complete bool // every batch since the last AllBlocksCleared (or the start, at seq 0) was seen
 	overflow bool
 	st       ReplicaStatus
+	pub      atomic.Pointer[ReplicaStatus] // st as last published, for Snapshot
 }
 
 // ReplicaStatus is what the events say of one replica.
@@ -56,15 +62,25 @@ type ReplicaStatus struct {
 	// generated tokens, which vLLM caches too.
 	Miss    MissTokens `json:"miss_tokens"`
 	Batches int64      `json:"batches"`
+	// WireForm is the form of the last batch (Form: array, map,
+	// batch-map): which of vLLM's encodings the replica speaks.
+	WireForm string `json:"wire_form,omitempty"`
 	// Undecodable counts batches that did not decode (a changed wire
 	// format?), BadPayload the last one's error.
-	Undecodable int64     `json:"batches_undecodable"`
-	BadPayload  string    `json:"last_decode_error,omitempty"`
-	Lost        int64     `json:"batches_lost"`
-	Restarts    int64     `json:"restarts"`
-	Clears      int64     `json:"clears"`
-	LastSeq     uint64    `json:"last_seq"`
-	LastBatch   time.Time `json:"last_batch,omitzero"`
+	Undecodable int64  `json:"batches_undecodable"`
+	BadPayload  string `json:"last_decode_error,omitempty"`
+	// Lost counts batches missed: gaps replay could not fill, batches
+	// undecodable or dropped.
+	Lost int64 `json:"batches_lost"`
+	// Dropped counts batches that came faster than the publisher's bound
+	// on work (batches or block hashes per second) and were dropped,
+	// counted lost too; LastDrop names the bound.
+	Dropped   int64     `json:"batches_dropped"`
+	LastDrop  string    `json:"last_drop,omitempty"`
+	Restarts  int64     `json:"restarts"`
+	Clears    int64     `json:"clears"`
+	LastSeq   uint64    `json:"last_seq"`
+	LastBatch time.Time `json:"last_batch,omitzero"`
 }
 
 // MissTokens are computed prompt tokens by class (sim.MissTokens' names).
@@ -92,7 +108,9 @@ func NewFarm(n, maxBlocks, maxEver int) *Farm {
 	n = min(n, 64)
 	f := &Farm{maxBlocks: maxBlocks, maxEver: maxEver, ever: [2]map[uint64]uint64{{}, {}}}
 	for i := range n {
-		f.replicas = append(f.replicas, &ledger{farm: f, id: i, held: map[ledgerKey]uint32{}})
+		l := &ledger{farm: f, id: i, held: map[ledgerKey]uint32{}}
+		l.publish()
+		f.replicas = append(f.replicas, l)
 	}
 	return f
 }
@@ -103,18 +121,38 @@ func (f *Farm) Replica(i int) Handler { return f.replicas[i] }
 // Len is the number of replicas.
 func (f *Farm) Len() int { return len(f.replicas) }
 
-// Snapshot returns every replica's status, by index.
+// Snapshot returns every replica's status, by index, as each replica last
+// published it: it takes no lock, so a batch being counted never holds it up.
 func (f *Farm) Snapshot() []ReplicaStatus {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	out := make([]ReplicaStatus, len(f.replicas))
 	for i, l := range f.replicas {
-		out[i] = l.st
-		out[i].BlocksHeld = l.heldN
-		out[i].Complete = l.complete && !l.overflow
+		out[i] = *l.pub.Load()
 	}
 	return out
 }
+
+// publish makes the ledger's status what Snapshot reads. Called with the
+// farm's lock held (or before the farm is shared).
+func (l *ledger) publish() {
+	st := l.st
+	st.BlocksHeld = l.heldN
+	st.Complete = l.complete && !l.overflow
+	l.pub.Store(&st)
+}
+
+// add adds n to the counter c, saturating at MaxInt64: a peer's numbers
+// never make a counter negative.
+func add(c *int64, n uint64) {
+	if n > uint64(math.MaxInt64-*c) {
+		*c = math.MaxInt64
+		return
+	}
+	*c += int64(n)
+}
+
+// chunk is how many hashes a batch counts before it lets the farm's lock
+// go for a moment: the other replicas' subscribers wait on it.
+const chunk = 4096
 
 // seen reports whether replica rep, and any replica, stored hash before.
 func (f *Farm) seen(hash uint64, rep int) (here, anywhere bool) {
@@ -133,9 +171,20 @@ func (l *ledger) Batch(seq uint64, b *Batch) {
 	f := l.farm
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	l.st.Batches++
+	defer l.publish()
+	counted := 0
+	breathe := func() {
+		if counted++; counted%chunk == 0 {
+			f.mu.Unlock()
+			f.mu.Lock()
+		}
+	}
+	add(&l.st.Batches, 1)
+	l.st.WireForm = b.Form.String()
 	l.st.LastSeq = seq
-	l.st.LastBatch = time.Unix(0, int64(b.TS*1e9))
+	if b.TS > 0 && b.TS < 1e10 { // a peer's float: NaN, ±Inf and the far future are no time
+		l.st.LastBatch = time.Unix(0, int64(b.TS*1e9))
+	}
 	if seq == 0 {
 		l.complete = true // the publisher's first batch: nothing came before
 	}
@@ -145,22 +194,23 @@ func (l *ledger) Batch(seq uint64, b *Batch) {
 		case AllBlocksCleared:
 			clear(l.held)
 			l.heldN, l.complete, l.overflow = 0, true, false
-			l.st.Clears++
+			add(&l.st.Clears, 1)
 		case BlockStored:
 			if !e.OnGPU() {
 				continue
 			}
 			for _, h := range e.BlockHashes {
+				breathe()
 				k := ledgerKey{h, int32(e.GroupIdx)}
 				if l.held[k] == 0 { // a duplicate of a held block is no miss
 					here, anywhere := f.seen(h, l.id)
 					switch {
 					case here:
-						l.st.Miss.Evicted += int64(e.BlockSize)
+						add(&l.st.Miss.Evicted, uint64(e.BlockSize))
 					case anywhere:
-						l.st.Miss.Elsewhere += int64(e.BlockSize)
+						add(&l.st.Miss.Elsewhere, uint64(e.BlockSize))
 					default:
-						l.st.Miss.Cold += int64(e.BlockSize)
+						add(&l.st.Miss.Cold, uint64(e.BlockSize))
 					}
 					if len(l.held) >= f.maxBlocks {
 						l.overflow = true
@@ -177,6 +227,7 @@ func (l *ledger) Batch(seq uint64, b *Batch) {
 				continue
 			}
 			for _, h := range e.BlockHashes {
+				breathe()
 				k := ledgerKey{h, int32(e.GroupIdx)}
 				switch n := l.held[k]; n {
 				case 0: // stored before we knew of it
@@ -194,15 +245,27 @@ func (l *ledger) Batch(seq uint64, b *Batch) {
 
 func (l *ledger) Lost(from, to uint64) {
 	l.farm.mu.Lock()
-	l.st.Lost += int64(to - from)
+	if to > from {
+		add(&l.st.Lost, to-from)
+	}
 	l.complete = false
+	l.publish()
+	l.farm.mu.Unlock()
+}
+
+func (l *ledger) Dropped(_ uint64, what string) {
+	l.farm.mu.Lock()
+	add(&l.st.Dropped, 1)
+	l.st.LastDrop = "over the bound on " + what + " per second"
+	l.publish()
 	l.farm.mu.Unlock()
 }
 
 func (l *ledger) Undecodable(_ uint64, err error) {
 	l.farm.mu.Lock()
-	l.st.Undecodable++
+	add(&l.st.Undecodable, 1)
 	l.st.BadPayload = err.Error()
+	l.publish()
 	l.farm.mu.Unlock()
 }
 
@@ -210,7 +273,8 @@ func (l *ledger) Restarted() {
 	l.farm.mu.Lock()
 	clear(l.held)
 	l.heldN, l.complete, l.overflow = 0, false, false
-	l.st.Restarts++
+	add(&l.st.Restarts, 1)
+	l.publish()
 	l.farm.mu.Unlock()
 }
 
@@ -221,5 +285,6 @@ func (l *ledger) Status(connected bool, err error) {
 	if err != nil {
 		l.st.Error = err.Error()
 	}
+	l.publish()
 	l.farm.mu.Unlock()
 }

@@ -22,6 +22,7 @@ import (
 // batch, which a subscriber then sees as a gap and replays.
 type Publisher struct {
 	form  Form
+	ep    string // the endpoint connected to, with Connect
 	topic []byte
 	pub   zmq4.Socket
 	rep   zmq4.Socket // nil: no replay socket
@@ -45,8 +46,14 @@ type bufEntry struct {
 // PublisherOptions configure NewPublisher.
 type PublisherOptions struct {
 	// Endpoint is the PUB socket's address to bind, "tcp://host:port"
-	// (port 0: chosen by the system; see Addr).
+	// (port 0: chosen by the system; see Addr), or with Connect the
+	// subscriber's to connect to.
 	Endpoint string
+	// Connect makes the PUB socket connect to Endpoint, as vLLM's does
+	// when its endpoint has no "*" (a subscriber that listens: warden's
+	// kv_events.listen, llm-d's indexer); it reconnects when the
+	// connection fails.
+	Connect bool
 	// ReplayEndpoint is the ROUTER socket's; "" for none.
 	ReplayEndpoint string
 	Topic          string
@@ -69,12 +76,16 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 	p := &Publisher{
 		form:  opts.Form,
 		topic: []byte(opts.Topic),
-		pub:   zmq4.NewPub(context.Background(), quiet),
+		pub:   zmq4.NewPub(context.Background(), quiet, zmq4.WithAutomaticReconnect(opts.Connect)),
 		queue: make(chan []byte, 1024),
 		done:  make(chan struct{}),
 		buf:   make([]bufEntry, opts.BufferSteps),
 	}
-	if err := p.pub.Listen(opts.Endpoint); err != nil {
+	bind := p.pub.Listen
+	if opts.Connect {
+		bind, p.ep = p.pub.Dial, opts.Endpoint
+	}
+	if err := bind(opts.Endpoint); err != nil {
 		p.pub.Close()
 		return nil, fmt.Errorf("kv events publisher %s: %w", opts.Endpoint, err)
 	}
@@ -91,8 +102,14 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 	return p, nil
 }
 
-// Endpoint is the PUB socket's bound address, tcp://host:port.
-func (p *Publisher) Endpoint() string { return "tcp://" + p.pub.Addr().String() }
+// Endpoint is the PUB socket's bound address (with Connect: the one it
+// connects to), tcp://host:port.
+func (p *Publisher) Endpoint() string {
+	if p.ep != "" {
+		return p.ep
+	}
+	return "tcp://" + p.pub.Addr().String()
+}
 
 // ReplayEndpoint is the ROUTER socket's, "" when none.
 func (p *Publisher) ReplayEndpoint() string {

@@ -2,7 +2,6 @@ package kvevents
 
 import (
 	"context"
-	"io"
 	"net"
 	"strings"
 	"testing"
@@ -140,51 +139,11 @@ func TestSubscribeRestartCaughtUp(t *testing.T) {
 // fails the connection before anything is allocated (zmq4 would allocate
 // the frame at its declared size).
 func TestSubscribeRefusesHugeFrames(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		greeting := make([]byte, 64)
-		greeting[0], greeting[9], greeting[10] = 0xff, 0x7f, 3
-		copy(greeting[12:], "NULL")
-		huge := []byte{0x06, 0, 0, 1, 0, 0, 0, 0, 0} // command, long: 1 TiB
-		_, _ = c.Write(append(greeting, huge...))
-		_, _ = io.Copy(io.Discard, c)
-	}()
-	statuses := make(chan error, 4)
-	h := &statusHandler{errs: statuses}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Subscribe(ctx, SubscribeOptions{Endpoint: "tcp://" + ln.Addr().String(), Retry: time.Hour}, h)
-	}()
-	select {
-	case err := <-statuses:
-		if err == nil || !strings.Contains(err.Error(), "a frame of 1099511627776 bytes, more than") {
-			t.Errorf("status error %v, want the frame refused", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no status")
-	}
-	cancel()
-	<-done
-}
-
-type statusHandler struct{ errs chan error }
-
-func (*statusHandler) Batch(uint64, *Batch)      {}
-func (*statusHandler) Lost(uint64, uint64)       {}
-func (*statusHandler) Restarted()                {}
-func (*statusHandler) Undecodable(uint64, error) {}
-func (h *statusHandler) Status(ok bool, err error) {
-	if !ok {
-		h.errs <- err
-	}
+	huge := []byte{0x06, 0, 0, 1, 0, 0, 0, 0, 0} // command, long: 1 TiB
+	p := startHostile(t, func(c net.Conn, _ int) { _, _ = c.Write(append(zmtpGreeting(), huge...)) })
+	h := &recorder{}
+	follow(t, p, Limits{}, h)
+	eventually(t, "refused", func() bool {
+		return strings.Contains(h.lastErr(), "a frame of 1099511627776 bytes, more than")
+	})
 }

@@ -24,27 +24,43 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
-// Form is how events are encoded in a batch.
+// Form is how a batch is encoded on the wire: vLLM's msgspec structs in
+// vllm/distributed/kv_events.py, as they were at each change of their
+// encoding. msgspec writes an array_like struct whole (every field, a
+// default too: mpack_encode_struct_array in msgspec/_core.c; omit_defaults
+// applies to maps only, msgspec issue #720) and a map without the fields
+// equal to their default when omit_defaults is set
+// (mpack_encode_struct_object).
 type Form uint8
 
 const (
-	// FormArray: each event a positional array, tag first (msgspec
-	// array_like=True), as vLLM wrote them before PR #42892.
+	// FormArray: KVEventBatch and its events array_like, [ts, events,
+	// data_parallel_rank] with each event [tag, field...], every field
+	// written (vLLM PR #16750 to before PR #42892, the fields of
+	// PR #40984's BlockStored: 11).
 	FormArray Form = iota + 1
-	// FormMap: each event a map of its fields by name with the tag under
-	// "type" (vLLM PR #42892 and later).
+	// FormMap: the events tagged maps without their defaults, the batch
+	// still array_like (vLLM PR #42892, "[KV Events] Switch event structs
+	// from array to map encoding"; vLLM 0.26.0 sends it, as
+	// volcano-sh/kthena#1535 printed).
 	FormMap
+	// FormBatchMap: the batch a map too, {"ts", "events",
+	// "data_parallel_rank"}, the rank left out when None (vLLM main at
+	// 0181ea3: EventBatch without array_like).
+	FormBatchMap
 )
 
-// ParseForm reads "array" or "map".
+// Forms are the wire forms, oldest first.
+var Forms = []Form{FormArray, FormMap, FormBatchMap}
+
+// ParseForm reads a form's name (Form.String).
 func ParseForm(s string) (Form, error) {
-	switch s {
-	case "array":
-		return FormArray, nil
-	case "map":
-		return FormMap, nil
+	for _, f := range Forms {
+		if s == f.String() {
+			return f, nil
+		}
 	}
-	return 0, fmt.Errorf("kv events form %q: want array (vLLM before PR #42892) or map (PR #42892 and later)", s)
+	return 0, fmt.Errorf("kv events form %q: want array (vLLM before PR #42892), map (PR #42892, vLLM 0.26) or batch-map (the batch a map too, vLLM main)", s)
 }
 
 func (f Form) String() string {
@@ -53,6 +69,8 @@ func (f Form) String() string {
 		return "array"
 	case FormMap:
 		return "map"
+	case FormBatchMap:
+		return "batch-map"
 	}
 	return fmt.Sprintf("Form(%d)", uint8(f))
 }
@@ -96,8 +114,9 @@ type Batch struct {
 	Events []Event
 	// DPRank is the engine's data_parallel_rank, -1 when the batch has none.
 	DPRank int
-	// Form is how the events were encoded (Decode sets it from the first
-	// event; a batch without events reads as FormArray).
+	// Form is how the batch was encoded (Decode sets it from the batch
+	// and its first event; an array batch without events reads as
+	// FormArray).
 	Form Form
 	// Skipped counts events of a type this package does not know, which
 	// Decode skips (a later vLLM may add some).

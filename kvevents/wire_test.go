@@ -96,13 +96,14 @@ const v026MapHex = `
 `
 
 // The same batch before vLLM PR #42892: the event a positional array, tag
-// first, the fields in declaration order, sliding_window (a trailing None)
-// omitted.
+// first, every field in declaration order, kv_cache_spec_sliding_window
+// (None) too: msgspec writes an array_like struct whole
+// (mpack_encode_struct_array), omit_defaults or not.
 const v026ArrayHex = `
 93
   cb 41da a8db e035 9fe7
   91
-    9b                               # array of 11: tag + 10 fields
+    9c                               # array of 12: tag + 11 fields
       ab 426c6f636b53746f726564      # "BlockStored"
       91 cf dab8 9baa 7b58 57c0      # block_hashes
       c0                             # parent_block_hash
@@ -114,14 +115,43 @@ const v026ArrayHex = `
       91 c0                          # extra_keys
       00                             # group_idx
       ae 66756c6c5f617474656e74696f6e
+      c0                             # kv_cache_spec_sliding_window: None, written
   00
 `
 
-// removedHex is a BlockRemoved and an AllBlocksCleared in both forms, with
-// a byte hash (32 bytes, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES unset): its
-// key is the low 64 bits of the bytes.
+// The same batch as vLLM main sends it (EventBatch without array_like,
+// at 0181ea3): the batch a map too, its fields in declaration order (a
+// subclass's KVEventBatch.events keeps EventBatch's place), the event as
+// in v026MapHex.
+const v026BatchMapHex = `
+83                                   # map of 3 (omit_defaults: the rank is not None)
+  a2 7473                            # "ts"
+  cb 41da a8db e035 9fe7
+  a6 6576656e7473                    # "events"
+  91
+    8b
+      a4 74797065 ab 426c6f636b53746f726564
+      ac 626c6f636b5f686173686573 91 cf dab8 9baa 7b58 57c0
+      b1 706172656e745f626c6f636b5f68617368 c0
+      a9 746f6b656e5f696473
+` + v026TokenBytes + `
+      aa 626c6f636b5f73697a65 10
+      a7 6c6f72615f6964 c0
+      a6 6d656469756d a3 475055
+      a9 6c6f72615f6e616d65 c0
+      aa 65787472615f6b657973 91 c0
+      a9 67726f75705f696478 00
+      b2 6b765f63616368655f737065635f6b696e64 ae 66756c6c5f617474656e74696f6e
+  b2 646174615f706172616c6c656c5f72616e6b  # "data_parallel_rank"
+  00
+`
+
+// removedMapHex is a BlockRemoved and an AllBlocksCleared as vLLM 0.26
+// sends them with a byte hash (32 bytes, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES
+// unset): its key is the low 64 bits of the bytes. The batch's rank is
+// None: the array_like batch writes it as nil.
 const removedMapHex = `
-92 cb 3ff0000000000000               # [1.0, events]: no rank (None omitted)
+93 cb 3ff0000000000000               # [1.0, events, None]
   92
     84 a4 74797065 ac 426c6f636b52656d6f766564   # {"type": "BlockRemoved",
        ac 626c6f636b5f686173686573 91 c4 20      #  "block_hashes": [bin8 of 32:
@@ -129,14 +159,45 @@ const removedMapHex = `
        a6 6d656469756d a3 475055                 #  "medium": "GPU",
        a9 67726f75705f696478 00                  #  "group_idx": 0}
     81 a4 74797065 b0 416c6c426c6f636b73436c6561726564  # {"type": "AllBlocksCleared"}
+  c0                                 # data_parallel_rank None
+`
+
+// removedArrayHex is such a batch (an int hash) before PR #42892.
+const removedArrayHex = `
+93 cb 3ff0000000000000
+  92
+    94 ac 426c6f636b52656d6f766564 91 cf 0102030405060708 a3 475055 00  # [tag, hashes, medium, group_idx]
+    91 b0 416c6c426c6f636b73436c6561726564                              # [tag]
+  c0                                 # data_parallel_rank None
+`
+
+// removedBatchMapHex is it as vLLM main sends it: the rank, None, left out.
+const removedBatchMapHex = `
+82                                   # map of 2: ts, events
+  a2 7473 cb 3ff0000000000000
+  a6 6576656e7473
+  92
+    84 a4 74797065 ac 426c6f636b52656d6f766564
+       ac 626c6f636b5f686173686573 91 cf 0102030405060708
+       a6 6d656469756d a3 475055
+       a9 67726f75705f696478 00
+    81 a4 74797065 b0 416c6c426c6f636b73436c6561726564
 `
 
 func TestDecodeGolden(t *testing.T) {
-	// The annotated bytes are checked three ways: Decode reads them as the
-	// batch vLLM 0.26.0 printed, AppendBatch writes them byte for byte, and
-	// an independent msgpack library reads the same values.
+	// The annotated bytes, written by msgspec's rules for each form of
+	// vLLM's structs, are checked three ways: Decode reads them as the
+	// batch vLLM 0.26.0 printed (and the removal batch), AppendBatch
+	// writes them byte for byte, and an independent msgpack library reads
+	// the same values.
 	if got := annotated(t, v026TokenBytes); len(got) != 3+5*5+7*3+3*2+1 {
 		t.Fatalf("token bytes: %d", len(got))
+	}
+	removed := func() *Batch {
+		return &Batch{TS: 1, DPRank: -1, Events: []Event{
+			{Kind: BlockRemoved, BlockHashes: []uint64{0x0102030405060708}, Medium: "GPU", GroupIdx: 0},
+			{Kind: AllBlocksCleared, GroupIdx: -1},
+		}}
 	}
 	cases := []struct {
 		name string
@@ -146,10 +207,10 @@ func TestDecodeGolden(t *testing.T) {
 	}{
 		{"v0.26.0-map", v026MapHex, v026Batch(), FormMap},
 		{"pre-42892-array", v026ArrayHex, v026Batch(), FormArray},
-		{"removed-cleared-map", removedMapHex, &Batch{TS: 1, DPRank: -1, Events: []Event{
-			{Kind: BlockRemoved, BlockHashes: []uint64{0x0102030405060708}, Medium: "GPU", GroupIdx: 0},
-			{Kind: AllBlocksCleared, GroupIdx: -1},
-		}}, FormMap},
+		{"main-batch-map", v026BatchMapHex, v026Batch(), FormBatchMap},
+		{"removed-cleared-map", removedMapHex, removed(), FormMap},
+		{"removed-cleared-array", removedArrayHex, removed(), FormArray},
+		{"removed-cleared-batch-map", removedBatchMapHex, removed(), FormBatchMap},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -188,25 +249,41 @@ func TestDecodeGolden(t *testing.T) {
 	}
 }
 
-// TestV026AsPrinted compares the annotated map-form bytes, read by an
+// TestV026AsPrinted compares the annotated bytes of each form, read by an
 // independent msgpack library, with the batch as vLLM 0.26.0's subscriber
-// printed it in kthena#1535 (Python's repr, in Go values).
+// printed it in kthena#1535 (Python's repr, in Go values): the map form
+// as printed; the array form the same fields in declaration order, the
+// sliding window's None too; the batch-map form the batch's fields by name.
 func TestV026AsPrinted(t *testing.T) {
-	var got []any
-	if err := msgpack.Unmarshal(annotated(t, v026MapHex), &got); err != nil {
-		t.Fatal(err)
-	}
 	tokens := make([]any, len(v026Tokens))
 	for i, v := range v026Tokens {
 		tokens[i] = uint64(v)
 	}
-	want := []any{1789095808.8378847, []any{map[string]any{
+	ts := 1789095808.8378847
+	event := map[string]any{
 		"type": "BlockStored", "block_hashes": []any{uint64(15760518052499183552)}, "parent_block_hash": nil,
 		"token_ids": tokens, "block_size": uint64(16), "lora_id": nil, "medium": "GPU", "lora_name": nil,
 		"extra_keys": []any{nil}, "group_idx": uint64(0), "kv_cache_spec_kind": "full_attention",
-	}}, uint64(0)}
-	if d := cmp.Diff(widen(want), widen(any(got))); d != "" {
-		t.Errorf("(-vLLM 0.26.0 +decoded):\n%s", d)
+	}
+	positional := []any{"BlockStored"}
+	for _, name := range storedFields {
+		positional = append(positional, event[name]) // kv_cache_spec_sliding_window: nil
+	}
+	for _, c := range []struct {
+		name, hex string
+		want      any
+	}{
+		{"map", v026MapHex, []any{ts, []any{event}, uint64(0)}},
+		{"array", v026ArrayHex, []any{ts, []any{positional}, uint64(0)}},
+		{"batch-map", v026BatchMapHex, map[string]any{"ts": ts, "events": []any{event}, "data_parallel_rank": uint64(0)}},
+	} {
+		var got any
+		if err := msgpack.Unmarshal(annotated(t, c.hex), &got); err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(widen(c.want), widen(got)); d != "" {
+			t.Errorf("%s (-vLLM 0.26.0 +decoded):\n%s", c.name, d)
+		}
 	}
 }
 

@@ -2,8 +2,10 @@ package live
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 )
 
 // API is the wire dialect of a request, which decides the shape of every
@@ -191,6 +193,23 @@ func streamErrorEvent(a API, msg string, seq int64) []byte {
 		return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
 	}
 	return append(append([]byte("data: "), errorBody(a, errUpstream, msg)...), "\n\n"...)
+}
+
+// maxEchoed bounds the bytes of a client's value that an error message
+// quotes back (a model name of a megabyte is not sent back whole).
+const maxEchoed = 128
+
+// quotedExcerpt is v quoted as %q quotes it, cut to its first max bytes
+// (at a rune boundary) with the length it had when longer.
+func quotedExcerpt(v string, max int) string {
+	if len(v) <= max {
+		return strconv.Quote(v)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return strconv.Quote(v[:cut]) + fmt.Sprintf("... (%d bytes)", len(v))
 }
 
 // jsonString returns s as a JSON string literal.

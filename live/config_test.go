@@ -19,8 +19,8 @@ func TestExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Models) != 2 {
-		t.Fatalf("%d models, want 2", len(cfg.Models))
+	if len(cfg.Models) != 3 {
+		t.Fatalf("%d models, want 3", len(cfg.Models))
 	}
 	dp, urls := cfg.Models[0], cfg.Models[1]
 	dpPub, dpReplay, err := dp.KVEvents.endpoints("models[0]", dp.NumReplicas())

@@ -318,7 +318,7 @@ func (m *ModelCfg) resolve(p string, seen map[string]bool) error {
 	if m.MaxNumSeqs < 0 || m.MaxNumSeqs > maxServerNumSeqs {
 		return verr(p+".max_num_seqs", "want a positive integer up to %d (the bound a server's own value is taken within), got %d", maxServerNumSeqs, m.MaxNumSeqs)
 	}
-	if _, _, err := m.KVEvents.endpoints(p, m.NumReplicas()); err != nil {
+	if err := m.KVEvents.check(p, m.NumReplicas(), m.kvRanks()); err != nil {
 		return err
 	}
 	return m.checkRouting(p)

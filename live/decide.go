@@ -44,11 +44,68 @@ type Refusal struct {
 	Body       []byte
 	RetryAfter int
 	Reason     string // the warden_rejected_total reason
+	// Shed is a request refused for load (limits.max_in_flight, admission,
+	// a front end's memory budget): retry later. Where Status is 529
+	// (Anthropic's overloaded, no registered HTTP status), a protocol that
+	// carries registered statuses only says 429 for a shed request and
+	// 503 for the others.
+	Shed bool
 }
 
 func (s *Server) refusalOf(api API, ref *refusal) *Refusal {
 	s.obs.rejected.WithLabelValues(ref.reason).Inc()
-	return &Refusal{Status: ref.kind.status(api), Body: errorBody(api, ref.kind, ref.msg), RetryAfter: ref.retryAfter, Reason: ref.reason}
+	return &Refusal{Status: ref.kind.status(api), Body: errorBody(api, ref.kind, ref.msg), RetryAfter: ref.retryAfter,
+		Reason: ref.reason, Shed: ref.kind == errOverloaded}
+}
+
+// apiOf is the dialect of a request to path with header h: the path's,
+// else Anthropic's when the client sends anthropic-version, else OpenAI's.
+func apiOf(path string, h http.Header) (API, bool) {
+	api, ok := endpoints[path]
+	if !ok && h.Get("anthropic-version") != "" {
+		api = APIAnthropic
+	}
+	return api, ok
+}
+
+// InferencePath reports whether path is an inference API that Decide
+// places (chat and text completions, responses, messages and
+// count_tokens); any other path is no conversation turn.
+func InferencePath(path string) bool {
+	_, ok := endpoints[path]
+	return ok
+}
+
+// RefusalKind is a refusal a front end makes itself, before Decide.
+type RefusalKind uint8
+
+const (
+	// RefuseReadTimeout: the request did not arrive whole within
+	// timeouts.read (408).
+	RefuseReadTimeout RefusalKind = iota
+	// RefuseOverloaded: the front end sheds the request for load (429
+	// OpenAI, 529 Anthropic, Retry-After 1).
+	RefuseOverloaded
+	// RefuseUnavailable: no endpoint can take it (503 OpenAI, 529
+	// Anthropic).
+	RefuseUnavailable
+)
+
+// Refuse is a refusal that a front end makes itself for a request to path
+// with header h, in the client's API shape, counted in
+// warden_rejected_total under reason.
+func (s *Server) Refuse(path string, h http.Header, k RefusalKind, reason, msg string) *Refusal {
+	api, _ := apiOf(path, h)
+	ref := &refusal{reason: reason, msg: msg}
+	switch k {
+	case RefuseReadTimeout:
+		ref.kind = errReadTimeout
+	case RefuseOverloaded:
+		ref.kind, ref.retryAfter = errOverloaded, 1
+	default:
+		ref.kind = errUnavailable
+	}
+	return s.refusalOf(api, ref)
 }
 
 // Decision is an admitted request: the endpoint it goes to, its fallbacks,
@@ -73,10 +130,7 @@ const maxDecideUsageBody = 1 << 20
 // API shape (the path and anthropic-version headers decide it).
 func (s *Server) Decide(in DecideInput) (*Decision, *Refusal) {
 	rt := s.state.Load()
-	api, ok := endpoints[in.Path]
-	if !ok && in.Header.Get("anthropic-version") != "" {
-		api = APIAnthropic
-	}
+	api, ok := apiOf(in.Path, in.Header)
 	if !ok {
 		return nil, s.refusalOf(api, &refusal{kind: errNoRoute, reason: "path", msg: fmt.Sprintf("no route for %s %s", method(in.Method), in.Path)})
 	}
@@ -260,16 +314,17 @@ func (m *model) fallbacks(picked *replica, allowed func(string) bool) []string {
 	return out
 }
 
-// AnyEndpoint is the endpoint for a request that carries no body (a GET
-// such as /v1/models): the healthy replica with the fewest requests in
-// flight over every model, not counted; "" when none is healthy.
-func (s *Server) AnyEndpoint() string {
+// AnyEndpoint is the endpoint for a request that is no conversation turn
+// (a GET such as /v1/models, a path that is no inference API): the
+// healthy replica with the fewest requests in flight over every model,
+// in allowed when it is set, not counted; "" when none is healthy.
+func (s *Server) AnyEndpoint(allowed func(endpoint string) bool) string {
 	rt := s.state.Load()
 	best, bestN := "", int64(-1)
 	for _, name := range rt.names {
 		m := rt.models[name].current()
 		for _, rep := range m.replicas {
-			if !rep.server.last.Load().Healthy {
+			if !rep.server.last.Load().Healthy || (allowed != nil && !allowed(rep.target.Host)) {
 				continue
 			}
 			if n := rep.inFlight.Load(); bestN < 0 || n < bestN {
@@ -339,3 +394,24 @@ func (s *Server) Models() []string { return slices.Clone(s.state.Load().names) }
 // front end that gathers a body in pieces stops gathering past it (Decide
 // answers 413).
 func (s *Server) MaxBodyBytes() int { return int(s.state.Load().cfg.Limits.MaxBodyBytes) }
+
+// Limits are the limits of the current configuration, defaults filled.
+func (s *Server) Limits() Limits { return s.state.Load().cfg.Limits }
+
+// Timeouts are the timeouts of the current configuration, defaults
+// filled.
+func (s *Server) Timeouts() Timeouts { return s.state.Load().cfg.Timeouts }
+
+// ClientListener wraps ln as Serve wraps the clients' listener, for a
+// front end that serves its own protocol on it (warden epp's gRPC): at
+// most limits.max_connections connections open at once, idle ones
+// included (at the bound Accept waits for one to close), an Accept that
+// fails for want of a descriptor retried with back-off, each counted and
+// shown on /healthz and warden_client_connections, and each connection's
+// writes bounded by timeouts.client_write (see clientListener). Call it
+// once, before Run.
+func (s *Server) ClientListener(ln net.Listener) net.Listener {
+	cl := newClientListener(ln, s.state.Load().cfg.Limits.MaxConnections, false, &s.clientWrite, s.log, s.obs)
+	s.clientLn.Store(cl)
+	return cl
+}

@@ -59,9 +59,11 @@
 //     exposition, per engine label) and /health, and publishes an immutable
 //     ScrapeResult through an atomic.Pointer.
 //   - kvevents.go: with models[].kv_events (configkvevents.go), one
-//     kvevents subscriber per replica follows vLLM's KV-cache events over
-//     ZeroMQ from the model's start to its stop; status.go shows each
-//     replica's blocks held and computed tokens by why (kv_events).
+//     kvevents subscriber per replica (the proxy dials), or one listener
+//     the publishers connect to, told apart by topic and rank (kvRoutes),
+//     follows vLLM's KV-cache events over ZeroMQ from the model's start to
+//     its stop; status.go shows each replica's blocks held and computed
+//     tokens by why (kv_events) and the listener (kv_events_listen).
 //   - max_num_seqs (for the auto spill threshold): models[].max_num_seqs,
 //     else the server's *_config_info label, else vLLM's default for
 //     models[].gpu (1024 on >= 70 GiB GPUs other than the A100, else 256),
@@ -131,11 +133,15 @@
 // shown as "failed"/"stale" in /api/status; a max_num_seqs a server
 // exposes is capped at 16,384 (maxServerNumSeqs). When no replica can
 // take a request the answer is 503 (OpenAI shape) or 529 overloaded_error
-// (Anthropic shape), at once. The session store is marked down after 3
-// failed exchanges in a row, up again at a good one; while it is down new
-// conversations go to the rendezvous choice of their id over the
+// (Anthropic shape), at once. The session store is marked down after
+// failed exchanges with no success between them for 1 s, up again after
+// good ones for 1 s (a store not known yet is up at its first); while it is
+// down new conversations go to the rendezvous choice of their id over the
 // replicas' names, so that proxies listing them in another order agree
-// (shared.go).
+// (shared.go). What the store can make the proxy hold is bounded
+// (storereply.go: a reply's announced sizes; store.go: keys of the wrong
+// type or size skipped and counted, other proxies' counts trusted up to
+// limits.max_in_flight, the work of one sync capped).
 //
 // Requests. The API paths take POST only (else 405 with Allow: POST;
 // /v1/models takes GET and HEAD); any other path is 404 with code

@@ -25,17 +25,6 @@ var endpoints = map[string]API{
 	countTokensPath:        APIAnthropic,
 }
 
-// apiOf is the dialect of a request to path with headers h, and whether
-// path is one the proxy serves: another path is Anthropic's when the
-// client sent anthropic-version, else OpenAI's.
-func apiOf(path string, h http.Header) (API, bool) {
-	api, ok := endpoints[path]
-	if !ok && h.Get("anthropic-version") != "" {
-		api = APIAnthropic
-	}
-	return api, ok
-}
-
 // countTokensPath counts a prompt's tokens (Anthropic): it is no
 // conversation turn (see model.pickCountTokens).
 const countTokensPath = "/v1/messages/count_tokens"
@@ -312,7 +301,7 @@ func (s *Server) newCall(rt *routing, in *inbound, rb *reqBody, start time.Time)
 	}
 	m := rt.models[b.Model]
 	if m == nil {
-		return nil, &refusal{kind: errNotFound, reason: "unknown_model", msg: fmt.Sprintf("model %q is not served here (see /v1/models)", b.Model)}
+		return nil, &refusal{kind: errNotFound, reason: "unknown_model", msg: "model " + quotedExcerpt(b.Model, maxEchoed) + " is not served here (see /v1/models)"}
 	}
 	id, err := extractFrom(in.header, &b, in.api, rt.cfg.Limits.MaxSessionID)
 	if err != nil {

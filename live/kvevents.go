@@ -8,29 +8,53 @@ import (
 )
 
 // kvFollower follows a model's KV events (kv_events): one kvevents
-// subscriber goroutine per replica feeding one kvevents.Farm, which
-// /api/status reads. It lives from the model's start to its stop; a
-// reload's successor subscribes afresh (the publishers' replay buffers
-// give it back what they kept).
+// subscriber goroutine per replica, or one listener that the replicas'
+// publishers connect to, feeding one kvevents.Farm, which /api/status
+// reads. It lives from the model's start to its stop; a reload's
+// successor subscribes afresh (the publishers' replay buffers give it
+// back what they kept) or binds the listen address once its predecessor
+// let it go.
 type kvFollower struct {
-	farm *kvevents.Farm
-	wg   sync.WaitGroup
+	farm   *kvevents.Farm
+	listen *kvevents.Listener // listen mode; nil when the proxy dials
+	wg     sync.WaitGroup
 }
 
-// startKV subscribes to every replica's events when kv_events is set.
+// startKV follows every replica's events when kv_events is set.
 func (m *model) startKV(ctx context.Context) {
 	c := &m.cfg.KVEvents
 	if !c.On() {
+		return
+	}
+	f := &kvFollower{farm: kvevents.NewFarm(len(m.replicas), c.MaxBlocks, 0)}
+	handlers := make([]kvevents.Handler, f.farm.Len())
+	for i := range handlers {
+		handlers[i] = f.farm.Replica(i)
+	}
+	if c.Listen != "" {
+		eps, err := c.listenEndpoints("models", m.cfg.kvRanks())
+		if err != nil { // checked by the config's resolve
+			return
+		}
+		hosts := make([]string, len(m.replicas))
+		for i, r := range m.replicas {
+			hosts[i] = r.target.Host
+		}
+		f.listen = kvevents.NewListener(kvevents.ListenOptions{
+			Endpoints: eps, Topic: c.Topic, Router: newKVRoutes(c.Topics, hosts), Handlers: handlers,
+			MaxConns: c.MaxPublishers, Limits: c.limits(),
+		})
+		f.wg.Go(func() { _ = f.listen.Run(ctx) })
+		m.kv.Store(f)
 		return
 	}
 	pubs, replays, err := c.endpoints("models", len(m.replicas))
 	if err != nil { // checked by the config's resolve
 		return
 	}
-	f := &kvFollower{farm: kvevents.NewFarm(len(m.replicas), c.MaxBlocks, 0)}
-	for i := range min(len(pubs), f.farm.Len()) {
-		opts := kvevents.SubscribeOptions{Endpoint: pubs[i], ReplayEndpoint: replays[i], Topic: c.Topic}
-		h := f.farm.Replica(i)
+	for i := range min(len(pubs), len(handlers)) {
+		opts := kvevents.SubscribeOptions{Endpoint: pubs[i], ReplayEndpoint: replays[i], Topic: c.Topic, Limits: c.limits()}
+		h := handlers[i]
 		f.wg.Go(func() { _ = kvevents.Subscribe(ctx, opts, h) })
 	}
 	m.kv.Store(f)

@@ -57,7 +57,7 @@ func startKVEmulator(t *testing.T, form kvevents.Form) (urls, pubs, replays []st
 // placed on the other replica computes the shared prefix there, which
 // counts as elsewhere.
 func TestStatusKVEvents(t *testing.T) {
-	for _, form := range []kvevents.Form{kvevents.FormArray, kvevents.FormMap} {
+	for _, form := range kvevents.Forms {
 		t.Run(form.String(), func(t *testing.T) {
 			urls, pubs, replays := startKVEmulator(t, form)
 			model := "  - name: " + emulatedModel + "\n    replicas: [" + strings.Join(urls, ", ") + "]\n" +

@@ -20,14 +20,17 @@ import (
 // 35, item 4):
 //
 //   - at most limits.max_connections connections are served at once, idle
-//     keep-alive ones included; at the bound a new connection is refused
-//     at once (refuse: 429 rate_limit_error or, for an Anthropic request,
-//     529 overloaded_error, with Retry-After and Connection: close), which
-//     is logged at ERROR (at most every capLogEvery), counted
-//     (warden_connections_refused_total) and makes /healthz answer 503
-//     while the bound is reached. Issue 46 item 8: new connections waited
-//     in the kernel's backlog until one closed, 30 s during a flood of
-//     idle ones;
+//     keep-alive ones included; at the bound the proxy's HTTP listener
+//     (refuseHTTP) refuses a new connection at once (refuse: 429
+//     rate_limit_error or, for an Anthropic request, 529
+//     overloaded_error, with Retry-After and Connection: close; issue 46
+//     item 8: new connections waited in the kernel's backlog until one
+//     closed, 30 s during a flood of idle ones), and another (warden
+//     epp's gRPC, which has no such answer before its own handshake)
+//     stops accepting until one closes; either is logged at ERROR (at most
+//     every capLogEvery), counted (warden_connections_refused_total,
+//     warden_connection_limit_waits_total) and makes /healthz answer 503
+//     while the bound is reached;
 //   - an Accept that fails for want of a resource (EMFILE, ENFILE,
 //     ENOBUFS, ENOMEM) is retried with a back-off of 5 ms doubling to 1 s,
 //     logged at ERROR once per episode (net/http logs it through the
@@ -43,13 +46,14 @@ type clientListener struct {
 	obs *observer
 	wto *atomic.Int64 // timeouts.client_write in ns (Server.clientWrite); 0: none
 
-	max      int
-	sem      chan struct{} // a token per open connection
-	open     atomic.Int64
-	refusing chan struct{} // a token per connection being refused (refuse)
-	refusals sync.WaitGroup
-	done     chan struct{} // closed by Close
-	once     sync.Once
+	max        int
+	refuseHTTP bool          // at the bound, answer a new connection (refuse) rather than wait
+	sem        chan struct{} // a token per open connection
+	open       atomic.Int64
+	refusing   chan struct{} // a token per connection being refused (refuse)
+	refusals   sync.WaitGroup
+	done       chan struct{} // closed by Close
+	once       sync.Once
 
 	acceptErr atomic.Pointer[string] // the failure of the last Accept; nil: it succeeded
 	capLogged time.Time              // the last ERROR about the bound (Accept's goroutine)
@@ -58,30 +62,41 @@ type clientListener struct {
 // capLogEvery spaces the ERROR lines of a listener held at its bound.
 const capLogEvery = 10 * time.Second
 
-func newClientListener(ln net.Listener, max int, wto *atomic.Int64, log *slog.Logger, obs *observer) *clientListener {
-	return &clientListener{Listener: ln, log: log, obs: obs, wto: wto, max: max,
+// newClientListener bounds ln's connections at max; refuseHTTP: it
+// serves HTTP/1, and a connection over the bound is answered (refuse).
+func newClientListener(ln net.Listener, max int, refuseHTTP bool, wto *atomic.Int64, log *slog.Logger, obs *observer) *clientListener {
+	return &clientListener{Listener: ln, log: log, obs: obs, wto: wto, max: max, refuseHTTP: refuseHTTP,
 		sem: make(chan struct{}, max), refusing: make(chan struct{}, maxRefusing), done: make(chan struct{})}
 }
 
-// Accept returns the next connection to serve; one that comes while
-// limits.max_connections are open is refused (refuse), not returned.
+// Accept returns the next connection to serve. A connection that comes
+// while limits.max_connections are open is refused (refuse) by an HTTP
+// listener, not returned; any other waits for a free slot first.
 func (l *clientListener) Accept() (net.Conn, error) {
 	var delay time.Duration
 	for {
+		if !l.refuseHTTP && !l.slot() {
+			return nil, net.ErrClosed
+		}
 		c, err := l.Listener.Accept()
 		if err == nil {
 			if l.acceptErr.Load() != nil {
 				l.acceptErr.Store(nil)
 				l.log.Info("accepting client connections again")
 			}
-			select {
-			case l.sem <- struct{}{}:
-			default:
-				l.refuse(c)
-				continue
+			if l.refuseHTTP {
+				select {
+				case l.sem <- struct{}{}:
+				default:
+					l.refuse(c)
+					continue
+				}
 			}
 			l.open.Add(1)
 			return l.wrap(c), nil
+		}
+		if !l.refuseHTTP {
+			<-l.sem // taken for a connection that did not come
 		}
 		if !resourceError(err) {
 			return nil, err
@@ -101,6 +116,36 @@ func (l *clientListener) Accept() (net.Conn, error) {
 			return nil, net.ErrClosed
 		}
 	}
+}
+
+// slot waits for a free slot (a listener that does not refuse), false
+// when the listener was closed meanwhile. A wait is logged at ERROR (at
+// most every capLogEvery) and counted.
+func (l *clientListener) slot() bool {
+	select {
+	case l.sem <- struct{}{}:
+		return true
+	default:
+	}
+	l.obs.connWaits.Inc()
+	l.capLogged = l.logCap(l.capLogged, "client connections at limits.max_connections: new connections wait until one closes")
+	select {
+	case l.sem <- struct{}{}:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// logCap logs msg at ERROR unless it was logged less than capLogEvery
+// after last, and returns when it was last logged.
+func (l *clientListener) logCap(last time.Time, msg string) time.Time {
+	now := time.Now()
+	if now.Sub(last) < capLogEvery {
+		return last
+	}
+	l.log.Error(msg, "max_connections", l.max)
+	return now
 }
 
 // maxRefusing bounds the connections being refused at once (each holds a
@@ -132,10 +177,7 @@ const maxRefusedHead = DefaultMaxHeaderBytes
 // once (the SDKs retry that as a connection error, with back-off).
 func (l *clientListener) refuse(c net.Conn) {
 	l.obs.connRefused.Inc()
-	if now := time.Now(); now.Sub(l.capLogged) >= capLogEvery {
-		l.capLogged = now
-		l.log.Error("client connections at limits.max_connections: new ones are refused (429/529 with Retry-After) until one closes", "max_connections", l.max)
-	}
+	l.capLogged = l.logCap(l.capLogged, "client connections at limits.max_connections: new ones are refused (429/529 with Retry-After) until one closes")
 	select {
 	case l.refusing <- struct{}{}:
 	default:
@@ -211,7 +253,10 @@ func (l *clientListener) trouble() string {
 		return "accepting client connections fails: " + *e
 	}
 	if n := l.open.Load(); n >= int64(l.max) {
-		return fmt.Sprintf("%d client connections open: at limits.max_connections, new connections are refused", n)
+		if l.refuseHTTP {
+			return fmt.Sprintf("%d client connections open: at limits.max_connections, new connections are refused", n)
+		}
+		return fmt.Sprintf("%d client connections open: at limits.max_connections, new connections wait", n)
 	}
 	return ""
 }

@@ -53,6 +53,7 @@ type observer struct {
 	journalLate    prometheus.Counter
 	// The clients' listener and connections (listener.go).
 	connRefused         prometheus.Counter
+	connWaits           prometheus.Counter
 	acceptErrors        prometheus.Counter
 	clientWriteTimeouts prometheus.Counter
 	ttfb                *prometheus.HistogramVec
@@ -83,6 +84,7 @@ func newObserver(state func() *routing) *observer {
 	o.journalErrors = jc(seriesJournalErrors, "Failed writes of the request journal (each also logged).")
 	o.journalDropped = jc(seriesJournalDropped, "Requests not journaled: lost with a failed write, or finished while the journal could not write.")
 	o.journalLate = jc(seriesJournalLate, "Requests journaled out of arrival order: held back past the journal's memory bound, written when they ended.")
+	o.connWaits = jc("warden_connection_limit_waits_total", "Times a client listener that does not answer over its bound (warden epp's gRPC) had limits.max_connections open and waited for one to close before accepting another.")
 	o.connRefused = jc("warden_connections_refused_total", "Client connections that came while limits.max_connections were open: answered at once with 429/529 and Retry-After (also counted in warden_rejected_total{reason=\"max_connections\"}), or closed at once when many were being refused already.")
 	o.acceptErrors = jc("warden_accept_errors_total", "Failed accepts of a client connection (too many open files and the like), each retried after a back-off.")
 	o.clientWriteTimeouts = jc("warden_client_write_timeouts_total", "Writes to a client cut after timeouts.client_write without progress (a client that stopped reading): the exchange ends and the backend request is cancelled.")
@@ -287,11 +289,15 @@ func (o *observer) bodyBytes(b *bodyBudget) {
 	}, func() float64 { return float64(b.held.Load()) }))
 }
 
-// storeUp registers warden_session_store_up: 1 while the last exchange
-// with the session store succeeded, 0 while it is down.
+// storeUp registers warden_session_store_up: 1 while the session store is
+// up, 0 while it is not; and warden_session_store_bad_keys_total.
 func (o *observer) storeUp(st sessionStore) {
 	o.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "warden_session_store_up",
 		Help: "1 while the session store (session_store) answers, 0 while the proxy serves from its own table without it.",
 	}, func() float64 { return float64(boolInt(st.Up())) }))
+	o.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "warden_session_store_bad_keys_total",
+		Help: "Keys of the session store of the wrong type or size skipped, once per sync or claim that met one (/api/status session_store.bad_key names the last).",
+	}, func() float64 { return float64(st.State().BadKeysTotal) }))
 }

@@ -427,7 +427,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	srv := s.clientServer(cfg)
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
-	cl := newClientListener(ln, cfg.Limits.MaxConnections, &s.clientWrite, s.log, s.obs)
+	cl := newClientListener(ln, cfg.Limits.MaxConnections, true, &s.clientWrite, s.log, s.obs)
 	s.clientLn.Store(cl)
 	go func() { errc <- srv.Serve(cl) }()
 	if adminLn != nil {

@@ -202,7 +202,9 @@ func (m *model) addRemote(s *placement.Snapshot) {
 }
 
 // storeLoads is what this proxy publishes to the store: every replica's
-// in-flight count.
+// in-flight count; and how far it trusts another proxy's: up to its own
+// limits.max_in_flight, which no proxy with the same configuration passes
+// on one replica.
 func (s *Server) storeLoads() []replicaLoad {
 	rt := s.state.Load()
 	var out []replicaLoad
@@ -210,7 +212,8 @@ func (s *Server) storeLoads() []replicaLoad {
 		m := rt.models[name]
 		ttl, window := m.sessionTTL(), m.activeWindow()
 		for _, rep := range m.replicas {
-			out = append(out, replicaLoad{Model: name, Replica: rep.name, InFlight: int(rep.inFlight.Load()), TTL: ttl, Window: window})
+			out = append(out, replicaLoad{Model: name, Replica: rep.name, InFlight: int(rep.inFlight.Load()),
+				TTL: ttl, Window: window, Cap: rt.cfg.Limits.MaxInFlight})
 		}
 	}
 	return out

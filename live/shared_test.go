@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lm-warden/warden/live/redistest"
 )
@@ -377,4 +380,127 @@ func BenchmarkSessionStore(b *testing.B) {
 			b.ReportMetric(pct(with, 0.99)-pct(without, 0.99), "added-p99-µs")
 		})
 	}
+}
+
+// TestSharedStoreLyingProxies (issue 46, item 7): two records of other
+// proxies claiming 2^63-1 requests in flight on a replica are trusted up
+// to limits.max_in_flight each, so the replica looks busy, not idle: of 30
+// new sessions streaming at once it gets 1 (placement's score weighs its
+// 2,000 in flight, the most, against the sessions the others come to
+// hold), fewer than an even share. Before: the sum overflowed to -2, the
+// replica's in-flight term was 0 whatever ran there, and it got 9 of 30
+// here (30 of 30 in issue 46's run).
+func TestSharedStoreLyingProxies(t *testing.T) {
+	noLeaks(t)
+	rs, c := hostileRedis(t)
+	f := newFarm(t, 4)
+	for _, v := range f.fakes {
+		v.hold = make(chan struct{})
+	}
+	h := startProxy(t, modelsYAML(storeYAML(rs, "limits: {max_in_flight: 1000}\n"), f.model))
+	h.scraped()
+	target := h.srv.state.Load().models[testModel].replicas[0].name
+	lie := func() {
+		ctx := context.Background()
+		for _, liar := range []string{"liar-1", "liar-2"} {
+			lease := redis.Z{Score: float64(time.Now().Add(storeLease).UnixMilli()), Member: liar}
+			if err := c.ZAdd(ctx, proxiesKey, lease).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.HSet(ctx, storePrefix+"load:"+liar, loadField(testModel, target), strconv.FormatInt(math.MaxInt64, 10)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	lie()
+	h.waitFor("the two records read", func(st StatusReport) bool {
+		return st.SessionStore != nil && st.SessionStore.Up && st.SessionStore.Proxies == 3
+	})
+	var wg sync.WaitGroup
+	moved := 0
+	for s := range 30 {
+		if s%10 == 0 {
+			lie() // keep their leases live
+		}
+		before := f.counts()
+		session := fmt.Sprintf("new-%02d", s)
+		wg.Go(func() {
+			h.do("POST", "/v1/chat/completions", chatBody(testModel, session, 0, true), sessionHdr(session))
+		})
+		h.waitFor("the stream at a backend", func(StatusReport) bool { return sum(f.counts()) == s+1 })
+		if f.counts()[0] != before[0] {
+			moved++
+		}
+	}
+	st := h.status().SessionStore
+	for _, v := range f.fakes {
+		close(v.hold)
+	}
+	wg.Wait()
+	t.Logf("%d of 30 new sessions went to the replica claimed busy", moved)
+	if moved >= 30/4 {
+		t.Errorf("%d of 30 new sessions went to the replica two records claim 2^63-1 requests in flight on, want fewer than an even share", moved)
+	}
+	if st == nil || st.Capped < 2 {
+		t.Errorf("status %+v: want the two claims capped", st)
+	}
+}
+
+// TestSharedStoreSkipsBadKeys (issue 46, item 7): a key of the wrong type
+// where the proxies count a replica's conversations is skipped: both
+// proxies keep the store up and agree on every session's home, and
+// /api/status (session_store.bad_key) and
+// warden_session_store_bad_keys_total show it. Before: every sync of both
+// failed on it with WRONGTYPE, and the store went down until it was
+// deleted.
+func TestSharedStoreSkipsBadKeys(t *testing.T) {
+	noLeaks(t)
+	rs, c := hostileRedis(t)
+	f := newFarm(t, 2)
+	cfg := modelsYAML(storeYAML(rs, ""), f.model)
+	a, b := startProxy(t, cfg), startProxy(t, cfg)
+	a.scraped()
+	b.scraped()
+	bad := heldKey(testModel, a.srv.state.Load().models[testModel].replicas[0].name)
+	if err := c.Set(context.Background(), bad, "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*harness{a, b} {
+		h.waitFor("the bad key skipped", func(st StatusReport) bool {
+			return st.SessionStore != nil && st.SessionStore.Up && st.SessionStore.BadKeys == 1 &&
+				strings.HasPrefix(st.SessionStore.BadKey, bad+" is ")
+		})
+	}
+	moved := 0
+	for s := range 8 {
+		session := fmt.Sprintf("agent-%02d", s)
+		if f.send(t, a, session, 0) != f.send(t, b, session, 1) {
+			moved++
+		}
+	}
+	if moved > 0 {
+		t.Errorf("%d of 8 sessions' second turns, through the other proxy, left their home", moved)
+	}
+	for _, h := range []*harness{a, b} {
+		if st := h.status().SessionStore; !st.Up || st.Changes != 1 {
+			t.Errorf("store %+v: want up, once", st)
+		}
+		if n := metricValue(h.metrics(), "warden_session_store_bad_keys_total"); n < 1 {
+			t.Errorf("warden_session_store_bad_keys_total = %v, want > 0", n)
+		}
+	}
+}
+
+// metricValue is the value of the unlabelled metric name in a Prometheus
+// text exposition, or -1.
+func metricValue(text, name string) float64 {
+	for line := range strings.SplitSeq(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }

@@ -49,8 +49,12 @@ type Status struct {
 	Admission *AdmissionStatus `json:"admission,omitempty"`
 	// SpillReasons are the last few later turns that left their home and
 	// why, newest first (no session ids).
-	SpillReasons []SpillReason   `json:"spill_reasons,omitempty"`
-	Replicas     []ReplicaStatus `json:"replicas"`
+	SpillReasons []SpillReason `json:"spill_reasons,omitempty"`
+	// KVEventsListen is the socket the replicas' KV-event publishers
+	// connect to (kv_events.listen): what it bound, the publishers
+	// connected, and those refused or of an unknown topic.
+	KVEventsListen *kvevents.ListenStatus `json:"kv_events_listen,omitempty"`
+	Replicas       []ReplicaStatus        `json:"replicas"`
 }
 
 // AdmissionStatus is a model's admission queue (admission: kv).
@@ -214,6 +218,10 @@ func (m *model) status(now time.Time) Status {
 	var kvs []kvevents.ReplicaStatus
 	if f := m.kv.Load(); f != nil {
 		kvs = f.farm.Snapshot()
+		if f.listen != nil {
+			ls := f.listen.Status()
+			st.KVEventsListen = &ls
+		}
 	}
 	for i, r := range m.replicas {
 		sr := r.server.last.Load()

@@ -172,19 +172,23 @@ func TestStoreSharesLoadUnderALease(t *testing.T) {
 func TestStoreDownAndBack(t *testing.T) {
 	srv := redistest.Start(t)
 	s := testStore(t, srv)
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
 	ctx := context.Background()
 	loads := []replicaLoad{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
 	if err := s.sync(ctx, loads); err != nil {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	for i := range storeFall { // down at the storeFall-th failure in a row
+	gap := storeFallFor / (storeFall - 1)
+	for i := range storeFall { // down at the storeFall-th failure in a row, storeFallFor after the first
 		if _, _, err := s.Claim(ctx, "m", "x", "r0", time.Hour); err == nil {
 			t.Fatal("claim with the store stopped: no error")
 		}
 		if up, want := s.Up(), i < storeFall-1; up != want {
 			t.Fatalf("after %d failed claims: up %v, want %v", i+1, up, want)
 		}
+		clock = clock.Add(gap)
 	}
 	s.Touch("m", "placed-while-down", "r0", time.Now())
 	s.Touch("m", "raced", "r0", time.Now())
@@ -199,11 +203,14 @@ func TestStoreDownAndBack(t *testing.T) {
 	if _, _, err := other.Claim(ctx, "m", "raced", "r9", time.Hour); err != nil { // another proxy got there first
 		t.Fatal(err)
 	}
-	if err := s.sync(ctx, loads); err != nil {
-		t.Fatal(err)
-	}
-	if !s.Up() {
-		t.Fatal("store not up after a good sync")
+	for i := range storeRise { // up at the storeRise-th good sync in a row, storeRiseFor after the first
+		if err := s.sync(ctx, loads); err != nil {
+			t.Fatal(err)
+		}
+		if up, want := s.Up(), i == storeRise-1; up != want {
+			t.Fatalf("after %d good syncs: up %v, want %v", i+1, up, want)
+		}
+		clock = clock.Add(storeRiseFor / (storeRise - 1))
 	}
 	for session, want := range map[string]string{"placed-while-down": "r0", "raced": "r9"} {
 		if h, existed, err := other.Claim(ctx, "m", session, "r5", time.Hour); err != nil || !existed || h != want {

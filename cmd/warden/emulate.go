@@ -71,18 +71,22 @@ slow-metrics=D delays every /metrics answer by D. P is a probability in
 [0, 1]. To make one replica of several faulty, run a second warden emulate
 with --fault on other ports.
 
---kv-events map (or array) makes each replica publish vLLM's KV-cache events over
-ZeroMQ as vLLM's --kv-events-config does: batches of BlockStored / BlockRemoved
-in msgpack, map the tagged-map form of vLLM PR #42892 and later, array the
-positional form before it; replica k publishes on --kv-events-endpoint's port + k
-and answers replay requests on --kv-events-replay's port + k. warden proxy reads
-them with kv_events in its model config.`,
+--kv-events FORM makes each replica publish vLLM's KV-cache events over ZeroMQ
+as vLLM's --kv-events-config does: batches of BlockStored / BlockRemoved in
+msgpack, byte for byte as msgspec writes vLLM's structs in each release's form:
+array (before vLLM PR #42892: the batch and its events positional, every field
+written), map (PR #42892, vLLM 0.26: the events tagged maps, the batch
+positional) or batch-map (vLLM main: the batch a map too). Replica k publishes
+on --kv-events-endpoint's port + k and answers replay requests on
+--kv-events-replay's port + k. warden proxy reads every form with kv_events in
+its model config.`,
 		Example: `  warden emulate                                   # the built-in 4 x RTX A4000 farm on ports 8000-8003
   warden emulate --farm examples/a4000-qwen3-4b.yaml --layout dp --speed 10
   curl -s localhost:8000/v1/chat/completions -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
   curl -sN localhost:8000/v1/responses -d '{"input":"hi","max_output_tokens":8,"stream":true}'
   warden emulate --fault stall-after-headers=0.1,error-503=0.05,slow-metrics=3s
-  warden emulate --kv-events map --kv-events-endpoint tcp://127.0.0.1:5557`,
+  warden emulate --kv-events map --kv-events-endpoint tcp://127.0.0.1:5557
+  warden emulate --kv-events batch-map --kv-events-replay ""`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runEmulate(cmd.Context(), opts, cmd.OutOrStdout())
@@ -98,7 +102,7 @@ them with kv_events in its model config.`,
 	f.DurationVar(&opts.APIServerTime, "api-server-time", def.APIServerTime, "vLLM's API server's work on a request before its engine sees it (templating, tokenising), one request at a time; 0: none")
 	f.DurationVar(&opts.APIServerPerK, "api-server-per-1k-tokens", def.APIServerPerKToken, "the API server's further work per 1,000 prompt tokens")
 	f.StringVar(&opts.Fault, "fault", "", "faults to inject: stall-after-headers=P,error-503=P,die-mid-stream=P (probabilities), slow-metrics=D (a duration)")
-	f.StringVar(&opts.KVEvents, "kv-events", "", "publish vLLM's KV-cache events in this wire form: map (vLLM PR #42892 and later) or array (before); empty: none")
+	f.StringVar(&opts.KVEvents, "kv-events", "", "publish vLLM's KV-cache events in this wire form: array (vLLM before PR #42892), map (PR #42892, vLLM 0.26) or batch-map (vLLM main); empty: none")
 	f.StringVar(&opts.KVEndpoint, "kv-events-endpoint", "tcp://127.0.0.1:5557", "KV events PUB socket of replica 0 (replica k: port + k)")
 	f.StringVar(&opts.KVReplay, "kv-events-replay", "tcp://127.0.0.1:5657", "KV events replay (ROUTER) socket of replica 0 (replica k: port + k); empty: none")
 	return cmd

@@ -22,6 +22,10 @@ type eppOptions struct {
 	Config   string
 	Check    bool
 	LogLevel string
+	// HealthListen is the health port's address ("": none).
+	HealthListen string
+	// SessionKeyFile holds session_key (a Kubernetes Secret's key).
+	SessionKeyFile string
 
 	// Kubernetes: the endpoints are the ready pods of the InferencePool
 	// Pool in Namespace, found through the Kubernetes API.
@@ -29,6 +33,12 @@ type eppOptions struct {
 	Kubeconfig string
 	Namespace  string
 	Pool       string
+	// Service is the picker's own Service: its admin address answers
+	// requests that name it (a scrape by Service DNS).
+	Service string
+	// resolvConf is the resolver's configuration whose search domains
+	// complete Service's names ("": /etc/resolv.conf).
+	resolvConf string
 	// connect builds the Kubernetes clients (nil: connectKube); tests
 	// give client-go's fakes.
 	connect func(kubeconfig string) (kubeClients, string, error)
@@ -49,10 +59,29 @@ session_store (several pickers active-active agree on homes).
 The configuration is the proxy's (see warden proxy): listen is the gRPC
 address the gateway's ext_proc filter calls, admin serves /metrics, the
 dashboard and /api/status, and each model's replicas are the pool's
-endpoints, http://IP:PORT, one per pod and target port. gRPC health services:
-liveness, readiness and envoy.service.ext_proc.v3.ExternalProcessor. SIGHUP
-reloads (homes of the endpoints kept), SIGTERM drains (readiness goes
-NOT_SERVING, streams in progress get timeouts.drain).
+endpoints, http://IP:PORT, one per pod and target port. gRPC health services
+on the gRPC address and, alone, on --health-listen (9003, where the llm-d
+chart and the Inference Extension's conformance manifests probe):
+liveness, readiness, inference-extension and
+envoy.service.ext_proc.v3.ExternalProcessor. SIGHUP reloads (homes of the
+endpoints kept), SIGTERM drains (readiness goes NOT_SERVING, streams in
+progress get timeouts.drain).
+
+The gateway's connections are bounded as the proxy's clients are:
+limits.max_connections open at once, limits.max_in_flight streams each,
+the HTTP/2 preface within timeouts.read_header, a connection without a
+stream for timeouts.idle closed. A request must arrive whole within
+timeouts.read (else 408), and the request bodies held at once, across
+streams, within limits.max_in_flight MiB (at least one body of
+limits.max_body_bytes; past it 429, Retry-After). A request to a path that
+is no inference API, or without a body, goes to the endpoint with the
+fewest requests in flight, uncounted.
+
+With several pickers sharing session_store, session_key is the same
+secret on each: keep it out of the configuration (a placeholder such as
+change-me-... is refused) and give it with --session-key-file, the key of a
+Kubernetes Secret mounted as a file. --check without --session-key-file
+accepts a store whose key is to come that way.
 
 With --kubernetes the endpoints are the ready pods of the InferencePool
 named by --pool (inference.networking.k8s.io/v1), one per pod and
@@ -63,13 +92,17 @@ that stay are kept). The configuration then lists no replicas. The API is
 reached as kubectl reaches it (--kubeconfig, else $KUBECONFIG or
 ~/.kube/config) or, in a pod with neither, through its service account,
 which needs get, list and watch on pods and inferencepools
-(deploy/kubernetes/rbac.yaml).
+(deploy/kubernetes/rbac.yaml). --service names the picker's own Service, so
+that its admin address answers requests to that name (NAME, NAME.NAMESPACE,
+NAME.NAMESPACE.svc and NAME under the pod's DNS search domains, e.g.
+NAME.NAMESPACE.svc.cluster.local): a Prometheus scrape by Service DNS.
 
 See epp/testdata/epp.yaml for an example and deploy/kubernetes/ for the
 manifests.`,
-		Example: `  warden epp --config epp.yaml
+		Example: `  warden epp --config epp.yaml --session-key-file /etc/warden/secret/session-key
   warden epp --config epp/testdata/epp.yaml --check
-  warden epp --config /etc/warden/epp.yaml --kubernetes --pool qwen3-pool
+  warden epp --config /etc/warden/epp.yaml --kubernetes --pool qwen3-pool --service warden-epp \
+    --session-key-file /etc/warden/secret/session-key --health-listen 0.0.0.0:9003
   warden epp --config deploy/kubernetes/config/epp.yaml --kubernetes --check`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -80,6 +113,9 @@ manifests.`,
 	f.StringVar(&opts.Config, "config", "", "configuration (YAML, the proxy's format) (required)")
 	f.BoolVar(&opts.Check, "check", false, "validate the configuration and exit")
 	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+	f.StringVar(&opts.HealthListen, "health-listen", epp.DefaultHealthListen, "the gRPC health port's address (\"\": none)")
+	f.StringVar(&opts.SessionKeyFile, "session-key-file", "", "read session_key from this file (a Kubernetes Secret's key mounted as a file); the configuration then carries none")
+	f.StringVar(&opts.Service, "service", "", "with --kubernetes: the picker's own Service, whose names the admin address answers")
 	f.BoolVar(&opts.Kubernetes, "kubernetes", false, "the endpoints are the ready pods of the InferencePool --pool, found through the Kubernetes API")
 	f.StringVar(&opts.Pool, "pool", "", "with --kubernetes: the InferencePool's name")
 	f.StringVar(&opts.Namespace, "namespace", "", "with --kubernetes: the pool's namespace (default: the pod's own in a cluster, else the kubeconfig context's)")
@@ -89,27 +125,26 @@ manifests.`,
 }
 
 // loadEPPConfig reads the configuration and checks what the picker needs
-// of it beyond the proxy's rules; with --kubernetes it lists no
-// replicas (the pool's pods are).
+// of it beyond the proxy's rules (epp.ParseConfig); with --kubernetes it
+// lists no replicas (the pool's pods are). The session key comes from
+// --session-key-file when given.
 func loadEPPConfig(opts *eppOptions) (*live.Config, error) {
-	if opts.Kubernetes {
-		return epp.LoadPoolConfig(opts.Config)
+	o := epp.ConfigOptions{Kubernetes: opts.Kubernetes, KeyLater: opts.Check && opts.SessionKeyFile == ""}
+	if opts.SessionKeyFile != "" {
+		key, err := epp.ReadSessionKey(opts.SessionKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		o.SessionKey = key
 	}
-	cfg, err := live.LoadConfig(opts.Config)
-	if err != nil {
-		return nil, err
-	}
-	if err := epp.CheckConfig(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", opts.Config, err)
-	}
-	return cfg, nil
+	return epp.LoadConfig(opts.Config, o)
 }
 
 // checkKubeFlags refuses the Kubernetes flags without --kubernetes, and
 // --kubernetes without a pool outside --check.
 func checkKubeFlags(opts *eppOptions) error {
 	if !opts.Kubernetes {
-		for _, f := range []struct{ flag, v string }{{"--pool", opts.Pool}, {"--namespace", opts.Namespace}, {"--kubeconfig", opts.Kubeconfig}} {
+		for _, f := range []struct{ flag, v string }{{"--pool", opts.Pool}, {"--namespace", opts.Namespace}, {"--kubeconfig", opts.Kubeconfig}, {"--service", opts.Service}} {
 			if f.v != "" {
 				return fmt.Errorf("%s needs --kubernetes", f.flag)
 			}
@@ -134,7 +169,17 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if opts.HealthListen != "" {
+		if _, _, err := net.SplitHostPort(opts.HealthListen); err != nil {
+			return fmt.Errorf("--health-listen %q: want HOST:PORT: %w", opts.HealthListen, err)
+		}
+	}
 	if opts.Check {
+		if cfg.SessionStore != "" && cfg.SessionKey == "" {
+			if _, err := fmt.Fprintf(out, "%s: session_key: none in the file: give it with --session-key-file when the picker runs\n", opts.Config); err != nil {
+				return err
+			}
+		}
 		if opts.Kubernetes {
 			_, err := fmt.Fprintf(out, "%s: OK, %d model(s), endpoints from the InferencePool's ready pods (--kubernetes)\n", opts.Config, len(cfg.Models))
 			return err
@@ -147,24 +192,37 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
-	rs, err := newReplicaSet(cfg, opts.Kubernetes, live.WithLogger(logger), dashboard())
+	var (
+		kc kubeClients
+		ns string
+	)
+	if opts.Kubernetes {
+		connect := opts.connect
+		if connect == nil {
+			connect = connectKube
+		}
+		if kc, ns, err = connect(opts.Kubeconfig); err != nil {
+			return err
+		}
+		if opts.Namespace != "" {
+			ns = opts.Namespace
+		}
+	}
+	var hosts []string
+	if opts.Service != "" {
+		conf := opts.resolvConf
+		if conf == "" {
+			conf = "/etc/resolv.conf"
+		}
+		hosts = serviceNames(opts.Service, ns, searchDomains(conf))
+	}
+	rs, err := newReplicaSet(cfg, opts.Kubernetes, hosts, live.WithLogger(logger), dashboard())
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if opts.Kubernetes {
-		connect := opts.connect
-		if connect == nil {
-			connect = connectKube
-		}
-		kc, ns, err := connect(opts.Kubeconfig)
-		if err != nil {
-			return err
-		}
-		if opts.Namespace != "" {
-			ns = opts.Namespace
-		}
 		done, err := followPool(ctx, kc, ns, opts.Pool, rs, logger)
 		if err != nil {
 			return err
@@ -186,9 +244,22 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 		ln.Close()
 		return err
 	}
-	if _, err := fmt.Fprintf(out, "warden epp: ext_proc gRPC on %s (admin http://%s)\n", ln.Addr(), adminLn.Addr()); err != nil {
-		ln.Close()
-		adminLn.Close()
+	var healthLn net.Listener
+	health := "none"
+	if opts.HealthListen != "" {
+		if healthLn, err = net.Listen("tcp", opts.HealthListen); err != nil {
+			ln.Close()
+			adminLn.Close()
+			return fmt.Errorf("--health-listen: %w", err)
+		}
+		health = healthLn.Addr().String()
+	}
+	if _, err := fmt.Fprintf(out, "warden epp: ext_proc gRPC on %s (admin http://%s, gRPC health on %s)\n", ln.Addr(), adminLn.Addr(), health); err != nil {
+		for _, l := range []net.Listener{ln, adminLn, healthLn} {
+			if l != nil {
+				l.Close()
+			}
+		}
 		return err
 	}
 	hup := make(chan os.Signal, 1)
@@ -212,5 +283,5 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 			}
 		}
 	}()
-	return epp.New(ls, epp.WithLogger(logger)).Serve(ctx, ln, adminLn)
+	return epp.New(ls, epp.WithLogger(logger)).Serve(ctx, epp.Listeners{ExtProc: ln, Admin: adminLn, Health: healthLn})
 }

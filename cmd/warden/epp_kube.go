@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,16 +70,17 @@ func connectKube(kubeconfig string) (kubeClients, string, error) {
 // endpoints. Each change is a live reload, so that the sessions homed on
 // the endpoints that stay keep their homes.
 type replicaSet struct {
-	ls   *live.Server
-	kube bool
+	ls    *live.Server
+	kube  bool
+	hosts []string // added to admin_hosts: the picker's Service names (--service)
 
 	mu   sync.Mutex
 	base *live.Config // the configuration file's
 	eps  []string     // kube: the pool's endpoints, ip:port
 }
 
-func newReplicaSet(cfg *live.Config, kube bool, opts ...live.Option) (*replicaSet, error) {
-	r := &replicaSet{kube: kube, base: cfg}
+func newReplicaSet(cfg *live.Config, kube bool, hosts []string, opts ...live.Option) (*replicaSet, error) {
+	r := &replicaSet{kube: kube, base: cfg, hosts: hosts}
 	ls, err := live.NewServer(r.config(), opts...)
 	if err != nil {
 		return nil, err
@@ -90,10 +93,51 @@ func newReplicaSet(cfg *live.Config, kube bool, opts ...live.Option) (*replicaSe
 // as every model's replicas under --kubernetes (none before the first
 // sync: every request is answered 503).
 func (r *replicaSet) config() *live.Config {
-	if !r.kube {
-		return r.base
+	cfg := r.base
+	if r.kube {
+		cfg = epp.WithEndpoints(r.base, r.eps)
 	}
-	return epp.WithEndpoints(r.base, r.eps)
+	if len(r.hosts) > 0 {
+		c := *cfg
+		c.AdminHosts = append(slices.Clone(cfg.AdminHosts), r.hosts...)
+		cfg = &c
+	}
+	return cfg
+}
+
+// serviceNames are the names by which a pod reaches the Service name in
+// namespace ns (none: the name alone): name, name.ns, name.ns.svc, and
+// name under each DNS search domain of the pod (Kubernetes writes
+// ns.svc.cluster.local, svc.cluster.local and cluster.local there), so
+// that the admin address answers a scrape by Service DNS whatever the
+// namespace and the cluster's domain.
+func serviceNames(name, ns string, search []string) []string {
+	out := []string{name}
+	if ns != "" {
+		out = append(out, name+"."+ns, name+"."+ns+".svc")
+	}
+	for _, d := range search {
+		if n := name + "." + strings.TrimSuffix(d, "."); !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// searchDomains reads the search domains of a resolv.conf (none when it
+// cannot be read).
+func searchDomains(path string) []string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		if f := strings.Fields(line); len(f) > 1 && (f[0] == "search" || f[0] == "domain") {
+			out = append(out, f[1:]...)
+		}
+	}
+	return out
 }
 
 // setConfig reloads a new configuration, keeping the pool's endpoints.

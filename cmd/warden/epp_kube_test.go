@@ -90,7 +90,7 @@ func TestKubePoolMovesThroughReplicaSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	logger := slog.New(slog.DiscardHandler)
-	rs, err := newReplicaSet(cfg, true, live.WithLogger(logger))
+	rs, err := newReplicaSet(cfg, true, nil, live.WithLogger(logger))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,8 +214,9 @@ func TestKubePoolMovesThroughReplicaSet(t *testing.T) {
 
 // TestEPPKubernetesServes runs warden epp --kubernetes whole on the fake
 // API server: it answers on gRPC once the pool's pods are its endpoints
-// (readiness SERVING, /api/status naming the pods' endpoints), and stops
-// on SIGTERM with no goroutine left.
+// (readiness SERVING, /api/status naming the pods' endpoints), its admin
+// address answers its Service's names, and it stops on SIGTERM with no
+// goroutine left.
 func TestEPPKubernetesServes(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	// TEST-NET-1 (RFC 5737): no server answers the scrapes there.
@@ -224,7 +225,11 @@ func TestEPPKubernetesServes(t *testing.T) {
 	if err := os.WriteFile(p, []byte(kubeConfigYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts := &eppOptions{Config: p, LogLevel: "error", Kubernetes: true, Pool: "qwen",
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("search llm.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := &eppOptions{Config: p, LogLevel: "error", Kubernetes: true, Pool: "qwen", Service: "warden-epp", resolvConf: resolv,
 		connect: func(string) (kubeClients, string, error) { return kc, "llm", nil }}
 	e := startEPP(t, opts)
 	conn := e.conn
@@ -236,6 +241,23 @@ func TestEPPKubernetesServes(t *testing.T) {
 		t.Errorf("readiness: %v %v, want SERVING", r.GetStatus(), err)
 	}
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	// The admin address answers a scrape by the picker's Service DNS
+	// (--service: the name, with the namespace, under the pod's search
+	// domains) and still refuses other names (issue 50, item 6: 403
+	// before, so Prometheus could not scrape warden-epp.llm.svc).
+	for host, want := range map[string]int{"warden-epp.llm.svc.cluster.local:9090": 200, "warden-epp:9090": 200,
+		"warden-epp.llm.svc": 200, "warden-epp.evil.example": 403, "evil.example": 403} {
+		req, _ := http.NewRequest(http.MethodGet, e.admin+"/metrics", nil)
+		req.Host = host
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("admin with Host %s: %d, want %d", host, res.StatusCode, want)
+		}
+	}
 	res, err := hc.Get(e.admin + "/api/status")
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ func TestProxyCheck(t *testing.T) {
 	if err := root.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "OK, 2 model(s)") {
+	if !strings.Contains(out.String(), "OK, 3 model(s)") {
 		t.Errorf("output %q", out.String())
 	}
 }

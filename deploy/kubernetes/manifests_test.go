@@ -25,8 +25,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	"github.com/lm-warden/warden/epp"
+	"github.com/lm-warden/warden/sim"
 )
 
 // kustomization is the part of kustomize's Kustomization the manifests use.
@@ -51,7 +53,8 @@ type bundle struct {
 	accounts   []corev1.ServiceAccount
 	roles      []rbacv1.Role
 	bindings   []rbacv1.RoleBinding
-	pools      []*unstructured.Unstructured // inference.networking.k8s.io/v1 InferencePool
+	pools      []infv1.InferencePool        // inference.networking.k8s.io/v1, the extension's own Go types
+	poolObjs   []*unstructured.Unstructured // the same, as the picker reads them from the API server
 	routes     []*unstructured.Unstructured // gateway.networking.k8s.io/v1 HTTPRoute
 	objects    []metav1.Object
 }
@@ -110,7 +113,26 @@ func parse(files map[string][]byte) (*bundle, error) {
 	if b.config = files[cfgFile]; b.config == nil {
 		return nil, fmt.Errorf("kustomization.yaml: configMapGenerator file %s does not exist", cfgFile)
 	}
+	b.setNamespace()
 	return b, nil
+}
+
+// setNamespace does what kustomize's namespace: does (its namespace
+// transformer): every namespaced object goes to kustomization.yaml's
+// namespace, whatever its file says, and a Namespace object is renamed
+// to it. What a file names beyond metadata (a URL in the configuration, a
+// subject's namespace) is not rewritten: check finds it.
+func (b *bundle) setNamespace() {
+	for _, o := range b.objects {
+		if _, isNS := o.(*corev1.Namespace); isNS {
+			o.SetName(b.kust.Namespace)
+			continue
+		}
+		o.SetNamespace(b.kust.Namespace)
+	}
+	for _, u := range b.poolObjs {
+		u.SetNamespace(b.kust.Namespace)
+	}
 }
 
 // add decodes each document of one manifest file into its API type.
@@ -151,9 +173,13 @@ func (b *bundle) add(name string, data []byte) error {
 		case "rbac.authorization.k8s.io/v1 RoleBinding":
 			err = decodeInto(j, &b.bindings, &obj)
 		case "inference.networking.k8s.io/v1 InferencePool":
-			u := &unstructured.Unstructured{}
-			if err = u.UnmarshalJSON(j); err == nil {
-				b.pools, obj = append(b.pools, u), u
+			// Strictly into the extension's own type (its real schema:
+			// gateway-api-inference-extension api/v1), and as the
+			// picker's --kubernetes reads it.
+			if err = decodeInto(j, &b.pools, &obj); err == nil {
+				u := &unstructured.Unstructured{}
+				err = u.UnmarshalJSON(j)
+				b.poolObjs = append(b.poolObjs, u)
 			}
 		case "gateway.networking.k8s.io/v1 HTTPRoute":
 			u := &unstructured.Unstructured{}
@@ -248,17 +274,6 @@ func portOf(addr string) (int32, error) {
 // check returns what does not agree in the manifests.
 func check(b *bundle) error {
 	ns := b.kust.Namespace
-	for _, o := range b.objects {
-		if _, isNS := o.(*corev1.Namespace); isNS {
-			if o.GetName() != ns {
-				return fmt.Errorf("Namespace %q, kustomization.yaml's namespace is %q", o.GetName(), ns)
-			}
-			continue
-		}
-		if o.GetNamespace() != ns {
-			return fmt.Errorf("%s is in namespace %q, kustomization.yaml's is %q", o.GetName(), o.GetNamespace(), ns)
-		}
-	}
 	for _, d := range b.deploys {
 		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 		if err != nil || sel.Empty() || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
@@ -266,15 +281,21 @@ func check(b *bundle) error {
 		}
 	}
 
-	// The pool, as the picker reads it (the very code of --kubernetes).
-	poolObj, err := one("InferencePool", b.pools)
+	// The pool, as the picker reads it (the very code of --kubernetes),
+	// and in the extension's own type.
+	pool, err := one("InferencePool", b.pools)
 	if err != nil {
 		return err
 	}
-	pool := *poolObj
-	spec, err := epp.ParsePoolSpec(pool)
+	spec, err := epp.ParsePoolSpec(b.poolObjs[0])
 	if err != nil {
 		return err
+	}
+	if n := len(pool.Spec.TargetPorts); n != 1 {
+		// gateway-api-inference-extension v1.0.x's CRD allows one
+		// (MaxItems=1); several need v1.1.0 and a gateway that passes the
+		// data-parallel conformance test (inferencepool.yaml says which).
+		return fmt.Errorf("InferencePool %s: %d targetPorts: the first v1 CRD (gateway-api-inference-extension v1.0.x) and gateways without the data-parallel conformance test refuse more than one", pool.Name, n)
 	}
 
 	// The model servers: the pool's pods, one port per data-parallel rank.
@@ -293,6 +314,9 @@ func check(b *bundle) error {
 	var ports []int
 	var model string
 	ranks := map[string]bool{}
+	if err := vllmPod(vllm); err != nil {
+		return err
+	}
 	for _, c := range vllm.Spec.Template.Spec.Containers {
 		if len(c.Ports) != 1 {
 			return fmt.Errorf("Deployment %s: container %s: want one port, its rank's", vllm.Name, c.Name)
@@ -306,15 +330,14 @@ func check(b *bundle) error {
 		if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Port.IntValue() != int(cp) {
 			return fmt.Errorf("Deployment %s: container %s: want a readiness probe on /health at port %d (the picker takes Ready pods only)", vllm.Name, c.Name, cp)
 		}
-		dp, _ := flagValue(args, "--data-parallel-size")
-		if dp != strconv.Itoa(len(vllm.Spec.Template.Spec.Containers)) {
+		if dp, ok := flagValue(args, "--data-parallel-size"); ok && dp != strconv.Itoa(len(vllm.Spec.Template.Spec.Containers)) {
 			return fmt.Errorf("Deployment %s: container %s: --data-parallel-size %q, the pod runs %d ranks", vllm.Name, c.Name, dp, len(vllm.Spec.Template.Spec.Containers))
 		}
-		rank, _ := flagValue(args, "--data-parallel-rank")
-		if ranks[rank] {
+		if rank, ok := flagValue(args, "--data-parallel-rank"); ok && ranks[rank] {
 			return fmt.Errorf("Deployment %s: container %s: --data-parallel-rank %q twice", vllm.Name, c.Name, rank)
+		} else if ok {
+			ranks[rank] = true
 		}
-		ranks[rank] = true
 		if len(c.Args) == 0 || strings.HasPrefix(c.Args[0], "-") {
 			return fmt.Errorf("Deployment %s: container %s: want the model first in args", vllm.Name, c.Name)
 		}
@@ -328,13 +351,16 @@ func check(b *bundle) error {
 	}
 
 	// The picker: the pool's endpointPickerRef names its Service and port.
-	ref, _, _ := unstructured.NestedMap(pool.Object, "spec", "endpointPickerRef")
-	refName, _ := ref["name"].(string)
-	if k, _ := ref["kind"].(string); k != "" && k != "Service" {
-		return fmt.Errorf("InferencePool %s: endpointPickerRef.kind %q, want Service", pool.GetName(), k)
+	ref := pool.Spec.EndpointPickerRef
+	if ref == nil || ref.Port == nil {
+		return fmt.Errorf("InferencePool %s: want an endpointPickerRef with a port", pool.Name)
 	}
-	refPort, _, _ := unstructured.NestedInt64(ref, "port", "number")
-	if fm, _ := ref["failureMode"].(string); fm != "" && fm != "FailOpen" && fm != "FailClose" {
+	refName := string(ref.Name)
+	if ref.Kind != "" && ref.Kind != "Service" {
+		return fmt.Errorf("InferencePool %s: endpointPickerRef.kind %q, want Service", pool.GetName(), ref.Kind)
+	}
+	refPort := int64(ref.Port.Number)
+	if fm := ref.FailureMode; fm != "" && fm != infv1.EndpointPickerFailOpen && fm != infv1.EndpointPickerFailClose {
 		return fmt.Errorf("InferencePool %s: endpointPickerRef.failureMode %q, want FailOpen or FailClose", pool.GetName(), fm)
 	}
 	svc, err := service(b, refName)
@@ -376,14 +402,48 @@ func check(b *bundle) error {
 	if n, ok := flagValue(args, "--namespace"); ok && n != ns {
 		return fmt.Errorf("Deployment %s: --namespace %q, the pool's is %q", eppDep.Name, n, ns)
 	}
+	// The probes ask the health port, --health-listen, a port of the pod.
+	healthAddr, _ := flagValue(args, "--health-listen")
+	healthPort, err := portOf(healthAddr)
+	if err != nil {
+		return fmt.Errorf("Deployment %s: --health-listen %q: %v", eppDep.Name, healthAddr, err)
+	}
+	if _, ok := containerPort(eppPod, intstr.FromInt32(healthPort)); !ok {
+		return fmt.Errorf("Deployment %s: --health-listen port %d is no container port", eppDep.Name, healthPort)
+	}
 	for _, pr := range []struct {
 		name    string
 		probe   *corev1.Probe
 		service string
 	}{{"readinessProbe", c.ReadinessProbe, "readiness"}, {"livenessProbe", c.LivenessProbe, "liveness"}} {
-		if pr.probe == nil || pr.probe.GRPC == nil || pr.probe.GRPC.Port != grpcPort || pr.probe.GRPC.Service == nil || *pr.probe.GRPC.Service != pr.service {
-			return fmt.Errorf("Deployment %s: %s: want gRPC health service %q on port %d", eppDep.Name, pr.name, pr.service, grpcPort)
+		if pr.probe == nil || pr.probe.GRPC == nil || pr.probe.GRPC.Port != healthPort || pr.probe.GRPC.Service == nil || *pr.probe.GRPC.Service != pr.service {
+			return fmt.Errorf("Deployment %s: %s: want gRPC health service %q on port %d", eppDep.Name, pr.name, pr.service, healthPort)
 		}
+	}
+	// --service names the Service that exposes the admin port, so that a
+	// scrape by its DNS name is answered (403 otherwise).
+	adminPort := intstr.FromString("admin")
+	if sn, _ := flagValue(args, "--service"); sn != svc.Name || !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.TargetPort == adminPort }) {
+		return fmt.Errorf("Deployment %s: --service %q: want %s, the Service of its admin port", eppDep.Name, sn, svc.Name)
+	}
+	// session_key comes from a Secret mounted where --session-key-file
+	// reads it.
+	keyPath, _ := flagValue(args, "--session-key-file")
+	var keyMounted bool
+	for _, m := range c.VolumeMounts {
+		for _, v := range eppPod.Volumes {
+			if v.Name != m.Name || v.Secret == nil {
+				continue
+			}
+			for _, it := range v.Secret.Items {
+				if keyPath == path.Join(m.MountPath, it.Path) {
+					keyMounted = true
+				}
+			}
+		}
+	}
+	if !keyMounted {
+		return fmt.Errorf("Deployment %s: --session-key-file %q is no key of a mounted Secret", eppDep.Name, keyPath)
 	}
 
 	// Its configuration: the ConfigMap the generator makes, mounted where
@@ -402,9 +462,16 @@ func check(b *bundle) error {
 	if !mounted {
 		return fmt.Errorf("Deployment %s: --config %s is not the ConfigMap %s's %s", eppDep.Name, cfgPath, gen.Name, path.Base(gen.Files[0]))
 	}
-	cfg, err := epp.ParsePoolConfig(path.Base(gen.Files[0]), b.config)
+	// As the picker reads it with the Secret's key: no key of its own,
+	// and none that is a placeholder.
+	cfg, err := epp.ParseConfig(path.Base(gen.Files[0]), b.config, epp.ConfigOptions{Kubernetes: true, SessionKey: "a-key-as-the-secret-gives-it"})
 	if err != nil {
 		return err
+	}
+	if p, err := portOf(cfg.Admin); err != nil {
+		return err
+	} else if cp, _ := containerPort(eppPod, adminPort); cp != p {
+		return fmt.Errorf("%s: admin %s, the pod's admin port is %d", gen.Files[0], cfg.Admin, cp)
 	}
 	if p, err := portOf(cfg.Listen); err != nil || p != grpcPort {
 		return fmt.Errorf("%s: listen %s, the Service sends the gateway to port %d", gen.Files[0], cfg.Listen, grpcPort)
@@ -422,9 +489,11 @@ func check(b *bundle) error {
 			return err
 		}
 		host, port, _ := net.SplitHostPort(u.Host)
+		// The Service's name alone (the pod's own namespace, wherever
+		// kustomization.yaml puts it), or qualified with that namespace.
 		name, rest, _ := strings.Cut(host, ".")
 		rs, err := service(b, name)
-		if err != nil || !strings.HasPrefix(rest, ns+".") && rest != ns {
+		if err != nil || rest != "" && !strings.HasPrefix(rest, ns+".") && rest != ns {
 			return fmt.Errorf("%s: session_store %s is no Service of namespace %s", gen.Files[0], cfg.SessionStore, ns)
 		}
 		if !slices.ContainsFunc(rs.Spec.Ports, func(p corev1.ServicePort) bool { return strconv.Itoa(int(p.Port)) == port }) {
@@ -446,7 +515,8 @@ func check(b *bundle) error {
 		return err
 	}
 	if !slices.ContainsFunc(rb.Subjects, func(s rbacv1.Subject) bool {
-		return s.Kind == "ServiceAccount" && s.Name == sa.Name && s.Namespace == ns
+		// No namespace: the RoleBinding's own.
+		return s.Kind == "ServiceAccount" && s.Name == sa.Name && (s.Namespace == ns || s.Namespace == "")
 	}) {
 		return fmt.Errorf("RoleBinding %s does not bind ServiceAccount %s/%s", rb.Name, ns, sa.Name)
 	}
@@ -541,29 +611,41 @@ func TestManifestsMismatch(t *testing.T) {
 	}{
 		{"selector", "inferencepool.yaml", "app: vllm-qwen3", "app: vllm-llama", "its selector app=vllm-llama matches no Deployment's pod labels"},
 		{"pod labels", "vllm.yaml", "app: vllm-qwen3 # inferencepool", "app: vllm-other # inferencepool", "spec.selector does not select its own pods"},
-		{"target port", "inferencepool.yaml", "number: 8001", "number: 8002", "targetPorts [8000 8002], the vLLM pods' container ports [8000 8001]"},
-		{"vllm port arg", "vllm.yaml", "--port=8001", "--port=8003", "vLLM's --port is \"8003\", its containerPort 8001"},
-		{"dp size", "vllm.yaml", "--data-parallel-size=2\n            - --data-parallel-rank=1", "--data-parallel-size=3\n            - --data-parallel-rank=1", "--data-parallel-size \"3\", the pod runs 2 ranks"},
+		{"target port", "inferencepool.yaml", "number: 8000", "number: 8002", "targetPorts [8002], the vLLM pods' container ports [8000]"},
+		{"two target ports", "inferencepool.yaml", "    - number: 8000\n", "    - number: 8000\n    - number: 8001\n", "2 targetPorts: the first v1 CRD (gateway-api-inference-extension v1.0.x)"},
+		{"pool field", "inferencepool.yaml", "failureMode: FailClose", "failureMode: FailClose\n    timeout: 5s", `InferencePool: json: unknown field "timeout"`},
+		{"vllm port arg", "vllm.yaml", "--port=8000", "--port=8003", "vLLM's --port is \"8003\", its containerPort 8000"},
+		{"dp size", "vllm.yaml", "--port=8000\n", "--port=8000\n            - --data-parallel-size=2\n", "--data-parallel-size \"2\", the pod runs 1 ranks"},
+		{"vllm image", "vllm.yaml", "vllm/vllm-openai:v0.26.0", "vllm/vllm-openai:v0.11.0", "image vllm/vllm-openai:v0.11.0: want vLLM 0.26"},
+		{"no shm", "vllm.yaml", "            - name: dshm\n              mountPath: /dev/shm\n", "", "want /dev/shm from an emptyDir in memory"},
+		{"no model cache", "vllm.yaml", "              mountPath: /models\n", "              mountPath: /cache\n", "want a volume at the model cache /models"},
+		{"no startup probe", "vllm.yaml", "startupProbe:", "readinessGates: []\n          x:", "unknown field"},
+		{"startup probe path", "vllm.yaml", "startupProbe:\n            httpGet: {path: /health", "startupProbe:\n            httpGet: {path: /v1/models", "want a startup probe on /health"},
 		{"epp ref port", "inferencepool.yaml", "number: 9002", "number: 9003", "endpointPickerRef port 9003 is no port of Service warden-epp"},
 		{"epp ref name", "inferencepool.yaml", "name: warden-epp", "name: warden-picker", `endpointPickerRef names Service "warden-picker"`},
 		{"failure mode", "inferencepool.yaml", "failureMode: FailClose", "failureMode: FailSafe", "failureMode \"FailSafe\""},
 		{"service target", "epp.yaml", "targetPort: grpc", "targetPort: grpcs", "targetPort grpcs is no port of Deployment warden-epp"},
-		{"pool arg", "epp.yaml", "--pool, qwen3-pool]", "--pool, qwen-pool]", `--pool "qwen-pool", the InferencePool is "qwen3-pool"`},
+		{"pool arg", "epp.yaml", "--pool, qwen3-pool,", "--pool, qwen-pool,", `--pool "qwen-pool", the InferencePool is "qwen3-pool"`},
+		{"service arg", "epp.yaml", "--service, warden-epp,", "--service, warden,", `--service "warden": want warden-epp, the Service of its admin port`},
+		{"key file", "epp.yaml", "--session-key-file, /etc/warden-secret/session-key", "--session-key-file, /etc/warden/session-key", `--session-key-file "/etc/warden/session-key" is no key of a mounted Secret`},
+		{"placeholder key", "config/epp.yaml", "session_store:", "session_key: change-me-to-a-long-random-string\nsession_store:", `session_key: "change-me-to-a-long-random-string" is a placeholder`},
+		{"key in the file", "config/epp.yaml", "session_store:", "session_key: 0f3a9c61d2b84e57a6c1\nsession_store:", "session_key: given twice"},
+		{"health port", "epp.yaml", `--health-listen, "0.0.0.0:9003"`, `--health-listen, "0.0.0.0:9004"`, "--health-listen port 9004 is no container port"},
 		{"no kubernetes", "epp.yaml", "--kubernetes, ", "", "want warden epp --kubernetes"},
-		{"probe port", "epp.yaml", "grpc: {port: 9002, service: readiness}", "grpc: {port: 9003, service: readiness}", "readinessProbe: want gRPC health service \"readiness\" on port 9002"},
+		{"probe port", "epp.yaml", "grpc: {port: 9003, service: readiness}", "grpc: {port: 9002, service: readiness}", "readinessProbe: want gRPC health service \"readiness\" on port 9003"},
 		{"config path", "epp.yaml", "--config, /etc/warden/epp.yaml", "--config, /etc/warden/warden.yaml", "--config /etc/warden/warden.yaml is not the ConfigMap warden-epp-config's epp.yaml"},
 		{"configmap name", "epp.yaml", "name: warden-epp-config", "name: warden-config", "is not the ConfigMap warden-epp-config's"},
 		{"listen", "config/epp.yaml", "listen: 0.0.0.0:9002", "listen: 0.0.0.0:9000", "listen 0.0.0.0:9000, the Service sends the gateway to port 9002"},
-		{"config invalid", "config/epp.yaml", "strategy: affinity", "strategy: sticky", "epp.yaml:30: models[0].strategy"},
+		{"config invalid", "config/epp.yaml", "strategy: affinity", "strategy: sticky", "epp.yaml:36: models[0].strategy"},
 		{"config replicas", "config/epp.yaml", "    gpu: H100\n", "    gpu: H100\n    replicas: [http://10.0.0.1:8000]\n", "models[0].replicas: with --kubernetes"},
 		{"model", "config/epp.yaml", "name: Qwen/Qwen3-4B-Instruct-2507", "name: Qwen/Qwen3-8B", "want one model, Qwen/Qwen3-4B-Instruct-2507"},
 		{"max num seqs", "config/epp.yaml", "max_num_seqs: 256", "max_num_seqs: 512", "max_num_seqs 512, vLLM's --max-num-seqs \"256\""},
-		{"session store", "config/epp.yaml", "redis://warden-redis.llm.svc:6379/0", "redis://redis.llm.svc:6379/0", "session_store redis://redis.llm.svc:6379/0 is no Service"},
+		{"session store", "config/epp.yaml", "redis://warden-redis:6379/0", "redis://redis:6379/0", "session_store redis://redis:6379/0 is no Service"},
+		{"session store namespace", "config/epp.yaml", "redis://warden-redis:6379/0", "redis://warden-redis.default.svc:6379/0", "is no Service of namespace llm"},
 		{"service account", "epp.yaml", "serviceAccountName: warden-epp", "serviceAccountName: default", `serviceAccountName "default", the ServiceAccount is "warden-epp"`},
 		{"binding subject", "rbac.yaml", "name: warden-epp # epp.yaml's serviceAccountName", "name: warden # epp.yaml's serviceAccountName", "RoleBinding warden-epp does not bind ServiceAccount llm/warden-epp"},
 		{"role verbs", "rbac.yaml", "resources: [inferencepools]\n    verbs: [get, list, watch]", "resources: [inferencepools]\n    verbs: [get]", "Role warden-epp does not grant list on inferencepools"},
 		{"route backend", "httproute.yaml", "name: qwen3-pool # inferencepool.yaml", "name: qwen-pool", "no backendRef is InferencePool qwen3-pool"},
-		{"namespace", "redis.yaml", "  name: warden-redis\n  namespace: llm", "  name: warden-redis\n  namespace: default", `warden-redis is in namespace "default"`},
 		{"unknown field", "vllm.yaml", "readinessProbe:", "readynessProbe:", `unknown field "readynessProbe"`},
 		{"unlisted", "kustomization.yaml", "  - redis.yaml ", "  # redis.yaml ", "redis.yaml is in deploy/kubernetes but not in kustomization.yaml"},
 	} {
@@ -584,5 +666,82 @@ func TestManifestsMismatch(t *testing.T) {
 				t.Errorf("got %v\nwant an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// vllmPod checks the model servers' pod as vLLM's own Kubernetes guide
+// has it (docs/deployment/k8s.md): the release warden's model follows,
+// shared memory at /dev/shm, a model cache, a startup probe on /health.
+func vllmPod(d *appsv1.Deployment) error {
+	pod := &d.Spec.Template.Spec
+	volume := func(name string) *corev1.Volume {
+		for i := range pod.Volumes {
+			if pod.Volumes[i].Name == name {
+				return &pod.Volumes[i]
+			}
+		}
+		return nil
+	}
+	want, err := sim.ParseVLLMVersion(sim.DefaultVLLMVersion)
+	if err != nil {
+		return err
+	}
+	for _, c := range pod.Containers {
+		where := fmt.Sprintf("Deployment %s: container %s", d.Name, c.Name)
+		_, tag, _ := strings.Cut(c.Image, ":")
+		if v, err := sim.ParseVLLMVersion(tag); err != nil || v != want {
+			return fmt.Errorf("%s: image %s: want vLLM %s, the release warden's model follows (sim.DefaultVLLMVersion)", where, c.Image, sim.DefaultVLLMVersion)
+		}
+		cache := "/root/.cache/huggingface"
+		for _, e := range c.Env {
+			if e.Name == "HF_HOME" {
+				cache = e.Value
+			}
+		}
+		var shm, models bool
+		for _, m := range c.VolumeMounts {
+			v := volume(m.Name)
+			switch {
+			case v == nil:
+			case m.MountPath == "/dev/shm":
+				shm = v.EmptyDir != nil && v.EmptyDir.Medium == corev1.StorageMediumMemory
+			case m.MountPath == cache:
+				models = v.EmptyDir != nil || v.PersistentVolumeClaim != nil || v.HostPath != nil
+			}
+		}
+		if !shm {
+			return fmt.Errorf("%s: want /dev/shm from an emptyDir in memory (the runtime's 64 MiB is too small for PyTorch)", where)
+		}
+		if !models {
+			return fmt.Errorf("%s: want a volume at the model cache %s", where, cache)
+		}
+		if c.StartupProbe == nil || c.StartupProbe.HTTPGet == nil || c.StartupProbe.HTTPGet.Path != "/health" {
+			return fmt.Errorf("%s: want a startup probe on /health (loading the weights takes minutes)", where)
+		}
+	}
+	return nil
+}
+
+// TestManifestsMoveNamespace: kustomization.yaml's namespace moves every
+// object, and nothing in the manifests stays behind at the old one
+// (issue 50, item 6: the session store's URL named llm, so in another
+// namespace the pickers reached no Redis).
+func TestManifestsMoveNamespace(t *testing.T) {
+	files := readManifests(t)
+	files["kustomization.yaml"] = bytes.Replace(files["kustomization.yaml"], []byte("\nnamespace: llm\n"), []byte("\nnamespace: prod\n"), 1)
+	b, err := parse(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := check(b); err != nil {
+		t.Fatalf("in namespace prod: %v", err)
+	}
+	// A store named with the old namespace is found.
+	files["config/epp.yaml"] = bytes.Replace(files["config/epp.yaml"], []byte("redis://warden-redis:6379/0"), []byte("redis://warden-redis.llm.svc:6379/0"), 1)
+	if b, err = parse(files); err == nil {
+		err = check(b)
+	}
+	if err == nil || !strings.Contains(err.Error(), "session_store redis://warden-redis.llm.svc:6379/0 is no Service of namespace prod") {
+		t.Errorf("a store left in namespace llm: %v", err)
 	}
 }
