@@ -373,3 +373,28 @@ func isOverBudget(err error, alone bool) bool {
 	var ob *errOverBudget
 	return errors.As(err, &ob) && ob.alone == alone
 }
+
+// BenchmarkReadBody reads a body that has arrived whole into a pooled
+// buffer and gives it back, counted against a budget as admit does
+// (limits.max_body_bytes_in_flight): the request path's share of item 5
+// of issue 46.
+func BenchmarkReadBody(b *testing.B) {
+	for _, size := range []int{64 << 10, 256 << 10} {
+		b.Run(fmt.Sprintf("%dK", size>>10), func(b *testing.B) {
+			data := bytes.Repeat([]byte("x"), size)
+			var budget bodyBudget
+			lim := bodyLimits{budget: &budget, inFlight: 1 << 30, max: 16 << 20}
+			r := bytes.NewReader(data)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Reset(data)
+				rb, err := readBody(r, int64(size), nil, lim)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rb.release()
+			}
+		})
+	}
+}
