@@ -429,7 +429,7 @@ func TestStallAfterFirstEvent(t *testing.T) {
 				io.WriteString(c, sseHead+tc.events)
 				hold(c)
 			})
-			h := startProxy(t, timedYAML("stream_idle: 200ms, first_token: 3s", urlsModel(bad.URL())))
+			h := startProxy(t, timedYAML("stream_idle: 200ms, first_token: 1s", urlsModel(bad.URL())))
 			h.scraped()
 			r, err := sendRaw(h, tc.path, tc.body)
 			if err != nil {
