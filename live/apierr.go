@@ -175,18 +175,21 @@ func writeError(w http.ResponseWriter, a API, k errKind, msg string) {
 
 // streamErrorEvent is the SSE event that ends a stream which failed after its
 // first byte: OpenAI `data: {"error":...}` (no [DONE] after it), Anthropic and
-// Responses `event: error` with their JSON.
-func streamErrorEvent(a API, msg string) []byte {
+// Responses `event: error` with their JSON; a Responses event carries
+// seq, the sequence_number after the stream's last event (0 when it had
+// none), which the SDKs' ResponseErrorEvent requires (issue 50 item 4).
+func streamErrorEvent(a API, msg string, seq int64) []byte {
 	switch a {
 	case APIAnthropic:
 		return append(append([]byte("event: error\ndata: "), errorBody(a, errUpstream, msg)...), "\n\n"...)
 	case APIResponses:
 		b, _ := json.Marshal(struct {
-			Type    string  `json:"type"`
-			Code    string  `json:"code"`
-			Message string  `json:"message"`
-			Param   *string `json:"param"`
-		}{"error", "upstream_error", msg, nil})
+			Type     string  `json:"type"`
+			Code     string  `json:"code"`
+			Message  string  `json:"message"`
+			Param    *string `json:"param"`
+			Sequence int64   `json:"sequence_number"`
+		}{"error", "upstream_error", msg, nil, seq})
 		return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
 	}
 	return append(append([]byte("data: "), errorBody(a, errUpstream, msg)...), "\n\n"...)

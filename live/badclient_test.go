@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -98,12 +99,73 @@ func TestClientThatStopsReadingIsCut(t *testing.T) {
 	}
 }
 
-// TestConnectionsCapped (issue 35, item 4): limits.max_connections bounds
-// the client connections open at once, idle ones included: at the bound
-// the proxy stops accepting (new clients wait), /healthz says so with 503
-// and the waits are counted; a connection that closes lets the next one
-// in. Before: no bound, and /healthz answered 200 while file descriptors
-// ran out.
+// pacedReplica streams a chat event of about 500 bytes every millisecond
+// (a fast vLLM's pace with a long event) to every inference request,
+// counting the bytes it wrote, until a write fails (the proxy closed the
+// connection: ended receives the count) or it has written overrun bytes
+// (ended receives -1).
+func pacedReplica(t testing.TB, overrun int) (url string, ended chan int) {
+	event := []byte("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" +
+		strings.Repeat("y", 400) + "\"}}]}\n\n")
+	ended = make(chan int, 8)
+	srv := startBadReplica(t, func(c net.Conn) {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+		for sent := 0; ; sent += len(event) {
+			if sent > overrun {
+				ended <- -1
+				hold(c)
+				return
+			}
+			if _, err := c.Write(event); err != nil {
+				ended <- sent
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	return srv.URL(), ended
+}
+
+// TestClientThatStopsReadingAtTokenPaceIsCut (issue 46, item 2): a client
+// that stops reading a stream that comes at a token's pace is cut once
+// the proxy's writes make no progress for client_write, not once the
+// kernel's send buffer, which grows to megabytes (net.ipv4.tcp_wmem), is
+// full: the unsent bytes in the client's socket are bounded
+// (TCP_NOTSENT_LOWAT, rawconn_linux.go), so the proxy takes little more
+// than that from the replica before the cut. The client's receive buffer
+// is 4 KiB, so what it absorbs does not count. Before: the proxy passed
+// on megabytes (118 s of a stream at 2 ms a token) before client_write
+// began to count.
+func TestClientThatStopsReadingAtTokenPaceIsCut(t *testing.T) {
+	const overrun = 2 << 20
+	url, ended := pacedReplica(t, overrun)
+	h := startProxy(t, timedYAML("client_write: 300ms", urlsModel(url)))
+	h.scraped()
+	c := dialSmallWindow(t, strings.TrimPrefix(h.url, "http://"))
+	if _, err := io.WriteString(c, rawPost("/v1/chat/completions", chatBody(testModel, "s", 0, true))); err != nil {
+		t.Fatal(err)
+	}
+	// The client reads nothing from here on.
+	sent := <-ended
+	if sent < 0 {
+		t.Fatalf("the replica wrote %d MiB for a client that reads nothing and was not cut: the kernel's send buffer took them", overrun>>20)
+	}
+	t.Logf("the replica wrote %d KiB before the proxy cut the exchange", sent>>10)
+	h.waitMetrics("warden_client_write_timeouts_total 1")
+	h.waitFor("the slot given back", func(st StatusReport) bool { return st.Models[0].Replicas[0].InFlight == 0 })
+}
+
+// TestConnectionsCapped (issue 35, item 4; issue 46, item 8):
+// limits.max_connections bounds the client connections served at once,
+// idle ones included: at the bound a new connection is answered at once
+// in its request's API shape, 429 rate_limit_error (OpenAI) or 529
+// overloaded_error (Anthropic), with Retry-After: 1 and Connection:
+// close, even while it is still sending its body; /healthz says so with
+// 503 and the refusals are counted; once a connection closes the next
+// one is served. Before issue 35: no bound, and /healthz answered 200
+// while file descriptors ran out; before issue 46: a new connection
+// waited in the kernel's backlog until one closed (30 s during a flood of
+// idle connections), unanswered.
 func TestConnectionsCapped(t *testing.T) {
 	good := newFakeVLLM(t, 1)
 	// read_header far above the test's length: the idle connections stay.
@@ -120,29 +182,110 @@ func TestConnectionsCapped(t *testing.T) {
 		idle = append(idle, c)
 	}
 	h.waitMetrics("warden_client_connections 2")
-	third, err := net.Dial("tcp", addr) // the kernel's backlog takes it; the proxy does not
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer third.Close()
 	waitHealthz(t, h, http.StatusServiceUnavailable, "max_connections")
-	h.waitMetrics("warden_connection_limit_waits_total 1")
-	if _, err := io.WriteString(third, "GET /v1/models HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer "+testKey+"\r\n\r\n"); err != nil {
-		t.Fatal(err)
+	big := strings.Repeat("x", 1<<20) // still being sent when the answer comes
+	for _, tc := range []struct {
+		name, request string
+		status        int
+		shaped        func(string) bool
+	}{
+		{"models", "GET /v1/models HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer " + testKey + "\r\n\r\n",
+			http.StatusTooManyRequests, func(b string) bool { return isOpenAIError(b) && strings.Contains(b, "rate_limit_error") }},
+		{"anthropic", rawPost("/v1/messages", anthropicBody(testModel, "s", 0, false), "anthropic-version: 2023-06-01\r\n"),
+			529, func(b string) bool { return anthropicErrorType(b) == "overloaded_error" }},
+		{"openai with a 1 MiB body", rawPost("/v1/chat/completions", `{"model":"qwen","messages":[{"role":"user","content":"`+big+`"}]}`),
+			http.StatusTooManyRequests, func(b string) bool { return isOpenAIError(b) && strings.Contains(b, "max_connections") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			go io.WriteString(c, tc.request) // the answer may come before all of it is sent
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("a client over max_connections got no answer: %v", err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != tc.status || !tc.shaped(string(b)) || res.Header.Get("Retry-After") != "1" || !res.Close {
+				t.Errorf("%d (Retry-After %q, close %v) %s: want %d in its shape with Retry-After: 1 and Connection: close",
+					res.StatusCode, res.Header.Get("Retry-After"), res.Close, b, tc.status)
+			}
+		})
 	}
-	idle[0].Close() // a slot frees: the third is accepted and served
-	third.SetReadDeadline(time.Now().Add(30 * time.Second))
-	res, err := http.ReadResponse(bufio.NewReader(third), nil)
-	if err != nil {
-		t.Fatalf("the waiting client was not served once a slot freed: %v", err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Errorf("the waiting client got %d", res.StatusCode)
+	h.waitMetrics("warden_connections_refused_total 3", `warden_rejected_total{reason="max_connections"} 3`)
+	idle[0].Close() // a slot frees: the next client is served
+	h.waitMetrics("warden_client_connections 1")
+	if r := h.do("GET", "/v1/models", "", nil); r.status != http.StatusOK {
+		t.Errorf("a client once a slot freed got %d %s", r.status, r.body)
 	}
 	idle[1].Close()
-	third.Close()
+	h.client.CloseIdleConnections()
 	waitHealthz(t, h, http.StatusOK, "ok")
+}
+
+// TestConnectionFloodOverTheCap (issue 46, item 8): a flood of idle
+// connections over limits.max_connections holds at most maxRefusing of
+// them, each for at most refuseWait; the rest are closed at once, so the
+// flood fills no backlog and a client that comes after it is answered.
+func TestConnectionFloodOverTheCap(t *testing.T) {
+	good := newFakeVLLM(t, 1)
+	h := startProxy(t, "limits: {max_connections: 1}\n"+timedYAML("read_header: 5m", urlsModel(good.URL())))
+	h.scraped()
+	addr := strings.TrimPrefix(h.url, "http://")
+	held, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	h.waitMetrics("warden_client_connections 1")
+	const flood = maxRefusing + 36
+	closedAtOnce := make(chan bool, flood)
+	for range flood {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		go func() {
+			c.SetReadDeadline(time.Now().Add(refuseWait / 2))
+			_, err := c.Read(make([]byte, 1))
+			var ne net.Error
+			closedAtOnce <- !(errors.As(err, &ne) && ne.Timeout())
+		}()
+	}
+	n := 0
+	for range flood {
+		if <-closedAtOnce {
+			n++
+		}
+	}
+	if n != flood-maxRefusing {
+		t.Errorf("%d of %d idle connections over the cap were closed at once, want %d (the rest, at most %d, wait for their request)", n, flood, flood-maxRefusing, maxRefusing)
+	}
+	h.waitMetrics(fmt.Sprintf("warden_connections_refused_total %d", flood))
+	// Once the refusals waited refuseWait, a client is answered.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, "GET /v1/models HTTP/1.1\r\nHost: proxy\r\n\r\n")
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err == nil && res.StatusCode == http.StatusTooManyRequests {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a client after the flood: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // waitHealthz polls the admin /healthz until it answers status with want

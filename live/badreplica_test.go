@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -245,7 +247,9 @@ func TestReplyHeadBounded(t *testing.T) {
 // and a stream's JSON error that stalls all end within the timeouts, the
 // replica's request ends (its connection is closed) and the replica takes
 // a strike; the client gets 504 in its shape when nothing was sent yet,
-// else the stream's error event or a cut connection. Before: the
+// else the stream's error event or a cut connection (nothing is sent of
+// a JSON answer before 32 KiB of it or its end: issue 46 item 8, where
+// one that stalled midway ended with an empty reply). Before: the
 // watchdog stopped at the headers unless the reply was the event stream
 // a stream asked for, and each of these held its slot until the client
 // gave up.
@@ -263,8 +267,14 @@ func TestEveryReplyIsTimed(t *testing.T) {
 			io.WriteString(c, jsonHead)
 			hold(c)
 		}, 504, `"code":"upstream_timeout"`, ""},
+		// Issue 46 item 8: the client has had nothing of a JSON answer
+		// that stalls within its first 32 KiB: 504, not an empty reply.
 		{"json stalls midway", false, func(c net.Conn) {
 			io.WriteString(c, jsonHead+`{"id":"x",`)
+			hold(c)
+		}, 504, `"code":"upstream_timeout"`, ""},
+		{"json stalls after 40 KiB", false, func(c net.Conn) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"id\":\""+strings.Repeat("x", 40<<10))
 			hold(c)
 		}, 0, "", ""},
 		{"event stream to stream:false", false, func(c net.Conn) {
@@ -279,7 +289,7 @@ func TestEveryReplyIsTimed(t *testing.T) {
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
-		}, 0, "", ""},
+		}, 504, `"code":"upstream_timeout"`, ""},
 		{"event stream trickled without ending an event", true, func(c net.Conn) {
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
 			io.WriteString(c, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t0\"}}]}\n\n")
@@ -376,6 +386,142 @@ func TestEncodedReplyPassesThrough(t *testing.T) {
 			}
 			if s := h.strikes(0); s != 0 {
 				t.Errorf("replica strikes = %d after a good answer", s)
+			}
+		})
+	}
+}
+
+// TestStallAfterFirstEvent (issue 46, item 1): vLLM sends a stream's
+// first event only with the request's first output (the role chunk,
+// message_start, a completion's first text; for the Responses API the
+// events after response.created and response.in_progress), so a replica
+// that sends it and then goes silent has stalled: it is cut after
+// stream_idle, not first_token, with the stream's error event naming
+// stream_idle, and takes a strike. A Responses stream that only opened
+// (response.created, response.in_progress) is still in its prefill:
+// first_token holds. Before: every stream below waited for first_token
+// (5 min by default), and the replica took its strike only then.
+func TestStallAfterFirstEvent(t *testing.T) {
+	const sseHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+	responsesOpen := "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"status\":\"in_progress\"}}\n\n" +
+		"event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{\"status\":\"in_progress\"}}\n\n"
+	for _, tc := range []struct {
+		name, path, body, events string
+		want                     string // the timeout the error event names
+	}{
+		{"chat role chunk", "/v1/chat/completions", chatBody(testModel, "s", 0, true),
+			"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n",
+			"timeouts.stream_idle"},
+		{"completion first text", "/v1/completions", `{"model":"` + testModel + `","prompt":"hi","stream":true}`,
+			"data: {\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"\"}]}\n\n",
+			"timeouts.stream_idle"},
+		{"anthropic message_start", "/v1/messages", anthropicBody(testModel, "s", 0, true),
+			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":0}}}\n\n",
+			"timeouts.stream_idle"},
+		{"responses output item", "/v1/responses", responsesBody(testModel, "s", true),
+			responsesOpen + "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{\"type\":\"message\"}}\n\n",
+			"timeouts.stream_idle"},
+		{"responses opened only", "/v1/responses", responsesBody(testModel, "s", true), responsesOpen,
+			"timeouts.first_token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := startBadReplica(t, func(c net.Conn) {
+				io.WriteString(c, sseHead+tc.events)
+				hold(c)
+			})
+			h := startProxy(t, timedYAML("stream_idle: 200ms, first_token: 1s", urlsModel(bad.URL())))
+			h.scraped()
+			r, err := sendRaw(h, tc.path, tc.body)
+			if err != nil {
+				t.Fatalf("the client got no answer: %v", err)
+			}
+			if r.status != http.StatusOK || !strings.HasPrefix(r.body, tc.events) || !strings.Contains(r.body, "error") {
+				t.Errorf("status %d body %.400q: want the replica's events, then the stream's error event", r.status, r.body)
+			}
+			if !strings.Contains(r.body, tc.want) {
+				t.Errorf("the stream ended with %q: want the error naming %s", r.body[min(len(tc.events), len(r.body)):], tc.want)
+			}
+			bad.waitEnded(t)
+			if s := h.strikes(0); s != 1 {
+				t.Errorf("replica strikes = %d, want 1", s)
+			}
+		})
+	}
+}
+
+// TestResponsesErrorEventSequenced (issue 50, item 4): the error event
+// that ends a Responses stream the replica broke carries every field the
+// SDKs' ResponseErrorEvent requires, sequence_number included, numbered
+// after the replica's last event (0 when it sent none). Before: no
+// sequence_number, which the SDKs' types require.
+func TestResponsesErrorEventSequenced(t *testing.T) {
+	const sseHead = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+	for _, tc := range []struct {
+		name   string
+		events string
+		want   int64
+	}{
+		{"after three events", "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{}}\n\n" +
+			"event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{}}\n\n" +
+			"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"sequence_number\":2,\"output_index\":0,\"item\":{}}\n\n", 3},
+		{"before any event", "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := startBadReplica(t, func(c net.Conn) { io.WriteString(c, sseHead+tc.events) }) // then the connection closes
+			h := startProxy(t, timedYAML("stream_idle: 200ms", urlsModel(bad.URL())))
+			h.scraped()
+			r, err := sendRaw(h, "/v1/responses", responsesBody(testModel, "s", true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rest, ok := strings.CutPrefix(r.body, tc.events)
+			data, found := strings.CutPrefix(rest, "event: error\ndata: ")
+			if !ok || !found {
+				t.Fatalf("body %q: want the replica's events, then an error event", r.body)
+			}
+			var ev map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(strings.TrimSpace(data)), &ev); err != nil {
+				t.Fatalf("error event %q: %v", data, err)
+			}
+			for _, k := range []string{"type", "code", "message", "param", "sequence_number"} {
+				if _, ok := ev[k]; !ok {
+					t.Errorf("error event %s lacks %s (required by the SDKs' ResponseErrorEvent)", data, k)
+				}
+			}
+			if got := string(ev["sequence_number"]); got != strconv.FormatInt(tc.want, 10) {
+				t.Errorf("sequence_number %s, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestAnthropicNotFoundInItsShape (issue 50, item 4): a replica without
+// /v1/messages/count_tokens (vLLM before pull request 35588) answers 404
+// in FastAPI's shape, {"detail":"Not Found"}; the client gets a 404 in
+// the Anthropic shape (not_found_error) that says why. A 404 the replica
+// gave in the Anthropic shape (an unknown model) passes as it came.
+// Before: FastAPI's body reached the Anthropic client.
+func TestAnthropicNotFoundInItsShape(t *testing.T) {
+	anthropic404 := `{"type":"error","error":{"type":"not_found_error","message":"The model x does not exist."}}`
+	for _, tc := range []struct {
+		name, reply, want string
+	}{
+		{"no route", `{"detail":"Not Found"}`, "count_tokens"},
+		{"anthropic shape", anthropic404, anthropic404},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := startBadReplica(t, func(c net.Conn) {
+				fmt.Fprintf(c, "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(tc.reply), tc.reply)
+				hold(c)
+			})
+			h := startProxy(t, timedYAML("stream_idle: 5s", urlsModel(bad.URL())))
+			h.scraped()
+			r, err := sendRaw(h, "/v1/messages/count_tokens", `{"model":"`+testModel+`","messages":[{"role":"user","content":"hi"}]}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.status != http.StatusNotFound || anthropicErrorType(r.body) != "not_found_error" || !strings.Contains(r.body, tc.want) {
+				t.Errorf("%d %s: want 404 not_found_error with %q", r.status, r.body, tc.want)
 			}
 		})
 	}

@@ -14,7 +14,10 @@ import (
 // and allocation profiles of the request path (the client and the
 // backend, in the same process, are counted too: compare runs, not
 // absolute figures). json: a 64 KB or 256 KB chat request answered with a small
-// JSON body; stream: a small request answered with 32 SSE events.
+// JSON body; stream: a small request answered with 32 SSE events;
+// answer-1MB: a small request answered with 1 MiB of JSON, more than a
+// client's socket may hold unsent (clientNotSentLowat), so that the
+// writes to the client wait for it as they do for a remote one.
 //
 //	go test -run '^$' -bench ProxyPath -benchmem -cpuprofile cpu.out ./live/
 func BenchmarkProxyPath(b *testing.B) {
@@ -27,7 +30,12 @@ func BenchmarkProxyPath(b *testing.B) {
 		name   string
 		size   int
 		stream bool
-	}{{"json-64KB", 64 << 10, false}, {"json-256KB", 256 << 10, false}, {"stream", 1 << 10, true}} {
+		answer int // bytes of the JSON answer's content; 0: a small one
+	}{{"json-64KB", 64 << 10, false, 0}, {"json-256KB", 256 << 10, false, 0}, {"stream", 1 << 10, true, 0}, {"answer-1MB", 1 << 10, false, 1 << 20}} {
+		answer := `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`
+		if tc.answer > 0 {
+			answer = `{"choices":[{"message":{"content":"` + strings.Repeat("y", tc.answer) + `"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`
+		}
 		b.Run(tc.name, func(b *testing.B) {
 			backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Path == "/metrics" || r.URL.Path == "/health" {
@@ -40,7 +48,7 @@ func BenchmarkProxyPath(b *testing.B) {
 					return
 				}
 				w.Header().Set("Content-Type", "application/json")
-				_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+				_, _ = io.WriteString(w, answer)
 			}))
 			defer backend.Close()
 			h := startProxy(b, modelsYAML("limits: {max_body_bytes: 1MiB}\n", urlsModel(backend.URL)))

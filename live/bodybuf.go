@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/bits"
+	"net/http"
 	"sync"
+	"sync/atomic"
 )
 
 // Request bodies are read whole (the model and the session are in them)
@@ -124,12 +127,133 @@ type reqBody struct {
 	data []byte
 
 	mu       sync.Mutex
-	buf      *[]byte // the pooled buffer data lies in; nil once released or when not pooled
+	buf      *[]byte     // the pooled buffer data lies in; nil once released or when not pooled
+	budget   *bodyBudget // what the buffer is counted against; nil: none
+	held     int64       // the buffer's bytes counted in budget
 	released bool
 }
 
 // errBodyReleased is what a reader of a finished call's body gets.
 var errBodyReleased = errors.New("request body read after its request finished")
+
+// bodyBudget is limits.max_body_bytes_in_flight: the bytes of request
+// body buffers the proxy holds at once (issue 46, item 5: 40 clients each
+// sending 16 MiB took the proxy from 47 MB to 707 MB). A body counts its
+// buffer's capacity from the moment it is taken until the call gives it
+// back (reqBody.release): once the replica has answered (forward), or
+// when the call ends for an https replica or with the journal on; a
+// growth counts the larger buffer only (both are held for the copy
+// between them). A request whose buffer would take
+// the bodies held past the limit is refused at once (errOverBudget):
+// 429/529 with Retry-After while other bodies hold the room, 413 when
+// its body alone is larger than the limit. The zero value holds nothing.
+type bodyBudget struct{ held atomic.Int64 }
+
+// take counts n more bytes if the bodies held stay within limit.
+func (b *bodyBudget) take(n, limit int64) bool {
+	for {
+		cur := b.held.Load()
+		if cur+n > limit {
+			return false
+		}
+		if b.held.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// give uncounts n bytes.
+func (b *bodyBudget) give(n int64) { b.held.Add(-n) }
+
+// bodyLimits is what readBody may take: buffers counted against budget
+// (nil: none) within inFlight bytes, and for a body of unknown length at
+// most max bytes (limits.max_body_bytes, which the front end's
+// http.MaxBytesReader enforces; 0: unbounded).
+type bodyLimits struct {
+	budget   *bodyBudget
+	inFlight int64
+	max      int64
+}
+
+// errOverBudget is a body that limits.max_body_bytes_in_flight has no
+// room for: alone, it is larger than the limit itself.
+type errOverBudget struct {
+	alone bool
+	limit int64
+}
+
+func (e *errOverBudget) Error() string {
+	if e.alone {
+		return fmt.Sprintf("request body is larger than the %d bytes the proxy holds of all bodies at once (limits.max_body_bytes_in_flight)", e.limit)
+	}
+	return fmt.Sprintf("the proxy holds %d bytes of request bodies, its limit (limits.max_body_bytes_in_flight); retry shortly", e.limit)
+}
+
+// bodyBufs is the buffer of the body readBody is reading and what it
+// counts in the budget.
+type bodyBufs struct {
+	lim  bodyLimits
+	bp   *[]byte
+	held int64
+}
+
+// grow replaces the buffer (nil at first) with one of room for n bytes,
+// holding what it has read, counted in the budget first: a buffer of
+// the class of n, or of exactly n (not pooled) when the class alone is
+// over the limit and n is not.
+func (b *bodyBufs) grow(n int64) error {
+	c, exact := bodyClassCap(n), false
+	if b.lim.budget != nil {
+		if n > b.lim.inFlight {
+			return &errOverBudget{alone: true, limit: b.lim.inFlight}
+		}
+		if c > b.lim.inFlight {
+			c, exact = n, true
+		}
+		if c > b.held && !b.lim.budget.take(c-b.held, b.lim.inFlight) {
+			return &errOverBudget{limit: b.lim.inFlight}
+		}
+	}
+	var nbp *[]byte
+	if exact {
+		nb := make([]byte, 0, n)
+		nbp = &nb
+	} else {
+		nbp = getBodyBuf(int(n))
+	}
+	if b.bp != nil {
+		*nbp = append(*nbp, *b.bp...)
+		putBodyBuf(b.bp)
+	}
+	b.bp = nbp
+	if b.lim.budget != nil {
+		if c < b.held {
+			b.lim.budget.give(b.held - c)
+		}
+		b.held = c
+	}
+	return nil
+}
+
+// drop gives the buffer and its count back (a body that failed).
+func (b *bodyBufs) drop() {
+	if b.bp != nil {
+		putBodyBuf(b.bp)
+		b.bp = nil
+	}
+	if b.lim.budget != nil && b.held > 0 {
+		b.lim.budget.give(b.held)
+		b.held = 0
+	}
+}
+
+// bodyClassCap is the capacity getBodyBuf gives for n bytes.
+func bodyClassCap(n int64) int64 {
+	if n > 1<<(minBodyClassShift+numBodyClasses-1) {
+		return n
+	}
+	return 1 << (bodyClass(int(n)) + minBodyClassShift)
+}
 
 // readBody reads a whole request body (net/http never returns more than
 // Content-Length). It takes buffers as the bytes come, never the declared
@@ -139,38 +263,55 @@ var errBodyReleased = errors.New("request body read after its request finished")
 // has arrived, when full. A body that has arrived whole before it is read
 // (a client on a fast link sends it with its head) goes into one buffer
 // of its size, read in one syscall, not copied over at a growth (issue
-// 13, item 12). A body of unknown length (chunked) is read with io.ReadAll
-// and not pooled.
-func readBody(r io.Reader, length int64, conn arrivals) (*reqBody, error) {
-	if length <= 0 {
-		data, err := io.ReadAll(r)
-		if err != nil {
-			return nil, err
-		}
-		return &reqBody{data: data}, nil
-	}
+// 13, item 12). A body of unknown length (chunked) grows the same way up
+// to lim.max. Every buffer is counted against lim's budget before it is
+// taken (errOverBudget when there is no room).
+func readBody(r io.Reader, length int64, conn arrivals, lim bodyLimits) (*reqBody, error) {
 	arrived := func(have int) int64 {
 		if conn == nil {
 			return 0
 		}
 		return int64(have + conn.queued() + headSlack)
 	}
+	// most is the size the buffer need not outgrow.
+	most := length
+	if length <= 0 {
+		most = lim.max
+		if most <= 0 {
+			most = math.MaxInt64
+		}
+	}
 	first := int64(initialBodyBuf)
 	if length > first {
 		first = max(first, arrived(0))
 	}
-	bp := getBodyBuf(int(min(length, first)))
-	buf := *bp
-	for int64(len(buf)) < length {
-		if len(buf) == cap(buf) {
+	if lim.budget != nil && length > lim.inFlight {
+		return nil, &errOverBudget{alone: true, limit: lim.inFlight}
+	}
+	b := bodyBufs{lim: lim}
+	if err := b.grow(min(most, first)); err != nil {
+		return nil, err
+	}
+	buf := *b.bp
+	for length <= 0 || int64(len(buf)) < length {
+		if room := int64(cap(buf)); int64(len(buf)) == min(room, most) {
+			if room >= most { // unknown length, at lim.max
+				if err := atEnd(r); err != nil {
+					*b.bp = buf
+					b.drop()
+					return nil, err
+				}
+				break
+			}
 			next := max(bodyGrowth*int64(cap(buf)), arrived(len(buf)))
-			nbp := getBodyBuf(int(min(next, length)))
-			nb := append(*nbp, buf...)
-			*bp = buf
-			putBodyBuf(bp)
-			bp, buf = nbp, nb
+			*b.bp = buf
+			if err := b.grow(min(next, most)); err != nil {
+				b.drop()
+				return nil, err
+			}
+			buf = *b.bp
 		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
+		n, err := r.Read(buf[len(buf):min(int64(cap(buf)), most)])
 		buf = buf[:len(buf)+n]
 		if err == io.EOF {
 			break
@@ -179,17 +320,34 @@ func readBody(r io.Reader, length int64, conn arrivals) (*reqBody, error) {
 			if err == io.ErrUnexpectedEOF {
 				break
 			}
-			*bp = buf
-			putBodyBuf(bp)
+			*b.bp = buf
+			b.drop()
 			return nil, err
 		}
 	}
-	*bp = buf
-	if int64(len(buf)) < length {
-		putBodyBuf(bp)
+	*b.bp = buf
+	if length > 0 && int64(len(buf)) < length {
+		b.drop()
 		return nil, fmt.Errorf("body shorter than its Content-Length %d", length)
 	}
-	return &reqBody{data: buf, buf: bp}, nil
+	return &reqBody{data: buf, buf: b.bp, budget: lim.budget, held: b.held}, nil
+}
+
+// atEnd reads what follows a body of unknown length that filled lim.max:
+// nil at its end, else the error (http.MaxBytesReader's, past its limit).
+func atEnd(r io.Reader) error {
+	var one [1]byte
+	for {
+		n, err := r.Read(one[:])
+		switch {
+		case n > 0:
+			return &http.MaxBytesError{}
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return err
+		}
+	}
 }
 
 // reader returns a reader of the body for one attempt.
@@ -207,6 +365,10 @@ func (b *reqBody) release() {
 	if b.buf != nil {
 		putBodyBuf(b.buf)
 		b.buf = nil
+	}
+	if b.budget != nil {
+		b.budget.give(b.held)
+		b.held = 0
 	}
 	b.data = nil
 }

@@ -43,7 +43,7 @@ func TestReadBody(t *testing.T) {
 		{"read error", iotest.TimeoutReader(strings.NewReader(`{"a":1}`)), 100, nil, "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rb, err := readBody(tc.r, tc.length, nil)
+			rb, err := readBody(tc.r, tc.length, nil, bodyLimits{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -70,7 +70,7 @@ func TestReadBody(t *testing.T) {
 // of the request that took the buffer next.
 func TestBodyReaderAfterRelease(t *testing.T) {
 	a := bytes.Repeat([]byte("A"), 100<<10)
-	rb, err := readBody(bytes.NewReader(a), int64(len(a)), nil)
+	rb, err := readBody(bytes.NewReader(a), int64(len(a)), nil, bodyLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestBodyReaderAfterRelease(t *testing.T) {
 	}
 	rb.release()
 	b := bytes.Repeat([]byte("B"), 100<<10)
-	next, err := readBody(bytes.NewReader(b), int64(len(b)), nil) // likely the same buffer, from the pool
+	next, err := readBody(bytes.NewReader(b), int64(len(b)), nil, bodyLimits{}) // likely the same buffer, from the pool
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestBodyReaderAfterRelease(t *testing.T) {
 func TestBodyReleaseRacesReaders(t *testing.T) {
 	data := bytes.Repeat([]byte("x"), 300<<10)
 	for range 50 {
-		rb, err := readBody(bytes.NewReader(data), int64(len(data)), nil)
+		rb, err := readBody(bytes.NewReader(data), int64(len(data)), nil, bodyLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +124,7 @@ func TestBodyReleaseRacesReaders(t *testing.T) {
 		rb.release()
 		wg.Wait()
 		// The next body takes the buffer and overwrites it.
-		other, _ := readBody(bytes.NewReader(bytes.Repeat([]byte("y"), len(data))), int64(len(data)), nil)
+		other, _ := readBody(bytes.NewReader(bytes.Repeat([]byte("y"), len(data))), int64(len(data)), nil, bodyLimits{})
 		other.release()
 	}
 }
@@ -292,7 +292,7 @@ func TestReadBodyGrowth(t *testing.T) {
 			if tc.noConn {
 				conn = nil
 			}
-			rb, err := readBody(r, tc.declared, conn)
+			rb, err := readBody(r, tc.declared, conn, bodyLimits{})
 			if tc.sent < tc.declared {
 				if err == nil {
 					t.Fatal("a short body was read without error")
@@ -302,6 +302,98 @@ func TestReadBodyGrowth(t *testing.T) {
 			}
 			if r.buffers > tc.maxBuffers {
 				t.Errorf("%d buffers, want at most %d", r.buffers, tc.maxBuffers)
+			}
+		})
+	}
+}
+
+// TestReadBodyBudget: readBody counts each body's buffer against its
+// budget from the first byte (a growth counting the larger buffer only),
+// release gives it back, a body with no room is refused (alone: larger
+// than the whole limit), and a chunked body past lim.max fails with
+// http.MaxBytesError, as the front end's reader would.
+func TestReadBodyBudget(t *testing.T) {
+	var b bodyBudget
+	lim := bodyLimits{budget: &b, inFlight: 1 << 20, max: 700 << 10}
+	small := bytes.Repeat([]byte("a"), 200<<10)
+	rb, err := readBody(bytes.NewReader(small[:100<<10]), 100<<10, nil, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.held.Load(); got != int64(cap(rb.data)) || got != 128<<10 {
+		t.Errorf("held %d after a 100 KiB body, want its 128 KiB buffer", got)
+	}
+	// Chunked (unknown length), grown 64 KiB -> 256 KiB: the larger counts.
+	rb2, err := readBody(bytes.NewReader(small[:200<<10]), -1, nil, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.held.Load(); got != (128+256)<<10 {
+		t.Errorf("held %d KiB with two bodies, want 384", got>>10)
+	}
+	// 1.5 MiB would need more than the whole limit.
+	big := bytes.Repeat([]byte("b"), 1536<<10)
+	if _, err := readBody(bytes.NewReader(big), int64(len(big)), nil, lim); !isOverBudget(err, true) {
+		t.Errorf("a 1.5 MiB body under a 1 MiB budget: %v, want over the budget alone", err)
+	}
+	// 600 KiB needs a 1 MiB buffer: with 384 KiB held there is no room.
+	if _, err := readBody(bytes.NewReader(big[:600<<10]), 600<<10, nil, lim); !isOverBudget(err, false) {
+		t.Errorf("a 600 KiB body with 640 KiB free: %v, want over the budget, not alone", err)
+	}
+	if got := b.held.Load(); got != (128+256)<<10 {
+		t.Errorf("held %d KiB after refusals, want 384: a refused body's buffers are given back", got>>10)
+	}
+	rb.release()
+	rb2.release()
+	rb2.release()
+	if got := b.held.Load(); got != 0 {
+		t.Errorf("held %d after every body was released, want 0", got)
+	}
+	// A body whose size class is over the limit but which is not goes
+	// into a buffer of its own size.
+	var b2 bodyBudget
+	rb3, err := readBody(bytes.NewReader(big[:700<<10]), 700<<10, nil, bodyLimits{budget: &b2, inFlight: 800 << 10})
+	if err != nil || cap(rb3.data) != 700<<10 || b2.held.Load() != 700<<10 {
+		t.Errorf("a 700 KiB body under an 800 KiB budget: %v, buffer %d, held %d; want one exact 700 KiB buffer", err, cap(rb3.data), b2.held.Load())
+	}
+	// Chunked past lim.max.
+	_, err = readBody(bytes.NewReader(bytes.Repeat([]byte("c"), 800<<10)), -1, nil, bodyLimits{max: 700 << 10})
+	var mbe *http.MaxBytesError
+	if !errors.As(err, &mbe) {
+		t.Errorf("a chunked body past max: %v, want *http.MaxBytesError", err)
+	}
+	// ... and one exactly at it is whole.
+	if rb, err := readBody(bytes.NewReader(big), -1, nil, bodyLimits{max: int64(len(big))}); err != nil || len(rb.data) != len(big) {
+		t.Errorf("a chunked body of exactly max: %v", err)
+	}
+}
+
+// isOverBudget reports an *errOverBudget with the given alone.
+func isOverBudget(err error, alone bool) bool {
+	var ob *errOverBudget
+	return errors.As(err, &ob) && ob.alone == alone
+}
+
+// BenchmarkReadBody reads a body that has arrived whole into a pooled
+// buffer and gives it back, counted against a budget as admit does
+// (limits.max_body_bytes_in_flight): the request path's share of item 5
+// of issue 46.
+func BenchmarkReadBody(b *testing.B) {
+	for _, size := range []int{64 << 10, 256 << 10} {
+		b.Run(fmt.Sprintf("%dK", size>>10), func(b *testing.B) {
+			data := bytes.Repeat([]byte("x"), size)
+			var budget bodyBudget
+			lim := bodyLimits{budget: &budget, inFlight: 1 << 30, max: 16 << 20}
+			r := bytes.NewReader(data)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Reset(data)
+				rb, err := readBody(r, int64(size), nil, lim)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rb.release()
 			}
 		})
 	}

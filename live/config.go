@@ -3,6 +3,7 @@ package live
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -69,11 +70,21 @@ type Limits struct {
 	// rate_limit_error (OpenAI shapes) or 529 overloaded_error (Anthropic),
 	// with Retry-After. Default: see DefaultMaxInFlight.
 	MaxInFlight int `yaml:"max_in_flight"`
-	// MaxConnections bounds the client connections open at once, idle
-	// keep-alive ones included. At the bound the proxy stops accepting
-	// (new connections wait in the kernel's backlog) until one closes,
-	// logs it at ERROR, counts it and /healthz answers 503. Default: see
-	// DefaultMaxConnections. Restart only.
+	// MaxBodyBytesInFlight bounds the bytes of request bodies the whole
+	// proxy holds at once (each body counted by the buffer it is read
+	// into, from its first byte until the replica answers). A request whose
+	// body would take the proxy past it is answered at once: 429
+	// rate_limit_error (OpenAI shapes) or 529 overloaded_error
+	// (Anthropic) with Retry-After while other bodies hold the room, 413
+	// when the body alone is larger. Default: see
+	// DefaultMaxBodyBytesInFlight.
+	MaxBodyBytesInFlight ByteSize `yaml:"max_body_bytes_in_flight"`
+	// MaxConnections bounds the client connections served at once, idle
+	// keep-alive ones included. At the bound a new connection is answered
+	// at once, as MaxInFlight is (429/529 with Retry-After, and
+	// Connection: close), or closed at once when many are being answered;
+	// the proxy logs it at ERROR, counts it and /healthz answers 503.
+	// Default: see DefaultMaxConnections. Restart only.
 	MaxConnections int `yaml:"max_connections"`
 }
 
@@ -87,10 +98,12 @@ type Timeouts struct {
 	Health         Duration `yaml:"health"`          // /health and /metrics probes; default 2s
 	Drain          Duration `yaml:"drain"`           // SIGTERM: finish streams up to this; default 60s
 	// FirstToken bounds a streamed request from the moment it is sent to
-	// a backend to its first output token (prefill and queueing included);
-	// default 5m. StreamIdle bounds the wait for the next whole event of a
-	// stream once its first token came (bytes that end no event are no
-	// progress); default 60s. On expiry the client gets the API's error
+	// a backend to its first output (prefill and queueing included): the
+	// first event vLLM sends only with it (the role chunk, message_start,
+	// a Responses event after response.created and response.in_progress;
+	// see streamWatch); default 5m. StreamIdle bounds the wait for the
+	// next whole event of a stream from then on (bytes that end no event
+	// are no progress); default 60s. On expiry the client gets the API's error
 	// event (or a 504 before any byte of a reply that is not an event
 	// stream), the backend
 	// request is cancelled and the replica takes a strike towards
@@ -213,12 +226,44 @@ func (m *ModelCfg) EffectiveStrategy() string {
 
 // LoadConfig reads and validates the YAML file at path. Errors name the file,
 // the line and the key, e.g. "proxy.yaml:12: models[0].replicas: ...".
+// A file over MaxConfigBytes is refused without being read whole.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readConfigFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return ParseConfig(filepath.Base(path), data)
+}
+
+// MaxConfigBytes bounds a configuration file: 1 MiB, what a Kubernetes
+// ConfigMap may hold, and a hundred times a configuration of a thousand
+// replicas. Issue 46 item 8: a 100 MB file was read whole and decoded
+// before any check, and a reload of one left the proxy at 632 MB.
+const MaxConfigBytes = 1 << 20
+
+// readConfigFile reads the file at path, refusing one over MaxConfigBytes
+// (by its size when it is a regular file, else after MaxConfigBytes + 1
+// bytes): the error names the file.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tooBig := func(size string) error {
+		return fmt.Errorf("%s: %smore than the %d bytes (1 MiB) a configuration may have", path, size, MaxConfigBytes)
+	}
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxConfigBytes {
+		return nil, tooBig(fmt.Sprintf("%d bytes, ", fi.Size()))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(data) > MaxConfigBytes {
+		return nil, tooBig("")
+	}
+	return data, nil
 }
 
 // ParseConfig parses and validates a configuration; name is used in errors.

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +124,38 @@ func TestAffinityOffAndStrategyConflict(t *testing.T) {
 	_, err = ParseConfig("t.yaml", []byte(base+"    affinity: on\n    strategy: hash\n"))
 	if err == nil || !strings.Contains(err.Error(), "t.yaml:6: models[0].affinity:") {
 		t.Errorf("conflict error = %v, want one naming t.yaml:6 and models[0].affinity", err)
+	}
+}
+
+// TestConfigFileSizeBounded (issue 46, item 8): a configuration file over
+// MaxConfigBytes is refused with an error naming it, without being read
+// whole: a 100 MB file (sparse) by its size, an endless one (/dev/zero)
+// after MaxConfigBytes + 1 bytes. Before: read whole and decoded (100 MB
+// allocated at once; a reload of one left the proxy at 632 MB RSS).
+func TestConfigFileSizeBounded(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(big, []byte("listen: :8080\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, 100<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{big, "/dev/zero"} {
+		if _, err := os.Stat(path); err != nil {
+			t.Logf("%s: %v", path, err)
+			continue
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := LoadConfig(path)
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "more than the 1048576 bytes") {
+			t.Errorf("%s: err = %v, want it refused as too large, naming the file", path, err)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+			t.Errorf("%s: %d MiB allocated to refuse it", path, grew>>20)
+		} else {
+			t.Logf("%s: %v (%d KiB allocated)", path, err, grew>>10)
+		}
 	}
 }

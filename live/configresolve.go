@@ -65,6 +65,21 @@ func DefaultMaxInFlight() int {
 	return int(min(max(mem/4/(1<<20), 256), 16384))
 }
 
+// DefaultMaxBodyBytesInFlight is limits.max_body_bytes_in_flight when the
+// configuration does not set it, sized for the machine: an eighth of its
+// memory (machineMemory), between 64 MiB and 4 GiB, and never below
+// limits.max_body_bytes (maxBody), so that the largest body a client may
+// send always fits alone. The bodies' buffers are half of the quarter
+// DefaultMaxInFlight sizes the requests from; the Go heap can grow to
+// twice what is live. Where memory cannot be read: 1 GiB.
+func DefaultMaxBodyBytesInFlight(maxBody int64) int64 {
+	n := int64(1 << 30)
+	if mem := machineMemory(); mem > 0 {
+		n = min(max(mem/8, 64<<20), 4<<30)
+	}
+	return max(n, maxBody)
+}
+
 // machineMemory returns the memory this process may use in bytes, or 0.
 func machineMemory() int64 {
 	var total int64
@@ -217,6 +232,12 @@ func (l *Limits) resolve() error {
 	if l.MaxBodyBytes < 1024 {
 		return verr("limits.max_body_bytes", "at least 1KiB, got %d", l.MaxBodyBytes)
 	}
+	if l.MaxBodyBytesInFlight == 0 {
+		l.MaxBodyBytesInFlight = ByteSize(DefaultMaxBodyBytesInFlight(int64(l.MaxBodyBytes)))
+	}
+	if l.MaxBodyBytesInFlight < 1024 {
+		return verr("limits.max_body_bytes_in_flight", "at least 1KiB, got %d", l.MaxBodyBytesInFlight)
+	}
 	if l.MaxInFlight < 1 {
 		return verr("limits.max_in_flight", "want a positive integer, got %d", l.MaxInFlight)
 	}
@@ -294,8 +315,8 @@ func (m *ModelCfg) resolve(p string, seen map[string]bool) error {
 			return verr(p+".gpu", "%v", err)
 		}
 	}
-	if m.MaxNumSeqs < 0 {
-		return verr(p+".max_num_seqs", "want a positive integer, got %d", m.MaxNumSeqs)
+	if m.MaxNumSeqs < 0 || m.MaxNumSeqs > maxServerNumSeqs {
+		return verr(p+".max_num_seqs", "want a positive integer up to %d (the bound a server's own value is taken within), got %d", maxServerNumSeqs, m.MaxNumSeqs)
 	}
 	if err := m.KVEvents.check(p, m.NumReplicas(), m.kvRanks()); err != nil {
 		return err

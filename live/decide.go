@@ -164,6 +164,12 @@ func (s *Server) Decide(in DecideInput) (*Decision, *Refusal) {
 	}
 	d.endpoint = c.cur.rep.target.Host
 	d.fallback = d.c.m.fallbacks(c.cur.rep, in.Allowed)
+	if s.journal == nil {
+		// The gateway sends the body itself: the copy admit read is
+		// given back now, with its share of limits.max_body_bytes_in_flight,
+		// not when the response ends (the journal reads it then).
+		c.rb.release()
+	}
 	return d, nil
 }
 
@@ -405,7 +411,7 @@ func (s *Server) Timeouts() Timeouts { return s.state.Load().cfg.Timeouts }
 // writes bounded by timeouts.client_write (see clientListener). Call it
 // once, before Run.
 func (s *Server) ClientListener(ln net.Listener) net.Listener {
-	cl := newClientListener(ln, s.state.Load().cfg.Limits.MaxConnections, &s.clientWrite, s.log, s.obs)
+	cl := newClientListener(ln, s.state.Load().cfg.Limits.MaxConnections, false, &s.clientWrite, s.log, s.obs)
 	s.clientLn.Store(cl)
 	return cl
 }

@@ -101,3 +101,19 @@ func TestDecideSubset(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideHoldsNoBody (issue 46, item 5): the gateway sends the body
+// itself, so the copy Decide read counts against
+// limits.max_body_bytes_in_flight only while it decides. Before: it was
+// held until Finish, a stream's whole length.
+func TestDecideHoldsNoBody(t *testing.T) {
+	s := decider(t)
+	d, ref := decideChat(s, "a", nil)
+	if ref != nil {
+		t.Fatalf("refused: %d %s", ref.Status, ref.Body)
+	}
+	defer d.Finish()
+	if n := s.bodies.held.Load(); n != 0 {
+		t.Errorf("%d bytes of body held after Decide, want 0", n)
+	}
+}

@@ -94,7 +94,10 @@
 // replica that /health marks down. Every reply is timed to its end
 // (watchdog.go): timeouts.response_header bounds the wait for its
 // headers; a streamed request is bounded by timeouts.first_token (sent ->
-// first token, default 5m) and then timeouts.stream_idle (the wait for
+// first output, default 5m: the first event vLLM sends only with it, the
+// role chunk, message_start, or for the Responses API the first after
+// response.created and response.in_progress; sse.go says where in vLLM's
+// code) and then timeouts.stream_idle (the wait for
 // each whole event, default 60s: bytes that end no event are no
 // progress); an event stream sent to a request that did not ask for one
 // waits at most stream_idle for each event, and any other reply (a JSON
@@ -103,7 +106,9 @@
 // the backend request is cancelled, the replica takes a strike, and the
 // client gets the API's error: 504 in its shape if nothing was sent yet
 // (the status of a reply that is not an event stream is sent with its
-// first bytes), else the API's error event, or for a JSON body its
+// first 32 KiB, or all of it when it is known to be shorter: a JSON
+// answer that stalls before is a 504, not an empty reply), else the
+// API's error event, or for a longer JSON body its
 // connection cut so that a torn answer is not taken for a whole one.
 // What a replica can make the proxy hold is bounded (upstream.go): a
 // reply head (status lines and headers, informational replies included)
@@ -150,18 +155,26 @@
 // server of a model has been scraped and probed once (the first
 // milliseconds after start), a request waits for it, so that it is
 // answered as it would be a moment later: 503/529 when no replica is up,
-// not a 502 from a replica only presumed healthy.
+// not a 502 from a replica only presumed healthy. /v1/messages/count_tokens
+// goes to a replica (vLLM serves it since its pull request 35588); a 404
+// a replica gives an Anthropic request in another shape than Anthropic's
+// (FastAPI's {"detail":"Not Found"}: a route it lacks) is answered as a
+// 404 not_found_error.
 //
 // Clients. limits.max_connections bounds the client connections open at
 // once, idle ones included (default from the file descriptor limit, see
-// DefaultMaxConnections): at the bound the listener stops accepting until
-// one closes (listener.go), which is logged at ERROR and counted, and the
-// admin /healthz answers 503 while it lasts, or while accepting fails
+// DefaultMaxConnections): at the bound a new connection is answered at
+// once, 429 (OpenAI shapes) or 529 overloaded_error (Anthropic) with
+// Retry-After: 1 and Connection: close, or closed at once when 64 are
+// being answered already (listener.go refuse), which is logged at ERROR
+// and counted, and the admin /healthz answers 503 while it lasts, or while accepting fails
 // (out of file descriptors: logged at ERROR, retried with back-off). A
 // write to a client that makes no progress for timeouts.client_write
 // (default 60s: a client that stopped reading) ends the exchange and
 // cancels the replica's request (rawconn_linux.go), logged and counted
-// (warden_client_write_timeouts_total). A request with a
+// (warden_client_write_timeouts_total); on Linux a client's socket holds
+// at most 32 KiB the client has not taken (TCP_NOTSENT_LOWAT), so that the
+// wait begins when the client stops, not megabytes of send buffer later. A request with a
 // Transfer-Encoding closes its connection after the answer (RFC 9112 6.1:
 // Go drops a Content-Length beside it before the handler, so this covers
 // requests that had both). The admin address answers only requests whose
@@ -173,7 +186,14 @@
 // it a request is answered at once, before its body is read: 429
 // rate_limit_error (OpenAI shapes) or 529 overloaded_error (Anthropic),
 // with Retry-After: 1. A body is allocated as its bytes arrive, never its
-// declared Content-Length up front.
+// declared Content-Length up front, and limits.max_body_bytes_in_flight
+// bounds the bytes of the buffers all bodies hold at once, each from its
+// first byte until the replica answers (default an eighth of the
+// machine's memory, see DefaultMaxBodyBytesInFlight; bodybuf.go's
+// bodyBudget): a body that would pass it is refused the
+// same way (its rest read and dropped first, so that a client still
+// sending reads the answer), 413 when it is larger than the bound alone;
+// warden_request_body_bytes shows what is held.
 // Bodies over limits.max_body_bytes get 413 in the client's shape.
 // Headers over limits.max_header_bytes get 431 in the client's shape;
 // only headers over four times the limit meet Go's own plain-text 431,

@@ -212,15 +212,20 @@ func (f *fakeVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return true
 	}
-	if api == APIAnthropic {
-		send(fmt.Sprintf("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":%d,\"output_tokens\":1}}}\n\n", prompt))
-		send("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
-	} else {
-		send("data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
-	}
+	_ = rc.Flush() // the headers at once, as Starlette's StreamingResponse sends them
 	for i := range f.tokens {
 		if !wait() {
 			return
+		}
+		if i == 0 {
+			// As vLLM, the stream opens with its first output (see
+			// streamWatch): the role chunk, message_start.
+			if api == APIAnthropic {
+				send(fmt.Sprintf("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":%d,\"output_tokens\":1}}}\n\n", prompt))
+				send("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
+			} else {
+				send("data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
+			}
 		}
 		var ok bool
 		if api == APIAnthropic {

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -311,4 +313,184 @@ func TestDrainDeadlineEndsStreamsWithErrorEvent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBodiesInFlightBounded (issue 46, item 5): limits.max_body_bytes_in_flight
+// bounds the request bodies the whole proxy holds. 24 clients send a
+// body of 16 MiB minus one byte at once to a replica that takes them and
+// never answers, so that every body admitted stays held; with a budget of
+// 48 MiB (two 16 MiB buffers and the room to grow a third) the heap the
+// proxy holds stays within it and the client's memory-pool slack, and the
+// other clients are answered at once in their API's shape: 429
+// rate_limit_error (OpenAI) or 529 overloaded_error (Anthropic), with
+// Retry-After. A body larger than the budget alone gets 413. Before: every
+// body was admitted (24 held, the heap 414 MiB larger; 40 took the proxy
+// from 47 MB to 707 MB in the issue).
+func TestBodiesInFlightBounded(t *testing.T) {
+	const clients, size, budget = 24, 16<<20 - 1, 48 << 20
+	held := make(chan struct{}, clients)
+	bad := startBadReplica(t, func(c net.Conn) {
+		held <- struct{}{}
+		hold(c)
+	})
+	// Scrapes far apart: a probe that the flood delays past 50 ms would
+	// mark the replica down, and least-loaded: placement would refuse
+	// the fourth 4M-token conversation on its footprint. Neither is what
+	// is tested here.
+	h := startProxy(t, "limits: {max_body_bytes_in_flight: 48MiB}\n"+strings.Replace(
+		timedYAML("read: 30s", urlsModel(bad.URL())+"    strategy: least-loaded\n"), "scrape_interval: 50ms", "scrape_interval: 5s", 1))
+	h.scraped()
+	body := sizedChat(`{"model":"`+testModel+`","messages":[{"role":"user","content":"`, size)
+	anthropic := sizedChat(`{"model":"`+testModel+`","max_tokens":1,"messages":[{"role":"user","content":"`, size)
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+
+	type answer struct {
+		status     int
+		retryAfter string
+		body       string
+		anthropic  bool
+	}
+	answers := make(chan answer, clients)
+	client := &http.Client{Timeout: 60 * time.Second}
+	defer client.CloseIdleConnections()
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Go(func() {
+			b, path := body, "/v1/chat/completions"
+			if i%2 == 1 {
+				b, path = anthropic, "/v1/messages"
+			}
+			req, _ := http.NewRequest("POST", h.url+path, bytes.NewReader(b))
+			req.Header.Set("Authorization", "Bearer "+testKey)
+			req.Header.Set("Content-Type", "application/json")
+			res, err := client.Do(req)
+			if err != nil {
+				answers <- answer{status: -1, body: err.Error(), anthropic: i%2 == 1}
+				return
+			}
+			rb, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			answers <- answer{res.StatusCode, res.Header.Get("Retry-After"), string(rb), i%2 == 1}
+		})
+	}
+	// Every client is either held at the replica or answered.
+	var got []answer
+	nHeld := 0
+	deadline := time.After(60 * time.Second)
+	for nHeld+len(got) < clients {
+		select {
+		case <-held:
+			nHeld++
+		case a := <-answers:
+			got = append(got, a)
+		case <-deadline:
+			t.Fatalf("%d clients held, %d answered of %d: the rest hang", nHeld, len(got), clients)
+		}
+	}
+	runtime.GC()
+	var during runtime.MemStats
+	runtime.ReadMemStats(&during)
+	grew := int64(during.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d bodies held at the replica, %d clients answered; heap grew by %d MiB", nHeld, len(got), grew>>20)
+	if grew > budget+maxFreeBody+8<<20 {
+		t.Errorf("the heap grew by %d MiB with %d bodies held: want at most the budget, 48 MiB, and the free buffers' 32 MiB", grew>>20, nHeld)
+	}
+	if nHeld == 0 || nHeld > 3 {
+		t.Errorf("%d bodies of 16 MiB admitted with a 48 MiB budget", nHeld)
+	}
+	for _, a := range got {
+		want, shaped := http.StatusTooManyRequests, isOpenAIError(a.body) && strings.Contains(a.body, "rate_limit_error")
+		if a.anthropic {
+			want, shaped = 529, anthropicErrorType(a.body) == "overloaded_error"
+		}
+		if a.status != want || !shaped || a.retryAfter != "1" || !strings.Contains(a.body, "max_body_bytes_in_flight") {
+			t.Errorf("a client over the budget got %d (Retry-After %q) %.200q: want %d in its shape with Retry-After: 1", a.status, a.retryAfter, a.body, want)
+		}
+	}
+	bad.ln.Close()
+	bad.mu.Lock()
+	for _, c := range bad.conns {
+		c.Close()
+	}
+	bad.mu.Unlock()
+	wg.Wait()
+}
+
+// sizedChat is a chat request of size bytes: prefix, then one long
+// message.
+func sizedChat(prefix string, size int) []byte {
+	return []byte(prefix + strings.Repeat("x", size-len(prefix)-4) + `"}]}`)
+}
+
+// TestBodyAloneOverBudget (issue 46, item 5): a body larger than
+// limits.max_body_bytes_in_flight by itself can never be held: 413 in the
+// client's shape, whether its Content-Length says so (before it is read)
+// or it is chunked and grows past the budget. Before: no budget.
+func TestBodyAloneOverBudget(t *testing.T) {
+	good := newFakeVLLM(t, 1)
+	h := startProxy(t, "limits: {max_body_bytes_in_flight: 1MiB}\n"+modelsYAML("", urlsModel(good.URL())))
+	body := sizedChat(`{"model":"`+testModel+`","messages":[{"role":"user","content":"`, 2<<20)
+	for _, chunked := range []bool{false, true} {
+		req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", bytes.NewReader(body))
+		if chunked {
+			req, _ = http.NewRequest("POST", h.url+"/v1/chat/completions", io.MultiReader(bytes.NewReader(body))) // no length: chunked
+		}
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		res, err := h.client.Do(req)
+		if err != nil {
+			t.Fatalf("chunked %v: %v", chunked, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusRequestEntityTooLarge || !isOpenAIError(string(b)) || !strings.Contains(string(b), "max_body_bytes_in_flight") {
+			t.Errorf("chunked %v: %d %.200q, want 413 naming limits.max_body_bytes_in_flight", chunked, res.StatusCode, b)
+		}
+	}
+	// A body that fits is served.
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "s", 0, false), nil); r.status != http.StatusOK {
+		t.Errorf("a small body: %d %s", r.status, r.body)
+	}
+}
+
+// TestBodyGivenBackOnceAnswered (issue 46, item 5): a body counts against
+// limits.max_body_bytes_in_flight until the replica answers, not until
+// the answer ends: eight streams of 16 MiB requests run at once under a
+// 48 MiB budget (three such bodies), and the proxy holds no body while
+// they stream. Before: each body was held until its stream ended, and the
+// fourth client got 429.
+func TestBodyGivenBackOnceAnswered(t *testing.T) {
+	const streams = 8
+	bad := startBadReplica(t, func(c net.Conn) {
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n")
+		hold(c)
+	})
+	h := startProxy(t, "limits: {max_body_bytes_in_flight: 48MiB}\n"+strings.Replace(
+		timedYAML("read: 30s", urlsModel(bad.URL())+"    strategy: least-loaded\n"), "scrape_interval: 50ms", "scrape_interval: 5s", 1))
+	h.scraped()
+	body := sizedChat(`{"model":"`+testModel+`","stream":true,"messages":[{"role":"user","content":"`, 16<<20-1)
+	client := &http.Client{Timeout: 60 * time.Second}
+	defer client.CloseIdleConnections()
+	for i := range streams {
+		req, _ := http.NewRequest("POST", h.url+"/v1/chat/completions", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testKey)
+		req.Header.Set("X-Claude-Code-Session-Id", fmt.Sprint("s", i))
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close() // the stream stays open until the test ends
+		if res.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(res.Body)
+			t.Fatalf("stream %d of %d: %d %s", i+1, streams, res.StatusCode, b)
+		}
+	}
+	h.waitMetrics("warden_request_body_bytes 0")
+	bad.ln.Close()
+	bad.mu.Lock()
+	for _, c := range bad.conns {
+		c.Close()
+	}
+	bad.mu.Unlock()
 }

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,8 +23,10 @@ import (
 // of unknown length, is still flushed as it comes).
 //
 // The status of a reply that is not an event stream is sent with its
-// first bytes: a replica that sends headers and then nothing
-// (timeouts.stream_idle) is answered with 504 in the client's shape. A
+// first bytes, 32 KiB of them (a copy buffer) or all when its length is
+// known to be less: a replica that sends headers and then nothing, or
+// stalls within those bytes (timeouts.stream_idle), is answered with 504
+// in the client's shape. A
 // client that stops reading is cut after timeouts.client_write (see
 // rawConn): the exchange ends and the replica's request is cancelled.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
@@ -31,6 +34,15 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	if err != nil {
 		s.upstreamError(w, r, c, err)
 		return
+	}
+	if s.journal == nil && c.cur.rep.target.Scheme == "http" {
+		// The replica has answered: no attempt is made again, and the
+		// proxy's own client wrote the body before it read the answer
+		// (net/http's Transport, for https, may still be writing it; the
+		// journal reads it when the call ends). Its buffer goes back now,
+		// not when a stream that may last minutes ends, and with it its
+		// share of limits.max_body_bytes_in_flight.
+		c.rb.release()
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		res.Body.Close()
@@ -43,14 +55,37 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	n := 0
 	var rerr error
 	if !sse {
-		// Nothing is sent before the reply's first bytes, so that a reply
-		// that stalls (or fails) before them is answered with a status.
-		for n == 0 && rerr == nil {
-			n, rerr = res.Body.Read(buf)
+		// Nothing is sent before the reply's first bytes, and for a body
+		// of known length nothing before the copy buffer is full or the
+		// body whole: what is written to w without a flush stays in the
+		// server's buffers, so a JSON answer that stalled (or failed)
+		// midway ended with an empty reply (issue 46 item 8). Until then
+		// the client has had nothing, and gets a status.
+		full := len(buf)
+		if cl := res.ContentLength; cl >= 0 && cl < int64(full) {
+			full = int(cl)
 		}
-		if n == 0 && rerr != io.EOF {
+		for rerr == nil && (n == 0 || res.ContentLength >= 0 && n < full) {
+			var k int
+			k, rerr = res.Body.Read(buf[n:])
+			n += k
+		}
+		if rerr != nil && rerr != io.EOF {
 			res.Body.Close()
 			s.upstreamError(w, r, c, rerr)
+			return
+		}
+		if c.api == APIAnthropic && res.StatusCode == http.StatusNotFound && rerr == io.EOF && !anthropicShaped(buf[:n]) {
+			// A route the replica does not have answers in FastAPI's
+			// shape ({"detail":"Not Found"}), which the Anthropic SDKs do
+			// not read: say it in theirs (issue 50 item 4).
+			res.Body.Close()
+			c.status = http.StatusNotFound
+			msg := fmt.Sprintf("the replica has no route for POST %s", c.path)
+			if c.countTokens {
+				msg += " (vLLM serves it since its pull request 35588: upgrade the replica)"
+			}
+			writeError(w, APIAnthropic, errNoRoute, msg)
 			return
 		}
 	}
@@ -93,6 +128,17 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	for k, vv := range res.Trailer {
 		h[http.TrailerPrefix+k] = vv
 	}
+}
+
+// anthropicShaped reports whether body is an error in the Anthropic
+// shape, {"type":"error","error":{...}}, as vLLM's Anthropic routes answer
+// (vllm/entrypoints/anthropic/api_router.py, translate_error_response).
+func anthropicShaped(body []byte) bool {
+	var v struct {
+		Type  string          `json:"type"`
+		Error json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal(body, &v) == nil && v.Type == "error" && len(v.Error) > 0 && v.Error[0] == '{'
 }
 
 // clientWriteError is a failed write (or flush) to the client, told apart

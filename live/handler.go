@@ -45,10 +45,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// connection after the answer.
 		w.Header().Set("Connection", "close")
 	}
-	api, ok := endpoints[r.URL.Path]
-	if !ok && r.Header.Get("anthropic-version") != "" {
-		api = APIAnthropic
-	}
+	api, ok := apiOf(r.URL.Path, r.Header)
 	if n, limit := headerBytes(r), int(rt.cfg.Limits.MaxHeaderBytes); n > limit {
 		s.reject(w, api, &refusal{kind: errHeadersTooLarge, reason: "header_too_large",
 			msg: fmt.Sprintf("request headers of %d bytes exceed the limit of %d bytes", n, limit)})
@@ -76,15 +73,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, api, &refusal{kind: errMethod, reason: "method", msg: fmt.Sprintf("%s %s: only POST is allowed", r.Method, r.URL.Path)})
 		return
 	}
+	// http.MaxBytesReader, given w, also closes the connection after the
+	// 413: the rest of the body is not read.
+	body := http.MaxBytesReader(w, r.Body, int64(rt.cfg.Limits.MaxBodyBytes))
 	c, ref := s.admit(rt, &inbound{
 		ctx: r.Context(), api: api, path: r.URL.Path, header: r.Header,
-		// http.MaxBytesReader, given w, also closes the connection
-		// after the 413: the rest of the body is not read.
-		body:   http.MaxBytesReader(w, r.Body, int64(rt.cfg.Limits.MaxBodyBytes)),
-		length: r.ContentLength,
-		conn:   connArrivals(r),
+		body: body, length: r.ContentLength, conn: connArrivals(r),
 	})
 	if ref != nil {
+		if ref.drain {
+			// Refused for want of room for a body within max_body_bytes
+			// (limits.max_body_bytes_in_flight): the rest is read and dropped (no memory kept), so that the
+			// client, still sending, gets the answer instead of a reset
+			// connection (net/http closes one with an unread body over
+			// 256 KiB, and a client that has not finished its write
+			// reads no answer then). timeouts.read bounds it.
+			_, _ = io.Copy(io.Discard, body)
+		}
 		s.reject(w, api, ref)
 		return
 	}
@@ -139,6 +144,7 @@ type refusal struct {
 	reason     string
 	msg        string
 	retryAfter int
+	drain      bool // the rest of the body is to be read before the answer (see ServeHTTP)
 }
 
 // invalidKey refuses a request without a valid API key.
@@ -244,11 +250,22 @@ func (s *Server) admitCounted(rt *routing, in *inbound) (*call, *refusal) {
 	if in.length > limit {
 		return nil, &refusal{kind: errTooLarge, reason: "too_large", msg: fmt.Sprintf("request body of %d bytes exceeds the limit of %d bytes", in.length, limit)}
 	}
-	rb, err := readBody(in.body, in.length, in.conn)
+	budget := int64(rt.cfg.Limits.MaxBodyBytesInFlight)
+	if in.length > budget {
+		return nil, &refusal{kind: errTooLarge, reason: "too_large", drain: true, msg: fmt.Sprintf("request body of %d bytes is larger than the %d bytes the proxy holds of all bodies at once (limits.max_body_bytes_in_flight)", in.length, budget)}
+	}
+	rb, err := readBody(in.body, in.length, in.conn, bodyLimits{budget: &s.bodies, inFlight: budget, max: limit})
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, &refusal{kind: errTooLarge, reason: "too_large", msg: fmt.Sprintf("request body exceeds the limit of %d bytes", limit)}
+		}
+		var ob *errOverBudget
+		if errors.As(err, &ob) {
+			if ob.alone {
+				return nil, &refusal{kind: errTooLarge, reason: "too_large", msg: ob.Error(), drain: true}
+			}
+			return nil, &refusal{kind: errOverloaded, reason: "body_budget", retryAfter: 1, msg: ob.Error(), drain: true}
 		}
 		kind, msg := bodyReadError(err)
 		s.log.Debug("reading a request body failed", "err", err)

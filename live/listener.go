@@ -1,11 +1,15 @@
 package live
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,12 +19,18 @@ import (
 // clientListener is the clients' listener as the proxy serves it (issue
 // 35, item 4):
 //
-//   - at most limits.max_connections connections are open at once, idle
-//     keep-alive ones included: at the bound Accept waits for one to close
-//     (new connections wait in the kernel's backlog, as behind HAProxy's
-//     maxconn), which is logged at ERROR (at most every capLogEvery),
-//     counted (warden_connection_limit_waits_total) and makes /healthz
-//     answer 503 while it lasts;
+//   - at most limits.max_connections connections are served at once, idle
+//     keep-alive ones included; at the bound the proxy's HTTP listener
+//     (refuseHTTP) refuses a new connection at once (refuse: 429
+//     rate_limit_error or, for an Anthropic request, 529
+//     overloaded_error, with Retry-After and Connection: close; issue 46
+//     item 8: new connections waited in the kernel's backlog until one
+//     closed, 30 s during a flood of idle ones), and another (warden
+//     epp's gRPC, which has no such answer before its own handshake)
+//     stops accepting until one closes; either is logged at ERROR (at most
+//     every capLogEvery), counted (warden_connections_refused_total,
+//     warden_connection_limit_waits_total) and makes /healthz answer 503
+//     while the bound is reached;
 //   - an Accept that fails for want of a resource (EMFILE, ENFILE,
 //     ENOBUFS, ENOMEM) is retried with a back-off of 5 ms doubling to 1 s,
 //     logged at ERROR once per episode (net/http logs it through the
@@ -36,13 +46,15 @@ type clientListener struct {
 	obs *observer
 	wto *atomic.Int64 // timeouts.client_write in ns (Server.clientWrite); 0: none
 
-	max  int
-	sem  chan struct{} // a token per open connection
-	open atomic.Int64
-	done chan struct{} // closed by Close: a waiting Accept returns
-	once sync.Once
+	max        int
+	refuseHTTP bool          // at the bound, answer a new connection (refuse) rather than wait
+	sem        chan struct{} // a token per open connection
+	open       atomic.Int64
+	refusing   chan struct{} // a token per connection being refused (refuse)
+	refusals   sync.WaitGroup
+	done       chan struct{} // closed by Close
+	once       sync.Once
 
-	atCap     atomic.Bool            // an Accept waits for a connection to close
 	acceptErr atomic.Pointer[string] // the failure of the last Accept; nil: it succeeded
 	capLogged time.Time              // the last ERROR about the bound (Accept's goroutine)
 }
@@ -50,43 +62,43 @@ type clientListener struct {
 // capLogEvery spaces the ERROR lines of a listener held at its bound.
 const capLogEvery = 10 * time.Second
 
-func newClientListener(ln net.Listener, max int, wto *atomic.Int64, log *slog.Logger, obs *observer) *clientListener {
-	return &clientListener{Listener: ln, log: log, obs: obs, wto: wto, max: max,
-		sem: make(chan struct{}, max), done: make(chan struct{})}
+// newClientListener bounds ln's connections at max; refuseHTTP: it
+// serves HTTP/1, and a connection over the bound is answered (refuse).
+func newClientListener(ln net.Listener, max int, refuseHTTP bool, wto *atomic.Int64, log *slog.Logger, obs *observer) *clientListener {
+	return &clientListener{Listener: ln, log: log, obs: obs, wto: wto, max: max, refuseHTTP: refuseHTTP,
+		sem: make(chan struct{}, max), refusing: make(chan struct{}, maxRefusing), done: make(chan struct{})}
 }
 
-// Accept waits for a free slot, then for a connection.
+// Accept returns the next connection to serve. A connection that comes
+// while limits.max_connections are open is refused (refuse) by an HTTP
+// listener, not returned; any other waits for a free slot first.
 func (l *clientListener) Accept() (net.Conn, error) {
-	select {
-	case l.sem <- struct{}{}:
-	default:
-		l.atCap.Store(true)
-		l.obs.connWaits.Inc()
-		if now := time.Now(); now.Sub(l.capLogged) >= capLogEvery {
-			l.capLogged = now
-			l.log.Error("client connections at limits.max_connections: new connections wait until one closes", "max_connections", l.max)
-		}
-		select {
-		case l.sem <- struct{}{}:
-			l.atCap.Store(false)
-		case <-l.done:
-			l.atCap.Store(false)
-			return nil, net.ErrClosed
-		}
-	}
 	var delay time.Duration
 	for {
+		if !l.refuseHTTP && !l.slot() {
+			return nil, net.ErrClosed
+		}
 		c, err := l.Listener.Accept()
 		if err == nil {
 			if l.acceptErr.Load() != nil {
 				l.acceptErr.Store(nil)
 				l.log.Info("accepting client connections again")
 			}
+			if l.refuseHTTP {
+				select {
+				case l.sem <- struct{}{}:
+				default:
+					l.refuse(c)
+					continue
+				}
+			}
 			l.open.Add(1)
 			return l.wrap(c), nil
 		}
+		if !l.refuseHTTP {
+			<-l.sem // taken for a connection that did not come
+		}
 		if !resourceError(err) {
-			<-l.sem
 			return nil, err
 		}
 		l.obs.acceptErrors.Inc()
@@ -101,10 +113,103 @@ func (l *clientListener) Accept() (net.Conn, error) {
 		case <-t.C:
 		case <-l.done:
 			t.Stop()
-			<-l.sem
 			return nil, net.ErrClosed
 		}
 	}
+}
+
+// slot waits for a free slot (a listener that does not refuse), false
+// when the listener was closed meanwhile. A wait is logged at ERROR (at
+// most every capLogEvery) and counted.
+func (l *clientListener) slot() bool {
+	select {
+	case l.sem <- struct{}{}:
+		return true
+	default:
+	}
+	l.obs.connWaits.Inc()
+	l.capLogged = l.logCap(l.capLogged, "client connections at limits.max_connections: new connections wait until one closes")
+	select {
+	case l.sem <- struct{}{}:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// logCap logs msg at ERROR unless it was logged less than capLogEvery
+// after last, and returns when it was last logged.
+func (l *clientListener) logCap(last time.Time, msg string) time.Time {
+	now := time.Now()
+	if now.Sub(last) < capLogEvery {
+		return last
+	}
+	l.log.Error(msg, "max_connections", l.max)
+	return now
+}
+
+// maxRefusing bounds the connections being refused at once (each holds a
+// file descriptor and a goroutine for at most refuseWait); beyond, a
+// connection over the bound is closed at once.
+const maxRefusing = 64
+
+// refuseWait bounds a refusal: the wait for the request's head, then for
+// the client to finish sending what it had begun.
+const refuseWait = 2 * time.Second
+
+// maxRefusedHead bounds the bytes of a refused request's head that are
+// read to find its API (limits.max_header_bytes' default).
+const maxRefusedHead = DefaultMaxHeaderBytes
+
+// refuse answers a connection that came while limits.max_connections
+// were open: it reads the request's head (within refuseWait and
+// maxRefusedHead) to answer in its API's shape, as limits.max_in_flight
+// is answered: 429 rate_limit_error (OpenAI shapes) or 529
+// overloaded_error (Anthropic), with Retry-After: 1 and Connection:
+// close, then closes the connection once the client has sent what it had
+// begun (a close with unread bytes would reset it, and a client still
+// sending would lose the answer). The answer is what the clients retry
+// best: the OpenAI and Anthropic SDKs retry 429 and 529 after
+// Retry-After, and a generic HTTP client is told the request was not
+// served, where a connection closed without an answer leaves a POST's
+// fate unknown (Go's http.Transport, for one, does not retry it). When
+// maxRefusing connections are being refused already, c is closed at
+// once (the SDKs retry that as a connection error, with back-off).
+func (l *clientListener) refuse(c net.Conn) {
+	l.obs.connRefused.Inc()
+	l.capLogged = l.logCap(l.capLogged, "client connections at limits.max_connections: new ones are refused (429/529 with Retry-After) until one closes")
+	select {
+	case l.refusing <- struct{}{}:
+	default:
+		c.Close()
+		return
+	}
+	l.refusals.Go(func() {
+		defer func() { <-l.refusing }()
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(refuseWait))
+		req, err := http.ReadRequest(bufio.NewReader(io.LimitReader(c, maxRefusedHead)))
+		if err != nil {
+			return // no request (an idle connection, a head too long): nothing to answer
+		}
+		api, _ := apiOf(req.URL.Path, req.Header)
+		msg := fmt.Sprintf("the proxy serves %d client connections, its limit (limits.max_connections); retry shortly", l.max)
+		body := errorBody(api, errOverloaded, msg)
+		code := errOverloaded.status(api)
+		text := http.StatusText(code)
+		if text == "" {
+			text = "status code " + strconv.Itoa(code) // as net/http writes one it has no text for
+		}
+		head := fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\nX-Content-Type-Options: nosniff\r\n\r\n", code, text, len(body))
+		if _, err := c.Write(append([]byte(head), body...)); err != nil {
+			return
+		}
+		l.obs.rejected.WithLabelValues("max_connections").Inc()
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, c) // until the client closes, or refuseWait
+	})
 }
 
 // resourceError reports an Accept failure that passes once the process or
@@ -119,11 +224,15 @@ func resourceError(err error) bool {
 	return errors.As(err, &t) && t.Temporary() && !errors.Is(err, net.ErrClosed)
 }
 
-// Close stops accepting; connections already open stay.
+// Close stops accepting; connections already open stay, and refusals
+// under way end within refuseWait.
 func (l *clientListener) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return l.Listener.Close()
 }
+
+// wait returns once the refusals under way have ended.
+func (l *clientListener) wait() { l.refusals.Wait() }
 
 // release gives a closed connection's slot back.
 func (l *clientListener) release() {
@@ -143,8 +252,11 @@ func (l *clientListener) trouble() string {
 	if e := l.acceptErr.Load(); e != nil {
 		return "accepting client connections fails: " + *e
 	}
-	if l.atCap.Load() {
-		return fmt.Sprintf("%d client connections open: at limits.max_connections, new connections wait", l.open.Load())
+	if n := l.open.Load(); n >= int64(l.max) {
+		if l.refuseHTTP {
+			return fmt.Sprintf("%d client connections open: at limits.max_connections, new connections are refused", n)
+		}
+		return fmt.Sprintf("%d client connections open: at limits.max_connections, new connections wait", n)
 	}
 	return ""
 }

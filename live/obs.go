@@ -52,6 +52,7 @@ type observer struct {
 	journalDropped prometheus.Counter
 	journalLate    prometheus.Counter
 	// The clients' listener and connections (listener.go).
+	connRefused         prometheus.Counter
 	connWaits           prometheus.Counter
 	acceptErrors        prometheus.Counter
 	clientWriteTimeouts prometheus.Counter
@@ -83,7 +84,8 @@ func newObserver(state func() *routing) *observer {
 	o.journalErrors = jc(seriesJournalErrors, "Failed writes of the request journal (each also logged).")
 	o.journalDropped = jc(seriesJournalDropped, "Requests not journaled: lost with a failed write, or finished while the journal could not write.")
 	o.journalLate = jc(seriesJournalLate, "Requests journaled out of arrival order: held back past the journal's memory bound, written when they ended.")
-	o.connWaits = jc("warden_connection_limit_waits_total", "Times the client listener had limits.max_connections open and waited for one to close before accepting another.")
+	o.connWaits = jc("warden_connection_limit_waits_total", "Times a client listener that does not answer over its bound (warden epp's gRPC) had limits.max_connections open and waited for one to close before accepting another.")
+	o.connRefused = jc("warden_connections_refused_total", "Client connections that came while limits.max_connections were open: answered at once with 429/529 and Retry-After (also counted in warden_rejected_total{reason=\"max_connections\"}), or closed at once when many were being refused already.")
 	o.acceptErrors = jc("warden_accept_errors_total", "Failed accepts of a client connection (too many open files and the like), each retried after a back-off.")
 	o.clientWriteTimeouts = jc("warden_client_write_timeouts_total", "Writes to a client cut after timeouts.client_write without progress (a client that stopped reading): the exchange ends and the backend request is cancelled.")
 	o.countTokens = counter(seriesCountTokens, "Token-count requests (/v1/messages/count_tokens) forwarded: no conversation turn, so in no session, turn, request or TTFB series.", "model")
@@ -127,7 +129,7 @@ func reasonList() string {
 }
 
 // rejectReasons are the values of warden_rejected_total's reason label.
-var rejectReasons = []string{"header_too_large", "auth", "path", "method", "too_large", "read", "utf8", "json", "duplicate_key", "content_type", "model", "unknown_model", "session_id", "unavailable"}
+var rejectReasons = []string{"header_too_large", "auth", "path", "method", "too_large", "read", "utf8", "json", "duplicate_key", "content_type", "model", "unknown_model", "session_id", "unavailable", "body_budget", "max_connections"}
 
 // upstreamKinds are the values of warden_upstream_errors_total's kind label.
 var upstreamKinds = []string{"connect", "reset", "status", "stream"}
@@ -276,6 +278,15 @@ func (o *observer) clientConns(ln func() *clientListener) {
 		}
 		return 0
 	}))
+}
+
+// bodyBytes registers warden_request_body_bytes: the bytes of request
+// body buffers held now (limits.max_body_bytes_in_flight bounds them).
+func (o *observer) bodyBytes(b *bodyBudget) {
+	o.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "warden_request_body_bytes",
+		Help: "Bytes of request body buffers the proxy holds now (bounded by limits.max_body_bytes_in_flight; beyond, requests get 429/529).",
+	}, func() float64 { return float64(b.held.Load()) }))
 }
 
 // storeUp registers warden_session_store_up: 1 while the session store is

@@ -262,11 +262,34 @@ func fdLimit() int64 {
 }
 
 // wrapClient makes c a client connection of l: a rawConn with l's slot
-// and write timeout when it is a TCP connection, else a clientConn.
+// and write timeout when it is a TCP connection, with its unsent bytes
+// bounded (clientNotSentLowat), else a clientConn.
 func wrapClient(c net.Conn, l *clientListener) net.Conn {
 	if rc, ok := wrapRaw(c).(*rawConn); ok {
 		rc.cl = l
+		_ = rc.rc.Control(setNotSentLowat)
 		return rc
 	}
 	return &clientConn{Conn: c, cl: l}
+}
+
+// clientNotSentLowat bounds the bytes a client's socket holds that the
+// client has not taken yet (TCP_NOTSENT_LOWAT), so that
+// timeouts.client_write measures the client's progress, not the kernel's
+// (issue 46, item 2). Without it the send buffer, which Linux grows up to
+// net.ipv4.tcp_wmem's maximum (4 MiB by default), took a client that
+// stopped reading megabytes of a stream before a write would wait: at a
+// token every 2 ms, 118 s before client_write began to count. With it a
+// write waits (EAGAIN, then the netpoller) as soon as the unsent bytes
+// reach it, so the wait that client_write bounds begins once the
+// client's own receive window is full and this much more is queued. The
+// bytes the network has in flight are not unsent: a client on a long,
+// fast path still gets a full window. One copy buffer: a whole one can
+// always be queued behind what the client is reading.
+const clientNotSentLowat = copyBufferSize
+
+// setNotSentLowat sets TCP_NOTSENT_LOWAT on a client's socket (a failure,
+// a kernel before 3.12, leaves the send buffer as the kernel sizes it).
+func setNotSentLowat(fd uintptr) {
+	_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, clientNotSentLowat)
 }

@@ -257,7 +257,7 @@ func (b *streamBody) end(err error) {
 			// CRLF, for clients that split lines at LF only.
 			b.out = append(b.out, '\n')
 		}
-		b.out = append(b.out, streamErrorEvent(b.c.api, msg)...)
+		b.out = append(b.out, streamErrorEvent(b.c.api, msg, b.watch.nextSeq)...)
 		b.held = nil
 		b.final, b.err = true, io.EOF
 	}

@@ -46,7 +46,8 @@ const maxMetricsBytes = 8 << 20
 // *_config_info labels: 16 times vLLM's largest default (1024), far above
 // any batch a GPU runs, so that a wrong or hostile page cannot make the
 // auto spill threshold (a quarter of it) unreachable. A configured
-// models[].max_num_seqs is taken as it is.
+// models[].max_num_seqs above it is refused (issue 46 item 8: 2^62 was
+// taken).
 const maxServerNumSeqs = 16384
 
 // ParseVLLMMetrics reads vLLM's text exposition and returns the figures of

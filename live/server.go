@@ -45,6 +45,7 @@ type Server struct {
 
 	state    atomic.Pointer[routing]
 	inFlight atomic.Int64 // client requests being served (limits.max_in_flight)
+	bodies   bodyBudget   // request body buffers held (limits.max_body_bytes_in_flight)
 	serving  atomic.Bool  // Serve started the scrape loops (see awaitFirstProbe)
 
 	clientWrite atomic.Int64                   // timeouts.client_write in ns, read by the client connections
@@ -133,6 +134,7 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	s.tr = &transport{srv: s, up: s.up}
 	s.obs = newObserver(s.state.Load)
 	s.obs.clientConns(s.clientLn.Load)
+	s.obs.bodyBytes(&s.bodies)
 	s.clientWrite.Store(int64(cfg.Timeouts.ClientWrite.D()))
 	if h, err := os.Hostname(); err == nil {
 		s.hostname = strings.ToLower(h)
@@ -425,7 +427,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	srv := s.clientServer(cfg)
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
-	cl := newClientListener(ln, cfg.Limits.MaxConnections, &s.clientWrite, s.log, s.obs)
+	cl := newClientListener(ln, cfg.Limits.MaxConnections, true, &s.clientWrite, s.log, s.obs)
 	s.clientLn.Store(cl)
 	go func() { errc <- srv.Serve(cl) }()
 	if adminLn != nil {
@@ -461,6 +463,7 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 			err = e
 		}
 	}
+	cl.wait() // connections being refused over max_connections: within refuseWait
 	return s.stopLoops(stopScrapers, storeDone, err, "serve")
 }
 

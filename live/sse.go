@@ -3,6 +3,7 @@ package live
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 
 	"github.com/lm-warden/warden/internal/sse"
 )
@@ -56,17 +57,49 @@ func (u *usageJSON) merge(dst *Usage) {
 	}
 }
 
-// streamWatch follows one streamed response: it notes the first output
-// token, the usage and whether the stream reached its proper end ([DONE],
+// streamWatch follows one streamed response: it notes the first output,
+// the usage and whether the stream reached its proper end ([DONE],
 // message_stop, response.completed) or carried an error event of its own.
+//
+// The first output is the first event that vLLM sends only once the
+// engine has produced the request's first token, not the first event
+// that carries text: from it on the stream is timed by stream_idle, not
+// first_token (issue 46 item 1: a replica that sent its role chunk and
+// then went silent was waited on for first_token). In vLLM's code:
+//
+//   - chat completions (vllm/entrypoints/openai/chat_completion/serving.py,
+//     serving_chat.py before; OpenAIServingChat.
+//     chat_completion_stream_generator): the role chunk is sent at
+//     first_iteration of `async for res in result_generator`, with the
+//     engine's first RequestOutput, whose tokens follow in the same
+//     iteration (a reasoning or tool parser may hold their text back);
+//   - completions (vllm/entrypoints/openai/completion/serving.py,
+//     serving_completion.py; completion_stream_generator): a chunk per
+//     RequestOutput, none for an empty one ("Chunked prefill case");
+//   - Anthropic messages (vllm/entrypoints/anthropic/serving.py,
+//     serving_messages.py before; AnthropicServingMessages.
+//     message_stream_converter): message_start is made from the first chat
+//     chunk (first_item), the role chunk above;
+//   - Responses (vllm/entrypoints/openai/responses/serving.py,
+//     serving_responses.py before; OpenAIServingResponses.
+//     responses_stream_generator): response.created and
+//     response.in_progress are sent before the engine's results are read;
+//     the processor (_process_simple_streaming_events) sends
+//     response.output_item.added with the first delta.
+//
+// So every event of the OpenAI and Anthropic streams is output but an
+// error event (and Anthropic's ping, which vLLM does not send and a
+// keep-alive may), and every Responses event but those three and
+// response.queued.
 type streamWatch struct {
 	api         API
 	frame       sse.Parser // frames the stream; respBody cuts it at frame.LastEnd
-	firstToken  bool       // an event carrying output has been seen
+	firstToken  bool       // an event that comes with the first output has been seen
 	terminal    bool       // the stream ended as its API says it should
 	upstreamErr bool       // the backend sent an error event itself
+	nextSeq     int64      // Responses: the sequence_number after the last event's
 	usage       Usage
-	onFirst     func() // called once, at the first output token
+	onFirst     func() // called once, at the first output
 }
 
 func newStreamWatch(api API, onFirst func()) *streamWatch {
@@ -91,6 +124,12 @@ func (w *streamWatch) first() {
 // inspected).
 func (w *streamWatch) event(e sse.Event) {
 	if e.Overlong {
+		// Too long to read; output unless a Responses event, whose type
+		// is not known (response.created carries the request's
+		// instructions and tools).
+		if w.api != APIResponses {
+			w.first()
+		}
 		return
 	}
 	event, data := e.Type, e.Data
@@ -115,37 +154,30 @@ func (w *streamWatch) openAIEvent(data []byte) {
 		return
 	}
 	var v struct {
-		Error   json.RawMessage `json:"error"`
-		Usage   *usageJSON      `json:"usage"`
-		Choices []struct {
-			Text  string `json:"text"`
-			Delta struct {
-				Content   string          `json:"content"`
-				Reasoning string          `json:"reasoning_content"`
-				ToolCalls json.RawMessage `json:"tool_calls"`
-			} `json:"delta"`
-		} `json:"choices"`
+		Error json.RawMessage `json:"error"`
+		Usage *usageJSON      `json:"usage"`
 	}
 	if json.Unmarshal(data, &v) != nil {
+		w.first() // not vLLM's, but an event: not held to first_token
 		return
 	}
 	if len(v.Error) > 0 && string(v.Error) != "null" {
 		w.upstreamErr = true
+		return
 	}
 	if v.Usage != nil {
 		v.Usage.merge(&w.usage)
 	}
-	for _, c := range v.Choices {
-		if c.Text != "" || c.Delta.Content != "" || c.Delta.Reasoning != "" || len(c.Delta.ToolCalls) > 0 {
-			w.first()
-		}
-	}
+	w.first() // the role chunk, or a completion's first text
 }
 
 func (w *streamWatch) anthropicEvent(event, data []byte) {
 	switch string(event) {
-	case "content_block_delta":
-		w.first()
+	case "error", "ping":
+	default:
+		w.first() // message_start, with vLLM's first output
+	}
+	switch string(event) {
 	case "message_stop":
 		w.terminal = true
 	case "error":
@@ -176,10 +208,16 @@ func (w *streamWatch) anthropicEvent(event, data []byte) {
 }
 
 func (w *streamWatch) responsesEvent(event, data []byte) {
+	if n, ok := sequenceNumber(data); ok && n < math.MaxInt64 {
+		w.nextSeq = n + 1
+	}
 	typ := string(event)
 	switch typ {
-	case "response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta":
-		w.first()
+	case "response.created", "response.in_progress", "response.queued", "error":
+	default:
+		w.first() // response.output_item.added, with vLLM's first output
+	}
+	switch typ {
 	case "response.completed", "response.incomplete", "response.failed":
 		w.terminal = true
 		var v struct {
@@ -193,6 +231,35 @@ func (w *streamWatch) responsesEvent(event, data []byte) {
 	case "error":
 		w.upstreamErr = true
 	}
+}
+
+// sequenceNumber reads a Responses event's sequence_number, a
+// non-negative integer: the first "sequence_number" key in data (a key:
+// inside a JSON string its quotes would be escaped), which vLLM's events
+// have at their top level only.
+func sequenceNumber(data []byte) (int64, bool) {
+	i := bytes.Index(data, []byte(`"sequence_number"`))
+	if i < 0 {
+		return 0, false
+	}
+	rest := bytes.TrimLeft(data[i+len(`"sequence_number"`):], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return 0, false
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	var n int64
+	digits := 0
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			break
+		}
+		if n > (math.MaxInt64-9)/10 {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+		digits++
+	}
+	return n, digits > 0
 }
 
 // bodyUsage reads the usage of a non-streamed JSON response.

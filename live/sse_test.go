@@ -1,6 +1,7 @@
 package live
 
 import (
+	"math"
 	"testing"
 )
 
@@ -22,6 +23,12 @@ func TestStreamWatch(t *testing.T) {
 			true, true, false, Usage{100, 7, 64}},
 		{"openai cut short", APIOpenAI, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n", true, false, false, Usage{-1, -1, -1}},
 		{"openai error event", APIOpenAI, "data: {\"error\":{\"message\":\"x\"}}\n\n", false, false, true, Usage{-1, -1, -1}},
+		// vLLM sends these only with the first output (see streamWatch).
+		{"openai role chunk", APIOpenAI, "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n", true, false, false, Usage{-1, -1, -1}},
+		{"anthropic message_start", APIAnthropic, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n", true, false, false, Usage{-1, -1, -1}},
+		{"anthropic ping", APIAnthropic, "event: ping\ndata: {\"type\":\"ping\"}\n\n", false, false, false, Usage{-1, -1, -1}},
+		{"responses opened", APIResponses, "event: response.created\ndata: {}\n\nevent: response.in_progress\ndata: {}\n\n", false, false, false, Usage{-1, -1, -1}},
+		{"responses output item", APIResponses, "event: response.created\ndata: {}\n\nevent: response.output_item.added\ndata: {}\n\n", true, false, false, Usage{-1, -1, -1}},
 		{"anthropic", APIAnthropic,
 			"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":10,\"cache_read_input_tokens\":90,\"output_tokens\":1}}}\n\n" +
 				"event: content_block_delta\ndata: {\"delta\":{\"text\":\"a\"}}\n\n" +
@@ -65,6 +72,38 @@ func FuzzStreamWatch(f *testing.F) {
 			if a.firstToken != b.firstToken || a.terminal != b.terminal || a.upstreamErr != b.upstreamErr || a.usage != b.usage {
 				t.Fatalf("%s: chunking changed what the watch saw: %+v vs %+v", api, a, b)
 			}
+		}
+	})
+}
+
+func TestSequenceNumber(t *testing.T) {
+	for _, tc := range []struct {
+		data string
+		want int64
+		ok   bool
+	}{
+		{`{"type":"response.created","sequence_number":0,"response":{}}`, 0, true},
+		{`{"sequence_number": 41 ,"type":"x"}`, 41, true},
+		{`{"type":"x","delta":"\"sequence_number\":9"}`, 0, false}, // inside a string: escaped quotes
+		{`{"type":"x"}`, 0, false},
+		{`{"sequence_number":"7"}`, 0, false},
+		{`{"sequence_number":99999999999999999999}`, 0, false},
+		{`{"sequence_number"`, 0, false},
+	} {
+		n, ok := sequenceNumber([]byte(tc.data))
+		if n != tc.want || ok != tc.ok {
+			t.Errorf("sequenceNumber(%s) = %d, %v; want %d, %v", tc.data, n, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzSequenceNumber(f *testing.F) {
+	f.Add(`{"sequence_number":12}`)
+	f.Add(`{"sequence_number" :  9223372036854775807}`)
+	f.Fuzz(func(t *testing.T, data string) {
+		n, ok := sequenceNumber([]byte(data))
+		if ok && (n < 0 || n == math.MaxInt64) {
+			t.Fatalf("sequenceNumber(%q) = %d: want a non-negative number below MaxInt64", data, n)
 		}
 	})
 }

@@ -101,7 +101,7 @@ func testUpstream(t *testing.T) *upstream {
 // through a reqBody as the proxy's calls are.
 func upReq(t *testing.T, ctx context.Context, base, body string) *http.Request {
 	t.Helper()
-	rb, err := readBody(strings.NewReader(body), int64(len(body)), nil)
+	rb, err := readBody(strings.NewReader(body), int64(len(body)), nil, bodyLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}

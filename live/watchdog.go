@@ -10,7 +10,7 @@ import (
 // Phases of a watchdog: the timeout it counts.
 const (
 	phaseHeaders    int32 = iota + 1 // sent -> reply headers (timeouts.response_header)
-	phaseFirstToken                  // a stream: sent -> first token (timeouts.first_token)
+	phaseFirstToken                  // a stream: sent -> first output (timeouts.first_token)
 	phaseIdle                        // an event stream: the wait for its next event (timeouts.stream_idle)
 	phaseBody                        // any other reply: the time spent waiting for it (timeouts.stream_idle)
 )
