@@ -202,7 +202,7 @@ func (m *model) status(now time.Time) Status {
 		st.ActiveSessions += c.Active
 	}
 	if m.admissionOn() {
-		st.Admission = &AdmissionStatus{Waiting: len(m.adm.waiters), Waits: m.adm.waits, Timeouts: m.adm.timeouts,
+		st.Admission = &AdmissionStatus{Waiting: m.adm.waiting.Len(), Waits: m.adm.waits, Timeouts: m.adm.timeouts,
 			TimeoutSec: m.cfg.AdmissionTimeout.D().Seconds()}
 	}
 	st.SpillReasons = m.adm.spills.last()

@@ -57,7 +57,13 @@ type Affinity struct {
 	ll    LeastLoaded // the whole policy when cfg.Disabled
 }
 
-var _ Policy = (*Affinity)(nil)
+var (
+	_ Policy        = (*Affinity)(nil)
+	_ SessionKeeper = (*Affinity)(nil)
+	_ TableAdopter  = (*Affinity)(nil)
+	_ Admitter      = (*Affinity)(nil)
+	_ Traiter       = (*Affinity)(nil)
+)
 
 // NewAffinity returns an affinity policy with an empty session table. Zero
 // fields of cfg take their defaults; negative ones are treated as zero
@@ -83,6 +89,35 @@ func (a *Affinity) Config() Config { return a.cfg }
 // Table returns the policy's session table, for its counters and Fill.
 // It stays empty while affinity is disabled.
 func (a *Affinity) Table() *Table { return a.table }
+
+// SessionTable implements SessionKeeper: the table, nil while affinity is
+// disabled (it then keeps none).
+func (a *Affinity) SessionTable() *Table {
+	if a.cfg.Disabled {
+		return nil
+	}
+	return a.table
+}
+
+// AdoptTable implements TableAdopter: the same configuration over t
+// (NewAffinityTable).
+func (a *Affinity) AdoptTable(t *Table) Policy { return NewAffinityTable(a.cfg, t) }
+
+// Traits implements Traiter: sticky, and the KV inputs and admission as
+// the options turn them on; none while disabled (it is LeastLoaded then).
+func (a *Affinity) Traits() Traits {
+	if a.cfg.Disabled {
+		return 0
+	}
+	t := TraitSticky
+	if a.kvOn() {
+		t |= TraitKV
+	}
+	if a.cfg.Admission == AdmissionKV {
+		t |= TraitAdmission
+	}
+	return t
+}
 
 // Pick implements Policy.
 func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error) {

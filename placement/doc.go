@@ -14,6 +14,13 @@
 //   - placement.go: the contract. Replica and Snapshot (what a policy may
 //     observe), Request, Decision with its Reason, Policy, and
 //     ErrNoHealthyReplica.
+//   - router.go: Router, the code that drives a policy, written once for
+//     the simulator and the proxy: the session table (the policy's, or an
+//     observer table), the snapshot's conversation figures, the pick, each
+//     request's start and end, the hits its answer reports, the admission
+//     rule. What a policy needs beyond Pick it offers through small
+//     interfaces (SessionKeeper, TableAdopter, Admitter, Traiter); no
+//     caller casts to a concrete policy.
 //   - config.go: New(strategy, Config), the strategy names and the spill
 //     threshold ("auto" = max(1, max_num_seqs/4), or a number).
 //   - affinity.go: Affinity, the product (pinned, then sticky or spill,

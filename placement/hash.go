@@ -20,7 +20,13 @@ import (
 // concurrent use.
 type Hash struct{}
 
-var _ Policy = (*Hash)(nil)
+var (
+	_ Policy  = (*Hash)(nil)
+	_ Traiter = (*Hash)(nil)
+)
+
+// Traits implements Traiter: a session goes where it went before.
+func (*Hash) Traits() Traits { return TraitSticky }
 
 // Pick implements Policy.
 func (*Hash) Pick(r *Request, s *Snapshot, _ time.Time) (Decision, error) {

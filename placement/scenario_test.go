@@ -566,13 +566,20 @@ func (o outcome) ok() bool { return o.want == o.got }
 func (sc *scenario) run() ([]outcome, error) {
 	var (
 		snap    Snapshot
-		policy  Policy
-		aff     *Affinity
+		router  *Router // drives the policy as the simulator and the proxy do
 		now     = scenarioEpoch
 		out     []outcome
 		queue   WaitQueue[Request] // requests that got Wait, as a caller keeps them
 		timeout time.Duration
 	)
+	// table is the policy's session table; one that keeps none (affinity
+	// switched off) shows an empty one.
+	table := func() *Table {
+		if t := router.Table(); t != nil {
+			return t
+		}
+		return NewTableWindow(0, 0, 0)
+	}
 	withComment := func(s, comment string) string {
 		if comment != "" {
 			return s + "  " + comment
@@ -592,8 +599,8 @@ func (sc *scenario) run() ([]outcome, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: %v", sc.name, o.line, err)
 			}
-			policy = p
-			aff, _ = p.(*Affinity)
+			router = NewRouter(p, nil)
+			router.TurnEnds = true // start and finish lines report turn ends
 			timeout = o.timeout
 		case opState:
 			for i := range snap.Replicas {
@@ -632,10 +639,10 @@ func (sc *scenario) run() ([]outcome, error) {
 				d   Decision
 				err error
 			)
-			if aff != nil && aff.MustQueue(&req, queue.Len(), now) {
+			if router.MustQueue(&req, queue.Len(), now) {
 				d = Decision{Replica: -1, Reason: ReasonNew, Wait: true} // behind the others, without asking
 			} else {
-				d, err = policy.Pick(&req, &snap, now)
+				d, err = router.Pick(&req, &snap, now)
 			}
 			if err == nil && d.Wait {
 				queue.Push(req, now)
@@ -643,19 +650,19 @@ func (sc *scenario) run() ([]outcome, error) {
 			got := formatPick(d, err)
 			out = append(out, outcome{o.line, o.want, got, withComment(o.prefix+" -> "+got, o.comment)})
 		case opObserve:
-			aff.Table().Observe(o.req.Session, o.n)
+			table().Observe(o.req.Session, o.n)
 		case opEnd:
-			aff.Table().Remove(o.req.Session)
+			router.Forget(o.req.Session)
 		case opServed:
-			aff.Table().ObserveHits(o.req.Session, o.hits[0], o.hits[1], o.hits[2], o.hits[3])
+			router.Served(o.req.Session, o.hits[0], o.hits[1], o.hits[2], o.hits[3])
 		case opStart:
-			aff.Table().Start(o.req.Session, now)
+			router.Sent(o.req.Session, now)
 		case opFinish:
-			aff.Table().Finish(o.req.Session, o.n, now)
+			router.Ended(o.req.Session, o.n, now)
 		case opAdmit:
 			got := "empty"
 			if req, _, ok := queue.Front(); ok {
-				d, err := policy.Pick(&req, &snap, now)
+				d, err := router.Pick(&req, &snap, now)
 				got = formatPick(d, err)
 				if err == nil && !d.Wait {
 					queue.Pop()
@@ -675,16 +682,16 @@ func (sc *scenario) run() ([]outcome, error) {
 			out = append(out, outcome{o.line, o.want, got, withComment(o.prefix+" -> "+got, o.comment)})
 		case opHome:
 			got := "none"
-			if h, ok := aff.Table().Home(o.req.Session, now); ok {
+			if h, ok := table().Home(o.req.Session, now); ok {
 				got = strconv.Itoa(h)
 			}
 			out = append(out, outcome{o.line, o.want, got, withComment(o.prefix+" -> "+got, o.comment)})
 		case opExpectLen:
-			got := strconv.Itoa(aff.Table().Len())
+			got := strconv.Itoa(table().Len())
 			out = append(out, outcome{o.line, o.want, got, withComment("expect sessions="+got, o.comment)})
 		case opExpectReplica:
 			var c ReplicaCounters
-			if cs := aff.Table().Counters(); o.n < len(cs) {
+			if cs := table().Counters(); o.n < len(cs) {
 				c = cs[o.n]
 			}
 			// Check (and rewrite) the counters the line lists; a line that

@@ -173,13 +173,6 @@ func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, err
 	return v, nil
 }
 
-// kvAware reports whether the variant uses footprints, the prefill queue
-// or admission: the run then feeds them to placement.
-func (v variant) kvAware() bool {
-	return v.strategy == placement.StrategyAffinity &&
-		(v.cfg.Balance == placement.BalanceKV || v.cfg.Admission == placement.AdmissionKV || v.cfg.Spill.Priced())
-}
-
 // prefillTokensPerSec is the step-time model's rate of computing a cold
 // prompt of 8192 tokens in chunks of the scheduler's token budget: what
 // the priced spill divides uncached tokens by.
@@ -200,7 +193,6 @@ func prefillTokensPerSec(c *engineConfig) float64 {
 // kvRouter is the router's side of the KV-aware options: what it feeds to
 // placement and the admission FIFO.
 type kvRouter struct {
-	aff     *placement.Affinity
 	shared  int   // the workload's shared system prompt, tokens
 	queue   []int // per replica: Decision.Uncached of requests before their first token
 	waiting placement.WaitQueue[*seq]
@@ -212,11 +204,10 @@ type kvRouter struct {
 
 // initKV prepares the run for a KV-aware variant.
 func (r *run) initKV(v variant, sharedPrefix int) {
-	aff, ok := r.policy.(*placement.Affinity)
-	if !ok || !v.kvAware() {
+	if !r.router.Traits().Has(placement.TraitKV) {
 		return
 	}
-	r.kv = &kvRouter{aff: aff, shared: sharedPrefix, queue: make([]int, len(r.reps)), timeout: v.timeout}
+	r.kv = &kvRouter{shared: sharedPrefix, queue: make([]int, len(r.reps)), timeout: v.timeout}
 	rate := prefillTokensPerSec(&r.cfg)
 	capTokens := r.farm.KVTokensPerReplica()
 	for i := range r.snap.Replicas {
@@ -243,16 +234,11 @@ func (k *kvRouter) prefilled(r *run, s *seq) {
 	s.uncached = 0
 }
 
-// finished records a finished request's footprint: its prompt + answer.
-func (k *kvRouter) finished(s *seq) {
-	k.aff.Table().Observe(s.req.Session, s.prompt+s.generated)
-}
-
 // sessionEnded forgets a conversation whose last turn is done (the
 // simulator knows exactly; the proxy waits for the active window) and
 // admits whoever now fits.
 func (k *kvRouter) sessionEnded(r *run, session string) {
-	k.aff.Table().Remove(session)
+	r.router.Forget(session)
 	k.wake(r)
 }
 
@@ -364,7 +350,7 @@ func (r *run) submit(s *seq, home *int) bool {
 		r.checkIdle()
 		return false
 	}
-	if r.kv != nil && r.kv.aff.MustQueue(r.request(s), r.kv.waiting.Len(), time.UnixMicro(r.now)) {
+	if r.kv != nil && r.router.MustQueue(r.request(s), r.kv.waiting.Len(), time.UnixMicro(r.now)) {
 		r.kv.waiting.Push(s, time.UnixMicro(s.sentUs)) // behind the new conversations already waiting
 		r.rt.admissionWaits++
 		return true
@@ -383,20 +369,14 @@ func (r *run) submit(s *seq, home *int) bool {
 	return true
 }
 
-// observeHits tells a policy that re-homes cold conversations what the
-// replica of s, which finished, served of its prompt from its prefix
-// cache at its first admission (what vLLM's answer reports as its cached
-// tokens), as the proxy does from each answer's usage (live's
-// model.observeHits). Other policies are told nothing, so their runs are
-// unchanged.
+// observeHits tells the router what the replica of s, which finished,
+// served of its prompt from its prefix cache at its first admission (what
+// vLLM's answer reports as its cached tokens), as the proxy does from each
+// answer's usage (live's model.observeHits).
 func (r *run) observeHits(s *seq) {
-	if r.table == nil || s.req.Session == "" || s.replica < 0 {
-		return
+	if s.replica >= 0 {
+		r.router.Served(s.req.Session, s.replica, s.prompt, s.cachedTokens, s.generated)
 	}
-	if a, ok := r.policy.(*placement.Affinity); !ok || a.Config().Rehome != placement.RehomeCold {
-		return
-	}
-	r.table.ObserveHits(s.req.Session, s.replica, s.prompt, s.cachedTokens, s.generated)
 }
 
 // request fills r.preq for s.
@@ -417,14 +397,12 @@ func (r *run) request(s *seq) *placement.Request {
 // pick asks the router for s's replica.
 func (r *run) pick(s *seq) (placement.Decision, error) {
 	req := r.request(s)
-	if r.table != nil {
-		r.table.Fill(&r.snap)
-	}
+	r.router.Fill(&r.snap)
 	if r.front != nil {
 		r.connect(s)
 		return r.front.pick(s.apiServer, req)
 	}
-	return r.policy.Pick(req, &r.snap, time.UnixMicro(r.now))
+	return r.router.Pick(req, &r.snap, time.UnixMicro(r.now))
 }
 
 // homeOf returns the home slot of s's client in a closed loop, else nil.
@@ -451,11 +429,9 @@ func (r *run) place(s *seq, d placement.Decision, home *int) {
 		}
 		r.rt.stay.Add(s.turn > 0, *home, rp)
 	}
-	if r.turnEnds && r.table != nil && s.req.Session != "" {
-		// Sent now: held until it ends (onDone) and for its return timeout
-		// after, as the proxy's pick starts it in the table.
-		r.table.Start(s.req.Session, time.UnixMicro(r.now))
-	}
+	// Sent now: held until it ends (onDone) and for its return timeout
+	// after, as the proxy's pick starts it in the table (TurnEnds).
+	r.router.Sent(s.req.Session, time.UnixMicro(r.now))
 	if r.kv != nil {
 		r.kv.routed(r, s, d)
 	}

@@ -11,12 +11,13 @@ import (
 // run is one strategy on one farm: the replicas, the router in front of
 // them, the event heap and the metric recorder. It runs on one goroutine.
 type run struct {
-	farm     *Farm
-	model    string
-	cfg      engineConfig
-	reps     []*replica
-	policy   placement.Policy
-	table    *placement.Table // the policy's session table, or nil
+	farm  *Farm
+	model string
+	cfg   engineConfig
+	reps  []*replica
+	// router drives the placement policy (placement.Router): its session
+	// table, the admission rule, what each request's start and end tell it.
+	router   *placement.Router
 	snap     placement.Snapshot
 	preq     placement.Request
 	ev       eventHeap
@@ -67,13 +68,6 @@ type run struct {
 	kv   *kvRouter
 	name string // the variant's display name (routing.go)
 
-	// turnEnds: the router is told when each request is sent and when it
-	// ends (Table.Start and Table.Finish, as the proxy calls them), so a
-	// conversation holds KV headroom while a request of it is in flight
-	// and for its return timeout after (placement's "Held
-	// conversations"). Without it (the closed and open loops) the table
-	// holds every active conversation, Held == Active.
-	turnEnds bool
 	// clientRetries is how many times a client sends a request again
 	// after it was refused for admission (429/529 with Retry-After): the
 	// SDKs' default for a session replay (sdkMaxRetries), 0 for the closed
@@ -179,14 +173,11 @@ func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean b
 		farm:       f,
 		model:      f.Spec.Model,
 		cfg:        newEngineConfig(f),
-		policy:     pol,
+		router:     placement.NewRouter(pol, nil),
 		scrapeUs:   time.Duration(f.Spec.ScrapeInterval).Microseconds(),
 		lastScrape: -1,
 		name:       vr.name,
 		forgetFrom: -1,
-	}
-	if t, ok := pol.(interface{ Table() *placement.Table }); ok {
-		r.table = t.Table()
 	}
 	n := f.Spec.Replicas
 	ever := newEverSet(n)
@@ -416,23 +407,19 @@ func (r *run) onDone(s *seq, finished bool) {
 		r.rec.observeFinished(s, r.now)
 		r.observeHits(s)
 	}
-	switch {
-	case r.turnEnds && r.table != nil:
-		r.turnEnded(s, finished)
-	case finished && r.kv != nil:
-		r.kv.finished(s)
-	}
+	r.turnEnded(s, finished)
 	r.logRequest(s, finished)
 	r.drv.done(r, s, finished)
 	r.seqFree = append(r.seqFree, s)
 	r.checkIdle()
 }
 
-// turnEnded tells the table that s ended now, as the proxy's finish does
+// turnEnded tells the router that s ended now, as the proxy's finish does
 // (live/call.go call.finish): with the conversation's footprint, prompt +
-// answer tokens, when it finished, else none (0 keeps the last one). The
-// conversation stays held for its return timeout; as the proxy wakes its
-// front waiter at every request's end, admission looks again.
+// answer tokens, when it finished, else none (0 keeps the last one). When
+// the router is told turn ends (a session replay) the conversation stays
+// held for its return timeout and, as the proxy wakes its front waiter at
+// every request's end, admission looks again.
 func (r *run) turnEnded(s *seq, finished bool) {
 	if s.req.Session == "" {
 		return
@@ -441,8 +428,8 @@ func (r *run) turnEnded(s *seq, finished bool) {
 	if finished {
 		tokens = s.prompt + s.generated
 	}
-	r.table.Finish(s.req.Session, tokens, time.UnixMicro(r.now))
-	if r.kv != nil {
+	r.router.Ended(s.req.Session, tokens, time.UnixMicro(r.now))
+	if r.kv != nil && r.router.TurnEnds && r.router.Table() != nil {
 		r.kv.wake(r)
 	}
 }
