@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/internal/strictyaml"
+	"github.com/lm-warden/warden/placement"
 )
 
 // Config is the proxy's configuration, read from YAML by [LoadConfig] or
@@ -203,10 +204,10 @@ func (m *ModelCfg) NumReplicas() int {
 // EffectiveStrategy is the placement strategy after applying Affinity.
 func (m *ModelCfg) EffectiveStrategy() string {
 	if m.Affinity.Set && !m.Affinity.On {
-		return "least-loaded"
+		return placement.StrategyLeastLoaded
 	}
 	if m.Strategy == "" {
-		return "affinity"
+		return placement.StrategyAffinity
 	}
 	return m.Strategy
 }

@@ -176,7 +176,7 @@ func (m *model) status(now time.Time) Status {
 		LaterTurns:       m.laterTurns.Load(),
 		LaterTurnsHome:   m.laterHome.Load(),
 	}
-	st.Affinity = st.Strategy == "affinity"
+	st.Affinity = st.Strategy == placement.StrategyAffinity
 	if w := m.maxNumSeqsWarning(); w != "" {
 		st.Warnings = append(st.Warnings, w)
 	}

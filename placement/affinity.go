@@ -65,6 +65,33 @@ var (
 	_ Traiter       = (*Affinity)(nil)
 )
 
+// affinityStrategy is affinity in the registry, with its options.
+var affinityStrategy = Strategy{
+	Name:    StrategyAffinity,
+	Words:   "each conversation stays on the replica that already holds it in its prefix cache (new ones go to the least-loaded)",
+	Reasons: []Reason{ReasonNew, ReasonSticky, ReasonSpill, ReasonPinned, ReasonParent, ReasonRehome},
+	Proxy:   true,
+	Spills:  true,
+	Options: []Option{
+		{Name: "kv", Words: "the least-loaded replica is judged by its KV cache fill too",
+			set: func(s *Spec, _ time.Duration) { s.KV = true }},
+		{Name: "priced", // the spill threshold's words say it
+			set: func(s *Spec, _ time.Duration) { s.Priced = true }},
+		{Name: "admit", Arg: "TIMEOUT",
+			ArgWords: "an admission timeout > 0 such as admit=30s (plain admit takes the farm's routing.admission_timeout)",
+			Words:    "a turn that no replica can take at once waits at the proxy rather than queueing in vLLM",
+			set:      func(s *Spec, d time.Duration) { s.Admit, s.AdmissionTimeout = true, d }},
+		{Name: "rehome", Words: "a conversation its replica has evicted moves to another replica on its next turn",
+			set: func(s *Spec, _ time.Duration) { s.Rehome = true }},
+	},
+	New: func(cfg Config) (Policy, error) {
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		return NewAffinity(cfg), nil
+	},
+}
+
 // NewAffinity returns an affinity policy with an empty session table. Zero
 // fields of cfg take their defaults; negative ones are treated as zero
 // (New validates them instead).

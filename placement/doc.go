@@ -21,8 +21,13 @@
 //     rule. What a policy needs beyond Pick it offers through small
 //     interfaces (SessionKeeper, TableAdopter, Admitter, Traiter); no
 //     caller casts to a concrete policy.
-//   - config.go: New(strategy, Config), the strategy names and the spill
-//     threshold ("auto" = max(1, max_num_seqs/4), or a number).
+//   - registry.go: the registry, every strategy by name (Strategy: words,
+//     reasons, options, whether the proxy serves it, its factory), New,
+//     and the spec grammar NAME[+OPTION[=VALUE]]... parsed once
+//     (ParseSpec, Spec.Label, Spec.Apply) for warden sim, plan, tune, the
+//     proxy's config check, the plan's glossary and calibrate.
+//   - config.go: Config and the spill threshold ("auto" =
+//     max(1, max_num_seqs/4), or a number).
 //   - affinity.go: Affinity, the product (pinned, then sticky or spill,
 //     then new or a subagent on its parent's home), and its load score.
 //   - kv.go: the KV-aware options of Affinity (balance kv, the priced
@@ -43,6 +48,37 @@
 //     caller reports with Start and Finish), whose KV admission counts.
 //     held.go keeps them: the conversations' footprints, their think-time
 //     gaps and return timeouts, and the heap of scheduled releases.
+//
+// # Adding a strategy
+//
+// Two files, as BLIS's extension recipes count them
+// (docs/contributing/extension-recipes.md there):
+//
+//  1. placement/NAME.go: the policy (a type with Pick, pure like the rest
+//     of the package) and its Strategy value: Name, Words (what it does
+//     with a turn, in plain words), the Reasons it gives, its Options if
+//     it takes any, Proxy if the proxy serves it, and New. If it reads more
+//     than the Replica basics it says so with Traits (TraitKV: capacities,
+//     prefill rates and footprints; TraitAdmission: it may answer Wait),
+//     and if it keeps conversations it offers its table (SessionKeeper,
+//     TableAdopter); the Router feeds it, the callers never name its type.
+//  2. placement/registry.go: one line, &nameStrategy, in registry.
+//
+// Its golden tests go next to it (NAME_test.go, testdata/scenarios). From
+// then on warden sim --strategies NAME, warden plan --strategies NAME,
+// warden tune --variants NAME, a farm's routing.strategy, the plan's
+// glossary, calibrate's inference from the reasons and, with Proxy set,
+// the proxy's models[].strategy take it; TestSeamArchitecture fails if any
+// code outside placement names its type or spells its name.
+//
+// Before the registry and the Router the same change touched at least 9
+// files in 6 packages: placement/config.go (the name, Strategies, New),
+// live/configresolve.go (the accepted names), live/model.go and
+// live/admission.go (casts to *Affinity for the table and admission),
+// live/pick.go (which strategy is sticky), sim/routing.go (casts for the
+// KV inputs and observed hits, the option grammar), planner/glossary.go
+// (its words), calibrate/observe.go (its reasons) and cmd/warden/tune.go
+// (the default variants and the help).
 //
 // Every strategy honours a valid pin (Request.Pinned in range and healthy),
 // never picks an unhealthy replica, and returns an error wrapping

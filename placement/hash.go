@@ -25,6 +25,15 @@ var (
 	_ Traiter = (*Hash)(nil)
 )
 
+// hashStrategy is hash in the registry.
+var hashStrategy = Strategy{
+	Name:    StrategyHash,
+	Words:   "each conversation goes to the replica its session id hashes to, whatever the load",
+	Reasons: []Reason{ReasonHash, ReasonPinned},
+	Proxy:   true,
+	New:     plain(func() Policy { return &Hash{} }),
+}
+
 // Traits implements Traiter: a session goes where it went before.
 func (*Hash) Traits() Traits { return TraitSticky }
 

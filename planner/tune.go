@@ -14,6 +14,7 @@ import (
 
 	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/internal/num"
+	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
@@ -86,7 +87,7 @@ type TuneRow struct {
 	AdmissionRetries   int64     `json:"admission_retries"` // of the refused, sent again after Retry-After
 	Eligible           bool      `json:"eligible"`          // TTFB p95 within the reference
 
-	Spec sim.Variant `json:"-"` // the variant parsed
+	Spec placement.Spec `json:"-"` // the variant parsed
 }
 
 // TuneOptions is what Tune replays, on which farm, through which variants.
@@ -94,7 +95,7 @@ type TuneOptions struct {
 	Files    []string  // the journal's files, oldest first (JournalFiles)
 	Model    string    // the model whose requests are replayed; "": the journal's only one
 	Farm     *sim.Farm // the farm, with the routing every variant shares
-	Variants []string  // as sim.ParseVariant reads them
+	Variants []string  // as placement.ParseSpec reads them
 	Seed     uint64
 }
 
@@ -122,7 +123,7 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResult, error) {
 		return nil, err
 	}
 	for i, v := range o.Variants {
-		spec, _ := sim.ParseVariant(v)
+		spec, _ := placement.ParseSpec(v)
 		r := rep.Rows[i]
 		res.Variants = append(res.Variants, TuneRow{
 			Variant: v, Name: r.Strategy, Options: numOptions(spec),
@@ -140,15 +141,7 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResult, error) {
 }
 
 // numOptions counts the options a variant names.
-func numOptions(v sim.Variant) int {
-	n := 0
-	for _, on := range []bool{v.KV, v.Priced, v.Admit, v.Rehome} {
-		if on {
-			n++
-		}
-	}
-	return n
-}
+func numOptions(v placement.Spec) int { return len(v.On()) }
 
 // Recommend applies TuneRule to res.Variants.
 func Recommend(res *TuneResult) error {

@@ -89,7 +89,7 @@ func (e Experiment) withDefaults() (Experiment, error) {
 		e.Strategies = DefaultStrategies
 	}
 	for _, s := range e.Strategies {
-		if err := ValidStrategy(s); err != nil {
+		if err := placement.ValidSpec(s); err != nil {
 			return e, fmt.Errorf("sim: %w", err)
 		}
 	}

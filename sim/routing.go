@@ -2,14 +2,13 @@ package sim
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/lm-warden/warden/placement"
 )
 
-// Routing variants: a strategy name may carry affinity's KV-aware options
-// after "+", e.g. "affinity+kv+priced+admit":
+// Routing variants: a strategy spec (placement.ParseSpec: the registry's
+// grammar) may carry options after "+", e.g. "affinity+kv+priced+admit":
 //
 //	kv        routing.balance: kv          (new conversations by KV headroom)
 //	priced    routing.spill_threshold: priced
@@ -20,121 +19,23 @@ import (
 //	          (nearly) none of its prefix from cache moves on its next turn)
 //
 // Plain "affinity" takes the farm's routing block. A variant's display
-// name, in tables and JSON, lists the options in effect:
-// "affinity (kv, priced, admit)", "affinity (kv, admit 30s)" (a timeout
-// named in the variant is shown); with none it is the strategy's name.
+// name, in tables and JSON, lists the options in effect
+// (placement.EffectiveSpec): "affinity (kv, priced, admit)", "affinity
+// (kv, admit 30s)" (a timeout named in the variant is shown); with none it
+// is the strategy's name.
 
 // variant is one strategy with its options resolved against the farm.
 type variant struct {
-	strategy string // hash | least-loaded | affinity
+	strategy string // a registered strategy
 	name     string // display name
 	cfg      placement.Config
 	timeout  time.Duration // admission timeout; 0: none
 }
 
-// variantOptions are the option words of a variant, in display order.
-var variantOptions = []string{"kv", "priced", "admit", "rehome"}
-
-// Variant is a strategy name parsed: the base strategy and the options of
-// affinity its name gives (not those of a farm's routing block).
-type Variant struct {
-	Strategy string // hash | least-loaded | affinity
-	KV       bool   // +kv: balance kv
-	Priced   bool   // +priced: spill_threshold priced
-	Admit    bool   // +admit or +admit=D: admission kv
-	// AdmissionTimeout is D of admit=D; 0: the farm's.
-	AdmissionTimeout time.Duration
-	Rehome           bool // +rehome: rehome cold
-}
-
-// ParseVariant parses a strategy or a variant of affinity
-// ("affinity+kv+admit=30s"), naming what is wrong.
-func ParseVariant(s string) (Variant, error) {
-	base, opts, _ := strings.Cut(s, "+")
-	o := Variant{Strategy: base}
-	if !validStrategy(base) {
-		return Variant{}, fmt.Errorf("unknown strategy %q (want one of %s, or affinity+OPTION... with options %s, admit=TIMEOUT)",
-			s, strings.Join(placement.Strategies(), ", "), strings.Join(variantOptions, ", "))
-	}
-	if opts == "" {
-		return o, nil
-	}
-	if base != placement.StrategyAffinity {
-		return Variant{}, fmt.Errorf("strategy %q: only affinity takes options (%s)", s, strings.Join(variantOptions, ", "))
-	}
-	for w := range strings.SplitSeq(opts, "+") {
-		name, val, hasVal := strings.Cut(w, "=")
-		switch {
-		case name == "kv" && !hasVal:
-			o.KV = true
-		case name == "priced" && !hasVal:
-			o.Priced = true
-		case name == "admit" && !hasVal:
-			o.Admit = true
-		case name == "rehome" && !hasVal:
-			o.Rehome = true
-		case name == "admit":
-			d, err := time.ParseDuration(val)
-			if err != nil || d <= 0 {
-				return Variant{}, fmt.Errorf("strategy %q: %s: want an admission timeout > 0 such as admit=30s (plain admit takes the farm's routing.admission_timeout)", s, w)
-			}
-			o.Admit, o.AdmissionTimeout = true, d
-		default:
-			return Variant{}, fmt.Errorf("strategy %q: unknown option %q (want %s, admit=TIMEOUT)", s, w, strings.Join(variantOptions, ", "))
-		}
-	}
-	return o, nil
-}
-
-// ValidStrategy reports whether s names a strategy or a variant of
-// affinity ("affinity+kv+priced+admit", "affinity+kv+admit=30s"), naming
-// what is wrong.
-func ValidStrategy(s string) error {
-	_, err := ParseVariant(s)
-	return err
-}
-
-// VariantLabel is the display name of strategy s from the options its
-// name gives, without a farm's routing block: "affinity (kv, admit 30s)",
-// "least-loaded"; s itself when it is not valid.
-func VariantLabel(s string) string {
-	v, err := ParseVariant(s)
-	if err != nil {
-		return s
-	}
-	return v.Label()
-}
-
-// Label lists the options in display order: "affinity (kv, priced,
-// admit 30s)"; with none, the strategy's name.
-func (o Variant) Label() string {
-	var on []string
-	if o.KV {
-		on = append(on, "kv")
-	}
-	if o.Priced {
-		on = append(on, "priced")
-	}
-	if o.Admit {
-		if o.AdmissionTimeout > 0 {
-			on = append(on, "admit "+o.AdmissionTimeout.String())
-		} else {
-			on = append(on, "admit")
-		}
-	}
-	if o.Rehome {
-		on = append(on, "rehome")
-	}
-	if len(on) == 0 {
-		return o.Strategy
-	}
-	return o.Strategy + " (" + strings.Join(on, ", ") + ")"
-}
-
-// newVariant resolves strategy s (ValidStrategy) on farm f with the spill
+// newVariant resolves strategy s (placement.ValidSpec) on farm f with the spill
 // threshold spill (the experiment's, which may override the farm's).
 func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, error) {
-	o, err := ParseVariant(s)
+	o, err := placement.ParseSpec(s)
 	if err != nil {
 		return variant{}, fmt.Errorf("sim: %w", err)
 	}
@@ -148,28 +49,13 @@ func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, err
 		Balance:      f.Balance,
 		Admission:    f.Admission,
 	}, timeout: time.Duration(rs.AdmissionTimeout)}
-	if o.KV {
-		v.cfg.Balance = placement.BalanceKV
-	}
-	if o.Priced {
-		v.cfg.Spill = placement.SpillPriced()
-	}
-	if o.Admit {
-		v.cfg.Admission = placement.AdmissionKV
-	}
+	o.Apply(&v.cfg)
 	if o.AdmissionTimeout > 0 {
 		v.timeout = o.AdmissionTimeout
 	}
-	if o.Rehome {
-		v.cfg.Rehome = placement.RehomeCold
-	}
-	if base == placement.StrategyAffinity {
-		// The options in effect, from the variant or the farm's block.
-		// A timeout named in the variant (admit=D) is shown.
-		eff := Variant{Strategy: base, KV: v.cfg.Balance == placement.BalanceKV, Priced: v.cfg.Spill.Priced(),
-			Admit: v.cfg.Admission == placement.AdmissionKV, AdmissionTimeout: o.AdmissionTimeout, Rehome: o.Rehome}
-		v.name = eff.Label()
-	}
+	// The options in effect, from the variant or the farm's block. A
+	// timeout named in the variant (admit=D) is shown.
+	v.name = placement.EffectiveSpec(base, v.cfg, o.AdmissionTimeout).Label()
 	return v, nil
 }
 

@@ -89,11 +89,11 @@ func TestVariants(t *testing.T) {
 	if v, _ := newVariant(g, "affinity+admit=45s", g.Spill); v.timeout != 45*time.Second || v.name != "affinity (admit 45s)" {
 		t.Errorf("admit=45s on a farm with admission: kv: timeout %v, name %q", v.timeout, v.name)
 	}
-	if got := VariantLabel("affinity+admit+kv=x"); got != "affinity+admit+kv=x" {
-		t.Errorf("VariantLabel of a bad variant = %q, want it unchanged", got)
+	if got := placement.SpecLabel("affinity+admit+kv=x"); got != "affinity+admit+kv=x" {
+		t.Errorf("SpecLabel of a bad variant = %q, want it unchanged", got)
 	}
-	if got := VariantLabel("affinity+admit=20s+kv"); got != "affinity (kv, admit 20s)" {
-		t.Errorf("VariantLabel = %q", got)
+	if got := placement.SpecLabel("affinity+admit=20s+kv"); got != "affinity (kv, admit 20s)" {
+		t.Errorf("SpecLabel = %q", got)
 	}
 	if r := mustRun(t, f, "affinity"); r.kv != nil {
 		t.Error("plain affinity feeds the KV-aware router: defaults must be unchanged")

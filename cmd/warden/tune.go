@@ -32,18 +32,18 @@ type tuneOptions struct {
 	JSON     bool
 }
 
-// defaultTuneVariants are the routings `warden tune` compares: the three
-// strategies, then affinity's options one by one and combined. Admission
-// is tried at three timeouts around the proxy's default (30 s); priced
-// runs in the proxy with prefill_tokens_per_s: metrics (each replica's
-// rate measured from vLLM's prefill-time histogram).
-var defaultTuneVariants = []string{
-	"hash", "least-loaded", "affinity",
+// defaultTuneVariants are the routings `warden tune` compares: the
+// strategies the proxy serves (the registry's), then affinity's options
+// one by one and combined. Admission is tried at three timeouts around the
+// proxy's default (30 s); priced runs in the proxy with
+// prefill_tokens_per_s: metrics (each replica's rate measured from vLLM's
+// prefill-time histogram).
+var defaultTuneVariants = append(placement.ProxyStrategies(),
 	"affinity+kv",
 	"affinity+admit=10s", "affinity+admit=30s", "affinity+admit=60s",
 	"affinity+kv+admit=10s", "affinity+kv+admit=30s", "affinity+kv+admit=60s",
 	"affinity+priced", "affinity+kv+priced+admit=30s",
-}
+)
 
 func newTuneCmd() *cobra.Command {
 	opts := &tuneOptions{}
@@ -113,7 +113,7 @@ The same seed gives byte-identical output.`,
 	f.StringSliceVar(&opts.Journals, "journal", nil, "the proxy's journal: files, globs or a directory (rotated files FILE.N are replayed oldest first)")
 	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML the journal is replayed on")
 	f.StringVar(&opts.Model, "model", "", "replay only the journal's requests for this model (needed when it has several)")
-	f.StringSliceVar(&opts.Variants, "variants", defaultTuneVariants, "routing variants to compare: hash, least-loaded, affinity, affinity+OPTION... with kv, priced, admit, admit=TIMEOUT, rehome")
+	f.StringSliceVar(&opts.Variants, "variants", defaultTuneVariants, "routing variants to compare: "+placement.OptionsHelp())
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the simulation (vLLM front end, ties)")
 	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON")
 	_ = cmd.MarkFlagRequired("journal")
@@ -127,7 +127,7 @@ func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
 		return err
 	}
 	for _, v := range o.Variants {
-		if err := sim.ValidStrategy(v); err != nil {
+		if err := placement.ValidSpec(v); err != nil {
 			return fmt.Errorf("--variants: %w", err)
 		}
 	}
@@ -173,7 +173,7 @@ func routingOf(f *sim.Farm) farmRouting {
 // routingYAML is the recommended routing as the model's entry under
 // models: in the proxy config (live.ModelCfg's keys), without its url or
 // replicas, which stay as the operator has them.
-func routingYAML(model string, v sim.Variant, fr farmRouting) string {
+func routingYAML(model string, v placement.Spec, fr farmRouting) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "models:\n  - name: %s\n", yamlString(model))
 	fmt.Fprintf(&b, "    strategy: %s\n", v.Strategy)

@@ -13,7 +13,6 @@ import (
 	"github.com/lm-warden/warden/live"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/planner"
-	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
 
@@ -172,7 +171,7 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 		{variant: "affinity+kv+rehome", spill: "auto", strategy: "affinity", balance: "kv", admit: "off"},
 	} {
 		t.Run(tt.variant+"/"+tt.spill, func(t *testing.T) {
-			v, err := sim.ParseVariant(tt.variant)
+			v, err := placement.ParseSpec(tt.variant)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,7 +228,7 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 		})
 	}
 	// A model name that YAML would misread is quoted.
-	if m, err := loadRouting(t, routingYAML("coder: fast", sim.Variant{Strategy: "hash"}, farmRouting{})); err != nil || m.Name != "coder: fast" {
+	if m, err := loadRouting(t, routingYAML("coder: fast", placement.Spec{Strategy: placement.StrategyHash}, farmRouting{})); err != nil || m.Name != "coder: fast" {
 		t.Errorf("a model named %q: %v, %+v", "coder: fast", err, m)
 	}
 }
