@@ -48,6 +48,45 @@
 //     caller reports with Start and Finish), whose KV admission counts.
 //     held.go keeps them: the conversations' footprints, their think-time
 //     gaps and return timeouts, and the heap of scheduled releases.
+//   - prompt.go: Prompt, what a prefix-aware policy knows of a request's
+//     prompt (its chained block ids and, from KV events or the
+//     simulator's block pools, how many of them each replica holds now);
+//     vtext.go: the prompt as text (below).
+//   - peers.go: the routers people run instead of warden
+//     (notes/peer-routers.md), each a Policy in its own file, named and
+//     built by NewPeer, with the hooks a caller looks for: Tracker (first
+//     token and end of each request it placed), Scraper (the interval at
+//     which it reads vLLM's gauges), HeldReader (it reads Prompt.Held).
+//     peer_llmd.go (llm-d, llm-d-precise), peer_dynamo.go,
+//     peer_sglang.go (sglang, vllm-router), peer_vllmrouter.go
+//     (vllm-router-hash), peer_prodstack.go, peer_ray.go, peer_aibrix.go,
+//     peer_litellm.go, peer_nginx.go; radixtree.go is the character tree
+//     SGLang's router keeps and Ray's ported, lruset.go the LRU of hashes
+//     llm-d's indexer keeps. Each file cites the peer's source and commit,
+//     says what it keeps and reads, and what is not modelled; its golden
+//     tests (peer_*_test.go) are named after the peer's own tests.
+//
+// # The prompt as text
+//
+// The simulator has no text, and the peers that read characters (SGLang's
+// and Ray's radix trees) or bytes packed into
+// pseudo-tokens (llm-d's estimate, AIBrix's 4-byte blocks) need some. The
+// rule: one token is TextBytesPerToken = 4 bytes, as llm-d's estimate
+// packs them and as the proxy's canonical text counts them; the text of
+// prompt block j (BlockTokens tokens, fewer for a last partial block) is
+// 4 x its tokens bytes, byte k of it byte k%8 of mix64(id_j + (k/8+1) x
+// 0x9e3779b97f4a7c15), id_j the block's chained id. Equal prefixes give
+// equal text, as their ids are equal; two prompts that diverge do so at
+// the first block whose ids differ, and from its first byte but for the
+// 1 in 256 chance that derived bytes agree (a real divergence falls
+// anywhere inside that block: the model loses at most one block of
+// matched characters). A last partial block has an id no full block has,
+// so the next turn's full block does not extend its text. The text is
+// never built: a vtext holds (id, offset, length) pieces, compared and
+// hashed piece by piece. Where a peer hashes the text (llm-d's xxhash64
+// chain, AIBrix's 4-byte blocks) it hashes the
+// pieces' description: equal text, equal hash, as with the bytes; those
+// hashes decide placement only and are never compared with a peer's own.
 //
 // # Adding a strategy
 //

@@ -76,6 +76,13 @@ type Request struct {
 	// prompt), 0 when unknown. The priced spill counts them as cached on
 	// any replica that holds a conversation.
 	SharedPrefixTokens int
+	// ID identifies the request while it is in flight (the simulator's
+	// request number, the proxy's counter): policies that follow requests
+	// after placing them (Tracker) key their state by it.
+	ID uint64
+	// Prompt is the prompt's content as block ids (prompt.go), for the
+	// prefix-aware peers' policies; empty when the caller has none.
+	Prompt Prompt
 }
 
 // failed reports whether replica i is in r.Failed.
@@ -100,6 +107,8 @@ const (
 	ReasonPinned                    // a trusted client pinned the replica
 	ReasonParent                    // a subagent's new session placed on its parent's home
 	ReasonRehome                    // a later turn of a conversation cold at home, placed afresh (observed.go)
+	ReasonPrefix                    // a peer's router: placed where its prefix index matched
+	ReasonScore                     // a peer's router: the best of a score or cost over every replica
 	numReasons
 )
 
@@ -108,7 +117,7 @@ const (
 // per-reason counters and metric series by it.
 const NumReasons = int(numReasons)
 
-var reasonNames = [numReasons]string{"new", "sticky", "spill", "hash", "least-loaded", "pinned", "parent", "rehome"}
+var reasonNames = [numReasons]string{"new", "sticky", "spill", "hash", "least-loaded", "pinned", "parent", "rehome", "prefix", "score"}
 
 // Reasons returns every reason, in order.
 func Reasons() []Reason {
