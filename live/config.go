@@ -163,6 +163,12 @@ type ModelCfg struct {
 	// --enable-prompt-tokens-details) as a new conversation, reason
 	// rehome; off (the default) keeps every conversation home.
 	Rehome string `yaml:"rehome"`
+	// Prefix, held, reads what each replica's KV cache holds of the prompt
+	// from kv_events (placement/prefix.go): a conversation its home has
+	// lost moves before its turn is sent, and one without a session id, or
+	// a subagent, starts where its prefix already is; off (the default)
+	// ignores it.
+	Prefix string `yaml:"prefix"`
 	// PrefillTokensPerS is how fast each replica computes the uncached
 	// part of a prompt, in tokens per second, for spill_threshold: priced
 	// (required with it): a number, the same for every replica, or

@@ -358,6 +358,14 @@ func (m *ModelCfg) checkRouting(p string) error {
 	if _, err := placement.ParseRehome(m.Rehome); err != nil {
 		return verr(p+".rehome", "want off or cold, got %q", m.Rehome)
 	}
+	switch u, err := placement.ParsePrefixUse(m.Prefix); {
+	case err != nil:
+		return verr(p+".prefix", "want off or held, got %q", m.Prefix)
+	case u == placement.PrefixHeld && !m.KVEvents.On():
+		return verr(p+".prefix", "held reads what each replica holds from its KV events: set %s.kv_events", p)
+	case u == placement.PrefixHeld && m.EffectiveStrategy() != placement.StrategyAffinity:
+		return verr(p+".prefix", "held needs strategy affinity, got %s", m.EffectiveStrategy())
+	}
 	if _, err := placement.ParseAdmission(m.Admission); err != nil {
 		return verr(p+".admission", "want off or kv, got %q", m.Admission)
 	}

@@ -105,8 +105,11 @@ type model struct {
 	adm    *admissionQueue   // admission: kv waiters, guarded by mu, shared like it
 	router *placement.Router // drives the placement policy, its session table and admission
 	table  *placement.Table  // router.Table(): the policy's, or the router's observer table
-	snap   placement.Snapshot
-	next   *model // the successor a reload handed this model's sessions to; nil: m is current
+	// readsHeld: the policy reads Prompt.Held (routing prefix: held), so a
+	// request's prompt is described by its blocks (call.fillPrompt).
+	readsHeld bool
+	snap      placement.Snapshot
+	next      *model // the successor a reload handed this model's sessions to; nil: m is current
 
 	laterTurns atomic.Int64 // requests of a session already known
 	laterHome  atomic.Int64 // those served by the session's home
@@ -341,6 +344,7 @@ func (m *model) newPolicy() error {
 	pc.Balance, _ = placement.ParseBalance(m.cfg.Balance) // validated with the config
 	pc.Admission, _ = placement.ParseAdmission(m.cfg.Admission)
 	pc.Rehome, _ = placement.ParseRehome(m.cfg.Rehome)
+	pc.Prefix, _ = placement.ParsePrefixUse(m.cfg.Prefix)
 	strategy := m.cfg.EffectiveStrategy()
 	if strategy == placement.StrategyLeastLoaded {
 		// Affinity switched off runs vLLM's balancer through the same type.
@@ -354,6 +358,9 @@ func (m *model) newPolicy() error {
 	// table: the first-turn homes of the stayed KPI and the status counts.
 	m.router = placement.NewRouter(p, placement.NewTableWindow(pc.SessionTTL, pc.MaxSessions, pc.ActiveWindow))
 	m.router.TurnEnds = true // the proxy sees each request leave and end
+	if m.readsHeld = m.router.ReadsHeld(); m.readsHeld {
+		m.router.SetHeld(&kvHeld{m: m}) // what each replica holds, from the KV events
+	}
 	m.table = m.router.Table()
 	return nil
 }
@@ -380,6 +387,7 @@ func (m *model) samePolicy(o ModelCfg) bool {
 		a.SessionTTL == o.SessionTTL && a.MaxSessions == o.MaxSessions && a.ActiveWindow == o.ActiveWindow &&
 		a.MaxNumSeqs == o.MaxNumSeqs && a.GPU == o.GPU &&
 		a.Balance == o.Balance && a.Admission == o.Admission && a.AdmissionTimeout == o.AdmissionTimeout && a.Rehome == o.Rehome &&
+		a.Prefix == o.Prefix &&
 		a.PrefillTokensPerS == o.PrefillTokensPerS
 }
 

@@ -83,6 +83,8 @@ var affinityStrategy = Strategy{
 			set:      func(s *Spec, d time.Duration) { s.Admit, s.AdmissionTimeout = true, d }},
 		{Name: "rehome", Words: "a conversation its replica has evicted moves to another replica on its next turn",
 			set: func(s *Spec, _ time.Duration) { s.Rehome = true }},
+		{Name: "prefix", Words: "what each replica's KV cache holds decides too: a conversation its replica has evicted moves before its turn is sent, and one without a session id, or a subagent, starts where its prefix already is",
+			set: func(s *Spec, _ time.Duration) { s.Prefix = true }},
 	},
 	New: func(cfg Config) (Policy, error) {
 		if err := cfg.Validate(); err != nil {
@@ -195,6 +197,12 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 	}
 	if home >= 0 {
 		t.touch(i, at)
+		if a.cfg.Prefix == PrefixHeld && a.homeLost(r, i, home) {
+			if d, ok := a.rehome(r, s, i, home); ok {
+				a.grow(i, r.PromptTokens)
+				return d, nil
+			}
+		}
 		if a.cfg.Rehome == RehomeCold && t.coldAt(i) {
 			if d, ok := a.rehome(r, s, i, home); ok {
 				a.grow(i, r.PromptTokens)
@@ -224,10 +232,16 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 		return d, nil
 	}
 
-	// 3. New (or re-homed): the parent's home for a subagent, else the
-	// lowest score.
+	// 3. New (or re-homed): where its prefix is held for a conversation
+	// the table cannot follow (prefix.go), the parent's home for a
+	// subagent, else the lowest score.
 	target, reason := -1, ReasonNew
-	if r.Parent != "" {
+	if a.cfg.Prefix == PrefixHeld && (!remember || r.Parent != "" || i != nilIndex) {
+		if p := a.prefixHolder(r, s, -1, threshold); p >= 0 {
+			target, reason = p, ReasonPrefix
+		}
+	}
+	if target < 0 && r.Parent != "" {
 		if ph, ok := t.peek(fnv1a64(r.Parent), at); ok && usable(reps, ph) && reps[ph].InFlight <= threshold {
 			target, reason = ph, ReasonParent
 		}

@@ -41,6 +41,14 @@ type Config struct {
 	// found cold at its home (its answer's cached tokens: Table.ObserveHits)
 	// as a new conversation, reason rehome; see observed.go.
 	Rehome Rehome
+	// Prefix, when PrefixHeld, reads how much of the prompt each replica
+	// holds now (Prompt.Held): a conversation its home has lost moves
+	// before its turn is sent, and one without a session id, or a
+	// subagent, starts where its prefix already is; see prefix.go.
+	Prefix PrefixUse
+	// Seed seeds the random draws of a policy that breaks ties at random
+	// (the peers' routers); affinity draws none.
+	Seed uint64
 }
 
 // Balance selects how new conversations are spread (routing.balance).
@@ -142,6 +150,9 @@ func (c Config) Validate() error {
 	}
 	if c.Rehome > RehomeCold {
 		return fmt.Errorf("placement: Rehome %d is unknown (want RehomeOff or RehomeCold)", c.Rehome)
+	}
+	if c.Prefix > PrefixHeld {
+		return fmt.Errorf("placement: Prefix %d is unknown (want PrefixOff or PrefixHeld)", c.Prefix)
 	}
 	if c.MaxSessions < 0 {
 		return fmt.Errorf("placement: MaxSessions %d is negative (want 0 for the default %d, or more)", c.MaxSessions, DefaultMaxSessions)

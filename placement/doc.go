@@ -35,6 +35,11 @@
 //   - observed.go: observed hits per conversation (Table.ObserveHits:
 //     what each answer says its replica served from cache) and the
 //     cold-at-home rule (Config.Rehome cold, reason rehome).
+//   - prefix.go: the held prefix (Config.Prefix held): what each replica
+//     holds of this prompt now (Prompt.Held, from the caller's HeldIndex:
+//     the proxy's KV events, the simulator's block pools) moves a
+//     conversation its home has lost before the turn is sent, and places
+//     one without a session id, or a subagent, where its prefix is.
 //   - leastloaded.go: LeastLoaded, vLLM's own data-parallel balancer
 //     (4*waiting + running), with notes on where it follows vLLM and where
 //     it differs. Affinity switched off is this policy.
@@ -141,7 +146,8 @@
 //	                                   active_window=DURATION, max_sessions=N,
 //	                                   disabled=true|false, balance=sessions|kv,
 //	                                   admission=off|kv, admission_timeout=DURATION
-//	                                   (the runner's WaitQueue), rehome=off|cold
+//	                                   (the runner's WaitQueue), rehome=off|cold,
+//	                                   prefix=off|held
 //	state ID|all key=value...          set inflight=, running=, waiting=, kv=
 //	                                   (0..1), kv_capacity=, prefill_rate=
 //	                                   (tokens/s), prefill_queue=, healthy= of
@@ -152,7 +158,9 @@
 //	pick [session=S] [parent=S] [pinned=ID] -> ID REASON | none
 //	                                   one decision; "none" expects an error
 //	                                   wrapping ErrNoHealthyReplica; also
-//	                                   prompt=N, shared=N (tokens); "-> wait":
+//	                                   prompt=N, shared=N (tokens), held=T,T,...
+//	                                   (tokens of the prompt each replica holds:
+//	                                   Prompt.Held, blocks of 16); "-> wait":
 //	                                   held for admission, queued FIFO by the
 //	                                   runner as a caller would (MustQueue)
 //	observe session=S tokens=N         Table.Observe: a response's prompt + answer

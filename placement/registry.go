@@ -138,6 +138,7 @@ type Spec struct {
 	// default).
 	AdmissionTimeout time.Duration
 	Rehome           bool // +rehome: rehome cold
+	Prefix           bool // +prefix: prefix held
 }
 
 // ParseSpec parses a strategy spec, naming what is wrong.
@@ -261,6 +262,7 @@ func (s Spec) On() []string {
 		}
 	}
 	add(s.Rehome, "rehome")
+	add(s.Prefix, "prefix")
 	return on
 }
 
@@ -290,6 +292,9 @@ func (s Spec) Apply(cfg *Config) {
 	if s.Rehome {
 		cfg.Rehome = RehomeCold
 	}
+	if s.Prefix {
+		cfg.Prefix = PrefixHeld
+	}
 }
 
 // EffectiveSpec is the spec of strategy with the options cfg has on (a
@@ -306,6 +311,7 @@ func EffectiveSpec(strategy string, cfg Config, timeout time.Duration) Spec {
 	sp.Admit = cfg.Admission == AdmissionKV
 	sp.AdmissionTimeout = timeout
 	sp.Rehome = cfg.Rehome == RehomeCold
+	sp.Prefix = cfg.Prefix == PrefixHeld
 	return sp
 }
 
@@ -340,7 +346,7 @@ func (s Spec) OptionWords() []string {
 
 // has reports whether s turns on every option p turns on.
 func (s Spec) has(p Spec) bool {
-	return (!p.KV || s.KV) && (!p.Priced || s.Priced) && (!p.Admit || s.Admit) && (!p.Rehome || s.Rehome)
+	return (!p.KV || s.KV) && (!p.Priced || s.Priced) && (!p.Admit || s.Admit) && (!p.Rehome || s.Rehome) && (!p.Prefix || s.Prefix)
 }
 
 // InferStrategy names the strategy that gave decisions counted by reason

@@ -24,7 +24,14 @@ import "time"
 //     homes of the conversations it inherits;
 //   - Admitter: it may make a new conversation wait (Decision.Wait), and
 //     says whether a request must join the back of the wait queue;
-//   - Traiter: which optional inputs it reads (Traits).
+//   - Traiter: which optional inputs it reads (Traits);
+//   - HeldReader: it reads Prompt.Held, how much of the prompt each replica
+//     holds now, which the Router fills from the caller's HeldIndex (the
+//     proxy's KV-event ledger, the simulator's block pools);
+//   - Tracker: it follows each request it placed to its first token and
+//     its end;
+//   - Scraper: it reads vLLM's gauges at an interval of its own, at which
+//     the caller refreshes them (ScrapeInterval).
 //
 // One request's life, in the order both callers make the calls:
 //
@@ -33,6 +40,8 @@ import "time"
 //	MustQueue(req, waiting, now)   a new conversation behind others waiting: queue it without asking
 //	Pick(req, &snap, now)          the decision; Wait: hold it (WaitQueue) and ask again later
 //	Sent(session, now)             it left for its replica (with TurnEnds)
+//	FirstToken(req, replica, now)  its first token (a Tracker policy)
+//	Finished(req, replica, now)    it left its replica, finished or not (a Tracker policy)
 //	Ended(session, tokens, now)    it ended, with the conversation's prompt + answer tokens
 //	Served(session, replica, ...)  what its answer says the replica served from cache
 //	Forget(session)                the conversation is over (its room is free at once)
@@ -42,6 +51,10 @@ type Router struct {
 	observer bool   // table is the router's own (homes for the stayed KPI), not the policy's
 	traits   Traits
 	admit    Admitter // nil: the policy never makes a conversation wait
+	tracker  Tracker  // nil: the policy follows no request after placing it
+	reads    bool     // the policy reads Prompt.Held (HeldReader)
+	held     HeldIndex
+	heldBuf  []int
 	// TurnEnds says that the caller reports when each request is sent and
 	// when it ends (Sent, Ended): a conversation then holds KV headroom
 	// while a request of it is out and for its return timeout after
@@ -93,6 +106,18 @@ type TableAdopter interface {
 	AdoptTable(t *Table) Policy
 }
 
+// HeldIndex tells how many leading blocks of a prompt each replica holds
+// in its KV cache now: vLLM's KV events in the proxy (a ledger of the
+// blocks each replica stored minus those it removed), the block pools in
+// the simulator. Held appends to dst, for every replica in Snapshot
+// order, the number of leading blocks of blocks (block ids of blockTokens
+// tokens each, Prompt's) it holds, counting from block 0 to the first it
+// lacks, and returns dst; ok is false when it cannot tell (no events yet,
+// a ledger that lost batches): the policy then sees Held nil.
+type HeldIndex interface {
+	Held(blocks []uint64, blockTokens int, dst []int) (held []int, ok bool)
+}
+
 // Admitter is a policy that may hold new conversations (TraitAdmission).
 // MustQueue reports whether r must join the back of a wait queue holding
 // waiting requests without asking Pick (a new conversation never
@@ -113,6 +138,10 @@ func NewRouter(p Policy, observer *Table) *Router {
 	if a, ok := p.(Admitter); ok && r.traits.Has(TraitAdmission) {
 		r.admit = a
 	}
+	r.tracker, _ = p.(Tracker)
+	if h, ok := p.(HeldReader); ok {
+		r.reads = h.ReadsHeld()
+	}
 	if k, ok := p.(SessionKeeper); ok {
 		r.table = k.SessionTable()
 	}
@@ -131,12 +160,29 @@ func (r *Router) WithTable(t *Table) *Router {
 	if a, ok := p.(TableAdopter); ok && !r.observer && r.table != nil {
 		p = a.AdoptTable(t)
 		n := NewRouter(p, nil)
-		n.TurnEnds = r.TurnEnds
+		n.TurnEnds, n.held = r.TurnEnds, r.held
 		return n
 	}
 	n := NewRouter(p, t)
-	n.TurnEnds = r.TurnEnds
+	n.TurnEnds, n.held = r.TurnEnds, r.held
 	return n
+}
+
+// SetHeld gives the router the source of Prompt.Held (nil: none).
+func (r *Router) SetHeld(h HeldIndex) { r.held = h }
+
+// ReadsHeld reports whether the policy reads Prompt.Held: only then need
+// the caller give a request its Prompt's blocks and the router a
+// HeldIndex.
+func (r *Router) ReadsHeld() bool { return r.reads }
+
+// ScrapeInterval is the interval at which the policy reads vLLM's gauges
+// (Scraper), 0 when it reads them as the caller scrapes them.
+func (r *Router) ScrapeInterval() time.Duration {
+	if s, ok := r.policy.(Scraper); ok {
+		return s.ScrapeInterval()
+	}
+	return 0
 }
 
 // Policy returns the policy the router drives.
@@ -190,11 +236,26 @@ func (r *Router) MustQueue(req *Request, waiting int, now time.Time) bool {
 }
 
 // Pick asks the policy for req's replica over s, which the caller has
-// described (and Fill completed). A policy with no table of its own has
-// the conversation's first home recorded in the observer table, and every
-// later pick refreshes its last seen. A Wait decision records nothing.
+// described (and Fill completed). For a policy that reads it, req's
+// Prompt.Held is filled from the HeldIndex for the policy's Pick and
+// cleared after it (the router reuses its buffer: a policy that keeps it
+// copies it). A policy with no table
+// of its own has the conversation's first home recorded in the observer
+// table, and every later pick refreshes its last seen. A Wait decision
+// records nothing.
 func (r *Router) Pick(req *Request, s *Snapshot, now time.Time) (Decision, error) {
+	if r.reads {
+		req.Prompt.Held = nil
+		if r.held != nil && len(req.Prompt.Blocks) > 0 {
+			if h, ok := r.held.Held(req.Prompt.Blocks, req.Prompt.BlockTokens, r.heldBuf[:0]); ok {
+				req.Prompt.Held, r.heldBuf = h, h
+			}
+		}
+	}
 	d, err := r.policy.Pick(req, s, now)
+	if r.reads {
+		req.Prompt.Held = nil
+	}
 	if err != nil || d.Wait {
 		return d, err
 	}
@@ -217,6 +278,27 @@ func (r *Router) Sent(session string, now time.Time) {
 		r.table.Start(session, now)
 	}
 }
+
+// FirstToken tells a policy that follows its requests (Tracker) that the
+// request it placed on replica, req as it was placed (its ID and Prompt),
+// produced its first token at now.
+func (r *Router) FirstToken(req *Request, replica int, now time.Time) {
+	if r.tracker != nil {
+		r.tracker.FirstToken(req, replica, now)
+	}
+}
+
+// Finished tells a policy that follows its requests (Tracker) that req,
+// placed on replica, left it at now: finished, failed or cut.
+func (r *Router) Finished(req *Request, replica int, now time.Time) {
+	if r.tracker != nil {
+		r.tracker.Finished(req, replica, now)
+	}
+}
+
+// Tracks reports whether the policy follows its requests (Tracker): only
+// then need the caller report FirstToken and Finished.
+func (r *Router) Tracks() bool { return r.tracker != nil }
 
 // Ended records that a request of session ended at now, with the
 // conversation's footprint, its prompt + answer tokens (0: none known).

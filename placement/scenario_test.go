@@ -72,6 +72,25 @@ type op struct {
 	prefix   string         // the line before "->", for rewriting
 	comment  string         // a trailing "# ..." comment, kept on rewrite
 	hits     [4]int         // served: replica, prompt, cached, answer
+	held     []int          // pick held=: tokens of the prompt each replica holds (nil: unknown)
+}
+
+// scenarioBlock is the block size of a scenario's prompts: held= gives
+// tokens, the policy sees blocks of this many.
+const scenarioBlock = 16
+
+// scenarioHeld is the scenario runner's placement.HeldIndex: what the
+// current pick line says each replica holds.
+type scenarioHeld struct{ held *[]int }
+
+func (h scenarioHeld) Held(blocks []uint64, blockTokens int, dst []int) ([]int, bool) {
+	if *h.held == nil {
+		return dst, false
+	}
+	for _, tok := range *h.held {
+		dst = append(dst, min(tok/blockTokens, len(blocks)))
+	}
+	return dst, true
 }
 
 type scenario struct {
@@ -195,8 +214,10 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 					o.timeout, err = parseDuration(v)
 				case "rehome":
 					o.cfg.Rehome, err = ParseRehome(v)
+				case "prefix":
+					o.cfg.Prefix, err = ParsePrefixUse(v)
 				default:
-					return nil, errf("unknown option %q (want spill, ttl, active_window, max_sessions, disabled, balance, admission, admission_timeout, rehome)", k)
+					return nil, errf("unknown option %q (want spill, ttl, active_window, max_sessions, disabled, balance, admission, admission_timeout, rehome, prefix)", k)
 				}
 				if err != nil {
 					return nil, errf("%s: %v", k, err)
@@ -292,8 +313,20 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 					if o.req.Pinned, err = parseInt(v, NoPin, maxScenarioInt); err != nil {
 						return nil, errf("pinned: %v", err)
 					}
+				case "held":
+					o.held = []int{}
+					for _, f := range strings.Split(v, ",") {
+						n, err := parseInt(f, 0, maxScenarioInt)
+						if err != nil {
+							return nil, errf("held: %v", err)
+						}
+						o.held = append(o.held, n)
+					}
+					if len(o.held) != sc.ops[0].n {
+						return nil, errf("held: %d values for %d replicas", len(o.held), sc.ops[0].n)
+					}
 				default:
-					return nil, errf("unknown field %q (want session, parent, pinned, prompt, shared)", k)
+					return nil, errf("unknown field %q (want session, parent, pinned, prompt, shared, held)", k)
 				}
 			}
 			switch {
@@ -571,6 +604,7 @@ func (sc *scenario) run() ([]outcome, error) {
 		out     []outcome
 		queue   WaitQueue[Request] // requests that got Wait, as a caller keeps them
 		timeout time.Duration
+		held    []int // the current pick's held= (nil: unknown)
 	)
 	// table is the policy's session table; one that keeps none (affinity
 	// switched off) shows an empty one.
@@ -601,6 +635,7 @@ func (sc *scenario) run() ([]outcome, error) {
 			}
 			router = NewRouter(p, nil)
 			router.TurnEnds = true // start and finish lines report turn ends
+			router.SetHeld(scenarioHeld{&held})
 			timeout = o.timeout
 		case opState:
 			for i := range snap.Replicas {
@@ -635,6 +670,11 @@ func (sc *scenario) run() ([]outcome, error) {
 			now = scenarioEpoch.Add(o.d)
 		case opPick:
 			req := o.req
+			held = o.held
+			if n := (req.PromptTokens + scenarioBlock - 1) / scenarioBlock; n > 0 {
+				req.Prompt.BlockTokens = scenarioBlock
+				req.Prompt.Blocks = make([]uint64, n) // the ids do not matter: held= says what is held
+			}
 			var (
 				d   Decision
 				err error

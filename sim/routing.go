@@ -79,7 +79,6 @@ func prefillTokensPerSec(c *engineConfig) float64 {
 // kvRouter is the router's side of the KV-aware options: what it feeds to
 // placement and the admission FIFO.
 type kvRouter struct {
-	shared  int   // the workload's shared system prompt, tokens
 	queue   []int // per replica: Decision.Uncached of requests before their first token
 	waiting placement.WaitQueue[*seq]
 	timeout time.Duration
@@ -89,17 +88,38 @@ type kvRouter struct {
 }
 
 // initKV prepares the run for a KV-aware variant.
-func (r *run) initKV(v variant, sharedPrefix int) {
+func (r *run) initKV(v variant) {
 	if !r.router.Traits().Has(placement.TraitKV) {
 		return
 	}
-	r.kv = &kvRouter{shared: sharedPrefix, queue: make([]int, len(r.reps)), timeout: v.timeout}
+	r.kv = &kvRouter{queue: make([]int, len(r.reps)), timeout: v.timeout}
 	rate := prefillTokensPerSec(&r.cfg)
-	capTokens := r.farm.KVTokensPerReplica()
 	for i := range r.snap.Replicas {
-		r.snap.Replicas[i].KVCapacityTokens = capTokens
 		r.snap.Replicas[i].PrefillTokensPerSec = rate
 	}
+}
+
+// Held implements placement.HeldIndex from the block pools: for each
+// replica, the leading blocks of the prompt its prefix cache holds now,
+// walking the chain to the first block it lacks, as vLLM's
+// find_longest_cache_hit does (before the cap that leaves one token to
+// compute). The KV events tell the proxy the same: a block is held from
+// the step that cached it to the allocation that evicts it.
+func (r *run) Held(blocks []uint64, blockTokens int, dst []int) ([]int, bool) {
+	if blockTokens != r.cfg.blockSize {
+		return dst, false // ids of another block size: not the pools' keys
+	}
+	for _, rep := range r.reps {
+		n := 0
+		for _, h := range blocks {
+			if rep.pool.lookup(h) < 0 {
+				break
+			}
+			n++
+		}
+		dst = append(dst, n)
+	}
+	return dst, true
 }
 
 // routed records the prefill estimate of s, placed with d.
@@ -265,7 +285,8 @@ func (r *run) observeHits(s *seq) {
 	}
 }
 
-// request fills r.preq for s.
+// request fills r.preq for s: its prompt as the trace's block ids (the
+// pools' keys, placement.Prompt) and its request number.
 func (r *run) request(s *seq) *placement.Request {
 	r.preq = placement.Request{
 		Session:      s.req.Session,
@@ -273,9 +294,11 @@ func (r *run) request(s *seq) *placement.Request {
 		Model:        r.model,
 		PromptTokens: s.prompt,
 		Pinned:       placement.NoPin,
+		ID:           uint64(s.id),
+		Prompt:       placement.Prompt{BlockTokens: r.cfg.blockSize, Blocks: s.req.HashIDs},
 	}
-	if r.kv != nil {
-		r.preq.SharedPrefixTokens = min(r.kv.shared, s.prompt)
+	if r.kv != nil || r.router.ReadsHeld() {
+		r.preq.SharedPrefixTokens = min(r.shared, s.prompt)
 	}
 	return &r.preq
 }

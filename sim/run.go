@@ -23,6 +23,9 @@ type run struct {
 	ev       eventHeap
 	now      int64
 	scrapeUs int64
+	// refreshUs > 0 is the policy's own scrape interval (placement.Scraper,
+	// shorter than scrapeUs): the snapshot's gauges are refreshed at it.
+	refreshUs int64
 
 	lastScrape int64 // time of the last scrape written, -1 before the first
 	rec        *recorder
@@ -65,8 +68,11 @@ type run struct {
 
 	// kv feeds affinity's KV-aware options and holds its admission FIFO
 	// (routing.go); nil for every other variant.
-	kv   *kvRouter
-	name string // the variant's display name (routing.go)
+	kv *kvRouter
+	// shared is the workload's shared system prompt, in tokens (0 for a
+	// trace): Request.SharedPrefixTokens of the policies that read it.
+	shared int
+	name   string // the variant's display name (routing.go)
 
 	// clientRetries is how many times a client sends a request again
 	// after it was refused for admission (429/529 with Retry-After): the
@@ -159,11 +165,12 @@ type driver interface {
 // newRunLean returns a run of strategy (with the spill threshold spill) on
 // a fresh copy of f's replicas, with a lean recorder when lean is set (its
 // store holds only the series of rowKPIs).
-func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean bool) (*run, error) {
+func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean bool, seed uint64) (*run, error) {
 	vr, err := newVariant(f, strategy, spill)
 	if err != nil {
 		return nil, err
 	}
+	vr.cfg.Seed = seed // the tie-breaks of a policy that draws (the peers')
 	pol, err := placement.New(vr.strategy, vr.cfg)
 	if err != nil {
 		return nil, err
@@ -192,12 +199,17 @@ func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean b
 		if !lean { // inter-token latencies go to an engine histogram only
 			r.reps[i].nextTokens = r.onNextTokens
 		}
-		r.snap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
+		// The KV cache's size is known to every router, as vLLM's
+		// cache_config_info tells it (llm-d sizes its index by it).
+		r.snap.Replicas[i] = placement.Replica{ID: i, Healthy: true, KVCapacityTokens: f.KVTokensPerReplica()}
 		r.rt.requests[i] = make([]int64, numReasons)
 	}
 	r.doneFn = r.onDone
 	r.rec = newRecorder(r, lean)
-	r.initKV(vr, 0)
+	r.initKV(vr)
+	if r.router.ReadsHeld() {
+		r.router.SetHeld(r) // the block pools say what each replica holds (routing.go)
+	}
 	return r, nil
 }
 
@@ -241,6 +253,9 @@ func (r *run) loop(ctx context.Context, until int64) error {
 			}
 		case evRelease:
 			r.front.release(e.arg)
+		case evRefresh:
+			r.refreshSnapshot()
+			r.ev.push(r.now+r.refreshUs, evRefresh, 0)
 		case evAdmit:
 			r.kv.admitQueued = false
 			r.kv.admit(r)
@@ -402,6 +417,9 @@ func (r *run) onDone(s *seq, finished bool) {
 	if r.kv != nil {
 		r.kv.prefilled(r, s)
 	}
+	if r.router.Tracks() {
+		r.router.Finished(r.request(s), rp, time.UnixMicro(r.now))
+	}
 	if finished {
 		r.rt.finished++
 		r.rec.observeFinished(s, r.now)
@@ -442,6 +460,9 @@ func (r *run) turnEnded(s *seq, finished bool) {
 func (r *run) onFirstToken(s *seq) {
 	if r.kv != nil {
 		r.kv.prefilled(r, s)
+	}
+	if r.router.Tracks() {
+		r.router.FirstToken(r.request(s), s.replica, time.UnixMicro(r.now))
 	}
 	if s.censored {
 		r.rec.observeFirstToken(s, -1)

@@ -207,6 +207,9 @@ func routingYAML(model string, v placement.Spec, fr farmRouting) string {
 		if v.Rehome { // only when on: off is the proxy's default
 			fmt.Fprintf(&b, "    rehome: %s\n", placement.RehomeCold)
 		}
+		if v.Prefix { // it reads the replicas' KV events: the operator names them
+			fmt.Fprintf(&b, "    prefix: %s # with kv_events: {endpoint: tcp://HOST:PORT} (vLLM's --kv-events-config)\n", placement.PrefixHeld)
+		}
 	}
 	return b.String()
 }
@@ -234,7 +237,11 @@ func tuneProxyConfig(block string, replicas int) string {
 	for i := range urls {
 		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 8000+i)
 	}
-	return "listen: 127.0.0.1:8080\nauth: passthrough\n" + block + "    replicas: [" + strings.Join(urls, ", ") + "]\n"
+	events := ""
+	if strings.Contains(block, "    prefix: "+placement.PrefixHeld.String()) {
+		events = "    kv_events: {endpoint: \"tcp://127.0.0.1:5557\"}\n" // the operator's, as the replicas
+	}
+	return "listen: 127.0.0.1:8080\nauth: passthrough\n" + block + events + "    replicas: [" + strings.Join(urls, ", ") + "]\n"
 }
 
 // tuneFarm loads the farm with the proxy's routing defaults in place of its

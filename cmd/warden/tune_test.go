@@ -169,6 +169,9 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 		{variant: "affinity+kv+priced+admit=30s", spill: "auto", strategy: "affinity", balance: "kv", admit: "kv", timeout: 30 * time.Second},
 		{variant: "affinity+rehome", spill: "auto", strategy: "affinity", balance: "sessions", admit: "off"},
 		{variant: "affinity+kv+rehome", spill: "auto", strategy: "affinity", balance: "kv", admit: "off"},
+		// The held prefix reads the replicas' KV events: the block says so
+		// and loads once the operator names them (checkRoutingYAML does).
+		{variant: "affinity+prefix", spill: "auto", err: "held reads what each replica holds from its KV events: set models[0].kv_events"},
 	} {
 		t.Run(tt.variant+"/"+tt.spill, func(t *testing.T) {
 			v, err := placement.ParseSpec(tt.variant)
@@ -185,6 +188,9 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 				spill = placement.SpillPriced()
 			}
 			block := routingYAML("Qwen/Qwen3-4B-Instruct-2507", v, farmRouting{spill: spill, ttl: 10 * time.Minute, window: 45 * time.Second})
+			if err := checkRoutingYAML(block, 2); err != nil {
+				t.Fatalf("tune's own check refuses its block: %v\n%s", err, block)
+			}
 			m, err := loadRouting(t, block)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
