@@ -140,4 +140,9 @@ func TestConfigStrategyFromRegistry(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
 	}
+	// A peer's router is the registry's too, but the proxy does not serve it.
+	_, err = ParseConfig("t.yaml", []byte(base+"    strategy: "+placement.PeerDynamo+"\n"))
+	if want := "models[0].strategy: dynamo runs in warden sim, plan and tune only"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %q", err, want)
+	}
 }

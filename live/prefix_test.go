@@ -137,16 +137,27 @@ func simDecisions(t *testing.T, turns []prefixTurn, strategy string) []decision 
 // ends: its replicas' URLs and PUB and replay endpoints.
 func startPrefixEmulator(t *testing.T) (urls, pubs, replays []string) {
 	t.Helper()
-	f, err := sim.ParseFarm([]byte(prefixFarm), "farm.yaml")
+	e, urls := serveEmulator(t, prefixFarm, emulator.Options{Speed: 1000, Seed: 1, KVEvents: emulator.KVEventsOptions{
+		Form: kvevents.FormMap, Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}})
+	pubs, replays = e.KVEndpoints()
+	return urls, pubs, replays
+}
+
+// serveEmulator serves the emulated farm of farmYAML with opts, one
+// listener a replica on 127.0.0.1, until the test ends, and returns it
+// with its replicas' URLs.
+func serveEmulator(t *testing.T, farmYAML string, opts emulator.Options) (*emulator.Emulator, []string) {
+	t.Helper()
+	f, err := sim.ParseFarm([]byte(farmYAML), "farm.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := emulator.New(f, emulator.Options{Speed: 1000, Seed: 1, KVEvents: emulator.KVEventsOptions{
-		Form: kvevents.FormMap, Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}})
+	e, err := emulator.New(f, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var lns []net.Listener
+	var urls []string
 	for range e.Listeners() {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -165,8 +176,28 @@ func startPrefixEmulator(t *testing.T) (urls, pubs, replays []string) {
 		}
 		http.DefaultClient.CloseIdleConnections()
 	})
-	pubs, replays = e.KVEndpoints()
-	return urls, pubs, replays
+	return e, urls
+}
+
+// startKVProxy starts a proxy in front of the emulated replicas urls that
+// follows their KV events (PUB and replay endpoints), with the model's
+// routing keys extra, once it has scraped them and its subscribers are
+// connected.
+func startKVProxy(t *testing.T, urls, pubs, replays []string, extra string) *harness {
+	t.Helper()
+	model := "  - name: " + emulatedModel + "\n    replicas: [" + strings.Join(urls, ", ") + "]\n" + extra +
+		"    kv_events:\n      endpoints: [" + strings.Join(pubs, ", ") + "]\n      replay_endpoints: [" + strings.Join(replays, ", ") + "]\n"
+	h := startProxy(t, modelsYAML("", model))
+	h.scraped()
+	h.waitFor("kv events connected", func(r StatusReport) bool {
+		for _, rs := range r.Models[0].Replicas {
+			if rs.KVEvents == nil || !rs.KVEvents.Connected {
+				return false
+			}
+		}
+		return true
+	})
+	return h
 }
 
 // requestCounts reads warden_requests_total by replica and reason.
@@ -191,18 +222,7 @@ func requestCounts(h *harness) map[decision]int {
 func proxyDecisions(t *testing.T, turns []prefixTurn, extra string) []decision {
 	t.Helper()
 	urls, pubs, replays := startPrefixEmulator(t)
-	model := "  - name: " + emulatedModel + "\n    replicas: [" + strings.Join(urls, ", ") + "]\n" + extra +
-		"    kv_events:\n      endpoints: [" + strings.Join(pubs, ", ") + "]\n      replay_endpoints: [" + strings.Join(replays, ", ") + "]\n"
-	h := startProxy(t, modelsYAML("", model))
-	h.scraped()
-	h.waitFor("kv events connected", func(r StatusReport) bool {
-		for _, rs := range r.Models[0].Replicas {
-			if rs.KVEvents == nil || !rs.KVEvents.Connected {
-				return false
-			}
-		}
-		return true
-	})
+	h := startKVProxy(t, urls, pubs, replays, extra)
 	var ds []decision
 	for i, p := range turns {
 		before := requestCounts(h)

@@ -21,8 +21,9 @@
 //     rule. What a policy needs beyond Pick it offers through small
 //     interfaces (SessionKeeper, TableAdopter, Admitter, Traiter); no
 //     caller casts to a concrete policy.
-//   - registry.go: the registry, every strategy by name (Strategy: words,
-//     reasons, options, whether the proxy serves it, its factory), New,
+//   - registry.go: the registry, every strategy by name, the product's
+//     and the peers' (Strategy: words, reasons, options, whether the proxy
+//     serves it, whether it is a peer's router, its factory), New,
 //     and the spec grammar NAME[+OPTION[=VALUE]]... parsed once
 //     (ParseSpec, Spec.Label, Spec.Apply) for warden sim, plan, tune, the
 //     proxy's config check, the plan's glossary and calibrate.

@@ -36,6 +36,9 @@ type Strategy struct {
 	// Proxy says the proxy serves it (warden proxy, warden epp); the others
 	// run in warden sim, plan and tune only.
 	Proxy bool
+	// Peer says it models a router people run instead of warden
+	// (notes/peer-routers.md; peers.go): PeerNames lists them.
+	Peer bool
 	// New makes its policy from a configuration (defaults filled in by the
 	// caller, the spec's options applied).
 	New func(Config) (Policy, error)
@@ -64,6 +67,17 @@ var registry = []*Strategy{
 	&hashStrategy,
 	&leastLoadedStrategy,
 	&affinityStrategy,
+	&llmdStrategy,
+	&llmdPreciseStrategy,
+	&dynamoStrategy,
+	&sglangStrategy,
+	&vllmRouterStrategy,
+	&vllmRouterHashStrategy,
+	&productionStackStrategy,
+	&rayPrefixStrategy,
+	&aibrixStrategy,
+	&liteLLMStrategy,
+	&nginxHashStrategy,
 }
 
 // Strategy names of the product's own strategies.
@@ -75,23 +89,20 @@ const (
 
 // Strategies returns the names of every registered strategy, in the
 // registry's order.
-func Strategies() []string {
-	names := make([]string, len(registry))
-	for i, s := range registry {
-		names[i] = s.Name
-	}
-	return names
-}
+func Strategies() []string { return names(func(*Strategy) bool { return true }) }
 
 // ProxyStrategies returns the names of the strategies the proxy serves.
-func ProxyStrategies() []string {
-	var names []string
+func ProxyStrategies() []string { return names(func(s *Strategy) bool { return s.Proxy }) }
+
+// names lists, in the registry's order, the strategies keep keeps.
+func names(keep func(*Strategy) bool) []string {
+	var out []string
 	for _, s := range registry {
-		if s.Proxy {
-			names = append(names, s.Name)
+		if keep(s) {
+			out = append(out, s.Name)
 		}
 	}
-	return names
+	return out
 }
 
 // Registered returns every strategy, in the registry's order. The values
@@ -349,13 +360,17 @@ func (s Spec) has(p Spec) bool {
 	return (!p.KV || s.KV) && (!p.Priced || s.Priced) && (!p.Admit || s.Admit) && (!p.Rehome || s.Rehome) && (!p.Prefix || s.Prefix)
 }
 
-// InferStrategy names the strategy that gave decisions counted by reason
-// (a reason's name to its count, as warden_requests_total's reason label
-// says): the strategy with the most decisions under reasons that only it
-// gives. ok is false when no such reason was counted.
+// InferStrategy names the strategy the proxy served decisions counted by
+// reason with (a reason's name to its count, as warden_requests_total's
+// reason label says): of the strategies the proxy serves, the one with
+// the most decisions under reasons that only it gives. ok is false when
+// no such reason was counted.
 func InferStrategy(counts map[string]float64) (name string, reasons []Reason, ok bool) {
 	best := 0.0
 	for _, s := range registry {
+		if !s.Proxy {
+			continue
+		}
 		var n float64
 		var own []Reason
 		for _, r := range s.Reasons {
@@ -372,10 +387,11 @@ func InferStrategy(counts map[string]float64) (name string, reasons []Reason, ok
 	return name, reasons, ok
 }
 
-// givenByOthers reports whether a strategy other than s gives reason r.
+// givenByOthers reports whether a strategy the proxy serves other than s
+// gives reason r.
 func givenByOthers(s *Strategy, r Reason) bool {
 	for _, o := range registry {
-		if o != s && slices.Contains(o.Reasons, r) {
+		if o != s && o.Proxy && slices.Contains(o.Reasons, r) {
 			return true
 		}
 	}

@@ -820,7 +820,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"bad count", "replicas four\n", "x.txt:1: replicas: \"four\" is not an integer"},
 		{"too many", "replicas 100000\n", "x.txt:1: replicas: 100000 is out of range"},
 		{"unknown verb", "replicas 2\n\nfrobnicate\n", "x.txt:3: unknown directive \"frobnicate\""},
-		{"unknown strategy", "replicas 2\npolicy random\n", "x.txt:2: placement: unknown strategy \"random\" (want one of hash, least-loaded, affinity)"},
+		{"unknown strategy", "replicas 2\npolicy random\n", "x.txt:2: placement: unknown strategy \"random\" (want one of hash, least-loaded, affinity, llm-d"},
 		{"bad spill", "replicas 2\npolicy affinity spill=lots\n", "x.txt:2: spill: want auto, priced or a positive integer, got \"lots\""},
 		{"option on hash", "replicas 2\npolicy hash spill=3\n", "x.txt:2: \"spill=3\": only policy affinity takes options"},
 		{"state out of range", "replicas 2\nstate 2 inflight=1\n", "x.txt:2: replica: 2 is out of range 0..1"},

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/lm-warden/warden/placement"
@@ -104,22 +105,75 @@ func (r *run) initKV(v variant) {
 // walking the chain to the first block it lacks, as vLLM's
 // find_longest_cache_hit does (before the cap that leaves one token to
 // compute). The KV events tell the proxy the same: a block is held from
-// the step that cached it to the allocation that evicts it.
+// the step that cached it to the allocation that evicts it. With at most
+// 64 replicas the pools keep one index of which replicas hold each hash
+// (heldIndex), and the walk asks it once per block for all of them;
+// beyond, each pool is walked.
 func (r *run) Held(blocks []uint64, blockTokens int, dst []int) ([]int, bool) {
 	if blockTokens != r.cfg.blockSize {
 		return dst, false // ids of another block size: not the pools' keys
 	}
+	if r.heldIdx != nil {
+		return r.heldIdx.leading(blocks, len(r.reps), dst), true
+	}
 	for _, rep := range r.reps {
-		n := 0
-		for _, h := range blocks {
-			if rep.pool.lookup(h) < 0 {
-				break
-			}
-			n++
-		}
-		dst = append(dst, n)
+		dst = append(dst, heldWalk(rep.pool, blocks))
 	}
 	return dst, true
+}
+
+// heldWalk is how many leading blocks of blocks pool p caches.
+func heldWalk(p *blockPool, blocks []uint64) int {
+	n := 0
+	for _, h := range blocks {
+		if p.lookup(h) < 0 {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// heldIndex records, for every hash cached on some replica of a run of at
+// most 64 replicas, which replicas cache it now (a bit each).
+type heldIndex struct {
+	on map[uint64]uint64
+}
+
+func newHeldIndex() *heldIndex { return &heldIndex{on: make(map[uint64]uint64)} }
+
+func (x *heldIndex) add(hash uint64, replica int) { x.on[hash] |= 1 << replica }
+
+func (x *heldIndex) remove(hash uint64, replica int) {
+	if m := x.on[hash] &^ (1 << replica); m != 0 {
+		x.on[hash] = m
+	} else {
+		delete(x.on, hash)
+	}
+}
+
+// leading appends, for each of n replicas, how many leading blocks of
+// blocks it holds: one lookup per block for all replicas, until none is
+// left holding the chain.
+func (x *heldIndex) leading(blocks []uint64, n int, dst []int) []int {
+	n0 := len(dst)
+	for range n {
+		dst = append(dst, len(blocks))
+	}
+	alive := uint64(1)<<n - 1
+	if n == 64 {
+		alive = ^uint64(0)
+	}
+	for j, h := range blocks {
+		m := x.on[h] & alive
+		for gone := alive &^ m; gone != 0; gone &= gone - 1 {
+			dst[n0+bits.TrailingZeros64(gone)] = j
+		}
+		if alive = m; alive == 0 {
+			break
+		}
+	}
+	return dst
 }
 
 // routed records the prefill estimate of s, placed with d.

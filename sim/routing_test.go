@@ -49,22 +49,14 @@ func TestParseFarmRouting(t *testing.T) {
 
 func TestVariants(t *testing.T) {
 	f := mustDefaultFarm(t)
+	// The grammar's cases are placement's (TestParseSpec); here, that a
+	// spec reaches the run with its label and its errors.
 	for _, tt := range []struct{ strategy, name, err string }{
 		{"affinity", "affinity", ""},
 		{"least-loaded", "least-loaded", ""},
-		{"affinity+kv", "affinity (kv)", ""},
-		{"affinity+admit+priced+kv", "affinity (kv, priced, admit)", ""},
-		{"affinity+kv+admit=30s", "affinity (kv, admit 30s)", ""},
 		{"affinity+admit=1m30s+priced", "affinity (priced, admit 1m30s)", ""},
-		{"affinity+rehome", "affinity (rehome)", ""},
-		{"affinity+rehome+kv", "affinity (kv, rehome)", ""},
-		{"affinity+rehome=1", "", `unknown option "rehome=1"`},
-		{"affinity+admit=0s", "", "want an admission timeout > 0"},
-		{"affinity+admit=soon", "", "admit=soon: want an admission timeout > 0"},
-		{"affinity+kv=1", "", `unknown option "kv=1"`},
+		{placement.PeerLLMD, placement.PeerLLMD, ""},
 		{"affinity+fast", "", `unknown option "fast"`},
-		{"hash+kv", "", "only affinity takes options"},
-		{"random", "", `unknown strategy "random"`},
 	} {
 		v, err := newVariant(f, tt.strategy, f.Spill)
 		switch {

@@ -72,7 +72,10 @@ type run struct {
 	// shared is the workload's shared system prompt, in tokens (0 for a
 	// trace): Request.SharedPrefixTokens of the policies that read it.
 	shared int
-	name   string // the variant's display name (routing.go)
+	// heldIdx indexes which replicas hold each hash, for a policy that
+	// reads Prompt.Held on a farm of at most 64 replicas (routing.go).
+	heldIdx *heldIndex
+	name    string // the variant's display name (routing.go)
 
 	// clientRetries is how many times a client sends a request again
 	// after it was refused for admission (429/529 with Retry-After): the
@@ -209,6 +212,12 @@ func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean b
 	r.initKV(vr)
 	if r.router.ReadsHeld() {
 		r.router.SetHeld(r) // the block pools say what each replica holds (routing.go)
+		if n <= 64 {
+			r.heldIdx = newHeldIndex()
+			for i, rep := range r.reps {
+				rep.pool.held, rep.pool.heldID = r.heldIdx, i
+			}
+		}
 	}
 	return r, nil
 }

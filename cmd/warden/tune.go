@@ -98,6 +98,10 @@ options kv, priced, admit or admit=TIMEOUT, rehome joined by "+", as warden sim
 --strategies takes them. The default list is the three strategies, kv,
 admit and kv+admit at 10s, 30s and 60s, priced and kv+priced+admit.
 
+The peers' routers (` + strings.Join(placement.PeerNames(), ", ") + `) replay
+too, for comparison; the proxy does not serve them, so they are never the
+reference or the recommendation.
+
 The recommendation is ` + planner.TuneRule + `
 
 The same seed gives byte-identical output.`,
@@ -293,8 +297,11 @@ func writeTune(w io.Writer, res *planner.TuneResult, farm *sim.Farm) error {
 			adm = fmt.Sprintf("%d / %d / %d", v.AdmissionWaits, v.AdmissionRefused, v.AdmissionRetries)
 		}
 		mark := ""
-		if i == res.Recommended {
+		switch {
+		case i == res.Recommended:
 			mark = "  <- recommended"
+		case v.Peer:
+			mark = "  (a peer's router: the proxy does not serve it)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d / %d\t%s\n", v.Name,
 			num.Format(float64(v.PrefixHitPct), 1), num.Format(float64(v.TTFBP50), 2), num.Format(float64(v.TTFBP95), 2),
