@@ -189,9 +189,11 @@ func resolution(step time.Duration) time.Duration {
 }
 
 // RunningStrategy infers the routing strategy that served the model in w
-// from warden_requests_total's reasons: hash, least-loaded, or affinity
-// (new, sticky, spill, parent). Without warden's series the requests went
-// through vLLM's own balancer: least-loaded. how says which.
+// from warden_requests_total's reasons: the strategy with the most
+// requests under reasons only it gives (placement.InferStrategy: new,
+// sticky, spill, parent or rehome say affinity, hash says hash). Without
+// warden's series the requests went through vLLM's own balancer:
+// least-loaded. how says which.
 func RunningStrategy(ctx context.Context, src metrics.Source, model string, w Window) (strategy, how string, err error) {
 	v, err := src.Instant(ctx, fmt.Sprintf("sum by (%s) (%s)", names.LabelReason, sel(names.WardenRequests, model)), w.End)
 	if err != nil {
@@ -201,16 +203,18 @@ func RunningStrategy(ctx context.Context, src metrics.Source, model string, w Wi
 	for _, s := range v {
 		counts[s.Metric.Get(names.LabelReason)] += s.F
 	}
-	switch {
-	case len(v) == 0:
+	if len(v) == 0 {
 		return placement.StrategyLeastLoaded, "no warden_requests_total series: requests reached vLLM without warden, whose data-parallel balancer is least-loaded", nil
-	case counts["new"]+counts["sticky"]+counts["spill"]+counts["parent"] > 0:
-		return placement.StrategyAffinity, "warden_requests_total has reasons new/sticky/spill", nil
-	case counts["hash"] > 0:
-		return placement.StrategyHash, "warden_requests_total has reason hash", nil
-	default:
-		return placement.StrategyLeastLoaded, "warden_requests_total has reason least-loaded", nil
 	}
+	name, reasons, ok := placement.InferStrategy(counts)
+	if !ok {
+		return placement.StrategyLeastLoaded, "warden_requests_total has no reason only one strategy gives (pinned requests only?): taken as least-loaded", nil
+	}
+	words := make([]string, len(reasons))
+	for i, r := range reasons {
+		words[i] = r.String()
+	}
+	return name, "warden_requests_total has reasons " + strings.Join(words, "/"), nil
 }
 
 // scalar evaluates expr at at and returns its single value, NaN when the

@@ -23,7 +23,7 @@ import (
 // rounded up) and its missing bytes are the continuation's first ones.
 
 // blockKey keys the emulator's block ids.
-var blockKey = []byte("warden emulate")
+var blockKey = []byte(traces.EmulatorBlockKey)
 
 // bytesPerToken is the length of one output token of an answer.
 const bytesPerToken = traces.TextBytesPerToken

@@ -27,10 +27,11 @@ import (
 // queue, the latter refused with 429 / 529 overloaded_error and
 // Retry-After.
 
-// admissionQueue is the FIFO of waiting requests: one channel each,
-// buffered so that a wake-up never blocks.
+// admissionQueue is the FIFO of waiting requests: placement's WaitQueue
+// (the simulator's too) of one channel each, buffered so that a wake-up
+// never blocks. Each waiter times its own admission_timeout.
 type admissionQueue struct {
-	waiters []chan struct{}
+	waiting placement.WaitQueue[chan struct{}]
 	// waits counts the requests that joined the queue, timeouts those of
 	// them refused after admission_timeout (status and /metrics).
 	waits, timeouts int64
@@ -90,41 +91,32 @@ func spillText(d placement.Decision, home placement.Replica, threshold int) stri
 // headroom and is refused.
 var errAdmissionTimeout = errors.New("no replica has KV cache room for a new conversation")
 
-// enqueue adds a waiter at the back. Called with m.mu held.
-func (q *admissionQueue) enqueue() chan struct{} {
+// enqueue adds a waiter at the back, waiting since now. Called with m.mu
+// held.
+func (q *admissionQueue) enqueue(now time.Time) chan struct{} {
 	ch := make(chan struct{}, 1)
-	q.waiters = append(q.waiters, ch)
+	q.waiting.Push(ch, now)
 	return ch
 }
 
 // position is ch's index in the queue, -1 if absent. Called with m.mu held.
 func (q *admissionQueue) position(ch chan struct{}) int {
-	for i, w := range q.waiters {
-		if w == ch {
-			return i
-		}
-	}
-	return -1
+	return q.waiting.Index(func(w chan struct{}) bool { return w == ch })
 }
 
 // remove takes ch out of the queue and wakes the new front when ch was
 // the front. Called with m.mu held.
 func (q *admissionQueue) remove(ch chan struct{}) {
-	i := q.position(ch)
-	if i < 0 {
-		return
-	}
-	q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-	if i == 0 {
+	if q.waiting.Remove(func(w chan struct{}) bool { return w == ch }) == 0 {
 		q.wake()
 	}
 }
 
 // wake tells the front waiter to ask placement again. Called with m.mu held.
 func (q *admissionQueue) wake() {
-	if len(q.waiters) > 0 {
+	if front, _, ok := q.waiting.Front(); ok {
 		select {
-		case q.waiters[0] <- struct{}{}:
+		case front <- struct{}{}:
 		default: // already told
 		}
 	}
@@ -155,7 +147,7 @@ func (m *model) placeAdmitted(ctx context.Context, r *placement.Request, start t
 		}
 		if ch == nil {
 			m.mu.Lock()
-			ch = m.adm.enqueue()
+			ch = m.adm.enqueue(clock())
 			m.adm.waits++
 			m.mu.Unlock()
 			t := time.NewTimer(timeout - clock().Sub(start))
@@ -191,12 +183,11 @@ func (m *model) placeAdmitted(ctx context.Context, r *placement.Request, start t
 func (m *model) placeQueued(ctx context.Context, r *placement.Request, now time.Time, ch chan struct{}) (picked, error) {
 	m.mu.Lock()
 	l := m.current()
-	a, _ := l.policy.(*placement.Affinity)
-	ahead := len(l.adm.waiters)
+	ahead := l.adm.waiting.Len()
 	if ch != nil {
 		ahead = l.adm.position(ch)
 	}
-	must := a != nil && a.MustQueue(r, ahead, now)
+	must := l.router.MustQueue(r, ahead, now)
 	m.mu.Unlock()
 	if must {
 		return picked{}, errMustWait
@@ -223,12 +214,7 @@ func (m *model) observe(session string, tokens int, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.current()
-	if session != "" {
-		if l.observer {
-			tokens = 0 // an observer table records homes, not footprints
-		}
-		l.table.Finish(session, tokens, now)
-	}
+	l.router.Ended(session, tokens, now) // an observer table records homes, not footprints
 	l.adm.wake()
 }
 
@@ -245,7 +231,7 @@ func (m *model) observeHits(session string, rep *replica, u Usage) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.current()
-	if l.observer {
+	if !l.router.KeepsHomes() {
 		return // an observer table follows homes, not what they hold
 	}
 	cached := u.CachedTokens
@@ -256,7 +242,7 @@ func (m *model) observeHits(session string, rep *replica, u Usage) {
 		cached = 0 // vLLM omits prompt_tokens_details when nothing was cached
 	}
 	if i := l.index(rep); i >= 0 {
-		l.table.ObserveHits(session, i, u.PromptTokens, cached, u.OutputTokens)
+		l.router.Served(session, i, u.PromptTokens, cached, u.OutputTokens)
 	}
 }
 
@@ -268,13 +254,12 @@ func (m *model) endSession(session string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.current()
-	ok := l.table.Remove(session)
+	ok := l.router.Forget(session)
 	l.adm.wake()
 	return ok
 }
 
 // admissionOn reports whether new conversations of m may wait.
 func (m *model) admissionOn() bool {
-	a, _ := placement.ParseAdmission(m.cfg.Admission)
-	return a == placement.AdmissionKV && m.cfg.EffectiveStrategy() == placement.StrategyAffinity
+	return m.router.Traits().Has(placement.TraitAdmission)
 }

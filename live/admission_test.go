@@ -13,7 +13,7 @@ func (h *harness) waiters(model string) int {
 	m := h.srv.state.Load().models[model]
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.adm.waiters)
+	return m.adm.waiting.Len()
 }
 
 // waitFor polls cond every few milliseconds for up to 10 s.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/traces"
 )
 
 // call is one client request on its way through the proxy.
@@ -53,6 +54,21 @@ func (c *call) place(ctx context.Context, exclude int, now time.Time) (picked, e
 		return c.m.place(ctx, &c.req, now) // the first attempt: through the session store, if any
 	}
 	return c.m.pick(&c.req, exclude, now)
+}
+
+// fillPrompt describes c's prompt by its canonical-text blocks
+// (traces.TextBlockIDs with the emulator's key: kvHeld says why) when its
+// model's policy reads what each replica holds of it; once, before the
+// first attempt. A count_tokens request is no turn and gets none.
+func (c *call) fillPrompt() {
+	if c.countTokens || !c.m.readsHeld || c.req.Prompt.Blocks != nil {
+		return
+	}
+	text := promptText(c.rb.data, c.api)
+	c.req.Prompt = placement.Prompt{
+		BlockTokens: traces.TextBlockTokens,
+		Blocks:      traces.TextBlockIDs([]byte(traces.EmulatorBlockKey), text, traces.TextTokens(text)),
+	}
 }
 
 // finish records a call once its response is over (or failed), and gives

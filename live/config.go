@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/internal/strictyaml"
+	"github.com/lm-warden/warden/placement"
 )
 
 // Config is the proxy's configuration, read from YAML by [LoadConfig] or
@@ -175,6 +176,12 @@ type ModelCfg struct {
 	// --enable-prompt-tokens-details) as a new conversation, reason
 	// rehome; off (the default) keeps every conversation home.
 	Rehome string `yaml:"rehome"`
+	// Prefix, held, reads what each replica's KV cache holds of the prompt
+	// from kv_events (placement/prefix.go): a conversation its home has
+	// lost moves before its turn is sent, and one without a session id, or
+	// a subagent, starts where its prefix already is; off (the default)
+	// ignores it.
+	Prefix string `yaml:"prefix"`
 	// PrefillTokensPerS is how fast each replica computes the uncached
 	// part of a prompt, in tokens per second, for spill_threshold: priced
 	// (required with it): a number, the same for every replica, or
@@ -216,10 +223,10 @@ func (m *ModelCfg) NumReplicas() int {
 // EffectiveStrategy is the placement strategy after applying Affinity.
 func (m *ModelCfg) EffectiveStrategy() string {
 	if m.Affinity.Set && !m.Affinity.On {
-		return "least-loaded"
+		return placement.StrategyLeastLoaded
 	}
 	if m.Strategy == "" {
-		return "affinity"
+		return placement.StrategyAffinity
 	}
 	return m.Strategy
 }

@@ -159,3 +159,24 @@ func TestConfigFileSizeBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigStrategyFromRegistry: models[].strategy takes the registry's
+// names that the proxy serves, and the error lists them.
+func TestConfigStrategyFromRegistry(t *testing.T) {
+	base := "listen: :1\nauth: passthrough\nmodels:\n  - name: m\n    replicas: [http://a:1]\n"
+	for _, s := range placement.ProxyStrategies() {
+		if _, err := ParseConfig("t.yaml", []byte(base+"    strategy: "+s+"\n")); err != nil {
+			t.Errorf("strategy %s: %v", s, err)
+		}
+	}
+	_, err := ParseConfig("t.yaml", []byte(base+"    strategy: random\n"))
+	want := `t.yaml:6: models[0].strategy: want one of ` + strings.Join(placement.ProxyStrategies(), ", ") + `, got "random"`
+	if err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
+	}
+	// A peer's router is the registry's too, but the proxy does not serve it.
+	_, err = ParseConfig("t.yaml", []byte(base+"    strategy: "+placement.PeerDynamo+"\n"))
+	if want := "models[0].strategy: dynamo runs in warden sim, plan and tune only"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %q", err, want)
+	}
+}

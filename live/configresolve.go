@@ -353,12 +353,18 @@ func (m *ModelCfg) checkBackends(p string) error {
 
 // checkRouting checks the strategy and its options.
 func (m *ModelCfg) checkRouting(p string) error {
-	switch m.Strategy {
-	case "", "affinity", "least-loaded", "hash":
-	default:
-		return verr(p+".strategy", "want affinity, least-loaded or hash, got %q", m.Strategy)
+	if m.Strategy != "" {
+		// The registry's names: the proxy serves some, the simulator all.
+		st, ok := placement.LookupStrategy(m.Strategy)
+		served := strings.Join(placement.ProxyStrategies(), ", ")
+		switch {
+		case !ok:
+			return verr(p+".strategy", "want one of %s, got %q", served, m.Strategy)
+		case !st.Proxy:
+			return verr(p+".strategy", "%s runs in warden sim, plan and tune only; the proxy serves %s", m.Strategy, served)
+		}
 	}
-	if m.Affinity.Set && m.Affinity.On && m.Strategy != "" && m.Strategy != "affinity" {
+	if m.Affinity.Set && m.Affinity.On && m.Strategy != "" && m.Strategy != placement.StrategyAffinity {
 		return verr(p+".affinity", "affinity: on contradicts strategy %q", m.Strategy)
 	}
 	if m.MaxSessions < 1 {
@@ -372,6 +378,14 @@ func (m *ModelCfg) checkRouting(p string) error {
 	}
 	if _, err := placement.ParseRehome(m.Rehome); err != nil {
 		return verr(p+".rehome", "want off or cold, got %q", m.Rehome)
+	}
+	switch u, err := placement.ParsePrefixUse(m.Prefix); {
+	case err != nil:
+		return verr(p+".prefix", "want off or held, got %q", m.Prefix)
+	case u == placement.PrefixHeld && !m.KVEvents.On():
+		return verr(p+".prefix", "held reads what each replica holds from its KV events: set %s.kv_events", p)
+	case u == placement.PrefixHeld && m.EffectiveStrategy() != placement.StrategyAffinity:
+		return verr(p+".prefix", "held needs strategy affinity, got %s", m.EffectiveStrategy())
 	}
 	if _, err := placement.ParseAdmission(m.Admission); err != nil {
 		return verr(p+".admission", "want off or kv, got %q", m.Admission)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lm-warden/warden/placement"
 )
 
 // This file exposes the request path's "check, extract, place, admit"
@@ -160,7 +162,7 @@ func (s *Server) Decide(in DecideInput) (*Decision, *Refusal) {
 			return nil, s.refusalOf(api, &refusal{kind: errUnavailable, reason: "subset",
 				msg: "no replica of " + c.req.Model + " in the gateway's endpoint subset can take the request now"})
 		}
-		d.move(fb[0], "least-loaded")
+		d.move(fb[0], placement.ReasonLeastLoaded.String())
 	}
 	d.endpoint = c.cur.rep.target.Host
 	d.fallback = d.c.m.fallbacks(c.cur.rep, in.Allowed)

@@ -51,10 +51,11 @@
 //     costs within 1.5 times HAProxy's (issue 13 item 12, `make speed`).
 //   - model.go: per-model state, and its hand-over to a reload's
 //     successor. In-flight counts are atomics, released exactly once per
-//     attempt; the policy, its session table and the ejection state
-//     (eject.go: passive outlier detection, back-off, warm-up) sit behind
-//     one mutex, the only lock of the request path. pick.go: fill builds
-//     the placement.Snapshot from the latest scrape, pick asks the policy.
+//     attempt; the placement.Router (the policy, its session table), the
+//     admission queue and the ejection state (eject.go: passive outlier
+//     detection, back-off, warm-up) sit behind one mutex, the only lock of
+//     the request path. pick.go: fill builds the placement.Snapshot from
+//     the latest scrape, pick asks the router, as the simulator does.
 //   - scrape.go: one loop per backend server reads /metrics (vLLM's text
 //     exposition, per engine label) and /health, and publishes an immutable
 //     ScrapeResult through an atomic.Pointer.

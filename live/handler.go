@@ -339,6 +339,7 @@ func (s *Server) placeCall(in *inbound, c *call) *refusal {
 		p   picked
 		err error
 	)
+	c.fillPrompt() // what the held prefix reads, if the model's policy does
 	if !c.countTokens && m.admissionOn() {
 		p, err = m.placeAdmitted(in.ctx, &c.req, c.start, m.cfg.AdmissionTimeout.D(), time.Now)
 	} else {

@@ -3,8 +3,10 @@ package live
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lm-warden/warden/kvevents"
+	"github.com/lm-warden/warden/traces"
 )
 
 // kvFollower follows a model's KV events (kv_events): one kvevents
@@ -66,6 +68,65 @@ func (m *model) stopKV() {
 	if f := m.kv.Load(); f != nil {
 		f.wg.Wait()
 	}
+}
+
+// kvHeld is a model's placement.HeldIndex (routing prefix: held): how many
+// leading blocks of a prompt each replica holds, from the KV events'
+// ledgers. A prompt's blocks are the canonical-text blocks of
+// traces/text.go (call.fillPrompt), 16 tokens each; an engine block of
+// block_size B (vllm:cache_config_info; 16 when unknown) is B/16 of them,
+// its id the id of its last (as the emulator's regroup names them).
+//
+// vLLM hashes the token ids of a block (sha256 or xxhash of the parent's
+// hash, the tokens and extra keys, seeded by PYTHONHASHSEED), which a
+// proxy that does not tokenize cannot compute; llm-d's precise mode runs
+// the model's tokenizer in a sidecar (vLLM's chat-template renderer) and
+// re-hashes the token_ids each BlockStored carries (llm-d-kv-cache
+// pkg/kvevents/pool.go, kvblock/token_processor.go). warden does not
+// tokenize, so against vLLM no block of ours is ever found and the index
+// says it cannot tell (matched stays false): the prefix rules then change
+// nothing. Against `warden emulate --kv-events`, whose engines hash the
+// same canonical text with traces.EmulatorBlockKey, the ids are exact.
+type kvHeld struct {
+	m       *model
+	matched atomic.Bool // a prompt block was found in some ledger
+	ids     []uint64    // scratch, guarded by the model's mu (Pick holds it)
+}
+
+// Held implements placement.HeldIndex.
+func (h *kvHeld) Held(blocks []uint64, blockTokens int, dst []int) ([]int, bool) {
+	f := h.m.kv.Load()
+	if f == nil || blockTokens <= 0 {
+		return dst, false
+	}
+	n0, found := len(dst), false
+	for i, rep := range h.m.replicas {
+		bs := traces.TextBlockTokens
+		if st, ok := rep.stats(rep.server.last.Load()); ok && st.BlockSize > 0 {
+			bs = st.BlockSize
+		}
+		if bs%blockTokens != 0 {
+			return dst[:n0], false
+		}
+		per := bs / blockTokens
+		h.ids = h.ids[:0]
+		for k := per - 1; k < len(blocks); k += per {
+			h.ids = append(h.ids, blocks[k])
+		}
+		n, ok := f.farm.Leading(i, h.ids)
+		if !ok {
+			return dst[:n0], false
+		}
+		found = found || n > 0
+		dst = append(dst, n*per)
+	}
+	if found {
+		h.matched.Store(true)
+	}
+	if !h.matched.Load() {
+		return dst[:n0], false
+	}
+	return dst, true
 }
 
 // kvStatus is replica i's KV-events state, nil without kv_events.

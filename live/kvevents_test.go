@@ -1,16 +1,12 @@
 package live
 
 import (
-	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/lm-warden/warden/emulator"
 	"github.com/lm-warden/warden/kvevents"
-	"github.com/lm-warden/warden/sim"
 )
 
 // startKVEmulator serves a two-replica emulated farm that publishes KV
@@ -18,34 +14,8 @@ import (
 // their PUB and replay endpoints.
 func startKVEmulator(t *testing.T, form kvevents.Form) (urls, pubs, replays []string) {
 	t.Helper()
-	f, err := sim.ParseFarm([]byte("model: "+emulatedModel+"\ngpu: RTX A4000\nreplicas: 2\nvllm: {max_num_seqs: 32, max_model_len: 32768}\n"), "farm.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := emulator.New(f, emulator.Options{Speed: 1000, Seed: 1, KVEvents: emulator.KVEventsOptions{
-		Form: form, Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lns []net.Listener
-	for range 2 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		urls = append(urls, "http://"+ln.Addr().String())
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(ctx, lns) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("emulator: %v", err)
-		}
-		http.DefaultClient.CloseIdleConnections()
-	})
+	e, urls := serveEmulator(t, "model: "+emulatedModel+"\ngpu: RTX A4000\nreplicas: 2\nvllm: {max_num_seqs: 32, max_model_len: 32768}\n",
+		emulator.Options{Speed: 1000, Seed: 1, KVEvents: emulator.KVEventsOptions{Form: form, Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}})
 	pubs, replays = e.KVEndpoints()
 	return urls, pubs, replays
 }
@@ -60,18 +30,7 @@ func TestStatusKVEvents(t *testing.T) {
 	for _, form := range kvevents.Forms {
 		t.Run(form.String(), func(t *testing.T) {
 			urls, pubs, replays := startKVEmulator(t, form)
-			model := "  - name: " + emulatedModel + "\n    replicas: [" + strings.Join(urls, ", ") + "]\n" +
-				"    kv_events:\n      endpoints: [" + strings.Join(pubs, ", ") + "]\n      replay_endpoints: [" + strings.Join(replays, ", ") + "]\n"
-			h := startProxy(t, modelsYAML("", model))
-			h.scraped()
-			h.waitFor("kv events connected", func(r StatusReport) bool {
-				for _, rs := range r.Models[0].Replicas {
-					if rs.KVEvents == nil || !rs.KVEvents.Connected {
-						return false
-					}
-				}
-				return true
-			})
+			h := startKVProxy(t, urls, pubs, replays, "")
 			system := strings.Repeat("You are a careful coding agent. ", 60)
 			body := func(user string) string {
 				return fmt.Sprintf(`{"model":%q,"max_tokens":20,"messages":[{"role":"system","content":%q},{"role":"user","content":%q}]}`, emulatedModel, system, user)

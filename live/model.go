@@ -101,13 +101,15 @@ type model struct {
 
 	// mu is shared by a model and its successors (see handover): the table
 	// and the ejection state pass from one to the next under it.
-	mu       *sync.Mutex
-	adm      *admissionQueue // admission: kv waiters, guarded by mu, shared like it
-	policy   placement.Policy
-	table    *placement.Table // the affinity policy's table, or an observer table
-	observer bool             // table is ours (records first-turn homes for stats)
-	snap     placement.Snapshot
-	next     *model // the successor a reload handed this model's sessions to; nil: m is current
+	mu     *sync.Mutex
+	adm    *admissionQueue   // admission: kv waiters, guarded by mu, shared like it
+	router *placement.Router // drives the placement policy, its session table and admission
+	table  *placement.Table  // router.Table(): the policy's, or the router's observer table
+	// readsHeld: the policy reads Prompt.Held (routing prefix: held), so a
+	// request's prompt is described by its blocks (call.fillPrompt).
+	readsHeld bool
+	snap      placement.Snapshot
+	next      *model // the successor a reload handed this model's sessions to; nil: m is current
 
 	laterTurns atomic.Int64 // requests of a session already known
 	laterHome  atomic.Int64 // those served by the session's home
@@ -268,9 +270,7 @@ func (m *model) handover(prev *model, now time.Time) (kept, forgotten int) {
 		forgotten = t.Renumber(to)
 	}
 	forgotten += t.Reconfigure(m.cfg.SessionTTL.D(), m.cfg.MaxSessions, m.cfg.ActiveWindow.D(), now)
-	if a, ok := m.policy.(*placement.Affinity); ok && !m.observer {
-		m.policy = placement.NewAffinityTable(a.Config(), t)
-	}
+	m.router = m.router.WithTable(t)
 	m.table = t
 	m.laterTurns.Store(prev.laterTurns.Load())
 	m.laterHome.Store(prev.laterHome.Load())
@@ -344,6 +344,7 @@ func (m *model) newPolicy() error {
 	pc.Balance, _ = placement.ParseBalance(m.cfg.Balance) // validated with the config
 	pc.Admission, _ = placement.ParseAdmission(m.cfg.Admission)
 	pc.Rehome, _ = placement.ParseRehome(m.cfg.Rehome)
+	pc.Prefix, _ = placement.ParsePrefixUse(m.cfg.Prefix)
 	strategy := m.cfg.EffectiveStrategy()
 	if strategy == placement.StrategyLeastLoaded {
 		// Affinity switched off runs vLLM's balancer through the same type.
@@ -353,12 +354,14 @@ func (m *model) newPolicy() error {
 	if err != nil {
 		return fmt.Errorf("model %q: %w", m.cfg.Name, err)
 	}
-	m.policy = p
-	if a, ok := p.(*placement.Affinity); ok && !pc.Disabled {
-		m.table, m.observer = a.Table(), false
-	} else {
-		m.table, m.observer = placement.NewTableWindow(pc.SessionTTL, pc.MaxSessions, pc.ActiveWindow), true
+	// A policy that keeps no table (hash, least-loaded) gets an observer
+	// table: the first-turn homes of the stayed KPI and the status counts.
+	m.router = placement.NewRouter(p, placement.NewTableWindow(pc.SessionTTL, pc.MaxSessions, pc.ActiveWindow))
+	m.router.TurnEnds = true // the proxy sees each request leave and end
+	if m.readsHeld = m.router.ReadsHeld(); m.readsHeld {
+		m.router.SetHeld(&kvHeld{m: m}) // what each replica holds, from the KV events
 	}
+	m.table = m.router.Table()
 	return nil
 }
 
@@ -384,6 +387,7 @@ func (m *model) samePolicy(o ModelCfg) bool {
 		a.SessionTTL == o.SessionTTL && a.MaxSessions == o.MaxSessions && a.ActiveWindow == o.ActiveWindow &&
 		a.MaxNumSeqs == o.MaxNumSeqs && a.GPU == o.GPU &&
 		a.Balance == o.Balance && a.Admission == o.Admission && a.AdmissionTimeout == o.AdmissionTimeout && a.Rehome == o.Rehome &&
+		a.Prefix == o.Prefix &&
 		a.PrefillTokensPerS == o.PrefillTokensPerS
 }
 

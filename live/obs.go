@@ -222,7 +222,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counts := m.table.Counters()
 		capacity := m.table.MaxSessions()
 		admission := m.admissionOn()
-		waiting, timeouts := len(m.adm.waiters), m.adm.timeouts
+		waiting, timeouts := m.adm.waiting.Len(), m.adm.timeouts
 		states := make([]string, len(m.replicas))
 		for i, rep := range m.replicas {
 			states[i] = m.state(rep, rep.server.last.Load(), now)

@@ -55,9 +55,9 @@ func (m *model) fill(now time.Time, sticky bool) {
 		}
 	}
 	s.Generation = gen
-	m.table.Advance(now)
-	m.table.Fill(s) // the active conversations, which is what placement balances
-	m.adm.wake()    // conversations may have left the active window
+	m.router.Advance(now)
+	m.router.Fill(s) // the active conversations, which is what placement balances
+	m.adm.wake()     // conversations may have left the active window
 	m.addRemote(s)
 }
 
@@ -104,17 +104,14 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 		}
 		m = l
 	}
-	home, first, known := -1, -1, false
-	if r.Session != "" {
-		home, first, known = m.table.Lookup(r.Session, now)
-	}
+	home, first, known := m.router.Lookup(r.Session, now)
 	// Least-loaded places every turn afresh: nothing is sticky there.
-	m.fill(now, known && m.cfg.EffectiveStrategy() != placement.StrategyLeastLoaded)
+	m.fill(now, known && m.router.Traits().Has(placement.TraitSticky))
 	if exclude >= 0 {
 		m.snap.Replicas[exclude].Healthy = false
 		r.Failed = append(r.Failed[:0], exclude) // the session keeps its home
 	}
-	d, err := m.policy.Pick(r, &m.snap, now)
+	d, err := m.router.Pick(r, &m.snap, now) // an observer table records the first home
 	if err != nil {
 		return picked{}, err
 	}
@@ -124,18 +121,11 @@ func (m *model) pick(r *placement.Request, exclude int, now time.Time) (picked, 
 	if d.Replica < 0 || d.Replica >= len(m.replicas) {
 		return picked{}, fmt.Errorf("placement picked replica %d of %d", d.Replica, len(m.replicas))
 	}
-	if m.observer && r.Session != "" {
-		if known {
-			m.table.Assign(r.Session, home, now) // keep the first turn's replica, refresh last seen
-		} else {
-			m.table.Assign(r.Session, d.Replica, now)
-		}
-	}
-	if exclude < 0 && r.Session != "" {
+	if exclude < 0 {
 		// The request is sent now: its conversation is held until it ends
 		// (model.observe) and for its return timeout after (placement's
 		// "Held conversations"). A retry (exclude >= 0) is the same request.
-		m.table.Start(r.Session, now)
+		m.router.Sent(r.Session, now)
 	}
 	// A known session's request is a later turn (the proxy sees no turn
 	// numbers: a session that returns after the TTL starts over, for the

@@ -2,16 +2,13 @@ package live
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/lm-warden/warden/emulator"
-	"github.com/lm-warden/warden/sim"
 )
 
 // startSmallEmulator serves a two-replica emulated farm whose replicas
@@ -19,35 +16,8 @@ import (
 // replica, until the test ends, and returns their URLs.
 func startSmallEmulator(t *testing.T) []string {
 	t.Helper()
-	f, err := sim.ParseFarm([]byte("model: "+emulatedModel+"\ngpu: RTX A4000\nreplicas: 2\n"+
-		"vllm: {max_num_seqs: 32, num_gpu_blocks: 200, max_model_len: 3200}\n"), "farm.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := emulator.New(f, emulator.Options{Speed: 1000, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lns []net.Listener
-	var urls []string
-	for range e.Listeners() {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		urls = append(urls, "http://"+ln.Addr().String())
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Serve(ctx, lns) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("emulator: %v", err)
-		}
-		http.DefaultClient.CloseIdleConnections()
-	})
+	_, urls := serveEmulator(t, "model: "+emulatedModel+"\ngpu: RTX A4000\nreplicas: 2\n"+
+		"vllm: {max_num_seqs: 32, num_gpu_blocks: 200, max_model_len: 3200}\n", emulator.Options{Speed: 1000, Seed: 1})
 	return urls
 }
 

@@ -180,7 +180,7 @@ func (m *model) status(now time.Time) Status {
 		LaterTurns:       m.laterTurns.Load(),
 		LaterTurnsHome:   m.laterHome.Load(),
 	}
-	st.Affinity = st.Strategy == "affinity"
+	st.Affinity = st.Strategy == placement.StrategyAffinity
 	if w := m.maxNumSeqsWarning(); w != "" {
 		st.Warnings = append(st.Warnings, w)
 	}
@@ -206,7 +206,7 @@ func (m *model) status(now time.Time) Status {
 		st.ActiveSessions += c.Active
 	}
 	if m.admissionOn() {
-		st.Admission = &AdmissionStatus{Waiting: len(m.adm.waiters), Waits: m.adm.waits, Timeouts: m.adm.timeouts,
+		st.Admission = &AdmissionStatus{Waiting: m.adm.waiting.Len(), Waits: m.adm.waits, Timeouts: m.adm.timeouts,
 			TimeoutSec: m.cfg.AdmissionTimeout.D().Seconds()}
 	}
 	st.SpillReasons = m.adm.spills.last()

@@ -57,7 +57,42 @@ type Affinity struct {
 	ll    LeastLoaded // the whole policy when cfg.Disabled
 }
 
-var _ Policy = (*Affinity)(nil)
+var (
+	_ Policy        = (*Affinity)(nil)
+	_ SessionKeeper = (*Affinity)(nil)
+	_ TableAdopter  = (*Affinity)(nil)
+	_ Admitter      = (*Affinity)(nil)
+	_ Traiter       = (*Affinity)(nil)
+)
+
+// affinityStrategy is affinity in the registry, with its options.
+var affinityStrategy = Strategy{
+	Name:    StrategyAffinity,
+	Words:   "each conversation stays on the replica that already holds it in its prefix cache (new ones go to the least-loaded)",
+	Reasons: []Reason{ReasonNew, ReasonSticky, ReasonSpill, ReasonPinned, ReasonParent, ReasonRehome},
+	Proxy:   true,
+	Spills:  true,
+	Options: []Option{
+		{Name: "kv", Words: "the least-loaded replica is judged by its KV cache fill too",
+			set: func(s *Spec, _ time.Duration) { s.KV = true }},
+		{Name: "priced", // the spill threshold's words say it
+			set: func(s *Spec, _ time.Duration) { s.Priced = true }},
+		{Name: "admit", Arg: "TIMEOUT",
+			ArgWords: "an admission timeout > 0 such as admit=30s (plain admit takes the farm's routing.admission_timeout)",
+			Words:    "a turn that no replica can take at once waits at the proxy rather than queueing in vLLM",
+			set:      func(s *Spec, d time.Duration) { s.Admit, s.AdmissionTimeout = true, d }},
+		{Name: "rehome", Words: "a conversation its replica has evicted moves to another replica on its next turn",
+			set: func(s *Spec, _ time.Duration) { s.Rehome = true }},
+		{Name: "prefix", Words: "what each replica's KV cache holds decides too: a conversation its replica has evicted moves before its turn is sent, and one without a session id, or a subagent, starts where its prefix already is",
+			set: func(s *Spec, _ time.Duration) { s.Prefix = true }},
+	},
+	New: func(cfg Config) (Policy, error) {
+		if err := cfg.Validate(); err != nil {
+			return nil, err
+		}
+		return NewAffinity(cfg), nil
+	},
+}
 
 // NewAffinity returns an affinity policy with an empty session table. Zero
 // fields of cfg take their defaults; negative ones are treated as zero
@@ -83,6 +118,35 @@ func (a *Affinity) Config() Config { return a.cfg }
 // Table returns the policy's session table, for its counters and Fill.
 // It stays empty while affinity is disabled.
 func (a *Affinity) Table() *Table { return a.table }
+
+// SessionTable implements SessionKeeper: the table, nil while affinity is
+// disabled (it then keeps none).
+func (a *Affinity) SessionTable() *Table {
+	if a.cfg.Disabled {
+		return nil
+	}
+	return a.table
+}
+
+// AdoptTable implements TableAdopter: the same configuration over t
+// (NewAffinityTable).
+func (a *Affinity) AdoptTable(t *Table) Policy { return NewAffinityTable(a.cfg, t) }
+
+// Traits implements Traiter: sticky, and the KV inputs and admission as
+// the options turn them on; none while disabled (it is LeastLoaded then).
+func (a *Affinity) Traits() Traits {
+	if a.cfg.Disabled {
+		return 0
+	}
+	t := TraitSticky
+	if a.kvOn() {
+		t |= TraitKV
+	}
+	if a.cfg.Admission == AdmissionKV {
+		t |= TraitAdmission
+	}
+	return t
+}
 
 // Pick implements Policy.
 func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error) {
@@ -133,6 +197,12 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 	}
 	if home >= 0 {
 		t.touch(i, at)
+		if a.cfg.Prefix == PrefixHeld && a.homeLost(r, i, home) {
+			if d, ok := a.rehome(r, s, i, home); ok {
+				a.grow(i, r.PromptTokens)
+				return d, nil
+			}
+		}
 		if a.cfg.Rehome == RehomeCold && t.coldAt(i) {
 			if d, ok := a.rehome(r, s, i, home); ok {
 				a.grow(i, r.PromptTokens)
@@ -162,10 +232,16 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 		return d, nil
 	}
 
-	// 3. New (or re-homed): the parent's home for a subagent, else the
-	// lowest score.
+	// 3. New (or re-homed): where its prefix is held for a conversation
+	// the table cannot follow (prefix.go), the parent's home for a
+	// subagent, else the lowest score.
 	target, reason := -1, ReasonNew
-	if r.Parent != "" {
+	if a.cfg.Prefix == PrefixHeld && (!remember || r.Parent != "" || i != nilIndex) {
+		if p := a.prefixHolder(r, s, -1, threshold); p >= 0 {
+			target, reason = p, ReasonPrefix
+		}
+	}
+	if target < 0 && r.Parent != "" {
 		if ph, ok := t.peek(fnv1a64(r.Parent), at); ok && usable(reps, ph) && reps[ph].InFlight <= threshold {
 			target, reason = ph, ReasonParent
 		}

@@ -64,16 +64,27 @@ func modulePath(t *testing.T) string {
 	return ""
 }
 
+// parseForViolations parses one Go source file for a check that lists
+// what breaks its rules: the file, the list, and report, which adds
+// "file:line: message" to it.
+func parseForViolations(fset *token.FileSet, filename string, src any) (*ast.File, *[]string, func(token.Pos, string), error) {
+	f, err := parser.ParseFile(fset, filename, src, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	out := new([]string)
+	report := func(pos token.Pos, msg string) {
+		*out = append(*out, fset.Position(pos).String()+": "+msg)
+	}
+	return f, out, report, nil
+}
+
 // purityViolations parses one Go source file and lists what breaks the
 // rules, as "file:line: message".
 func purityViolations(fset *token.FileSet, filename string, src any, module string) ([]string, error) {
-	f, err := parser.ParseFile(fset, filename, src, parser.SkipObjectResolution)
+	f, out, report, err := parseForViolations(fset, filename, src)
 	if err != nil {
 		return nil, err
-	}
-	var out []string
-	report := func(pos token.Pos, msg string) {
-		out = append(out, fset.Position(pos).String()+": "+msg)
 	}
 	// Local names of the imports we watch.
 	timeNames, randNames := map[string]bool{}, map[string]bool{}
@@ -117,7 +128,7 @@ func purityViolations(fset *token.FileSet, filename string, src any, module stri
 		}
 		return true
 	})
-	return out, nil
+	return *out, nil
 }
 
 func TestPackageIsPure(t *testing.T) {
@@ -183,6 +194,13 @@ func f() {
 		"rand.Intn uses the global random source", "r2.IntN uses the global random source",
 		"starts a goroutine",
 	}
+	checkViolations(t, bad, want)
+}
+
+// checkViolations fails unless bad holds exactly one violation mentioning
+// each of want.
+func checkViolations(t *testing.T, bad, want []string) {
+	t.Helper()
 	joined := strings.Join(bad, "\n")
 	for _, w := range want {
 		if !strings.Contains(joined, w) {

@@ -4,24 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
-// Strategy names accepted by New.
-const (
-	StrategyHash        = "hash"
-	StrategyLeastLoaded = "least-loaded"
-	StrategyAffinity    = "affinity"
-)
-
-// Strategies returns the strategy names New accepts, in a fixed order.
-func Strategies() []string {
-	return []string{StrategyHash, StrategyLeastLoaded, StrategyAffinity}
-}
-
-// Config configures the affinity strategy; the zero value is the default.
-// The hash and least-loaded strategies ignore it.
+// Config configures a strategy (Strategy.New); the zero value is the
+// default. Its fields are affinity's options; the hash and least-loaded
+// strategies ignore them.
 type Config struct {
 	// Disabled switches affinity off for a model: the policy then behaves
 	// exactly like LeastLoaded (it runs the same code) and keeps no table.
@@ -53,6 +41,14 @@ type Config struct {
 	// found cold at its home (its answer's cached tokens: Table.ObserveHits)
 	// as a new conversation, reason rehome; see observed.go.
 	Rehome Rehome
+	// Prefix, when PrefixHeld, reads how much of the prompt each replica
+	// holds now (Prompt.Held): a conversation its home has lost moves
+	// before its turn is sent, and one without a session id, or a
+	// subagent, starts where its prefix already is; see prefix.go.
+	Prefix PrefixUse
+	// Seed seeds the random draws of a policy that breaks ties at random
+	// (the peers' routers); affinity draws none.
+	Seed uint64
 }
 
 // Balance selects how new conversations are spread (routing.balance).
@@ -155,27 +151,13 @@ func (c Config) Validate() error {
 	if c.Rehome > RehomeCold {
 		return fmt.Errorf("placement: Rehome %d is unknown (want RehomeOff or RehomeCold)", c.Rehome)
 	}
+	if c.Prefix > PrefixHeld {
+		return fmt.Errorf("placement: Prefix %d is unknown (want PrefixOff or PrefixHeld)", c.Prefix)
+	}
 	if c.MaxSessions < 0 {
 		return fmt.Errorf("placement: MaxSessions %d is negative (want 0 for the default %d, or more)", c.MaxSessions, DefaultMaxSessions)
 	}
 	return nil
-}
-
-// New returns the policy named strategy: "hash", "least-loaded" or
-// "affinity" (configured by cfg).
-func New(strategy string, cfg Config) (Policy, error) {
-	switch strategy {
-	case StrategyHash:
-		return &Hash{}, nil
-	case StrategyLeastLoaded:
-		return &LeastLoaded{}, nil
-	case StrategyAffinity:
-		if err := cfg.Validate(); err != nil {
-			return nil, err
-		}
-		return NewAffinity(cfg), nil
-	}
-	return nil, fmt.Errorf("placement: unknown strategy %q (want one of %s)", strategy, strings.Join(Strategies(), ", "))
 }
 
 // SpillThreshold is the in-flight count of a home replica above which a

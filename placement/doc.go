@@ -14,8 +14,21 @@
 //   - placement.go: the contract. Replica and Snapshot (what a policy may
 //     observe), Request, Decision with its Reason, Policy, and
 //     ErrNoHealthyReplica.
-//   - config.go: New(strategy, Config), the strategy names and the spill
-//     threshold ("auto" = max(1, max_num_seqs/4), or a number).
+//   - router.go: Router, the code that drives a policy, written once for
+//     the simulator and the proxy: the session table (the policy's, or an
+//     observer table), the snapshot's conversation figures, the pick, each
+//     request's start and end, the hits its answer reports, the admission
+//     rule. What a policy needs beyond Pick it offers through small
+//     interfaces (SessionKeeper, TableAdopter, Admitter, Traiter); no
+//     caller casts to a concrete policy.
+//   - registry.go: the registry, every strategy by name, the product's
+//     and the peers' (Strategy: words, reasons, options, whether the proxy
+//     serves it, whether it is a peer's router, its factory), New,
+//     and the spec grammar NAME[+OPTION[=VALUE]]... parsed once
+//     (ParseSpec, Spec.Label, Spec.Apply) for warden sim, plan, tune, the
+//     proxy's config check, the plan's glossary and calibrate.
+//   - config.go: Config and the spill threshold ("auto" =
+//     max(1, max_num_seqs/4), or a number).
 //   - affinity.go: Affinity, the product (pinned, then sticky or spill,
 //     then new or a subagent on its parent's home), and its load score.
 //   - kv.go: the KV-aware options of Affinity (balance kv, the priced
@@ -23,6 +36,11 @@
 //   - observed.go: observed hits per conversation (Table.ObserveHits:
 //     what each answer says its replica served from cache) and the
 //     cold-at-home rule (Config.Rehome cold, reason rehome).
+//   - prefix.go: the held prefix (Config.Prefix held): what each replica
+//     holds of this prompt now (Prompt.Held, from the caller's HeldIndex:
+//     the proxy's KV events, the simulator's block pools) moves a
+//     conversation its home has lost before the turn is sent, and places
+//     one without a session id, or a subagent, where its prefix is.
 //   - leastloaded.go: LeastLoaded, vLLM's own data-parallel balancer
 //     (4*waiting + running), with notes on where it follows vLLM and where
 //     it differs. Affinity switched off is this policy.
@@ -76,6 +94,37 @@
 // pieces' description: equal text, equal hash, as with the bytes; those
 // hashes decide placement only and are never compared with a peer's own.
 //
+// # Adding a strategy
+//
+// Two files, as BLIS's extension recipes count them
+// (docs/contributing/extension-recipes.md there):
+//
+//  1. placement/NAME.go: the policy (a type with Pick, pure like the rest
+//     of the package) and its Strategy value: Name, Words (what it does
+//     with a turn, in plain words), the Reasons it gives, its Options if
+//     it takes any, Proxy if the proxy serves it, and New. If it reads more
+//     than the Replica basics it says so with Traits (TraitKV: capacities,
+//     prefill rates and footprints; TraitAdmission: it may answer Wait),
+//     and if it keeps conversations it offers its table (SessionKeeper,
+//     TableAdopter); the Router feeds it, the callers never name its type.
+//  2. placement/registry.go: one line, &nameStrategy, in registry.
+//
+// Its golden tests go next to it (NAME_test.go, testdata/scenarios). From
+// then on warden sim --strategies NAME, warden plan --strategies NAME,
+// warden tune --variants NAME, a farm's routing.strategy, the plan's
+// glossary, calibrate's inference from the reasons and, with Proxy set,
+// the proxy's models[].strategy take it; TestSeamArchitecture fails if any
+// code outside placement names its type or spells its name.
+//
+// Before the registry and the Router the same change touched at least 9
+// files in 6 packages: placement/config.go (the name, Strategies, New),
+// live/configresolve.go (the accepted names), live/model.go and
+// live/admission.go (casts to *Affinity for the table and admission),
+// live/pick.go (which strategy is sticky), sim/routing.go (casts for the
+// KV inputs and observed hits, the option grammar), planner/glossary.go
+// (its words), calibrate/observe.go (its reasons) and cmd/warden/tune.go
+// (the default variants and the help).
+//
 // Every strategy honours a valid pin (Request.Pinned in range and healthy),
 // never picks an unhealthy replica, and returns an error wrapping
 // ErrNoHealthyReplica when nothing is healthy.
@@ -98,7 +147,8 @@
 //	                                   active_window=DURATION, max_sessions=N,
 //	                                   disabled=true|false, balance=sessions|kv,
 //	                                   admission=off|kv, admission_timeout=DURATION
-//	                                   (the runner's WaitQueue), rehome=off|cold
+//	                                   (the runner's WaitQueue), rehome=off|cold,
+//	                                   prefix=off|held
 //	state ID|all key=value...          set inflight=, running=, waiting=, kv=
 //	                                   (0..1), kv_capacity=, prefill_rate=
 //	                                   (tokens/s), prefill_queue=, healthy= of
@@ -109,7 +159,9 @@
 //	pick [session=S] [parent=S] [pinned=ID] -> ID REASON | none
 //	                                   one decision; "none" expects an error
 //	                                   wrapping ErrNoHealthyReplica; also
-//	                                   prompt=N, shared=N (tokens); "-> wait":
+//	                                   prompt=N, shared=N (tokens), held=T,T,...
+//	                                   (tokens of the prompt each replica holds:
+//	                                   Prompt.Held, blocks of 16); "-> wait":
 //	                                   held for admission, queued FIFO by the
 //	                                   runner as a caller would (MustQueue)
 //	observe session=S tokens=N         Table.Observe: a response's prompt + answer

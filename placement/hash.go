@@ -20,7 +20,22 @@ import (
 // concurrent use.
 type Hash struct{}
 
-var _ Policy = (*Hash)(nil)
+var (
+	_ Policy  = (*Hash)(nil)
+	_ Traiter = (*Hash)(nil)
+)
+
+// hashStrategy is hash in the registry.
+var hashStrategy = Strategy{
+	Name:    StrategyHash,
+	Words:   "each conversation goes to the replica its session id hashes to, whatever the load",
+	Reasons: []Reason{ReasonHash, ReasonPinned},
+	Proxy:   true,
+	New:     plain(func() Policy { return &Hash{} }),
+}
+
+// Traits implements Traiter: a session goes where it went before.
+func (*Hash) Traits() Traits { return TraitSticky }
 
 // Pick implements Policy.
 func (*Hash) Pick(r *Request, s *Snapshot, _ time.Time) (Decision, error) {

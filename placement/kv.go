@@ -269,7 +269,11 @@ func (a *Affinity) MustQueue(r *Request, waiting int, now time.Time) bool {
 // it stops at the first that must still wait (sessions behind it do not
 // overtake it). Expired pops the ones that waited longer than the
 // admission timeout, for the caller to refuse (429 or 529 with
-// Retry-After in the proxy). Not safe for concurrent use.
+// Retry-After); a caller that times each waiter itself (the proxy: one
+// goroutine and timer per waiting request) takes a leaver out with
+// Remove instead. Router.MustQueue says whether a request must join the
+// back without asking. The simulator queues its requests here, the proxy
+// its waiters' wake-up channels. Not safe for concurrent use.
 type WaitQueue[T any] struct {
 	items []waiter[T]
 	head  int
@@ -312,6 +316,34 @@ func (q *WaitQueue[T]) Pop() T {
 		q.items, q.head = q.items[:n], 0
 	}
 	return w.v
+}
+
+// Index returns the position (0: the front) of the first waiting item
+// for which match is true, or -1.
+func (q *WaitQueue[T]) Index(match func(T) bool) int {
+	for i := q.head; i < len(q.items); i++ {
+		if match(q.items[i].v) {
+			return i - q.head
+		}
+	}
+	return -1
+}
+
+// Remove takes out the first waiting item for which match is true (one
+// that leaves before its turn: its client went away, its own timer
+// fired) and returns its position before removal, or -1 when none
+// matched.
+func (q *WaitQueue[T]) Remove(match func(T) bool) int {
+	k := q.Index(match)
+	if k < 0 {
+		return -1
+	}
+	i := q.head + k
+	copy(q.items[i:], q.items[i+1:])
+	var zero waiter[T]
+	q.items[len(q.items)-1] = zero
+	q.items = q.items[:len(q.items)-1]
+	return k
 }
 
 // Expired pops, oldest first, every item that has waited longer than

@@ -88,3 +88,30 @@ func TestWaitQueue(t *testing.T) {
 		t.Errorf("after draining, front %d len %d", v, q.Len())
 	}
 }
+
+// TestWaitQueueRemove: a waiter that leaves from the front, the middle or
+// the back keeps the others in order; Index sees the same positions.
+func TestWaitQueueRemove(t *testing.T) {
+	var q WaitQueue[int]
+	t0 := time.Unix(0, 0)
+	for i := range 6 {
+		q.Push(i, t0)
+	}
+	q.Pop() // a popped head is not found again
+	is := func(v int) func(int) bool { return func(x int) bool { return x == v } }
+	for _, tc := range []struct{ v, at int }{{0, -1}, {3, 2}, {1, 0}, {5, 2}, {9, -1}} {
+		if got := q.Index(is(tc.v)); got != tc.at {
+			t.Errorf("Index(%d) = %d, want %d", tc.v, got, tc.at)
+		}
+		if got := q.Remove(is(tc.v)); got != tc.at {
+			t.Errorf("Remove(%d) = %d, want %d", tc.v, got, tc.at)
+		}
+	}
+	var rest []int
+	for q.Len() > 0 {
+		rest = append(rest, q.Pop())
+	}
+	if len(rest) != 2 || rest[0] != 2 || rest[1] != 4 {
+		t.Errorf("left %v, want [2 4]", rest)
+	}
+}

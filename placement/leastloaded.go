@@ -37,6 +37,15 @@ type LeastLoaded struct {
 
 var _ Policy = (*LeastLoaded)(nil)
 
+// leastLoadedStrategy is least-loaded in the registry.
+var leastLoadedStrategy = Strategy{
+	Name:    StrategyLeastLoaded,
+	Words:   "every turn goes to the replica with the fewest requests in flight, wherever the conversation is cached",
+	Reasons: []Reason{ReasonLeastLoaded, ReasonPinned},
+	Proxy:   true,
+	New:     plain(func() Policy { return &LeastLoaded{} }),
+}
+
 // Pick implements Policy.
 func (l *LeastLoaded) Pick(r *Request, s *Snapshot, _ time.Time) (Decision, error) {
 	reps := s.Replicas

@@ -203,9 +203,14 @@ func (a *Affinity) rehome(r *Request, s *Snapshot, i int32, h int) (d Decision, 
 	hit.cold = false
 	// Leave home out as a new conversation's placement sees the replicas:
 	// shown unhealthy for this one decision (restored before returning).
-	s.Replicas[h].Healthy = false
+	// With the held prefix (prefix.go), where the prompt is held comes
+	// first.
 	target := -1
-	if a.kvNew() {
+	if a.cfg.Prefix == PrefixHeld {
+		target = a.prefixHolder(r, s, h, a.cfg.Spill.Resolve(s.MaxNumSeqs))
+	}
+	s.Replicas[h].Healthy = false
+	if target < 0 && a.kvNew() {
 		target, _ = a.placeNew(r, s) // an admitted conversation never waits
 	}
 	if target < 0 {

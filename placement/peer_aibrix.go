@@ -64,6 +64,16 @@ type AIBrixConfig struct {
 
 var _ Policy = (*AIBrix)(nil)
 
+// aibrixStrategy is aibrix in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var aibrixStrategy = Strategy{
+	Name:    PeerAIBrix,
+	Words:   "AIBrix's prefix-cache router: the replica that was sent the longest run of the prompt's 4-byte blocks, unless it is busier than the mean plus one standard deviation; else the least busy",
+	Reasons: []Reason{ReasonPrefix, ReasonLeastLoaded, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return NewAIBrix(AIBrixConfig{Seed: cfg.Seed}), nil },
+}
+
 // NewAIBrix returns AIBrix's prefix-cache router with cfg.
 func NewAIBrix(cfg AIBrixConfig) *AIBrix {
 	orDefault(&cfg.Blocks, 200000)

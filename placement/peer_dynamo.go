@@ -82,6 +82,16 @@ var (
 	_ HeldReader = (*Dynamo)(nil)
 )
 
+// dynamoStrategy is dynamo in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var dynamoStrategy = Strategy{
+	Name:    PeerDynamo,
+	Words:   "NVIDIA Dynamo's KV router: the lowest cost of the prompt's blocks a replica must compute (what it holds, from KV events, credited) plus the blocks of the requests it has in flight, ties at random",
+	Reasons: []Reason{ReasonScore, ReasonPrefix, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return NewDynamo(DynamoConfig{Seed: cfg.Seed}), nil },
+}
+
 // NewDynamo returns Dynamo's KV router with cfg.
 func NewDynamo(cfg DynamoConfig) *Dynamo {
 	orDefault(&cfg.OverlapCredit, 1)

@@ -29,6 +29,16 @@ type LiteLLM struct {
 
 var _ Policy = (*LiteLLM)(nil)
 
+// liteLLMStrategy is litellm in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var liteLLMStrategy = Strategy{
+	Name:    PeerLiteLLM,
+	Words:   "LiteLLM's least-busy router: the replica with the fewest requests in flight, wherever the conversation is cached",
+	Reasons: []Reason{ReasonLeastLoaded, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return NewLiteLLM(cfg.Seed), nil },
+}
+
 // NewLiteLLM returns the least-busy router; seed draws the random pick
 // that an unhealthy least-busy deployment falls to.
 func NewLiteLLM(seed uint64) *LiteLLM { return &LiteLLM{rng: newRand(seed)} }

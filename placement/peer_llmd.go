@@ -98,6 +98,26 @@ var (
 	_ HeldReader = (*LLMD)(nil)
 )
 
+// llmdStrategy is llm-d in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var llmdStrategy = Strategy{
+	Name:    PeerLLMD,
+	Words:   "llm-d's endpoint picker in its default profile: the highest sum of queue 2, free KV cache 2 and prefix 3, the prefix matched in the router's own index of the prompts it sent, vLLM's gauges read every 50 ms",
+	Reasons: []Reason{ReasonScore, ReasonPrefix, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return NewLLMD(LLMDConfig{Seed: cfg.Seed}), nil },
+}
+
+// llmdPreciseStrategy is llm-d-precise in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var llmdPreciseStrategy = Strategy{
+	Name:    PeerLLMDPrecise,
+	Words:   "llm-d's precise prefix profile: prefix 2 (the longest run of the prompt's blocks each replica holds, from vLLM's KV events), free KV cache 1 and queue 1",
+	Reasons: []Reason{ReasonScore, ReasonPrefix, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return NewLLMDPrecise(cfg.Seed), nil },
+}
+
 // NewLLMD returns llm-d's EPP with cfg (zero fields take the defaults).
 func NewLLMD(cfg LLMDConfig) *LLMD {
 	if cfg.QueueWeight == 0 && cfg.KVWeight == 0 && cfg.PrefixWeight == 0 {

@@ -57,6 +57,16 @@ func isDigits(s string) bool {
 	return true
 }
 
+// nginxHashStrategy is nginx-hash in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var nginxHashStrategy = Strategy{
+	Name:    PeerNginxHash,
+	Words:   "nginx's consistent hash of the x-session-id header, whatever the load (every request without one on the same replica)",
+	Reasons: []Reason{ReasonHash, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return &NginxHash{}, nil },
+}
+
 // Pick implements Policy.
 func (h *NginxHash) Pick(r *Request, s *Snapshot, _ time.Time) (Decision, error) {
 	if d, ok := pinned(r, s); ok {

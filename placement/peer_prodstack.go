@@ -54,6 +54,16 @@ type psPoint struct {
 
 var _ Policy = (*ProductionStack)(nil)
 
+// productionStackStrategy is production-stack in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var productionStackStrategy = Strategy{
+	Name:    PeerProductionStack,
+	Words:   "vLLM production-stack's session router: a hash ring on the session header, whatever the load; without one, the replica with the fewest requests over the last minute",
+	Reasons: []Reason{ReasonHash, ReasonLeastLoaded, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return NewProductionStack(ProductionStackConfig{}), nil },
+}
+
 // NewProductionStack returns the session router with cfg.
 func NewProductionStack(cfg ProductionStackConfig) *ProductionStack {
 	orDefault(&cfg.Window, 60*time.Second)

@@ -66,6 +66,16 @@ type rayQueueLen struct {
 
 var _ Policy = (*RayPrefix)(nil)
 
+// rayPrefixStrategy is ray-prefix in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var rayPrefixStrategy = Strategy{
+	Name:    PeerRayPrefix,
+	Words:   "Ray Serve's prefix-cache affinity router: the replicas whose tree of sent prompts matches over 10 % of the prompt's characters (else those holding the least), then the shortest queue as read up to 10 s ago",
+	Reasons: []Reason{ReasonPrefix, ReasonLeastLoaded, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return NewRayPrefix(RayPrefixConfig{Seed: cfg.Seed}), nil },
+}
+
 // NewRayPrefix returns the prefix-aware router with cfg.
 func NewRayPrefix(cfg RayPrefixConfig) *RayPrefix {
 	orDefault(&cfg.ImbalancedThreshold, math.Inf(1))

@@ -52,6 +52,26 @@ type SGLangConfig struct {
 
 var _ Policy = (*SGLang)(nil)
 
+// sglangStrategy is sglang in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var sglangStrategy = Strategy{
+	Name:    PeerSGLang,
+	Words:   "the SGLang gateway's cache-aware policy: the replica whose tree of sent prompts matches over 30 % of the prompt's characters, the least busy when none does or when the load is out of balance",
+	Reasons: []Reason{ReasonPrefix, ReasonLeastLoaded, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return NewSGLang(SGLangConfig{}), nil },
+}
+
+// vllmRouterStrategy is vllm-router in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var vllmRouterStrategy = Strategy{
+	Name:    PeerVLLMRouter,
+	Words:   "vllm-project/router's default, cache-aware: SGLang's policy with its constants",
+	Reasons: []Reason{ReasonPrefix, ReasonLeastLoaded, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return NewVLLMRouter(), nil },
+}
+
 // NewSGLang returns SMG's cache_aware policy with cfg.
 func NewSGLang(cfg SGLangConfig) *SGLang {
 	orDefault(&cfg.CacheThreshold, 0.3)

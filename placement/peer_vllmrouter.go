@@ -34,6 +34,16 @@ type VLLMRouterHash struct {
 
 var _ Policy = (*VLLMRouterHash)(nil)
 
+// vllmRouterHashStrategy is vllm-router-hash in the registry (a peer's router: warden sim,
+// plan and tune run it; the proxy does not serve it).
+var vllmRouterHashStrategy = Strategy{
+	Name:    PeerVLLMRouterHash,
+	Words:   "vllm-project/router's consistent hash of the session header, whatever the load",
+	Reasons: []Reason{ReasonHash, ReasonPinned},
+	Peer:    true,
+	New:     func(cfg Config) (Policy, error) { return &VLLMRouterHash{}, nil },
+}
+
 // PeerAddress is the host:port the peers' hash rings give replica i, as a
 // deployment's pod addresses would be: 10.0.H.L:8000 with H.L = i + 1.
 func PeerAddress(i int) string {

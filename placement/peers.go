@@ -96,42 +96,20 @@ const (
 	PeerNginxHash       = "nginx-hash"
 )
 
-// PeerNames lists the peers' strategy names in the order of
-// notes/peer-routers.md.
-func PeerNames() []string {
-	return []string{PeerLLMD, PeerLLMDPrecise, PeerDynamo, PeerSGLang, PeerVLLMRouter, PeerVLLMRouterHash,
-		PeerProductionStack, PeerRayPrefix, PeerAIBrix, PeerLiteLLM, PeerNginxHash}
-}
+// PeerNames lists the peers' strategy names (Strategy.Peer), in the
+// registry's order, which is notes/peer-routers.md's.
+func PeerNames() []string { return names(func(s *Strategy) bool { return s.Peer }) }
 
 // NewPeer returns the policy of peer name in its default configuration,
 // its random draws (tie-breaks) seeded with seed; ok is false for a name
-// that is not a peer's.
+// that is not a peer's. It is the registry's factory (Strategy.New).
 func NewPeer(name string, seed uint64) (p Policy, ok bool) {
-	switch name {
-	case PeerLLMD:
-		return NewLLMD(LLMDConfig{Seed: seed}), true
-	case PeerLLMDPrecise:
-		return NewLLMDPrecise(seed), true
-	case PeerDynamo:
-		return NewDynamo(DynamoConfig{Seed: seed}), true
-	case PeerSGLang:
-		return NewSGLang(SGLangConfig{}), true
-	case PeerVLLMRouter:
-		return NewVLLMRouter(), true
-	case PeerVLLMRouterHash:
-		return &VLLMRouterHash{}, true
-	case PeerProductionStack:
-		return NewProductionStack(ProductionStackConfig{}), true
-	case PeerRayPrefix:
-		return NewRayPrefix(RayPrefixConfig{Seed: seed}), true
-	case PeerAIBrix:
-		return NewAIBrix(AIBrixConfig{Seed: seed}), true
-	case PeerLiteLLM:
-		return NewLiteLLM(seed), true
-	case PeerNginxHash:
-		return &NginxHash{}, true
+	s, found := LookupStrategy(name)
+	if !found || !s.Peer {
+		return nil, false
 	}
-	return nil, false
+	p, err := s.New(Config{Seed: seed})
+	return p, err == nil
 }
 
 // orDefault sets *p to v when it is the zero value: the peers' configs

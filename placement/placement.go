@@ -107,7 +107,7 @@ const (
 	ReasonPinned                    // a trusted client pinned the replica
 	ReasonParent                    // a subagent's new session placed on its parent's home
 	ReasonRehome                    // a later turn of a conversation cold at home, placed afresh (observed.go)
-	ReasonPrefix                    // a peer's router: placed where its prefix index matched
+	ReasonPrefix                    // placed where its prefix is held (affinity, prefix.go) or indexed (a peer's router)
 	ReasonScore                     // a peer's router: the best of a score or cost over every replica
 	numReasons
 )

@@ -53,7 +53,7 @@ func TestNew(t *testing.T) {
 		}
 	}
 	_, err := New("round-robin", Config{})
-	if err == nil || !strings.Contains(err.Error(), `"round-robin" (want one of hash, least-loaded, affinity)`) {
+	if err == nil || !strings.Contains(err.Error(), `"round-robin" (want one of `+strings.Join(Strategies(), ", ")+`)`) {
 		t.Errorf("New(round-robin) error = %v", err)
 	}
 	if _, err := New(StrategyAffinity, Config{MaxSessions: -1}); err == nil || !strings.Contains(err.Error(), "MaxSessions") {

@@ -72,6 +72,25 @@ type op struct {
 	prefix   string         // the line before "->", for rewriting
 	comment  string         // a trailing "# ..." comment, kept on rewrite
 	hits     [4]int         // served: replica, prompt, cached, answer
+	held     []int          // pick held=: tokens of the prompt each replica holds (nil: unknown)
+}
+
+// scenarioBlock is the block size of a scenario's prompts: held= gives
+// tokens, the policy sees blocks of this many.
+const scenarioBlock = 16
+
+// scenarioHeld is the scenario runner's placement.HeldIndex: what the
+// current pick line says each replica holds.
+type scenarioHeld struct{ held *[]int }
+
+func (h scenarioHeld) Held(blocks []uint64, blockTokens int, dst []int) ([]int, bool) {
+	if *h.held == nil {
+		return dst, false
+	}
+	for _, tok := range *h.held {
+		dst = append(dst, min(tok/blockTokens, len(blocks)))
+	}
+	return dst, true
 }
 
 type scenario struct {
@@ -195,8 +214,10 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 					o.timeout, err = parseDuration(v)
 				case "rehome":
 					o.cfg.Rehome, err = ParseRehome(v)
+				case "prefix":
+					o.cfg.Prefix, err = ParsePrefixUse(v)
 				default:
-					return nil, errf("unknown option %q (want spill, ttl, active_window, max_sessions, disabled, balance, admission, admission_timeout, rehome)", k)
+					return nil, errf("unknown option %q (want spill, ttl, active_window, max_sessions, disabled, balance, admission, admission_timeout, rehome, prefix)", k)
 				}
 				if err != nil {
 					return nil, errf("%s: %v", k, err)
@@ -292,8 +313,20 @@ func parseScenario(name, text string, allowMissing bool) (*scenario, error) {
 					if o.req.Pinned, err = parseInt(v, NoPin, maxScenarioInt); err != nil {
 						return nil, errf("pinned: %v", err)
 					}
+				case "held":
+					o.held = []int{}
+					for _, f := range strings.Split(v, ",") {
+						n, err := parseInt(f, 0, maxScenarioInt)
+						if err != nil {
+							return nil, errf("held: %v", err)
+						}
+						o.held = append(o.held, n)
+					}
+					if len(o.held) != sc.ops[0].n {
+						return nil, errf("held: %d values for %d replicas", len(o.held), sc.ops[0].n)
+					}
 				default:
-					return nil, errf("unknown field %q (want session, parent, pinned, prompt, shared)", k)
+					return nil, errf("unknown field %q (want session, parent, pinned, prompt, shared, held)", k)
 				}
 			}
 			switch {
@@ -566,13 +599,21 @@ func (o outcome) ok() bool { return o.want == o.got }
 func (sc *scenario) run() ([]outcome, error) {
 	var (
 		snap    Snapshot
-		policy  Policy
-		aff     *Affinity
+		router  *Router // drives the policy as the simulator and the proxy do
 		now     = scenarioEpoch
 		out     []outcome
 		queue   WaitQueue[Request] // requests that got Wait, as a caller keeps them
 		timeout time.Duration
+		held    []int // the current pick's held= (nil: unknown)
 	)
+	// table is the policy's session table; one that keeps none (affinity
+	// switched off) shows an empty one.
+	table := func() *Table {
+		if t := router.Table(); t != nil {
+			return t
+		}
+		return NewTableWindow(0, 0, 0)
+	}
 	withComment := func(s, comment string) string {
 		if comment != "" {
 			return s + "  " + comment
@@ -592,8 +633,9 @@ func (sc *scenario) run() ([]outcome, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: %v", sc.name, o.line, err)
 			}
-			policy = p
-			aff, _ = p.(*Affinity)
+			router = NewRouter(p, nil)
+			router.TurnEnds = true // start and finish lines report turn ends
+			router.SetHeld(scenarioHeld{&held})
 			timeout = o.timeout
 		case opState:
 			for i := range snap.Replicas {
@@ -628,14 +670,19 @@ func (sc *scenario) run() ([]outcome, error) {
 			now = scenarioEpoch.Add(o.d)
 		case opPick:
 			req := o.req
+			held = o.held
+			if n := (req.PromptTokens + scenarioBlock - 1) / scenarioBlock; n > 0 {
+				req.Prompt.BlockTokens = scenarioBlock
+				req.Prompt.Blocks = make([]uint64, n) // the ids do not matter: held= says what is held
+			}
 			var (
 				d   Decision
 				err error
 			)
-			if aff != nil && aff.MustQueue(&req, queue.Len(), now) {
+			if router.MustQueue(&req, queue.Len(), now) {
 				d = Decision{Replica: -1, Reason: ReasonNew, Wait: true} // behind the others, without asking
 			} else {
-				d, err = policy.Pick(&req, &snap, now)
+				d, err = router.Pick(&req, &snap, now)
 			}
 			if err == nil && d.Wait {
 				queue.Push(req, now)
@@ -643,19 +690,19 @@ func (sc *scenario) run() ([]outcome, error) {
 			got := formatPick(d, err)
 			out = append(out, outcome{o.line, o.want, got, withComment(o.prefix+" -> "+got, o.comment)})
 		case opObserve:
-			aff.Table().Observe(o.req.Session, o.n)
+			table().Observe(o.req.Session, o.n)
 		case opEnd:
-			aff.Table().Remove(o.req.Session)
+			router.Forget(o.req.Session)
 		case opServed:
-			aff.Table().ObserveHits(o.req.Session, o.hits[0], o.hits[1], o.hits[2], o.hits[3])
+			router.Served(o.req.Session, o.hits[0], o.hits[1], o.hits[2], o.hits[3])
 		case opStart:
-			aff.Table().Start(o.req.Session, now)
+			router.Sent(o.req.Session, now)
 		case opFinish:
-			aff.Table().Finish(o.req.Session, o.n, now)
+			router.Ended(o.req.Session, o.n, now)
 		case opAdmit:
 			got := "empty"
 			if req, _, ok := queue.Front(); ok {
-				d, err := policy.Pick(&req, &snap, now)
+				d, err := router.Pick(&req, &snap, now)
 				got = formatPick(d, err)
 				if err == nil && !d.Wait {
 					queue.Pop()
@@ -675,16 +722,16 @@ func (sc *scenario) run() ([]outcome, error) {
 			out = append(out, outcome{o.line, o.want, got, withComment(o.prefix+" -> "+got, o.comment)})
 		case opHome:
 			got := "none"
-			if h, ok := aff.Table().Home(o.req.Session, now); ok {
+			if h, ok := table().Home(o.req.Session, now); ok {
 				got = strconv.Itoa(h)
 			}
 			out = append(out, outcome{o.line, o.want, got, withComment(o.prefix+" -> "+got, o.comment)})
 		case opExpectLen:
-			got := strconv.Itoa(aff.Table().Len())
+			got := strconv.Itoa(table().Len())
 			out = append(out, outcome{o.line, o.want, got, withComment("expect sessions="+got, o.comment)})
 		case opExpectReplica:
 			var c ReplicaCounters
-			if cs := aff.Table().Counters(); o.n < len(cs) {
+			if cs := table().Counters(); o.n < len(cs) {
 				c = cs[o.n]
 			}
 			// Check (and rewrite) the counters the line lists; a line that
@@ -773,7 +820,7 @@ func TestParseScenarioErrors(t *testing.T) {
 		{"bad count", "replicas four\n", "x.txt:1: replicas: \"four\" is not an integer"},
 		{"too many", "replicas 100000\n", "x.txt:1: replicas: 100000 is out of range"},
 		{"unknown verb", "replicas 2\n\nfrobnicate\n", "x.txt:3: unknown directive \"frobnicate\""},
-		{"unknown strategy", "replicas 2\npolicy random\n", "x.txt:2: placement: unknown strategy \"random\" (want one of hash, least-loaded, affinity)"},
+		{"unknown strategy", "replicas 2\npolicy random\n", "x.txt:2: placement: unknown strategy \"random\" (want one of hash, least-loaded, affinity, llm-d"},
 		{"bad spill", "replicas 2\npolicy affinity spill=lots\n", "x.txt:2: spill: want auto, priced or a positive integer, got \"lots\""},
 		{"option on hash", "replicas 2\npolicy hash spill=3\n", "x.txt:2: \"spill=3\": only policy affinity takes options"},
 		{"state out of range", "replicas 2\nstate 2 inflight=1\n", "x.txt:2: replica: 2 is out of range 0..1"},

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/placement"
 )
 
 // The plain-words side of a result: what `warden plan` prints under its
@@ -89,29 +89,14 @@ func (res *Result) RoutingWords() []string {
 }
 
 func (res *Result) routingWords(cfg *Config) string {
-	v, err := sim.ParseVariant(cfg.Strategy)
-	base := cfg.Strategy
-	if err == nil {
-		base = v.Strategy
+	// The registry's words: the strategy's, then its options' clauses.
+	v, err := placement.ParseSpec(cfg.Strategy)
+	if err != nil {
+		v = placement.Spec{Strategy: cfg.Strategy}
 	}
-	var s string
-	switch base {
-	case "least-loaded":
-		s = "every turn goes to the replica with the fewest requests in flight, wherever the conversation is cached"
-	case "hash":
-		s = "each conversation goes to the replica its session id hashes to, whatever the load"
-	case "affinity":
-		s = "each conversation stays on the replica that already holds it in its prefix cache (new ones go to the least-loaded)"
-	default:
-		s = "the " + cfg.Strategy + " strategy"
-	}
-	if err == nil {
-		if v.KV {
-			s += "; the least-loaded replica is judged by its KV cache fill too"
-		}
-		if v.Admit {
-			s += "; a turn that no replica can take at once waits at the proxy rather than queueing in vLLM"
-		}
+	s := placement.Words(v.Strategy)
+	for _, w := range v.OptionWords() {
+		s += "; " + w
 	}
 	switch spill := cfg.Spill; {
 	case spill == "":

@@ -279,7 +279,7 @@ func (p Plan) check(defaults bool) error {
 		return err
 	}
 	for i, s := range p.Strategies {
-		if err := sim.ValidStrategy(s); err != nil {
+		if err := placement.ValidSpec(s); err != nil {
 			return bad(fmt.Sprintf("strategies[%d]", i), "%v", err)
 		}
 		if slices.Index(p.Strategies, s) != i {

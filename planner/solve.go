@@ -534,13 +534,15 @@ func (p *progress) noteRun(cand string, cfg *Config, v variant, sessions []int) 
 }
 
 // configs lists the routings to try: each strategy once, affinity and its
-// variants (sim.ParseVariant: affinity+kv, +admit, ...) once per spill
-// threshold, except a priced variant, whose spill is priced.
+// variants (placement.ParseSpec: affinity+kv, +admit, ...) once per spill
+// threshold (placement.Strategy.Spills), except a priced variant, whose
+// spill is priced.
 func (p Plan) configs() []Config {
 	var out []Config
 	for _, s := range p.Strategies {
-		v, err := sim.ParseVariant(s)
-		if err != nil || v.Strategy != placement.StrategyAffinity || v.Priced {
+		v, err := placement.ParseSpec(s)
+		st, _ := placement.LookupStrategy(v.Strategy)
+		if err != nil || !st.Spills || v.Priced {
 			out = append(out, Config{Strategy: s})
 			continue
 		}
@@ -555,7 +557,7 @@ func (p Plan) configs() []Config {
 // spill threshold: "least-loaded", "affinity (spill auto)", "affinity (kv,
 // admit, spill auto)", "affinity (kv, priced, admit)".
 func (c *Config) label() string {
-	name := sim.VariantLabel(c.Strategy)
+	name := placement.SpecLabel(c.Strategy)
 	switch {
 	case c.Spill == "":
 		return name

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/internal/num"
+	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
@@ -85,8 +86,12 @@ type TuneRow struct {
 	AdmissionRefused   int64     `json:"admission_refused"`
 	AdmissionRetries   int64     `json:"admission_retries"` // of the refused, sent again after Retry-After
 	Eligible           bool      `json:"eligible"`          // TTFB p95 within the reference
+	// Peer: a router the proxy does not serve (placement.Strategy.Proxy
+	// false, a peer's), replayed for comparison: neither the reference
+	// nor a recommendation.
+	Peer bool `json:"peer,omitempty"`
 
-	Spec sim.Variant `json:"-"` // the variant parsed
+	Spec placement.Spec `json:"-"` // the variant parsed
 }
 
 // TuneOptions is what Tune replays, on which farm, through which variants.
@@ -94,7 +99,7 @@ type TuneOptions struct {
 	Files    []string  // the journal's files, oldest first (JournalFiles)
 	Model    string    // the model whose requests are replayed; "": the journal's only one
 	Farm     *sim.Farm // the farm, with the routing every variant shares
-	Variants []string  // as sim.ParseVariant reads them
+	Variants []string  // as placement.ParseSpec reads them
 	Seed     uint64
 }
 
@@ -121,8 +126,13 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	var peers []string
 	for i, v := range o.Variants {
-		spec, _ := sim.ParseVariant(v)
+		spec, _ := placement.ParseSpec(v)
+		st, _ := placement.LookupStrategy(spec.Strategy)
+		if !st.Proxy {
+			peers = append(peers, v)
+		}
 		r := rep.Rows[i]
 		res.Variants = append(res.Variants, TuneRow{
 			Variant: v, Name: r.Strategy, Options: numOptions(spec),
@@ -130,8 +140,11 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResult, error) {
 			OutputTokensPerMin: r.OutputTokensPerMin, SessionsPerHour: r.SessionsPerHour,
 			Finished: r.Finished, Unfinished: r.Unfinished,
 			AdmissionWaits: r.AdmissionWaits, AdmissionRefused: r.AdmissionRefused, AdmissionRetries: r.AdmissionRetries,
-			Spec: spec,
+			Spec: spec, Peer: !st.Proxy,
 		})
+	}
+	if len(peers) > 0 {
+		res.Notes = append(res.Notes, strings.Join(peers, ", ")+": routers the proxy does not serve, replayed for comparison; the reference and the recommendation are among the proxy's routings")
 	}
 	if err := Recommend(res); err != nil {
 		return nil, err
@@ -140,42 +153,35 @@ func Tune(ctx context.Context, o TuneOptions) (*TuneResult, error) {
 }
 
 // numOptions counts the options a variant names.
-func numOptions(v sim.Variant) int {
-	n := 0
-	for _, on := range []bool{v.KV, v.Priced, v.Admit, v.Rehome} {
-		if on {
-			n++
-		}
-	}
-	return n
-}
+func numOptions(v placement.Spec) int { return len(v.On()) }
 
-// Recommend applies TuneRule to res.Variants.
+// Recommend applies TuneRule to res.Variants, of which the peers' routers
+// (TuneRow.Peer) take no part.
 func Recommend(res *TuneResult) error {
 	vs := res.Variants
 	ref, refName := math.Inf(1), ""
 	plain := false
 	for _, v := range vs {
-		if v.Options == 0 {
+		if v.Options == 0 && !v.Peer {
 			plain = true
 		}
 	}
 	for _, v := range vs {
 		// The reference: the plain strategies, or every variant when the
 		// list has none.
-		if (v.Options == 0 || !plain) && float64(v.TTFBP95) < ref {
+		if !v.Peer && (v.Options == 0 || !plain) && float64(v.TTFBP95) < ref {
 			ref, refName = float64(v.TTFBP95), v.Name
 		}
 	}
 	if math.IsInf(ref, 1) {
-		return errors.New("tune: no variant measured a TTFB (did any request finish?)")
+		return errors.New("tune: no routing the proxy serves measured a TTFB (did any request finish? were they all peers' routers?)")
 	}
 	res.Reference, res.ReferenceVariant = sim.Float(ref), refName
 	most := math.Inf(-1)
 	for i := range vs {
 		v := &vs[i]
 		p95, tok := float64(v.TTFBP95), float64(v.OutputTokensPerMin)
-		v.Eligible = !math.IsNaN(p95) && !math.IsNaN(tok) && p95 <= ref
+		v.Eligible = !v.Peer && !math.IsNaN(p95) && !math.IsNaN(tok) && p95 <= ref
 		if v.Eligible {
 			most = max(most, tok)
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/sim"
 )
 
@@ -55,7 +56,7 @@ func TestJournalFiles(t *testing.T) {
 // TestTuneRecommend: the rule on rows made up to isolate each clause.
 func TestTuneRecommend(t *testing.T) {
 	row := func(variant string, p95, tok float64) TuneRow {
-		v, err := sim.ParseVariant(variant)
+		v, err := placement.ParseSpec(variant)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -47,6 +47,10 @@ type blockPool struct {
 	// watch, when set, is told of every block cached and evicted
 	// (EngineReplica.WatchCache: the emulator's KV events).
 	watch *CacheWatch
+	// held, when set, records which replicas cache each hash now (heldID
+	// is this pool's bit): the run's placement.HeldIndex (routing.go).
+	held   *heldIndex
+	heldID int
 	// evictions counts cached blocks dropped by allocation.
 	evictions int64
 	// refFlips counts the times a block went from free to held by touch
@@ -128,6 +132,9 @@ func (p *blockPool) cacheBlock(b int32, hash uint64) {
 		p.blocks[last].dupNext = b
 	} else {
 		p.cached.putAt(i, hash, b)
+		if p.held != nil {
+			p.held.add(hash, p.heldID)
+		}
 	}
 	if p.ever != nil {
 		p.ever.add(hash, p.everID)
@@ -144,6 +151,9 @@ func (p *blockPool) evict(b int32) {
 	if first := p.cached.blockAt(i); first == b {
 		if blk.dupNext == noBlock {
 			p.cached.delAt(i)
+			if p.held != nil {
+				p.held.remove(blk.hash, p.heldID)
+			}
 		} else {
 			p.cached.setBlockAt(i, blk.dupNext)
 		}

@@ -32,9 +32,10 @@
 //     bound prefill, memory bound decode) plus a per-step overhead, with
 //     efficiency factors that a farm spec may override.
 //  6. run.go: one strategy on one farm: the event loop and a request's
-//     life. routing.go: the router (placement.Policy, an instant in-flight
-//     count, scraped fields refreshed every scrape_interval; variants, the
-//     KV-aware options and admission).
+//     life. routing.go: the router side (placement.Router, the one the
+//     proxy drives too; an instant in-flight count, scraped fields
+//     refreshed every scrape_interval; variants, the KV-aware options and
+//     the admission queue).
 //  7. driver.go: the clients: a closed loop of N sessions (next turn when
 //     the answer is read plus the client's turnaround and think time, a new
 //     session when one ends; steps start or retire sessions), an

@@ -313,7 +313,7 @@ func (o *openLoop) steps(st *stepper, e *Experiment) error {
 // piling them up.
 //
 // As the proxy, the router is told when each request is sent and when it
-// ends (run.turnEnds: Table.Start at its placement, Table.Finish at its
+// ends (placement.Router.TurnEnds: Table.Start at its placement, Table.Finish at its
 // end with its prompt + answer tokens, as live/call.go's call.finish),
 // never that a conversation has ended: a conversation holds KV headroom
 // while a request of it is in flight and, after, for its return timeout
@@ -370,7 +370,7 @@ func newSessionReplay(t *Trace, speed float64, turnaroundUs int64) *sessionRepla
 // router told when each request starts and ends, as the proxy is.
 func (p *sessionReplay) steps(st *stepper, e *Experiment) error {
 	r := st.r
-	r.turnEnds = true // as the proxy: Table.Start and Finish around each request
+	r.router.TurnEnds = true // as the proxy: Table.Start and Finish around each request
 	r.clientRetries = sdkMaxRetries
 	r.clientNetwork(e.Workload)
 	r.stopWhenIdle = true

@@ -210,5 +210,5 @@ func TestEngineReplicaRejects(t *testing.T) {
 }
 
 func newRun(f *Farm, strategy string, spill placement.SpillThreshold) (*run, error) {
-	return newRunLean(f, strategy, spill, false)
+	return newRunLean(f, strategy, spill, false, 1)
 }

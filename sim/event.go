@@ -22,6 +22,7 @@ const (
 	evAdmit                      // the router admits waiting conversations (routing.go)
 	evTokenised                  // an API server is done with a request (arg: pending slot)
 	evRelease                    // the client has read an answer: its connection is idle (arg: API server)
+	evRefresh                    // a policy with its own scrape interval reads the gauges (placement.Scraper)
 )
 
 // event is one entry of the event heap. Ties in time are broken by seq, the

@@ -89,7 +89,7 @@ func (e Experiment) withDefaults() (Experiment, error) {
 		e.Strategies = DefaultStrategies
 	}
 	for _, s := range e.Strategies {
-		if err := ValidStrategy(s); err != nil {
+		if err := placement.ValidSpec(s); err != nil {
 			return e, fmt.Errorf("sim: %w", err)
 		}
 	}
@@ -246,7 +246,7 @@ const progressQuantum = 5 * usPerSec
 // runStrategy runs one strategy of e and returns its rows and, for tests,
 // the run in its final state. e's driver (stepsDriver) runs its own steps.
 func runStrategy(ctx context.Context, e Experiment, strategy string, progress func(time.Duration)) ([]Row, *run, error) {
-	r, err := newRunLean(e.Farm, strategy, *e.Spill, e.lean)
+	r, err := newRunLean(e.Farm, strategy, *e.Spill, e.lean, e.Seed)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -256,8 +256,8 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		r.everHint = e.everHint
 		r.reserveEver()
 	}
-	if r.kv != nil && e.Trace == nil {
-		r.kv.shared = e.Workload.SystemPromptTokens // the synthetic sessions' common system prompt
+	if e.Trace == nil {
+		r.shared = e.Workload.SystemPromptTokens // the synthetic sessions' common system prompt
 	}
 	if e.Trace == nil && !keepEveryHash {
 		// The synthetic sessions share the system prompt's full blocks
@@ -273,6 +273,12 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 	r.rec.store.Grow(expectedScrapes(e, r.scrapeUs))
 	r.scrape()
 	r.ev.push(r.scrapeUs, evScrape, 0)
+	if iv := r.router.ScrapeInterval().Microseconds(); iv > 0 && iv < r.scrapeUs {
+		// The policy reads the gauges more often than the farm is
+		// scraped (llm-d: every 50 ms).
+		r.refreshUs = iv
+		r.ev.push(iv, evRefresh, 0)
+	}
 	st := &stepper{ctx: ctx, r: r, progress: progress, start: r.takeMark()}
 	r.rt.ttfbs = r.rt.ttfbs[:0]
 	d := e.newDriver(r)

@@ -457,7 +457,7 @@ func (r *RoutingSpec) resolve() (resolvedRouting, error) {
 	if r.Strategy == "" {
 		r.Strategy = placement.StrategyAffinity
 	}
-	if !validStrategy(r.Strategy) {
+	if _, ok := placement.LookupStrategy(r.Strategy); !ok {
 		return out, bad("routing.strategy", "must be one of %s, got %q", strings.Join(placement.Strategies(), ", "), r.Strategy)
 	}
 	if r.SpillThreshold == "" {
@@ -562,15 +562,6 @@ func (s *FarmSpec) resolveKV(f *Farm) error {
 	}
 	f.NumGPUBlocks = blocks
 	return nil
-}
-
-func validStrategy(s string) bool {
-	for _, n := range placement.Strategies() {
-		if n == s {
-			return true
-		}
-	}
-	return false
 }
 
 // probeGPU returns the first local GPU as NVML reports it (gpu: auto).

@@ -231,8 +231,8 @@ func (rec *recorder) append(tMs int64) {
 		}
 		rs.inFlight.Append(tMs, float64(r.rt.inFlight[i]))
 		homed := 0
-		if r.table != nil {
-			homed = r.table.HomedOn(i)
+		if t := r.router.Table(); t != nil {
+			homed = t.HomedOn(i)
 		}
 		rs.sessions.Append(tMs, float64(homed))
 		rs.active.Append(tMs, float64(p.Sessions))
@@ -412,10 +412,8 @@ func (r *run) countHeld() {
 func (r *run) scrape() {
 	r.refreshSnapshot()
 	r.countHeld()
-	if r.table != nil {
-		r.table.Advance(time.UnixMicro(r.now)) // the active counts as of now, not of the last pick
-		r.table.Fill(&r.snap)
-	}
+	r.router.Advance(time.UnixMicro(r.now)) // the active counts as of now, not of the last pick
+	r.router.Fill(&r.snap)
 	if r.kv != nil {
 		r.kv.admit(r) // conversations that went idle make room
 	}

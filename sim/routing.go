@@ -2,14 +2,14 @@ package sim
 
 import (
 	"fmt"
-	"strings"
+	"math/bits"
 	"time"
 
 	"github.com/lm-warden/warden/placement"
 )
 
-// Routing variants: a strategy name may carry affinity's KV-aware options
-// after "+", e.g. "affinity+kv+priced+admit":
+// Routing variants: a strategy spec (placement.ParseSpec: the registry's
+// grammar) may carry options after "+", e.g. "affinity+kv+priced+admit":
 //
 //	kv        routing.balance: kv          (new conversations by KV headroom)
 //	priced    routing.spill_threshold: priced
@@ -20,121 +20,23 @@ import (
 //	          (nearly) none of its prefix from cache moves on its next turn)
 //
 // Plain "affinity" takes the farm's routing block. A variant's display
-// name, in tables and JSON, lists the options in effect:
-// "affinity (kv, priced, admit)", "affinity (kv, admit 30s)" (a timeout
-// named in the variant is shown); with none it is the strategy's name.
+// name, in tables and JSON, lists the options in effect
+// (placement.EffectiveSpec): "affinity (kv, priced, admit)", "affinity
+// (kv, admit 30s)" (a timeout named in the variant is shown); with none it
+// is the strategy's name.
 
 // variant is one strategy with its options resolved against the farm.
 type variant struct {
-	strategy string // hash | least-loaded | affinity
+	strategy string // a registered strategy
 	name     string // display name
 	cfg      placement.Config
 	timeout  time.Duration // admission timeout; 0: none
 }
 
-// variantOptions are the option words of a variant, in display order.
-var variantOptions = []string{"kv", "priced", "admit", "rehome"}
-
-// Variant is a strategy name parsed: the base strategy and the options of
-// affinity its name gives (not those of a farm's routing block).
-type Variant struct {
-	Strategy string // hash | least-loaded | affinity
-	KV       bool   // +kv: balance kv
-	Priced   bool   // +priced: spill_threshold priced
-	Admit    bool   // +admit or +admit=D: admission kv
-	// AdmissionTimeout is D of admit=D; 0: the farm's.
-	AdmissionTimeout time.Duration
-	Rehome           bool // +rehome: rehome cold
-}
-
-// ParseVariant parses a strategy or a variant of affinity
-// ("affinity+kv+admit=30s"), naming what is wrong.
-func ParseVariant(s string) (Variant, error) {
-	base, opts, _ := strings.Cut(s, "+")
-	o := Variant{Strategy: base}
-	if !validStrategy(base) {
-		return Variant{}, fmt.Errorf("unknown strategy %q (want one of %s, or affinity+OPTION... with options %s, admit=TIMEOUT)",
-			s, strings.Join(placement.Strategies(), ", "), strings.Join(variantOptions, ", "))
-	}
-	if opts == "" {
-		return o, nil
-	}
-	if base != placement.StrategyAffinity {
-		return Variant{}, fmt.Errorf("strategy %q: only affinity takes options (%s)", s, strings.Join(variantOptions, ", "))
-	}
-	for w := range strings.SplitSeq(opts, "+") {
-		name, val, hasVal := strings.Cut(w, "=")
-		switch {
-		case name == "kv" && !hasVal:
-			o.KV = true
-		case name == "priced" && !hasVal:
-			o.Priced = true
-		case name == "admit" && !hasVal:
-			o.Admit = true
-		case name == "rehome" && !hasVal:
-			o.Rehome = true
-		case name == "admit":
-			d, err := time.ParseDuration(val)
-			if err != nil || d <= 0 {
-				return Variant{}, fmt.Errorf("strategy %q: %s: want an admission timeout > 0 such as admit=30s (plain admit takes the farm's routing.admission_timeout)", s, w)
-			}
-			o.Admit, o.AdmissionTimeout = true, d
-		default:
-			return Variant{}, fmt.Errorf("strategy %q: unknown option %q (want %s, admit=TIMEOUT)", s, w, strings.Join(variantOptions, ", "))
-		}
-	}
-	return o, nil
-}
-
-// ValidStrategy reports whether s names a strategy or a variant of
-// affinity ("affinity+kv+priced+admit", "affinity+kv+admit=30s"), naming
-// what is wrong.
-func ValidStrategy(s string) error {
-	_, err := ParseVariant(s)
-	return err
-}
-
-// VariantLabel is the display name of strategy s from the options its
-// name gives, without a farm's routing block: "affinity (kv, admit 30s)",
-// "least-loaded"; s itself when it is not valid.
-func VariantLabel(s string) string {
-	v, err := ParseVariant(s)
-	if err != nil {
-		return s
-	}
-	return v.Label()
-}
-
-// Label lists the options in display order: "affinity (kv, priced,
-// admit 30s)"; with none, the strategy's name.
-func (o Variant) Label() string {
-	var on []string
-	if o.KV {
-		on = append(on, "kv")
-	}
-	if o.Priced {
-		on = append(on, "priced")
-	}
-	if o.Admit {
-		if o.AdmissionTimeout > 0 {
-			on = append(on, "admit "+o.AdmissionTimeout.String())
-		} else {
-			on = append(on, "admit")
-		}
-	}
-	if o.Rehome {
-		on = append(on, "rehome")
-	}
-	if len(on) == 0 {
-		return o.Strategy
-	}
-	return o.Strategy + " (" + strings.Join(on, ", ") + ")"
-}
-
-// newVariant resolves strategy s (ValidStrategy) on farm f with the spill
+// newVariant resolves strategy s (placement.ValidSpec) on farm f with the spill
 // threshold spill (the experiment's, which may override the farm's).
 func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, error) {
-	o, err := ParseVariant(s)
+	o, err := placement.ParseSpec(s)
 	if err != nil {
 		return variant{}, fmt.Errorf("sim: %w", err)
 	}
@@ -148,36 +50,14 @@ func newVariant(f *Farm, s string, spill placement.SpillThreshold) (variant, err
 		Balance:      f.Balance,
 		Admission:    f.Admission,
 	}, timeout: time.Duration(rs.AdmissionTimeout)}
-	if o.KV {
-		v.cfg.Balance = placement.BalanceKV
-	}
-	if o.Priced {
-		v.cfg.Spill = placement.SpillPriced()
-	}
-	if o.Admit {
-		v.cfg.Admission = placement.AdmissionKV
-	}
+	o.Apply(&v.cfg)
 	if o.AdmissionTimeout > 0 {
 		v.timeout = o.AdmissionTimeout
 	}
-	if o.Rehome {
-		v.cfg.Rehome = placement.RehomeCold
-	}
-	if base == placement.StrategyAffinity {
-		// The options in effect, from the variant or the farm's block.
-		// A timeout named in the variant (admit=D) is shown.
-		eff := Variant{Strategy: base, KV: v.cfg.Balance == placement.BalanceKV, Priced: v.cfg.Spill.Priced(),
-			Admit: v.cfg.Admission == placement.AdmissionKV, AdmissionTimeout: o.AdmissionTimeout, Rehome: o.Rehome}
-		v.name = eff.Label()
-	}
+	// The options in effect, from the variant or the farm's block. A
+	// timeout named in the variant (admit=D) is shown.
+	v.name = placement.EffectiveSpec(base, v.cfg, o.AdmissionTimeout).Label()
 	return v, nil
-}
-
-// kvAware reports whether the variant uses footprints, the prefill queue
-// or admission: the run then feeds them to placement.
-func (v variant) kvAware() bool {
-	return v.strategy == placement.StrategyAffinity &&
-		(v.cfg.Balance == placement.BalanceKV || v.cfg.Admission == placement.AdmissionKV || v.cfg.Spill.Priced())
 }
 
 // prefillTokensPerSec is the step-time model's rate of computing a cold
@@ -200,8 +80,6 @@ func prefillTokensPerSec(c *engineConfig) float64 {
 // kvRouter is the router's side of the KV-aware options: what it feeds to
 // placement and the admission FIFO.
 type kvRouter struct {
-	aff     *placement.Affinity
-	shared  int   // the workload's shared system prompt, tokens
 	queue   []int // per replica: Decision.Uncached of requests before their first token
 	waiting placement.WaitQueue[*seq]
 	timeout time.Duration
@@ -211,18 +89,91 @@ type kvRouter struct {
 }
 
 // initKV prepares the run for a KV-aware variant.
-func (r *run) initKV(v variant, sharedPrefix int) {
-	aff, ok := r.policy.(*placement.Affinity)
-	if !ok || !v.kvAware() {
+func (r *run) initKV(v variant) {
+	if !r.router.Traits().Has(placement.TraitKV) {
 		return
 	}
-	r.kv = &kvRouter{aff: aff, shared: sharedPrefix, queue: make([]int, len(r.reps)), timeout: v.timeout}
+	r.kv = &kvRouter{queue: make([]int, len(r.reps)), timeout: v.timeout}
 	rate := prefillTokensPerSec(&r.cfg)
-	capTokens := r.farm.KVTokensPerReplica()
 	for i := range r.snap.Replicas {
-		r.snap.Replicas[i].KVCapacityTokens = capTokens
 		r.snap.Replicas[i].PrefillTokensPerSec = rate
 	}
+}
+
+// Held implements placement.HeldIndex from the block pools: for each
+// replica, the leading blocks of the prompt its prefix cache holds now,
+// walking the chain to the first block it lacks, as vLLM's
+// find_longest_cache_hit does (before the cap that leaves one token to
+// compute). The KV events tell the proxy the same: a block is held from
+// the step that cached it to the allocation that evicts it. With at most
+// 64 replicas the pools keep one index of which replicas hold each hash
+// (heldIndex), and the walk asks it once per block for all of them;
+// beyond, each pool is walked.
+func (r *run) Held(blocks []uint64, blockTokens int, dst []int) ([]int, bool) {
+	if blockTokens != r.cfg.blockSize {
+		return dst, false // ids of another block size: not the pools' keys
+	}
+	if r.heldIdx != nil {
+		return r.heldIdx.leading(blocks, len(r.reps), dst), true
+	}
+	for _, rep := range r.reps {
+		dst = append(dst, heldWalk(rep.pool, blocks))
+	}
+	return dst, true
+}
+
+// heldWalk is how many leading blocks of blocks pool p caches.
+func heldWalk(p *blockPool, blocks []uint64) int {
+	n := 0
+	for _, h := range blocks {
+		if p.lookup(h) < 0 {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// heldIndex records, for every hash cached on some replica of a run of at
+// most 64 replicas, which replicas cache it now (a bit each).
+type heldIndex struct {
+	on map[uint64]uint64
+}
+
+func newHeldIndex() *heldIndex { return &heldIndex{on: make(map[uint64]uint64)} }
+
+func (x *heldIndex) add(hash uint64, replica int) { x.on[hash] |= 1 << replica }
+
+func (x *heldIndex) remove(hash uint64, replica int) {
+	if m := x.on[hash] &^ (1 << replica); m != 0 {
+		x.on[hash] = m
+	} else {
+		delete(x.on, hash)
+	}
+}
+
+// leading appends, for each of n replicas, how many leading blocks of
+// blocks it holds: one lookup per block for all replicas, until none is
+// left holding the chain.
+func (x *heldIndex) leading(blocks []uint64, n int, dst []int) []int {
+	n0 := len(dst)
+	for range n {
+		dst = append(dst, len(blocks))
+	}
+	alive := uint64(1)<<n - 1
+	if n == 64 {
+		alive = ^uint64(0)
+	}
+	for j, h := range blocks {
+		m := x.on[h] & alive
+		for gone := alive &^ m; gone != 0; gone &= gone - 1 {
+			dst[n0+bits.TrailingZeros64(gone)] = j
+		}
+		if alive = m; alive == 0 {
+			break
+		}
+	}
+	return dst
 }
 
 // routed records the prefill estimate of s, placed with d.
@@ -243,16 +194,11 @@ func (k *kvRouter) prefilled(r *run, s *seq) {
 	s.uncached = 0
 }
 
-// finished records a finished request's footprint: its prompt + answer.
-func (k *kvRouter) finished(s *seq) {
-	k.aff.Table().Observe(s.req.Session, s.prompt+s.generated)
-}
-
 // sessionEnded forgets a conversation whose last turn is done (the
 // simulator knows exactly; the proxy waits for the active window) and
 // admits whoever now fits.
 func (k *kvRouter) sessionEnded(r *run, session string) {
-	k.aff.Table().Remove(session)
+	r.router.Forget(session)
 	k.wake(r)
 }
 
@@ -364,7 +310,7 @@ func (r *run) submit(s *seq, home *int) bool {
 		r.checkIdle()
 		return false
 	}
-	if r.kv != nil && r.kv.aff.MustQueue(r.request(s), r.kv.waiting.Len(), time.UnixMicro(r.now)) {
+	if r.kv != nil && r.router.MustQueue(r.request(s), r.kv.waiting.Len(), time.UnixMicro(r.now)) {
 		r.kv.waiting.Push(s, time.UnixMicro(s.sentUs)) // behind the new conversations already waiting
 		r.rt.admissionWaits++
 		return true
@@ -383,23 +329,18 @@ func (r *run) submit(s *seq, home *int) bool {
 	return true
 }
 
-// observeHits tells a policy that re-homes cold conversations what the
-// replica of s, which finished, served of its prompt from its prefix
-// cache at its first admission (what vLLM's answer reports as its cached
-// tokens), as the proxy does from each answer's usage (live's
-// model.observeHits). Other policies are told nothing, so their runs are
-// unchanged.
+// observeHits tells the router what the replica of s, which finished,
+// served of its prompt from its prefix cache at its first admission (what
+// vLLM's answer reports as its cached tokens), as the proxy does from each
+// answer's usage (live's model.observeHits).
 func (r *run) observeHits(s *seq) {
-	if r.table == nil || s.req.Session == "" || s.replica < 0 {
-		return
+	if s.replica >= 0 {
+		r.router.Served(s.req.Session, s.replica, s.prompt, s.cachedTokens, s.generated)
 	}
-	if a, ok := r.policy.(*placement.Affinity); !ok || a.Config().Rehome != placement.RehomeCold {
-		return
-	}
-	r.table.ObserveHits(s.req.Session, s.replica, s.prompt, s.cachedTokens, s.generated)
 }
 
-// request fills r.preq for s.
+// request fills r.preq for s: its prompt as the trace's block ids (the
+// pools' keys, placement.Prompt) and its request number.
 func (r *run) request(s *seq) *placement.Request {
 	r.preq = placement.Request{
 		Session:      s.req.Session,
@@ -407,9 +348,11 @@ func (r *run) request(s *seq) *placement.Request {
 		Model:        r.model,
 		PromptTokens: s.prompt,
 		Pinned:       placement.NoPin,
+		ID:           uint64(s.id),
+		Prompt:       placement.Prompt{BlockTokens: r.cfg.blockSize, Blocks: s.req.HashIDs},
 	}
-	if r.kv != nil {
-		r.preq.SharedPrefixTokens = min(r.kv.shared, s.prompt)
+	if r.kv != nil || r.router.ReadsHeld() {
+		r.preq.SharedPrefixTokens = min(r.shared, s.prompt)
 	}
 	return &r.preq
 }
@@ -417,14 +360,12 @@ func (r *run) request(s *seq) *placement.Request {
 // pick asks the router for s's replica.
 func (r *run) pick(s *seq) (placement.Decision, error) {
 	req := r.request(s)
-	if r.table != nil {
-		r.table.Fill(&r.snap)
-	}
+	r.router.Fill(&r.snap)
 	if r.front != nil {
 		r.connect(s)
 		return r.front.pick(s.apiServer, req)
 	}
-	return r.policy.Pick(req, &r.snap, time.UnixMicro(r.now))
+	return r.router.Pick(req, &r.snap, time.UnixMicro(r.now))
 }
 
 // homeOf returns the home slot of s's client in a closed loop, else nil.
@@ -451,11 +392,9 @@ func (r *run) place(s *seq, d placement.Decision, home *int) {
 		}
 		r.rt.stay.Add(s.turn > 0, *home, rp)
 	}
-	if r.turnEnds && r.table != nil && s.req.Session != "" {
-		// Sent now: held until it ends (onDone) and for its return timeout
-		// after, as the proxy's pick starts it in the table.
-		r.table.Start(s.req.Session, time.UnixMicro(r.now))
-	}
+	// Sent now: held until it ends (onDone) and for its return timeout
+	// after, as the proxy's pick starts it in the table (TurnEnds).
+	r.router.Sent(s.req.Session, time.UnixMicro(r.now))
 	if r.kv != nil {
 		r.kv.routed(r, s, d)
 	}

@@ -49,22 +49,14 @@ func TestParseFarmRouting(t *testing.T) {
 
 func TestVariants(t *testing.T) {
 	f := mustDefaultFarm(t)
+	// The grammar's cases are placement's (TestParseSpec); here, that a
+	// spec reaches the run with its label and its errors.
 	for _, tt := range []struct{ strategy, name, err string }{
 		{"affinity", "affinity", ""},
 		{"least-loaded", "least-loaded", ""},
-		{"affinity+kv", "affinity (kv)", ""},
-		{"affinity+admit+priced+kv", "affinity (kv, priced, admit)", ""},
-		{"affinity+kv+admit=30s", "affinity (kv, admit 30s)", ""},
 		{"affinity+admit=1m30s+priced", "affinity (priced, admit 1m30s)", ""},
-		{"affinity+rehome", "affinity (rehome)", ""},
-		{"affinity+rehome+kv", "affinity (kv, rehome)", ""},
-		{"affinity+rehome=1", "", `unknown option "rehome=1"`},
-		{"affinity+admit=0s", "", "want an admission timeout > 0"},
-		{"affinity+admit=soon", "", "admit=soon: want an admission timeout > 0"},
-		{"affinity+kv=1", "", `unknown option "kv=1"`},
+		{placement.PeerLLMD, placement.PeerLLMD, ""},
 		{"affinity+fast", "", `unknown option "fast"`},
-		{"hash+kv", "", "only affinity takes options"},
-		{"random", "", `unknown strategy "random"`},
 	} {
 		v, err := newVariant(f, tt.strategy, f.Spill)
 		switch {
@@ -89,11 +81,11 @@ func TestVariants(t *testing.T) {
 	if v, _ := newVariant(g, "affinity+admit=45s", g.Spill); v.timeout != 45*time.Second || v.name != "affinity (admit 45s)" {
 		t.Errorf("admit=45s on a farm with admission: kv: timeout %v, name %q", v.timeout, v.name)
 	}
-	if got := VariantLabel("affinity+admit+kv=x"); got != "affinity+admit+kv=x" {
-		t.Errorf("VariantLabel of a bad variant = %q, want it unchanged", got)
+	if got := placement.SpecLabel("affinity+admit+kv=x"); got != "affinity+admit+kv=x" {
+		t.Errorf("SpecLabel of a bad variant = %q, want it unchanged", got)
 	}
-	if got := VariantLabel("affinity+admit=20s+kv"); got != "affinity (kv, admit 20s)" {
-		t.Errorf("VariantLabel = %q", got)
+	if got := placement.SpecLabel("affinity+admit=20s+kv"); got != "affinity (kv, admit 20s)" {
+		t.Errorf("SpecLabel = %q", got)
 	}
 	if r := mustRun(t, f, "affinity"); r.kv != nil {
 		t.Error("plain affinity feeds the KV-aware router: defaults must be unchanged")

@@ -11,17 +11,21 @@ import (
 // run is one strategy on one farm: the replicas, the router in front of
 // them, the event heap and the metric recorder. It runs on one goroutine.
 type run struct {
-	farm     *Farm
-	model    string
-	cfg      engineConfig
-	reps     []*replica
-	policy   placement.Policy
-	table    *placement.Table // the policy's session table, or nil
+	farm  *Farm
+	model string
+	cfg   engineConfig
+	reps  []*replica
+	// router drives the placement policy (placement.Router): its session
+	// table, the admission rule, what each request's start and end tell it.
+	router   *placement.Router
 	snap     placement.Snapshot
 	preq     placement.Request
 	ev       eventHeap
 	now      int64
 	scrapeUs int64
+	// refreshUs > 0 is the policy's own scrape interval (placement.Scraper,
+	// shorter than scrapeUs): the snapshot's gauges are refreshed at it.
+	refreshUs int64
 
 	lastScrape int64 // time of the last scrape written, -1 before the first
 	rec        *recorder
@@ -64,16 +68,15 @@ type run struct {
 
 	// kv feeds affinity's KV-aware options and holds its admission FIFO
 	// (routing.go); nil for every other variant.
-	kv   *kvRouter
-	name string // the variant's display name (routing.go)
+	kv *kvRouter
+	// shared is the workload's shared system prompt, in tokens (0 for a
+	// trace): Request.SharedPrefixTokens of the policies that read it.
+	shared int
+	// heldIdx indexes which replicas hold each hash, for a policy that
+	// reads Prompt.Held on a farm of at most 64 replicas (routing.go).
+	heldIdx *heldIndex
+	name    string // the variant's display name (routing.go)
 
-	// turnEnds: the router is told when each request is sent and when it
-	// ends (Table.Start and Table.Finish, as the proxy calls them), so a
-	// conversation holds KV headroom while a request of it is in flight
-	// and for its return timeout after (placement's "Held
-	// conversations"). Without it (the closed and open loops) the table
-	// holds every active conversation, Held == Active.
-	turnEnds bool
 	// clientRetries is how many times a client sends a request again
 	// after it was refused for admission (429/529 with Retry-After): the
 	// SDKs' default for a session replay (sdkMaxRetries), 0 for the closed
@@ -165,11 +168,12 @@ type driver interface {
 // newRunLean returns a run of strategy (with the spill threshold spill) on
 // a fresh copy of f's replicas, with a lean recorder when lean is set (its
 // store holds only the series of rowKPIs).
-func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean bool) (*run, error) {
+func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean bool, seed uint64) (*run, error) {
 	vr, err := newVariant(f, strategy, spill)
 	if err != nil {
 		return nil, err
 	}
+	vr.cfg.Seed = seed // the tie-breaks of a policy that draws (the peers')
 	pol, err := placement.New(vr.strategy, vr.cfg)
 	if err != nil {
 		return nil, err
@@ -179,14 +183,11 @@ func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean b
 		farm:       f,
 		model:      f.Spec.Model,
 		cfg:        newEngineConfig(f),
-		policy:     pol,
+		router:     placement.NewRouter(pol, nil),
 		scrapeUs:   time.Duration(f.Spec.ScrapeInterval).Microseconds(),
 		lastScrape: -1,
 		name:       vr.name,
 		forgetFrom: -1,
-	}
-	if t, ok := pol.(interface{ Table() *placement.Table }); ok {
-		r.table = t.Table()
 	}
 	n := f.Spec.Replicas
 	ever := newEverSet(n)
@@ -201,12 +202,23 @@ func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean b
 		if !lean { // inter-token latencies go to an engine histogram only
 			r.reps[i].nextTokens = r.onNextTokens
 		}
-		r.snap.Replicas[i] = placement.Replica{ID: i, Healthy: true}
+		// The KV cache's size is known to every router, as vLLM's
+		// cache_config_info tells it (llm-d sizes its index by it).
+		r.snap.Replicas[i] = placement.Replica{ID: i, Healthy: true, KVCapacityTokens: f.KVTokensPerReplica()}
 		r.rt.requests[i] = make([]int64, numReasons)
 	}
 	r.doneFn = r.onDone
 	r.rec = newRecorder(r, lean)
-	r.initKV(vr, 0)
+	r.initKV(vr)
+	if r.router.ReadsHeld() {
+		r.router.SetHeld(r) // the block pools say what each replica holds (routing.go)
+		if n <= 64 {
+			r.heldIdx = newHeldIndex()
+			for i, rep := range r.reps {
+				rep.pool.held, rep.pool.heldID = r.heldIdx, i
+			}
+		}
+	}
 	return r, nil
 }
 
@@ -250,6 +262,9 @@ func (r *run) loop(ctx context.Context, until int64) error {
 			}
 		case evRelease:
 			r.front.release(e.arg)
+		case evRefresh:
+			r.refreshSnapshot()
+			r.ev.push(r.now+r.refreshUs, evRefresh, 0)
 		case evAdmit:
 			r.kv.admitQueued = false
 			r.kv.admit(r)
@@ -411,28 +426,27 @@ func (r *run) onDone(s *seq, finished bool) {
 	if r.kv != nil {
 		r.kv.prefilled(r, s)
 	}
+	if r.router.Tracks() {
+		r.router.Finished(r.request(s), rp, time.UnixMicro(r.now))
+	}
 	if finished {
 		r.rt.finished++
 		r.rec.observeFinished(s, r.now)
 		r.observeHits(s)
 	}
-	switch {
-	case r.turnEnds && r.table != nil:
-		r.turnEnded(s, finished)
-	case finished && r.kv != nil:
-		r.kv.finished(s)
-	}
+	r.turnEnded(s, finished)
 	r.logRequest(s, finished)
 	r.drv.done(r, s, finished)
 	r.seqFree = append(r.seqFree, s)
 	r.checkIdle()
 }
 
-// turnEnded tells the table that s ended now, as the proxy's finish does
+// turnEnded tells the router that s ended now, as the proxy's finish does
 // (live/call.go call.finish): with the conversation's footprint, prompt +
-// answer tokens, when it finished, else none (0 keeps the last one). The
-// conversation stays held for its return timeout; as the proxy wakes its
-// front waiter at every request's end, admission looks again.
+// answer tokens, when it finished, else none (0 keeps the last one). When
+// the router is told turn ends (a session replay) the conversation stays
+// held for its return timeout and, as the proxy wakes its front waiter at
+// every request's end, admission looks again.
 func (r *run) turnEnded(s *seq, finished bool) {
 	if s.req.Session == "" {
 		return
@@ -441,8 +455,8 @@ func (r *run) turnEnded(s *seq, finished bool) {
 	if finished {
 		tokens = s.prompt + s.generated
 	}
-	r.table.Finish(s.req.Session, tokens, time.UnixMicro(r.now))
-	if r.kv != nil {
+	r.router.Ended(s.req.Session, tokens, time.UnixMicro(r.now))
+	if r.kv != nil && r.router.TurnEnds && r.router.Table() != nil {
 		r.kv.wake(r)
 	}
 }
@@ -455,6 +469,9 @@ func (r *run) turnEnded(s *seq, finished bool) {
 func (r *run) onFirstToken(s *seq) {
 	if r.kv != nil {
 		r.kv.prefilled(r, s)
+	}
+	if r.router.Tracks() {
+		r.router.FirstToken(r.request(s), s.replica, time.UnixMicro(r.now))
 	}
 	if s.censored {
 		r.rec.observeFirstToken(s, -1)

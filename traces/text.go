@@ -26,6 +26,11 @@ const (
 	TextBlockBytes    = TextBlockTokens * TextBytesPerToken
 )
 
+// EmulatorBlockKey keys the block ids of `warden emulate`'s engines
+// (TextBlockIDs of the canonical text), which its KV events publish: a
+// proxy that computes a prompt's ids with it finds them in those events.
+const EmulatorBlockKey = "warden emulate"
+
 // BillingPrefix starts Claude Code's per-request system block (it carries a
 // changing cch= value); the canonical text skips it in system prompts.
 const BillingPrefix = "x-anthropic-billing-header:"

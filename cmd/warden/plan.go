@@ -18,6 +18,7 @@ import (
 
 	"github.com/lm-warden/warden/calibrate"
 	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/web"
@@ -172,7 +173,7 @@ that runs; --quiet silences both.`,
 	f.IntVar(&opts.Concurrency, "concurrency", 0, "concurrent sessions the answer is for (0: the highest --sessions level)")
 	f.StringVar(&opts.Headroom, "headroom", headroomFlag(def), `a farm meets only if it also meets the targets at this much more load, a percentage ("20" or "20%"; 0: none)`)
 	f.DurationVar(&opts.Duration, "duration", time.Duration(def.Duration), "simulated time of one sessions level (at least 1s)")
-	f.StringSliceVar(&opts.Strategies, "strategies", def.Strategies, "strategies to try: hash, least-loaded, affinity, or affinity's variants with options kv, priced, admit, admit=TIMEOUT (affinity+kv+admit=30s; each is one more routing per spill threshold)")
+	f.StringSliceVar(&opts.Strategies, "strategies", def.Strategies, "strategies to try: "+placement.OptionsHelp()+" (affinity+kv+admit=30s; each is one more routing per spill threshold)")
 	f.StringSliceVar(&opts.Spills, "spill-thresholds", def.SpillThresholds, "affinity spill thresholds to try: auto or requests in flight")
 	f.Uint64Var(&opts.Seed, "seed", def.Seed, "seed of the synthetic sessions (the band adds the next two)")
 	f.DurationVar(&opts.TargetTTFBP95, "target-ttfb-p95", time.Duration(def.Targets.TTFBP95MaxS*float64(time.Second)), "target: TTFB p95 at most this (0: none)")

@@ -108,7 +108,7 @@ the Anthropic and OpenAI SDKs do.`,
 	f := cmd.Flags()
 	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML (default: the built-in 4 x RTX A4000 example)")
 	f.StringVar(&opts.Workload, "workload", "", "workload YAML (default: the product's agent sessions)")
-	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: hash, least-loaded, affinity, or a variant of affinity with options kv, priced, admit, admit=TIMEOUT, rehome (affinity+kv+priced+admit, affinity+kv+admit=30s, affinity+rehome)")
+	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: "+placement.OptionsHelp()+" (affinity+kv+priced+admit, affinity+kv+admit=30s, affinity+rehome)")
 	f.IntSliceVar(&opts.Sessions, "sessions", sim.DefaultSessions, "concurrent sessions of each step")
 	f.DurationVar(&opts.Duration, "duration", sim.DefaultDuration, "simulated time of each step, at least 1s (with --trace: default and 0 = to the end of the trace)")
 	f.DurationVar(&opts.MaxSimTime, "max-sim-time", defaultMaxSimTime, "refuse more simulated time than this, steps together (memory grows with the requests simulated, ~13 KB each); 0: no bound")
@@ -189,7 +189,7 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 	}
 	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed}
 	for _, s := range o.Strategies {
-		if err := sim.ValidStrategy(s); err != nil {
+		if err := placement.ValidSpec(s); err != nil {
 			return e, fmt.Errorf("--strategies: %w", err)
 		}
 	}

@@ -32,18 +32,18 @@ type tuneOptions struct {
 	JSON     bool
 }
 
-// defaultTuneVariants are the routings `warden tune` compares: the three
-// strategies, then affinity's options one by one and combined. Admission
-// is tried at three timeouts around the proxy's default (30 s); priced
-// runs in the proxy with prefill_tokens_per_s: metrics (each replica's
-// rate measured from vLLM's prefill-time histogram).
-var defaultTuneVariants = []string{
-	"hash", "least-loaded", "affinity",
+// defaultTuneVariants are the routings `warden tune` compares: the
+// strategies the proxy serves (the registry's), then affinity's options
+// one by one and combined. Admission is tried at three timeouts around the
+// proxy's default (30 s); priced runs in the proxy with
+// prefill_tokens_per_s: metrics (each replica's rate measured from vLLM's
+// prefill-time histogram).
+var defaultTuneVariants = append(placement.ProxyStrategies(),
 	"affinity+kv",
 	"affinity+admit=10s", "affinity+admit=30s", "affinity+admit=60s",
 	"affinity+kv+admit=10s", "affinity+kv+admit=30s", "affinity+kv+admit=60s",
 	"affinity+priced", "affinity+kv+priced+admit=30s",
-}
+)
 
 func newTuneCmd() *cobra.Command {
 	opts := &tuneOptions{}
@@ -98,6 +98,10 @@ options kv, priced, admit or admit=TIMEOUT, rehome joined by "+", as warden sim
 --strategies takes them. The default list is the three strategies, kv,
 admit and kv+admit at 10s, 30s and 60s, priced and kv+priced+admit.
 
+The peers' routers (` + strings.Join(placement.PeerNames(), ", ") + `) replay
+too, for comparison; the proxy does not serve them, so they are never the
+reference or the recommendation.
+
 The recommendation is ` + planner.TuneRule + `
 
 The same seed gives byte-identical output.`,
@@ -113,7 +117,7 @@ The same seed gives byte-identical output.`,
 	f.StringSliceVar(&opts.Journals, "journal", nil, "the proxy's journal: files, globs or a directory (rotated files FILE.N are replayed oldest first)")
 	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML the journal is replayed on")
 	f.StringVar(&opts.Model, "model", "", "replay only the journal's requests for this model (needed when it has several)")
-	f.StringSliceVar(&opts.Variants, "variants", defaultTuneVariants, "routing variants to compare: hash, least-loaded, affinity, affinity+OPTION... with kv, priced, admit, admit=TIMEOUT, rehome")
+	f.StringSliceVar(&opts.Variants, "variants", defaultTuneVariants, "routing variants to compare: "+placement.OptionsHelp())
 	f.Uint64Var(&opts.Seed, "seed", 1, "seed of the simulation (vLLM front end, ties)")
 	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON")
 	_ = cmd.MarkFlagRequired("journal")
@@ -127,7 +131,7 @@ func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
 		return err
 	}
 	for _, v := range o.Variants {
-		if err := sim.ValidStrategy(v); err != nil {
+		if err := placement.ValidSpec(v); err != nil {
 			return fmt.Errorf("--variants: %w", err)
 		}
 	}
@@ -173,7 +177,7 @@ func routingOf(f *sim.Farm) farmRouting {
 // routingYAML is the recommended routing as the model's entry under
 // models: in the proxy config (live.ModelCfg's keys), without its url or
 // replicas, which stay as the operator has them.
-func routingYAML(model string, v sim.Variant, fr farmRouting) string {
+func routingYAML(model string, v placement.Spec, fr farmRouting) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "models:\n  - name: %s\n", yamlString(model))
 	fmt.Fprintf(&b, "    strategy: %s\n", v.Strategy)
@@ -207,6 +211,9 @@ func routingYAML(model string, v sim.Variant, fr farmRouting) string {
 		if v.Rehome { // only when on: off is the proxy's default
 			fmt.Fprintf(&b, "    rehome: %s\n", placement.RehomeCold)
 		}
+		if v.Prefix { // it reads the replicas' KV events: the operator names them
+			fmt.Fprintf(&b, "    prefix: %s # with kv_events: {endpoint: tcp://HOST:PORT} (vLLM's --kv-events-config)\n", placement.PrefixHeld)
+		}
 	}
 	return b.String()
 }
@@ -234,7 +241,11 @@ func tuneProxyConfig(block string, replicas int) string {
 	for i := range urls {
 		urls[i] = fmt.Sprintf("http://127.0.0.1:%d", 8000+i)
 	}
-	return "listen: 127.0.0.1:8080\nauth: passthrough\n" + block + "    replicas: [" + strings.Join(urls, ", ") + "]\n"
+	events := ""
+	if strings.Contains(block, "    prefix: "+placement.PrefixHeld.String()) {
+		events = "    kv_events: {endpoint: \"tcp://127.0.0.1:5557\"}\n" // the operator's, as the replicas
+	}
+	return "listen: 127.0.0.1:8080\nauth: passthrough\n" + block + events + "    replicas: [" + strings.Join(urls, ", ") + "]\n"
 }
 
 // tuneFarm loads the farm with the proxy's routing defaults in place of its
@@ -286,8 +297,11 @@ func writeTune(w io.Writer, res *planner.TuneResult, farm *sim.Farm) error {
 			adm = fmt.Sprintf("%d / %d / %d", v.AdmissionWaits, v.AdmissionRefused, v.AdmissionRetries)
 		}
 		mark := ""
-		if i == res.Recommended {
+		switch {
+		case i == res.Recommended:
 			mark = "  <- recommended"
+		case v.Peer:
+			mark = "  (a peer's router: the proxy does not serve it)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d / %d\t%s\n", v.Name,
 			num.Format(float64(v.PrefixHitPct), 1), num.Format(float64(v.TTFBP50), 2), num.Format(float64(v.TTFBP95), 2),

@@ -13,7 +13,6 @@ import (
 	"github.com/lm-warden/warden/live"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/planner"
-	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
 
@@ -170,9 +169,12 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 		{variant: "affinity+kv+priced+admit=30s", spill: "auto", strategy: "affinity", balance: "kv", admit: "kv", timeout: 30 * time.Second},
 		{variant: "affinity+rehome", spill: "auto", strategy: "affinity", balance: "sessions", admit: "off"},
 		{variant: "affinity+kv+rehome", spill: "auto", strategy: "affinity", balance: "kv", admit: "off"},
+		// The held prefix reads the replicas' KV events: the block says so
+		// and loads once the operator names them (checkRoutingYAML does).
+		{variant: "affinity+prefix", spill: "auto", err: "held reads what each replica holds from its KV events: set models[0].kv_events"},
 	} {
 		t.Run(tt.variant+"/"+tt.spill, func(t *testing.T) {
-			v, err := sim.ParseVariant(tt.variant)
+			v, err := placement.ParseSpec(tt.variant)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,6 +188,9 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 				spill = placement.SpillPriced()
 			}
 			block := routingYAML("Qwen/Qwen3-4B-Instruct-2507", v, farmRouting{spill: spill, ttl: 10 * time.Minute, window: 45 * time.Second})
+			if err := checkRoutingYAML(block, 2); err != nil {
+				t.Fatalf("tune's own check refuses its block: %v\n%s", err, block)
+			}
 			m, err := loadRouting(t, block)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {
@@ -229,7 +234,7 @@ func TestTuneRoutingLoadsInProxy(t *testing.T) {
 		})
 	}
 	// A model name that YAML would misread is quoted.
-	if m, err := loadRouting(t, routingYAML("coder: fast", sim.Variant{Strategy: "hash"}, farmRouting{})); err != nil || m.Name != "coder: fast" {
+	if m, err := loadRouting(t, routingYAML("coder: fast", placement.Spec{Strategy: placement.StrategyHash}, farmRouting{})); err != nil || m.Name != "coder: fast" {
 		t.Errorf("a model named %q: %v, %+v", "coder: fast", err, m)
 	}
 }
