@@ -77,7 +77,7 @@ func TestGatewayThroughAnExtProcPicker(t *testing.T) {
 	}
 	pickerLn, adminLn := listen(t), listen(t)
 	serve(t, func(ctx context.Context) error {
-		return epp.New(ls, epp.WithLogger(slog.New(slog.DiscardHandler))).Serve(ctx, pickerLn, adminLn)
+		return epp.New(ls, epp.WithLogger(slog.New(slog.DiscardHandler))).Serve(ctx, epp.Listeners{ExtProc: pickerLn, Admin: adminLn})
 	})
 	conn, err := grpc.NewClient(pickerLn.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
