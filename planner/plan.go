@@ -205,7 +205,7 @@ func bad(key, format string, args ...any) error {
 // withDefaults returns the plan with its zero fields filled and its
 // sessions sorted, the concurrency and its headroom level among them.
 func (p Plan) withDefaults() Plan {
-	if p.Workload.Trace == "" && p.Workload.Workload == (traces.Workload{}) {
+	if p.Workload.Trace == "" && p.Workload.Workload.IsZero() {
 		p.Workload.Workload = traces.DefaultWorkload()
 	}
 	if len(p.Strategies) == 0 {

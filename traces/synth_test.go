@@ -197,14 +197,24 @@ func TestGeneratorSubagents(t *testing.T) {
 	if got[w.Turns].ID != "s000001" {
 		t.Fatalf("after the subagents came %s, want s000001", got[w.Turns].ID)
 	}
-	// Subagents do not perturb the parent: its blocks equal a run without them.
+	// A turn after a spawn adds the subagents' answers (the tool's result)
+	// at once; the parent's other turns are those of a run without them.
 	w0 := w
 	w0.SubagentProbability = 0
 	plain, _ := NewGenerator(w0, 16, 1).NextSession()
-	for i := range plain.Turns {
-		if !slices.Equal(plain.Turns[i].HashIDs, got[0].Turns[i].HashIDs) {
-			t.Fatalf("turn %d of the parent changed when subagents were spawned", i)
+	if !slices.Equal(plain.Turns[0].HashIDs, got[0].Turns[0].HashIDs) {
+		t.Fatal("the parent's first turn changed when subagents were spawned")
+	}
+	for i := 1; i < w.Turns; i++ {
+		r, prev := got[0].Turns[i], got[0].Turns[i-1]
+		sub := got[i] // the one subagent spawned after turn i-1
+		if add := r.PromptTokens - prev.PromptTokens - prev.OutputTokens; add != sub.Turns[len(sub.Turns)-1].OutputTokens || r.ThinkMs != 0 {
+			t.Fatalf("turn %d adds %d tokens after %d ms, want the subagent's answer (%d) at once", i, add, r.ThinkMs, sub.Turns[len(sub.Turns)-1].OutputTokens)
 		}
+	}
+	fam, _ := NewGenerator(w, 16, 1).NextFamily()
+	if len(fam.Subagents) != w.Turns-1 || fam.Subagents[2].ParentTurn != 2 || fam.Subagents[2].ID != "s000000.sub3" {
+		t.Fatalf("NextFamily: %d subagents attached, want %d in spawn order", len(fam.Subagents), w.Turns-1)
 	}
 }
 
