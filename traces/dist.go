@@ -235,6 +235,23 @@ func (d Dist[U]) check(lo float64) string {
 	return ""
 }
 
+// checkBounded is check with an upper bound hi on every draw: a
+// distribution with a tail (lognormal, exponential) must say its max, as
+// a real agent truncates what it reads, and nothing may pass hi.
+func (d Dist[U]) checkBounded(lo, hi float64) string {
+	if why := d.check(lo); why != "" {
+		return why
+	}
+	var u U
+	switch {
+	case d.Mean > hi || d.Max > hi || d.Min > hi:
+		return fmt.Sprintf("must stay within %s", u.format(hi))
+	case (d.shape() == DistLognormal || d.shape() == DistExponential) && d.Max == 0:
+		return fmt.Sprintf("a %s has a tail: give its max (what the agent truncates to)", d.shape())
+	}
+	return ""
+}
+
 // distYAML is the mapping form of a Dist.
 type distYAML struct {
 	Dist  string `yaml:"dist,omitempty"`

@@ -284,6 +284,16 @@ func FuzzParseWorkload(f *testing.F) {
 	f.Add([]byte("output_tokens_mean: .nan\nthink_time: 5\n"))
 	f.Add([]byte("a: &x [1]\nturns: *x\n---\nturns: 0\n"))
 	f.Add([]byte("- 1\n"))
+	for _, name := range PresetNames() {
+		data, err := PresetSource(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("additions:\n  - {kind: tool, weight: 1, tokens: {mean: 5, sigma: 2, max: 9}, think: {dist: uniform, min: 1s, max: 2s}}\n"))
+	f.Add([]byte("agents:\n  - {workload: codex, weight: 1}\n  - {name: x, weight: 2, turns: 3}\n"))
+	f.Add([]byte("context_limit: 20000\nsummary_tokens: {dist: exponential, mean: 900, max: 5000}\ncompact_at: 0.5\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		w, err := ParseWorkload(data, "fuzz.yaml")
 		if err != nil {
@@ -294,6 +304,61 @@ func FuzzParseWorkload(f *testing.F) {
 		}
 		if err := w.Validate(); err != nil {
 			t.Fatalf("accepted a workload that does not validate: %v", err)
+		}
+	})
+}
+
+// FuzzWorkloadSessions: any workload the parser accepts generates sessions
+// that keep the invariants every driver relies on (sizes only, and
+// workloads small enough to generate in a fuzz run).
+func FuzzWorkloadSessions(f *testing.F) {
+	for _, name := range PresetNames() {
+		data, _ := PresetSource(name)
+		f.Add(data, uint64(1))
+	}
+	f.Add([]byte("turns: 30\ncontext_limit: 9000\nsystem_prompt_tokens: 100\nfirst_message_tokens: 500\nsummary_tokens: {mean: 300, sigma: 1, max: 2000}\nnew_tokens_per_turn: 700\nsubagent_probability: 0.5\nsubagent_parallel: {dist: uniform, min: 1, max: 3}\nsubagent_session: parent\n"), uint64(2))
+	f.Add([]byte("agents:\n  - {name: a, weight: 1, turns: 2}\n  - {name: b, weight: 1, additions: [{kind: user, weight: 1, tokens: 0}]}\n"), uint64(3))
+	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
+		w, err := ParseWorkload(data, "fuzz.yaml")
+		if err != nil {
+			return
+		}
+		shapes := []Workload{w}
+		for _, a := range w.Agents {
+			shapes = append(shapes, a.Shape)
+		}
+		for _, s := range shapes {
+			turns := s.Turns
+			if s.TurnsSigma > 0 {
+				turns = s.TurnsMax
+			}
+			if turns > 300 || s.SubagentTurns > 300 || (s.SubagentProbability > 0 && (s.SubagentParallel.Max > 8 || s.SubagentParallel.Mean > 8)) {
+				return // too large to generate here
+			}
+		}
+		g := NewGenerator(w, 16, seed)
+		g.noHash = true
+		for range 3 {
+			fam, _ := g.NextFamily()
+			all := append([]Session{fam}, fam.Subagents...)
+			for _, s := range all {
+				if len(s.Turns) == 0 {
+					t.Fatalf("%s: no request", s.ID)
+				}
+				for j, r := range s.Turns {
+					if r.PromptTokens < 1 || r.OutputTokens < 1 || r.ThinkMs < 0 {
+						t.Fatalf("%s request %d: prompt %d, output %d, think %d", s.ID, j, r.PromptTokens, r.OutputTokens, r.ThinkMs)
+					}
+					if j == 0 && r.ThinkMs != 0 {
+						t.Fatalf("%s: a first request after a pause", s.ID)
+					}
+				}
+			}
+			for _, sub := range fam.Subagents {
+				if sub.Parent != fam.ID || sub.ParentTurn < 0 || sub.ParentTurn >= len(fam.Turns)-1 {
+					t.Fatalf("subagent %s of %s after request %d of %d", sub.ID, fam.ID, sub.ParentTurn, len(fam.Turns))
+				}
+			}
 		}
 	})
 }

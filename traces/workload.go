@@ -291,12 +291,35 @@ func (w Workload) validateShape(top bool) error {
 		return &FieldError{Key: key, Reason: fmt.Sprintf(format, args...)}
 	}
 	switch {
+	case w.Turns > MaxTurns:
+		return bad("turns", "must be at most %d, got %d", MaxTurns, w.Turns)
+	case w.SystemPromptTokens > MaxTokens || w.FirstMessageTokens > MaxTokens || w.NewTokensPerTurn > MaxTokens || w.SubagentTaskTokens > MaxTokens:
+		key := "system_prompt_tokens"
+		switch {
+		case w.FirstMessageTokens > MaxTokens:
+			key = "first_message_tokens"
+		case w.NewTokensPerTurn > MaxTokens:
+			key = "new_tokens_per_turn"
+		case w.SubagentTaskTokens > MaxTokens:
+			key = "subagent_task_tokens"
+		}
+		return bad(key, "must be at most %d tokens", MaxTokens)
+	case w.SubagentTurns > MaxTurns:
+		return bad("subagent_turns", "must be at most %d, got %d", MaxTurns, w.SubagentTurns)
 	case !(w.TurnsSigma >= 0 && w.TurnsSigma <= 4):
 		return bad("turns_sigma", "must be in [0, 4], got %g", w.TurnsSigma)
-	case w.TurnsMax < 0:
-		return bad("turns_max", "must be >= 0 (0: no bound), got %d", w.TurnsMax)
-	case w.ContextLimit < 0:
-		return bad("context_limit", "must be >= 0 (0: no compaction), got %d", w.ContextLimit)
+	case w.TurnsMax < 0 || w.TurnsMax > MaxTurns:
+		return bad("turns_max", "must be in [0, %d] (0: no bound), got %d", MaxTurns, w.TurnsMax)
+	case w.TurnsSigma > 0 && w.TurnsMax == 0:
+		return bad("turns_max", "required with turns_sigma: a heavy tail of turns needs a bound")
+	case w.ContextLimit < 0 || w.ContextLimit > MaxTokens:
+		return bad("context_limit", "must be in [0, %d] tokens (0: no compaction), got %d", MaxTokens, w.ContextLimit)
+	case w.SubagentSystemPromptTokens > MaxTokens || w.CompactPromptTokens > MaxTokens:
+		key := "subagent_system_prompt_tokens"
+		if w.CompactPromptTokens > MaxTokens {
+			key = "compact_prompt_tokens"
+		}
+		return bad(key, "must be at most %d tokens", MaxTokens)
 	case !(w.CompactAt >= 0 && w.CompactAt <= 1):
 		return bad("compact_at", "must be a fraction of context_limit in (0, 1] (0: %g), got %g", DefaultCompactAt, w.CompactAt)
 	case w.CompactPromptTokens < 0:
@@ -310,16 +333,23 @@ func (w Workload) validateShape(top bool) error {
 	}
 	if w.ContextLimit > 0 {
 		if w.SummaryTokens.IsZero() {
-			return bad("summary_tokens", "required with context_limit: the size of the summary a compaction leaves")
+			return bad("context_limit", "needs summary_tokens: the size of the summary a compaction leaves")
 		}
-		if why := w.SummaryTokens.check(1); why != "" {
+		if why := w.SummaryTokens.checkBounded(1, MaxTokens); why != "" {
 			return bad("summary_tokens", "%s", why)
 		}
 		// The smallest context a compaction can leave: the system prompt
 		// and the summary's least size.
 		floor := w.SystemPromptTokens + int(max(1, w.SummaryTokens.Min))
-		if at := w.compactAt() * float64(w.ContextLimit); at <= float64(floor) {
+		at := w.compactAt() * float64(w.ContextLimit)
+		if at <= float64(floor) {
 			return bad("context_limit", "compact_at x context_limit = %.0f tokens leaves no room beyond the system prompt (%d) and the summary", at, w.SystemPromptTokens)
+		}
+		if first := float64(w.SystemPromptTokens) + float64(w.FirstMessageTokens)*(1+w.FirstMessageSpread); first > at {
+			return bad("context_limit", "compact_at x context_limit = %.0f tokens is below a first prompt (system prompt and first message: up to %.0f)", at, first)
+		}
+		if sub := w.SubagentSystemPromptTokens + w.SubagentTaskTokens; w.SubagentProbability > 0 && float64(max(sub, w.SystemPromptTokens+w.SubagentTaskTokens)) > at {
+			return bad("context_limit", "compact_at x context_limit = %.0f tokens is below a subagent's first prompt", at)
 		}
 	} else if !w.SummaryTokens.IsZero() || w.CompactAt != 0 || w.CompactPromptTokens != 0 {
 		key := "summary_tokens"
@@ -331,7 +361,7 @@ func (w Workload) validateShape(top bool) error {
 		return bad(key, "needs context_limit (the context window compaction keeps sessions within)")
 	}
 	if !w.SubagentParallel.IsZero() {
-		if why := w.SubagentParallel.check(1); why != "" {
+		if why := w.SubagentParallel.checkBounded(1, MaxSubagents); why != "" {
 			return bad("subagent_parallel", "%s", why)
 		}
 	}
@@ -346,14 +376,11 @@ func (w Workload) validateShape(top bool) error {
 		case a.Tokens.IsZero():
 			return bad(key+".tokens", "required: the tokens this addition brings")
 		}
-		if why := a.Tokens.check(0); why != "" {
+		if why := a.Tokens.checkBounded(0, MaxTokens); why != "" {
 			return bad(key+".tokens", "%s", why)
 		}
-		if why := a.Think.check(0); why != "" {
-			return bad(key+".think", "%s", why)
-		}
-		if a.Think.Max > 24*3600 || (a.Think.Max == 0 && a.Think.shape() == DistConstant && a.Think.Mean > 24*3600) {
-			return bad(key+".think", "a pause of more than 24h is a session that ended; bound it with max")
+		if why := a.Think.checkBounded(0, 24*3600); why != "" {
+			return bad(key+".think", "%s (a pause of more than 24h is a session that ended)", why)
 		}
 		sum += a.Weight
 	}
@@ -391,6 +418,14 @@ func (w Workload) validateShape(top bool) error {
 	}
 	return nil
 }
+
+// Bounds of a workload's figures: beyond them a value is a typo (and a
+// generator would hold it in memory).
+const (
+	MaxTurns     = 100000   // requests of a session
+	MaxTokens    = 10000000 // tokens of any one figure
+	MaxSubagents = 1000     // subagents spawned at once
+)
 
 // compactAt is CompactAt or its default.
 func (w Workload) compactAt() float64 {
