@@ -323,7 +323,8 @@ func (d *Dist[U]) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// MarshalYAML writes a constant as a plain value, else the mapping form.
+// MarshalYAML writes a constant as a plain value, else the mapping form
+// on one line: {mean: 1800, sigma: 1.4, max: 40000}.
 func (d Dist[U]) MarshalYAML() (any, error) {
 	var u U
 	if d.Shape == "" && d.Sigma == 0 && d.Min == 0 && d.Max == 0 {
@@ -332,39 +333,71 @@ func (d Dist[U]) MarshalYAML() (any, error) {
 		}
 		return u.format(d.Mean), nil
 	}
-	m := distYAML{Dist: d.Shape}
-	if d.shape() != DistUniform || d.Mean != 0 {
-		m.Mean = u.format(d.Mean)
+	n := &yaml.Node{Kind: yaml.MappingNode, Style: yaml.FlowStyle}
+	add := func(k, v string) {
+		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: k}, &yaml.Node{Kind: yaml.ScalarNode, Value: v})
 	}
-	if d.Sigma != 0 {
-		m.Sigma = strconv.FormatFloat(d.Sigma, 'f', -1, 64)
+	for _, kv := range d.fields() {
+		add(kv[0], kv[1])
 	}
-	if d.Min != 0 {
-		m.Min = u.format(d.Min)
-	}
-	if d.Max != 0 {
-		m.Max = u.format(d.Max)
-	}
-	return m, nil
+	return n, nil
 }
 
-// MarshalJSON writes the mapping form, every figure in its unit's words
+// fields are the mapping form's keys and values, in order.
+func (d Dist[U]) fields() [][2]string {
+	var u U
+	var out [][2]string
+	if d.Shape != "" {
+		out = append(out, [2]string{"dist", d.Shape})
+	}
+	if d.shape() != DistUniform || d.Mean != 0 {
+		out = append(out, [2]string{"mean", u.format(d.Mean)})
+	}
+	if d.Sigma != 0 {
+		out = append(out, [2]string{"sigma", strconv.FormatFloat(d.Sigma, 'f', -1, 64)})
+	}
+	if d.Min != 0 {
+		out = append(out, [2]string{"min", u.format(d.Min)})
+	}
+	if d.Max != 0 {
+		out = append(out, [2]string{"max", u.format(d.Max)})
+	}
+	return out
+}
+
+// MarshalJSON writes a constant as a number (tokens) or a duration
+// string, else the mapping form, every figure in its unit's words
 // (durations as "30s").
 func (d Dist[U]) MarshalJSON() ([]byte, error) {
-	v, err := d.MarshalYAML()
-	if err != nil {
-		return nil, err
+	var u U
+	if d.Shape == "" && d.Sigma == 0 && d.Min == 0 && d.Max == 0 {
+		if _, ok := any(u).(tokenUnit); ok {
+			return json.Marshal(d.Mean)
+		}
+		return json.Marshal(u.format(d.Mean))
 	}
-	if m, ok := v.(distYAML); ok {
-		return json.Marshal(struct {
-			Dist  string `json:"dist,omitempty"`
-			Mean  string `json:"mean,omitempty"`
-			Sigma string `json:"sigma,omitempty"`
-			Min   string `json:"min,omitempty"`
-			Max   string `json:"max,omitempty"`
-		}(m))
+	m := distYAML{}
+	for _, kv := range d.fields() {
+		switch kv[0] {
+		case "dist":
+			m.Dist = kv[1]
+		case "mean":
+			m.Mean = kv[1]
+		case "sigma":
+			m.Sigma = kv[1]
+		case "min":
+			m.Min = kv[1]
+		case "max":
+			m.Max = kv[1]
+		}
 	}
-	return json.Marshal(v)
+	return json.Marshal(struct {
+		Dist  string `json:"dist,omitempty"`
+		Mean  string `json:"mean,omitempty"`
+		Sigma string `json:"sigma,omitempty"`
+		Min   string `json:"min,omitempty"`
+		Max   string `json:"max,omitempty"`
+	}(m))
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
