@@ -113,10 +113,16 @@ func TestTraceImportAndStats(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &st); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"requests", "sessions", "reuse_upper_bound_pct", "working_set_tokens_p50", "working_set_tokens_max"} {
+	for _, k := range []string{"requests", "sessions", "reuse_upper_bound_pct", "working_set_tokens_p50", "working_set_tokens_max", "fitted_workload"} {
 		if _, ok := st[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}
+	}
+	// The Mooncake trace's inferred sessions fit a workload: 4 sessions of
+	// 1.5 requests, a shared prefix of two 512-token blocks (four of 256).
+	fw := st["fitted_workload"].(map[string]any)
+	if w := fw["workload"].(map[string]any); fw["sessions"] != 4.0 || w["SystemPromptTokens"] != 1024.0 || w["Turns"] != 2.0 {
+		t.Errorf("fitted workload %v", fw)
 	}
 	if st["requests"] != 6.0 || st["sessions"] != 4.0 {
 		t.Fatalf("requests %v sessions %v", st["requests"], st["sessions"])
@@ -125,10 +131,21 @@ func TestTraceImportAndStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"requests", "reuse upper bound", "working set"} {
+	for _, want := range []string{"requests", "reuse upper bound", "working set", "fitted workload (4 sessions, 0 subagents)"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("text output lacks %q:\n%s", want, text)
 		}
+	}
+	// A Bailian trace's chat chains are sessions of their own: they fit too.
+	bl := filepath.Join(dir, "b.jsonl")
+	if _, _, err := runTraceCLI(t, "trace", "import", "--from", "bailian", "../../traces/testdata/bailian_small.jsonl", bl); err != nil {
+		t.Fatal(err)
+	}
+	if text, _, err := runTraceCLI(t, "trace", "stats", bl, "--workload-out", filepath.Join(dir, "b.yaml")); err != nil || !strings.Contains(text, "fitted workload (3 sessions, 0 subagents)") {
+		t.Fatalf("bailian stats: %v\n%s", err, text)
+	}
+	if _, err := traces.LoadWorkload(filepath.Join(dir, "b.yaml")); err != nil {
+		t.Fatal(err)
 	}
 }
 
