@@ -103,7 +103,11 @@ type WorkloadSpec struct {
 	// Trace is the path of a trace file (JSONL, optionally gzipped); in a
 	// plan file it is relative to the file. With a trace, no synthetic key
 	// may be given.
-	Trace           string `yaml:"trace" json:"trace,omitempty"`
+	Trace string `yaml:"trace" json:"trace,omitempty"`
+	// Preset names a workload preset (traces.PresetNames; `warden plan
+	// --workload` also takes a workload file): its keys replace the
+	// synthetic keys, which may then not be set.
+	Preset          string `yaml:"preset" json:"preset,omitempty"`
 	traces.Workload `yaml:",inline" json:"synthetic"`
 }
 
@@ -176,6 +180,22 @@ func ParsePlan(data []byte, name string) (Plan, error) {
 				return Plan{}, doc.Errorf(key, "a trace workload takes no synthetic keys")
 			}
 		}
+	}
+	// So does a preset.
+	if p.Workload.Preset != "" {
+		for _, key := range doc.Paths() {
+			if k, ok := strings.CutPrefix(key, "workload."); ok && k != "preset" {
+				return Plan{}, doc.Errorf(key, "a workload preset takes no other workload keys (write a workload file instead)")
+			}
+		}
+		if !traces.IsPresetName(p.Workload.Preset) {
+			return Plan{}, doc.Errorf("workload.preset", "%q is not a preset name (the presets: %s)", p.Workload.Preset, strings.Join(traces.PresetNames(), ", "))
+		}
+		w, err := traces.Preset(p.Workload.Preset)
+		if err != nil {
+			return Plan{}, doc.Errorf("workload.preset", "%v", err)
+		}
+		p.Workload.Workload = w
 	}
 	if err := p.check(false); err != nil {
 		var fe *FieldError

@@ -129,6 +129,7 @@ func (p Plan) timeline(ctx context.Context, res *Result, farms []*sim.Farm, trac
 	if store == nil || len(rep.Rows) != len(e.Sessions) {
 		return fmt.Errorf("%s, %s, timeline: the simulator returned %d rows for %d sessions levels", c.Name, cfg.label(), len(rep.Rows), len(e.Sessions))
 	}
+	res.Workload.PausedPct = rep.Rows[len(rep.Rows)-1].PausedPct // the sessions' pauses on this farm
 	// The steps lie back to back from time 0: the wanted one ends where
 	// the sum of their durations does.
 	var endMs, winMs int64

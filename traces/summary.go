@@ -207,3 +207,11 @@ func (w Workload) SharedPrefixTokens() int {
 	}
 	return n
 }
+
+// Shaped reports whether w uses the keys of issue 48 (distributions,
+// compaction, subagents beyond the old keys, agent kinds): whether its
+// sessions must be drawn to be described.
+func (w Workload) Shaped() bool {
+	return w.TurnsSigma > 0 || len(w.Additions) > 0 || w.ContextLimit > 0 || !w.SubagentParallel.IsZero() ||
+		w.SubagentTurnsSigma > 0 || w.SubagentSystemPromptTokens > 0 || w.SubagentSession != "" || len(w.Agents) > 0
+}
