@@ -425,3 +425,26 @@ func TestGeneratorDigest(t *testing.T) {
 		t.Errorf("generated sessions changed (-want +got):\n%s", cmp.Diff(string(want), got))
 	}
 }
+
+// TestWorkloadDocListsEveryKey: WORKLOAD.md has a row for every key a
+// workload file takes, and a column for every preset.
+func TestWorkloadDocListsEveryKey(t *testing.T) {
+	doc, err := os.ReadFile("WORKLOAD.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key := range yamlFields {
+		if !strings.Contains(string(doc), "| `"+key+"` |") {
+			t.Errorf("WORKLOAD.md has no row for key %s", key)
+		}
+	}
+	for _, sub := range []string{"additions[].kind", "additions[].weight", "additions[].tokens", "additions[].think", "agents[].name", "agents[].weight", "agents[].workload"} {
+		if !strings.Contains(string(doc), "| `"+sub+"` |") {
+			t.Errorf("WORKLOAD.md has no row for %s", sub)
+		}
+	}
+	header := "| key | " + strings.Join([]string{"bench", "claude-code", "codex", "5090-farm"}, " | ") + " | source |"
+	if !strings.Contains(string(doc), header) || len(PresetNames()) != 4 {
+		t.Errorf("WORKLOAD.md's preset table lacks the header %q for the presets %v", header, PresetNames())
+	}
+}
