@@ -101,7 +101,10 @@ the Anthropic and OpenAI SDKs do.`,
   warden sim --replicas 3 --spill-threshold 4 --progress
   warden sim --trace agents.jsonl --speed 2
   warden sim --sessions 4,8 --duration 1m --requests requests.jsonl
-  warden sim --sessions 16 --kv-scale 0.85`,
+  warden sim --sessions 16 --kv-scale 0.85
+  warden sim --farm examples/h100-llama31-70b-tp4.yaml --workload claude-code --sessions 16   # presets: bench, claude-code, codex, 5090-farm
+  warden sim --farm examples/rtx5090-gemma3-27b-int4.yaml --workload 5090-farm --sessions 26 \
+      --strategies hash,affinity --duration 40m --timeline 5m   # hit %, KV and load per replica over time`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.changed, opts.stderr = cmd.Flags().Changed, cmd.ErrOrStderr()
