@@ -117,33 +117,34 @@ func TestShapedWorkloadSameSeedSameJSON(t *testing.T) {
 	}
 	e := Experiment{Farm: mustDefaultFarm(t), Strategies: []string{placement.StrategyHash, placement.StrategyAffinity},
 		Sessions: []int{4, 6}, Duration: 90 * time.Second, Seed: 11, Workload: w, TimelineStep: 30 * time.Second}
-	var out [2][]byte
-	for i := range out {
-		rep, err := Run(context.Background(), e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out[i], err = json.Marshal(rep); err != nil {
-			t.Fatal(err)
-		}
-		if len(rep.Timelines) != 2 || len(rep.Timelines[0].TimesS) != 6 || len(rep.Timelines[1].KVUsagePct) != 4 {
-			t.Fatalf("timelines %+v", rep.Timelines)
-		}
-		for _, r := range rep.Rows {
-			if !(r.PausedPct > 0 && r.PausedPct < 100) {
-				t.Fatalf("%s at %d: paused %v %%", r.Strategy, r.Sessions, r.PausedPct)
-			}
+	rep, first := runJSON(t, e)
+	if len(rep.Timelines) != 2 || len(rep.Timelines[0].TimesS) != 6 || len(rep.Timelines[1].KVUsagePct) != 4 {
+		t.Fatalf("timelines %+v", rep.Timelines)
+	}
+	for _, r := range rep.Rows {
+		if !(r.PausedPct > 0 && r.PausedPct < 100) {
+			t.Fatalf("%s at %d: paused %v %%", r.Strategy, r.Sessions, r.PausedPct)
 		}
 	}
-	if !bytes.Equal(out[0], out[1]) {
+	if _, again := runJSON(t, e); !bytes.Equal(first, again) {
 		t.Fatal("two runs with seed 11 differ")
 	}
 	e.Seed = 12
+	if _, other := runJSON(t, e); bytes.Equal(other, first) {
+		t.Fatal("seeds 11 and 12 give the same output")
+	}
+}
+
+// runJSON runs e and returns its report and the report's JSON.
+func runJSON(t *testing.T, e Experiment) (*Report, []byte) {
+	t.Helper()
 	rep, err := Run(context.Background(), e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if other, _ := json.Marshal(rep); bytes.Equal(other, out[0]) {
-		t.Fatal("seeds 11 and 12 give the same output")
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return rep, b
 }

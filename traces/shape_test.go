@@ -109,11 +109,7 @@ subagent_session: parent
 	dir := t.TempDir()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(dir, "w.yaml")
-			if err := os.WriteFile(path, []byte(tc.yaml), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			w, err := LoadWorkload(path)
+			w, err := loadText(t, dir, tc.yaml)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.HasPrefix(err.Error(), dir) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
@@ -126,6 +122,16 @@ subagent_session: parent
 			tc.check(t, w)
 		})
 	}
+}
+
+// loadText writes text to dir/w.yaml and loads it as a workload.
+func loadText(t *testing.T, dir, text string) (Workload, error) {
+	t.Helper()
+	path := filepath.Join(dir, "w.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return LoadWorkload(path)
 }
 
 // An agent kind's workload file is read relative to the file naming it.

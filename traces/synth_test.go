@@ -2,8 +2,6 @@ package traces
 
 import (
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -253,13 +251,9 @@ func TestLoadWorkload(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(dir, "w.yaml")
-			if err := os.WriteFile(path, []byte(tc.yaml), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			got, err := LoadWorkload(path)
+			got, err := loadText(t, dir, tc.yaml)
 			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), filepath.Dir(path)) || !strings.Contains(err.Error(), tc.err) {
+				if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
 				}
 				return

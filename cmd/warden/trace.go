@@ -385,8 +385,12 @@ func writeSynth(ctx context.Context, tw *traces.Writer, opts traceSynthOptions, 
 	for k := range clocks {
 		clocks[k] = int64(k) * per / int64(N)
 	}
-	// timed adds session s from start and returns when its last answer is in.
-	timed := func(s *traces.Session, start int64) int64 {
+	// timed adds session s from start and returns when its last answer is
+	// in: its subagents start when the request they follow is answered, and
+	// its next turn waits for the last of them.
+	var timed func(s *traces.Session, start int64) int64
+	timed = func(s *traces.Session, start int64) int64 {
+		o := order
 		t, ready := start, start
 		next := 0
 		for j := range s.Turns {
@@ -395,23 +399,12 @@ func writeSynth(ctx context.Context, tw *traces.Writer, opts traceSynthOptions, 
 				t = ready + max(r.ThinkMs, 0)
 			}
 			r.ArrivalMs = t
-			pending = append(pending, item{req: r, order: order})
+			pending = append(pending, item{req: r, order: o})
 			ready = t + per
-			var end int64 = ready
+			end := ready
 			for next < len(s.Subagents) && s.Subagents[next].ParentTurn == j {
 				order++
-				sub := &s.Subagents[next]
-				st, sready := ready, ready
-				for i := range sub.Turns {
-					r := sub.Turns[i]
-					if i > 0 {
-						st = sready + max(r.ThinkMs, 0)
-					}
-					r.ArrivalMs = st
-					pending = append(pending, item{req: r, order: order})
-					sready = st + per
-				}
-				end = max(end, sready)
+				end = max(end, timed(&s.Subagents[next], ready))
 				next++
 			}
 			ready = end
