@@ -70,6 +70,7 @@ type Generator struct {
 	kinds     []kind    // one per agent kind (w itself without agents)
 	kindCum   []float64 // cumulative weights of kinds
 	noHash    bool      // sizes only: no block ids (Summarize)
+	shaped    bool      // w uses the keys of issue 48: sessions need their shape stream
 }
 
 // kind is one agent kind of a generator: its workload and its system
@@ -99,7 +100,7 @@ func NewGenerator(w Workload, blockSize int, seed uint64) *Generator {
 	if blockSize < 1 {
 		panic(fmt.Sprintf("traces.NewGenerator: block size %d < 1", blockSize))
 	}
-	g := &Generator{w: w, blockSize: blockSize, seed: seed, chain: blockChain{size: blockSize}}
+	g := &Generator{w: w, blockSize: blockSize, seed: seed, chain: blockChain{size: blockSize}, shaped: w.Shaped()}
 	if len(w.Agents) == 0 {
 		g.kinds = []kind{newKind(w, hashWords(sysTag, uint64(w.SystemPromptTokens)), "")}
 	}
@@ -177,7 +178,10 @@ func (g *Generator) NextFamily() (Session, bool) {
 	g.next++
 	id := fmt.Sprintf("s%06d", k)
 	rng := rand.New(rand.NewPCG(g.seed, hashWords(k, 0)))
-	ks := rand.New(rand.NewPCG(g.seed, hashWords(k, shapeTag)))
+	var ks *rand.Rand // only a shaped workload draws from it
+	if g.shaped {
+		ks = rand.New(rand.NewPCG(g.seed, hashWords(k, shapeTag)))
+	}
 	ki := 0
 	if len(g.kindCum) > 0 {
 		ki = pick(g.kindCum, ks.Float64())
@@ -420,7 +424,10 @@ func (w Workload) drawAddition(kd *kind, ks *rand.Rand) (int, int64) {
 func (g *Generator) subagent(parent sessionSpec, n uint64, after int) Session {
 	w := parent.kind.w
 	rng := rand.New(rand.NewPCG(g.seed, hashWords(parent.k, n)))
-	ks := rand.New(rand.NewPCG(g.seed, hashWords(parent.k, n, shapeTag)))
+	var ks *rand.Rand
+	if g.shaped {
+		ks = rand.New(rand.NewPCG(g.seed, hashWords(parent.k, n, shapeTag)))
+	}
 	turns := w.SubagentTurns
 	if w.SubagentTurnsSigma > 0 {
 		turns = drawTurns(w.SubagentTurns, w.SubagentTurnsSigma, 0, ks)
