@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
 )
 
 // The keys of issue 48, parsed and refused with the file, line and key.
@@ -452,5 +453,36 @@ func TestWorkloadDocListsEveryKey(t *testing.T) {
 	header := "| key | " + strings.Join([]string{"bench", "claude-code", "codex", "5090-farm"}, " | ") + " | source |"
 	if !strings.Contains(string(doc), header) || len(PresetNames()) != 4 {
 		t.Errorf("WORKLOAD.md's preset table lacks the header %q for the presets %v", header, PresetNames())
+	}
+}
+
+// TestWorkloadYAMLRoundTrip: a workload written as YAML (what warden
+// workload and trace stats --workload-out write) reads back the same,
+// distributions and agent kinds included.
+func TestWorkloadYAMLRoundTrip(t *testing.T) {
+	mixed, err := LoadWorkload(filepath.Join("..", "examples", "workloads", "mixed-agents.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inline := DefaultWorkload()
+	inline.Agents = []Agent{{Name: "a", Weight: 1, Shape: DefaultWorkload()}, {Name: "b", Weight: 2, Shape: mixed.Agents[1].Shape}}
+	inline.Agents[1].Shape.NetworkRTT = inline.NetworkRTT
+	ws := []Workload{mixed, inline}
+	for _, n := range PresetNames() {
+		w, _ := Preset(n)
+		ws = append(ws, w)
+	}
+	for i, w := range ws {
+		data, err := yaml.Marshal(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := ParseWorkload(data, "w.yaml")
+		if err != nil {
+			t.Fatalf("workload %d: %v\n%s", i, err, data)
+		}
+		if d := cmp.Diff(w, back); d != "" {
+			t.Errorf("workload %d read back (-want +got):\n%s", i, d)
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/lm-warden/warden/internal/strictyaml"
 )
 
@@ -548,6 +550,44 @@ func (w *Workload) resolveAgents(doc *strictyaml.Doc, name string, depth int) er
 		}
 	}
 	return nil
+}
+
+// MarshalYAML writes the kind's name, weight and workload and its shape's
+// keys, less those of the clients' side (the farm's, set at the top
+// level) and agents: what ParseWorkload reads back to the same kind.
+func (a Agent) MarshalYAML() (any, error) {
+	var shape yaml.Node
+	if err := shape.Encode(a.Shape); err != nil {
+		return nil, err
+	}
+	out := &yaml.Node{Kind: yaml.MappingNode}
+	add := func(k string, v any) error {
+		var n yaml.Node
+		if err := n.Encode(v); err != nil {
+			return err
+		}
+		out.Content = append(out.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: k}, &n)
+		return nil
+	}
+	if a.Name != "" {
+		if err := add("name", a.Name); err != nil {
+			return nil, err
+		}
+	}
+	if err := add("weight", a.Weight); err != nil {
+		return nil, err
+	}
+	if a.Workload != "" {
+		if err := add("workload", a.Workload); err != nil {
+			return nil, err
+		}
+	}
+	for i := 0; i+1 < len(shape.Content); i += 2 {
+		if k := shape.Content[i].Value; !clientKeys[k] && k != "agents" {
+			out.Content = append(out.Content, shape.Content[i], shape.Content[i+1])
+		}
+	}
+	return out, nil
 }
 
 // yamlFields maps each YAML key of Workload to its field index.
