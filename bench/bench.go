@@ -148,7 +148,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Step < 0 || c.wall(c.Step) < time.Millisecond {
 		return c, fmt.Errorf("step %v at speed %g: want at least 1ms of wall time", c.Step, c.Speed)
 	}
-	if c.Workload == (traces.Workload{}) {
+	if c.Workload.IsZero() {
 		c.Workload = traces.DefaultWorkload()
 	}
 	if err := c.Workload.Validate(); err != nil {

@@ -1,12 +1,14 @@
 package calibrate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/lm-warden/warden/metrics"
@@ -198,8 +200,72 @@ func DeriveWorkload(ctx context.Context, src metrics.Source, o WorkloadOptions) 
 	if okLen && reqs > 0 && lengthCapped >= 0.9*reqs {
 		est.Workload.OutputTokens = traces.OutputMax
 		est.Workload.MaxOutputTokens = max(1, int(math.Round(est.MeanOutputTokens)))
+	} else {
+		// The answers' spread, from vLLM's histogram of them.
+		sigma, top, ok, err := histLogSigma(ctx, src, names.VLLMRequestGenerationTokens, m, w)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			est.Workload.OutputTokensSigma = math.Round(sigma*100) / 100
+			est.Workload.MaxOutputTokens = max(est.Workload.MaxOutputTokens, int(top))
+		} else {
+			est.Warnings = append(est.Warnings, fmt.Sprintf("%s%s missing: the answers' spread assumed (sigma %g)", names.VLLMRequestGenerationTokens, names.BucketSuffix, est.Workload.OutputTokensSigma))
+		}
 	}
+	est.Warnings = append(est.Warnings, "a farm's metrics do not show each turn's addition, the pauses, compactions or subagents: the workload keeps the bench's constant shape scaled to the observed means; give --journal (or run warden trace stats on a journal) for their distributions")
 	return est, nil
+}
+
+// histLogSigma estimates the sigma of the logs of a histogram's values
+// over the window from the changes of its buckets (each bucket's count at
+// the geometric middle of its bounds; the +Inf bucket at its lower bound)
+// and the upper bound of the highest bucket used. ok is false when the
+// buckets are missing or saw fewer than 2 values.
+func histLogSigma(ctx context.Context, src metrics.Source, name, model string, w Window) (sigma, top float64, ok bool, err error) {
+	s := sel(name+names.BucketSuffix, model)
+	expr := fmt.Sprintf("sum by (le) (%s) - (sum by (le) (%s offset %s))", s, s, promDur(w.Len()))
+	v, err := src.Instant(ctx, expr, w.End)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	type bucket struct{ le, cum float64 }
+	var bs []bucket
+	for _, x := range v {
+		le, err := strconv.ParseFloat(x.Metric.Get("le"), 64)
+		if err != nil || math.IsNaN(x.F) {
+			continue
+		}
+		bs = append(bs, bucket{le, x.F})
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	var n, sum, sum2, prevLe, prevCum float64
+	for _, b := range bs {
+		c := b.cum - prevCum
+		if c > 0 {
+			mid := b.le
+			switch {
+			case math.IsInf(b.le, 1):
+				mid = prevLe
+			case prevLe > 0:
+				mid = math.Sqrt(prevLe * b.le)
+			}
+			l := math.Log(math.Max(mid, 1))
+			n += c
+			sum += c * l
+			sum2 += c * l * l
+			top = b.le
+			if math.IsInf(top, 1) {
+				top = prevLe
+			}
+		}
+		prevLe, prevCum = b.le, math.Max(b.cum, prevCum)
+	}
+	if n < 2 {
+		return 0, 0, false, nil
+	}
+	m := sum / n
+	return math.Min(4, math.Sqrt(math.Max(sum2/n-m*m, 0))), top, true, nil
 }
 
 // shapeWorkload scales the default proportions of system prompt, first
@@ -236,10 +302,11 @@ func shapeWorkload(meanPrompt, meanOutput, turns float64, think time.Duration) t
 //   - concurrent sessions: the time average of the sessions in progress,
 //     a session lasting from its first arrival to its last arrival plus
 //     its mean gap between turns;
-//   - system prompt: the common prefix of first turns (their hash ids)
-//     shared by consecutive sessions, the median over pairs;
-//   - first message: the mean first prompt minus the system prompt;
-//   - new text per turn: prompt(k) - prompt(k-1) - output(k-1), averaged;
+//   - the workload: traces.Fitter, the distributions of issue 48 (turns,
+//     additions and pauses split into tools' results and a person's
+//     messages, answers, compaction, subagents, agent kinds), as `warden
+//     trace stats --workload-out` fits them; what it assumed is in the
+//     warnings;
 //   - think time: the mean think_ms of later turns.
 func FromJournal(path string) (*WorkloadEstimate, error) {
 	rd, err := traces.Open(path, traces.ReaderOptions{})
@@ -248,6 +315,7 @@ func FromJournal(path string) (*WorkloadEstimate, error) {
 	}
 	defer rd.Close()
 	bs := rd.Header().BlockSize
+	fitter := traces.NewFitter(bs, traces.FitOptions{})
 	type sess struct {
 		turns []traces.Request
 	}
@@ -263,6 +331,7 @@ func FromJournal(path string) (*WorkloadEstimate, error) {
 		if err != nil {
 			return nil, err
 		}
+		fitter.Add(r)
 		c := r.Clone()
 		i, ok := index[c.Session]
 		if !ok {
@@ -281,35 +350,19 @@ func FromJournal(path string) (*WorkloadEstimate, error) {
 	est := &WorkloadEstimate{From: path, Requests: float64(n), MeanPromptTokens: promptSum / float64(n), MeanOutputTokens: outSum / float64(n)}
 	est.Turns = float64(n) / float64(len(ss))
 
-	var firstSum, newSum, thinkSum float64
-	var firstN, newN, thinkN int
-	var lcps []int
-	var prevFirst []uint64
+	var thinkSum float64
+	var thinkN int
 	type span struct{ start, end float64 }
 	var spans []span
 	var t0, t1 float64 = math.Inf(1), math.Inf(-1)
 	for _, s := range ss {
 		slices.SortFunc(s.turns, func(a, b traces.Request) int { return a.Turn - b.Turn })
 		first := s.turns[0]
-		if first.Turn == 0 {
-			firstSum += float64(first.PromptTokens)
-			firstN++
-			if prevFirst != nil {
-				k := 0
-				for k < len(prevFirst) && k < len(first.HashIDs) && prevFirst[k] == first.HashIDs[k] {
-					k++
-				}
-				lcps = append(lcps, k)
-			}
-			prevFirst = first.HashIDs
-		}
 		for k := 1; k < len(s.turns); k++ {
 			a, b := s.turns[k-1], s.turns[k]
 			if b.Turn != a.Turn+1 {
 				continue
 			}
-			newSum += math.Max(0, float64(b.PromptTokens-a.PromptTokens-a.OutputTokens))
-			newN++
 			thinkSum += float64(max(b.ThinkMs, 0))
 			thinkN++
 		}
@@ -332,28 +385,12 @@ func FromJournal(path string) (*WorkloadEstimate, error) {
 	} else {
 		est.Sessions = float64(len(ss))
 	}
-	def := traces.DefaultWorkload()
-	w := def
-	w.Turns = max(1, int(math.Round(est.Turns)))
-	if len(lcps) > 0 {
-		slices.Sort(lcps)
-		w.SystemPromptTokens = lcps[len(lcps)/2] * bs
-	} else {
-		w.SystemPromptTokens = 0
-		est.Warnings = append(est.Warnings, "one session only: no shared system prompt can be seen; assumed none")
-	}
-	if firstN > 0 {
-		w.FirstMessageTokens = max(1, int(math.Round(firstSum/float64(firstN)))-w.SystemPromptTokens)
-	}
-	if newN > 0 {
-		w.NewTokensPerTurn = int(math.Round(newSum / float64(newN)))
-	}
 	if thinkN > 0 {
 		est.ThinkTime = (time.Duration(thinkSum/float64(thinkN)) * time.Millisecond).Round(time.Millisecond)
 	}
-	shaped := shapeWorkload(est.MeanPromptTokens, est.MeanOutputTokens, est.Turns, est.ThinkTime)
-	w.OutputTokens, w.OutputTokensMean, w.MaxOutputTokens, w.ThinkTime = shaped.OutputTokens, shaped.OutputTokensMean, shaped.MaxOutputTokens, est.ThinkTime
-	w.FirstMessageSpread = def.FirstMessageSpread
+	fit := fitter.Fit()
+	w := fit.Workload
+	est.Warnings = append(est.Warnings, fit.Notes...)
 	est.Workload = w
 	est.Windows = []WindowLoad{{Start: time.UnixMilli(int64(t0)), End: time.UnixMilli(int64(t1)), Sessions: sim.Float(est.Sessions)}}
 	return est, nil

@@ -3,11 +3,15 @@ package calibrate
 import (
 	"context"
 	"errors"
+	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
 
@@ -62,7 +66,7 @@ func TestDeriveWorkloadRecoversSessionsAndPrompts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, data)
 	}
-	if back != est.Workload {
+	if !reflect.DeepEqual(back, est.Workload) {
 		t.Errorf("workload YAML read back %+v, want %+v", back, est.Workload)
 	}
 }
@@ -96,5 +100,43 @@ func TestClearErrors(t *testing.T) {
 	}
 	if _, err := metrics.NewPrometheus("localhost:9090", 0); err == nil {
 		t.Error("a URL without scheme was accepted")
+	}
+}
+
+// TestDeriveWorkloadAnswerSpread: the answers' spread comes from vLLM's
+// histogram of them (vllm:request_generation_tokens_bucket), not a
+// default.
+func TestDeriveWorkloadAnswerSpread(t *testing.T) {
+	farm, err := sim.Resolve(truthSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := traces.DefaultWorkload()
+	w.OutputTokens, w.OutputTokensMean, w.OutputTokensSigma, w.MaxOutputTokens = traces.OutputLognormal, 300, 0.9, 4096
+	var st *metrics.Store
+	step := 2 * time.Minute
+	if _, err := sim.Run(context.Background(), sim.Experiment{Farm: farm, Strategies: []string{placement.StrategyAffinity},
+		Sessions: []int{6, 6}, Duration: step, Seed: 3, Workload: w, OnStore: func(_ string, s *metrics.Store) { st = s }}); err != nil {
+		t.Fatal(err)
+	}
+	est, err := DeriveWorkload(context.Background(), &metrics.StoreSource{St: st},
+		WorkloadOptions{Model: testModel, Window: Window{Start: time.UnixMilli(0).Add(step), End: time.UnixMilli(0).Add(2 * step)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := est.Workload.OutputTokensSigma; math.Abs(got-0.9) > 0.25 || est.Workload.OutputTokens != traces.OutputLognormal {
+		t.Errorf("answers %s sigma %g, want lognormal with sigma about 0.9 (vLLM's buckets are coarse)", est.Workload.OutputTokens, got)
+	}
+	// Round trip of every preset through the YAML warden workload writes.
+	for _, n := range traces.PresetNames() {
+		p, _ := traces.Preset(n)
+		data, err := MarshalWorkload(p, []string{n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := traces.ParseWorkload(data, n+".yaml")
+		if err != nil || !reflect.DeepEqual(back, p) {
+			t.Errorf("preset %s does not read back: %v\n%s", n, err, data)
+		}
 	}
 }

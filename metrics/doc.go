@@ -23,7 +23,9 @@
 //     names.WardenTTFBNative), as live mode's client_golang histogram exposes
 //     both; the TTFB KPIs read the native one.
 //   - eval.go: [Evaluator], the embedded PromQL engine (instant, scalar and
-//     range queries).
+//     range queries); aligned.go puts a range query on a regular grid, one
+//     series per replica or engine ([Evaluator.RangeAligned]: the
+//     timelines of a plan and of a simulation).
 //   - source.go: [Source], PromQL instant and range queries against a real
 //     Prometheus server ([Prometheus], client_golang's HTTP API) or a
 //     [Store] ([StoreSource], through the embedded engine), and

@@ -22,7 +22,9 @@
 // candidate the exact number of sessions at which it
 // stops meeting them (bisect.go); the rule-of-thumb check (concurrency x
 // typical context against the farm's KV cache, workload.go says how the
-// typical context is computed) with a sentence that reconciles it with the
+// typical context is computed: from the constants of a bench-like workload,
+// measured on its drawn sessions for one of distributions, with the
+// histogram of prompt lengths the report charts) with a sentence that reconciles it with the
 // simulation (reconcile.go); and, when no candidate meets the targets, the
 // closest one. timeline.go then runs
 // the answer's farm once more with its routing and keeps, from that run's

@@ -33,6 +33,9 @@ func (w WorkloadInfo) WorkloadLine() string {
 	if s.Turns == 0 && s.SystemPromptTokens == 0 && s.FirstMessageTokens == 0 {
 		return "" // a result without its workload
 	}
+	if s.Shaped() && w.Summary != nil {
+		return w.shapedLine() // distributions (issue 48): planner/workload.go
+	}
 	var parts []string
 	if s.SystemPromptTokens > 0 {
 		parts = append(parts, fmt.Sprintf("a %s-token system prompt shared by every session", group(int64(s.SystemPromptTokens))))
@@ -60,7 +63,7 @@ func (w WorkloadInfo) WorkloadLine() string {
 	if s.SubagentProbability > 0 {
 		parts = append(parts, fmt.Sprintf("a subagent after a turn with probability %g", s.SubagentProbability))
 	}
-	return "Workload assumed: " + joinAnd(parts) + typical + "."
+	return "Workload assumed" + workloadName(w.Spec.Preset) + ": " + joinAnd(parts) + typical + "."
 }
 
 // RoutingWords explains, once, each routing the result names for a farm,

@@ -103,7 +103,11 @@ type WorkloadSpec struct {
 	// Trace is the path of a trace file (JSONL, optionally gzipped); in a
 	// plan file it is relative to the file. With a trace, no synthetic key
 	// may be given.
-	Trace           string `yaml:"trace" json:"trace,omitempty"`
+	Trace string `yaml:"trace" json:"trace,omitempty"`
+	// Preset names a workload preset (traces.PresetNames; `warden plan
+	// --workload` also takes a workload file): its keys replace the
+	// synthetic keys, which may then not be set.
+	Preset          string `yaml:"preset" json:"preset,omitempty"`
 	traces.Workload `yaml:",inline" json:"synthetic"`
 }
 
@@ -177,6 +181,22 @@ func ParsePlan(data []byte, name string) (Plan, error) {
 			}
 		}
 	}
+	// So does a preset.
+	if p.Workload.Preset != "" {
+		for _, key := range doc.Paths() {
+			if k, ok := strings.CutPrefix(key, "workload."); ok && k != "preset" {
+				return Plan{}, doc.Errorf(key, "a workload preset takes no other workload keys (write a workload file instead)")
+			}
+		}
+		if !traces.IsPresetName(p.Workload.Preset) {
+			return Plan{}, doc.Errorf("workload.preset", "%q is not a preset name (the presets: %s)", p.Workload.Preset, strings.Join(traces.PresetNames(), ", "))
+		}
+		w, err := traces.Preset(p.Workload.Preset)
+		if err != nil {
+			return Plan{}, doc.Errorf("workload.preset", "%v", err)
+		}
+		p.Workload.Workload = w
+	}
 	if err := p.check(false); err != nil {
 		var fe *FieldError
 		if errors.As(err, &fe) {
@@ -205,7 +225,7 @@ func bad(key, format string, args ...any) error {
 // withDefaults returns the plan with its zero fields filled and its
 // sessions sorted, the concurrency and its headroom level among them.
 func (p Plan) withDefaults() Plan {
-	if p.Workload.Trace == "" && p.Workload.Workload == (traces.Workload{}) {
+	if p.Workload.Trace == "" && p.Workload.Workload.IsZero() {
 		p.Workload.Workload = traces.DefaultWorkload()
 	}
 	if len(p.Strategies) == 0 {

@@ -3,6 +3,7 @@ package planner
 import (
 	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/traces"
 )
 
 // Kind marks a planner result in JSON, so that `warden report --from` can
@@ -81,6 +82,15 @@ type WorkloadInfo struct {
 	TypicalContextHow    string `json:"typical_context_how"`
 	// Description is the workload in a few sentences, for the report.
 	Description []string `json:"description"`
+	// Summary is the synthetic workload measured on the sessions the plan
+	// simulated (traces.Summarize, the plan's seed): its figures and the
+	// histogram of the requests' prompt lengths the report charts; for a
+	// trace, the histogram of its requests alone.
+	Summary *traces.WorkloadSummary `json:"summary,omitempty"`
+	// PausedPct is the share of the sessions' time paused between turns
+	// (tools, a person) on the answer's farm with its routing at the
+	// wanted concurrency (sim.Row.PausedPct); 0 when nothing paused.
+	PausedPct sim.Float `json:"paused_pct,omitempty"`
 }
 
 // Candidate is one farm of the plan: its sizing, the rule-of-thumb check at

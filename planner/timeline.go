@@ -1,19 +1,13 @@
 package planner
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lm-warden/warden/metrics"
-	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/sim"
-	"github.com/prometheus/prometheus/model/labels"
 )
 
 // Timeline is the answer's farm (the best candidate, or the closest when
@@ -77,7 +71,7 @@ var InFlightByReplica = TimelineQuery{
 	Name:  "in_flight_by_replica",
 	Title: "Requests in flight per replica, mean",
 	Unit:  "requests",
-	Expr:  `avg by (replica) (avg_over_time(warden_in_flight{model="$model"}[$window]))`,
+	Expr:  sim.InFlightByReplicaExpr,
 }
 
 // The KPIs of metrics/kpi.promql that a Timeline evaluates as range
@@ -135,6 +129,7 @@ func (p Plan) timeline(ctx context.Context, res *Result, farms []*sim.Farm, trac
 	if store == nil || len(rep.Rows) != len(e.Sessions) {
 		return fmt.Errorf("%s, %s, timeline: the simulator returned %d rows for %d sessions levels", c.Name, cfg.label(), len(rep.Rows), len(e.Sessions))
 	}
+	res.Workload.PausedPct = rep.Rows[len(rep.Rows)-1].PausedPct // the sessions' pauses on this farm
 	// The steps lie back to back from time 0: the wanted one ends where
 	// the sum of their durations does.
 	var endMs, winMs int64
@@ -183,59 +178,20 @@ type timelineQuerier struct {
 }
 
 // run evaluates tq at the n points start+step, start+2*step, ... and
-// aligns the result: one series per value of its single grouping label,
-// ordered by number, NaN where a point has no value.
+// aligns the result (metrics.Evaluator.RangeAligned).
 func (q timelineQuerier) run(ctx context.Context, tq TimelineQuery) (QuerySeries, error) {
 	expr := metrics.Expand(tq.Expr, q.model, q.step)
 	out := QuerySeries{Name: tq.Name, Title: tq.Title, Unit: tq.Unit, Query: expr}
-	if q.n == 0 {
-		return out, nil
-	}
-	first := q.start.Add(q.step)
-	m, err := q.ev.Range(ctx, q.store, expr, first, q.start.Add(q.step*time.Duration(q.n)), q.step)
+	aligned, err := q.ev.RangeAligned(ctx, q.store, expr, q.start, q.step, q.n)
 	if err != nil {
 		return out, fmt.Errorf("timeline %s: %w", tq.Name, err)
 	}
-	stepMs, firstMs := q.step.Milliseconds(), first.UnixMilli()
-	for _, s := range m {
-		label, err := seriesLabel(s.Metric)
-		if err != nil {
-			return out, fmt.Errorf("timeline %s: %w", tq.Name, err)
-		}
-		ts := TimeSeries{Label: label, Values: make([]sim.Float, q.n)}
-		for i := range ts.Values {
-			ts.Values[i] = sim.Float(math.NaN())
-		}
-		for _, pt := range s.Floats {
-			if k := (pt.T - firstMs) / stepMs; k >= 0 && k < int64(q.n) && (pt.T-firstMs)%stepMs == 0 {
-				ts.Values[k] = sim.Float(pt.F)
-			}
+	for _, a := range aligned {
+		ts := TimeSeries{Label: a.Label, Values: make([]sim.Float, len(a.Values))}
+		for i, v := range a.Values {
+			ts.Values[i] = sim.Float(v)
 		}
 		out.Series = append(out.Series, ts)
 	}
-	slices.SortFunc(out.Series, func(a, b TimeSeries) int {
-		x, _ := strconv.Atoi(a.Label)
-		y, _ := strconv.Atoi(b.Label)
-		return cmp.Or(cmp.Compare(x, y), strings.Compare(a.Label, b.Label))
-	})
 	return out, nil
-}
-
-// seriesLabel is the value of a result series' one label (replica or
-// engine; an instance label, absent in simulation, is not expected), or ""
-// for a series without labels.
-func seriesLabel(l labels.Labels) (string, error) {
-	var name, value string
-	n := 0
-	l.Range(func(lb labels.Label) {
-		name, value = lb.Name, lb.Value
-		n++
-	})
-	switch {
-	case n == 0:
-		return "", nil
-	case n == 1 && (name == names.LabelReplica || name == names.LabelEngine):
-		return value, nil
-	}
-	return "", fmt.Errorf("result series %s: want no label or one replica or engine label", l)
 }

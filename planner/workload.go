@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lm-warden/warden/internal/num"
@@ -17,7 +18,12 @@ func describeWorkload(p Plan, trace *sim.Trace) WorkloadInfo {
 	step := time.Duration(p.Duration)
 	if trace != nil {
 		ctx, sessions := traceContext(trace)
+		hist := traces.NewContextHistogram()
+		for _, r := range trace.Requests {
+			traces.AddContext(hist, r.PromptTokens)
+		}
 		return WorkloadInfo{
+			Summary:              &traces.WorkloadSummary{Requests: len(trace.Requests), Sessions: sessions, Histogram: traces.TrimContextHistogram(hist)},
 			Spec:                 WorkloadSpec{Trace: p.Workload.Trace},
 			TypicalContextTokens: ctx,
 			TypicalContextHow: fmt.Sprintf("the mean over the trace's %d sessions of each session's mean context "+
@@ -30,6 +36,10 @@ func describeWorkload(p Plan, trace *sim.Trace) WorkloadInfo {
 		}
 	}
 	w := p.Workload.Workload
+	sum := traces.Summarize(w, p.Seed, traces.SummarySessions)
+	if w.Shaped() {
+		return describeShaped(p, w, sum)
+	}
 	ctx, how := syntheticContext(w)
 	desc := []string{
 		fmt.Sprintf("Synthetic agent sessions: a system prompt of %s tokens shared by every session, a first message of %s tokens (±%s %%) "+
@@ -46,11 +56,150 @@ func describeWorkload(p Plan, trace *sim.Trace) WorkloadInfo {
 			w.SubagentProbability, w.SubagentTurns, group(int64(w.SubagentTaskTokens))))
 	}
 	return WorkloadInfo{
-		Spec:                 WorkloadSpec{Workload: w},
+		Spec:                 WorkloadSpec{Preset: p.Workload.Preset, Workload: w},
 		TypicalContextTokens: ctx,
 		TypicalContextHow:    how,
 		Description:          desc,
+		Summary:              &sum,
 	}
+}
+
+// describeShaped describes a workload of distributions (issue 48): its
+// typical context and figures are measured on the sessions the plan
+// simulates (traces.Summarize with the plan's seed), not computed from
+// constants.
+func describeShaped(p Plan, w traces.Workload, sum traces.WorkloadSummary) WorkloadInfo {
+	step := time.Duration(p.Duration)
+	how := fmt.Sprintf("the mean context (prompt + answer) of a request of %s sessions drawn with the plan's seed, as the simulation draws them "+
+		"(subagents not counted)", group(int64(sum.Sessions)))
+	desc := []string{fmt.Sprintf("Synthetic agent sessions%s: %s. Closed loop: a session sends its next turn after the previous answer "+
+		"and the pause before that turn (a tool running, a person replying: the session holds its KV cache but sends nothing), and a "+
+		"new session starts when one ends, so the number of concurrent sessions stays constant; subagents run beside their parent, "+
+		"which waits for them, and are not counted in it.", workloadName(p.Workload.Preset), joinAnd(shapePhrases(w, sum, true)))}
+	if len(w.Agents) > 0 {
+		var kinds []string
+		for _, a := range w.Agents {
+			kinds = append(kinds, fmt.Sprintf("%s (weight %g, %s %s-token system prompt)", a.Name, a.Weight, article(a.Shape.SystemPromptTokens), group(int64(a.Shape.SystemPromptTokens))))
+		}
+		desc = append(desc, "Agent kinds sharing the farm, each with its own system prompt: "+joinAnd(kinds)+".")
+	}
+	desc = append(desc, fmt.Sprintf("Each strategy starts on cold replicas; the sessions levels %s then run for %s each, one after the other on the same "+
+		"replicas (warm caches), seed %d: every candidate sees the same sessions.", joinInts(p.Sessions), step, p.Seed))
+	return WorkloadInfo{
+		Spec:                 WorkloadSpec{Preset: p.Workload.Preset, Workload: w},
+		TypicalContextTokens: sum.TypicalContextTokens,
+		TypicalContextHow:    how,
+		Description:          desc,
+		Summary:              &sum,
+	}
+}
+
+// workloadName is " (preset X)" or " (file X)" for a workload chosen by
+// name, "" for the plan's own keys.
+func workloadName(ref string) string {
+	switch {
+	case ref == "":
+		return ""
+	case traces.IsPresetName(ref):
+		return " (preset " + ref + ")"
+	}
+	return " (file " + ref + ")"
+}
+
+// shapePhrases says a workload of distributions in a few phrases, its
+// figures measured on its sessions; detail adds what the Workload
+// assumed line says among its key figures (pauses, subagents).
+func shapePhrases(w traces.Workload, sum traces.WorkloadSummary, detail bool) []string {
+	var out []string
+	if n := w.SystemPromptTokens; n > 0 && len(w.Agents) == 0 {
+		out = append(out, fmt.Sprintf("%s %s-token system prompt shared by every session", article(n), group(int64(n))))
+	}
+	out = append(out, fmt.Sprintf("sessions of %s requests on average (median %d)", strconv.FormatFloat(math.Round(sum.TurnsMean*10)/10, 'f', -1, 64), sum.TurnsP50))
+	if len(w.Additions) > 0 && len(w.Agents) == 0 {
+		var parts []string
+		for _, a := range w.Additions {
+			what := "a tool's result"
+			if a.Kind == traces.AdditionUser {
+				what = "a person's message"
+			}
+			parts = append(parts, fmt.Sprintf("%s (%s %%, median %s tokens, up to %s)", what, strconv.FormatFloat(math.Round(1000*a.Weight/totalWeight(w.Additions))/10, 'f', -1, 64),
+				group(int64(math.Round(a.Tokens.Median()))), group(int64(math.Round(math.Max(a.Tokens.Max, a.Tokens.Mean))))))
+		}
+		out = append(out, "each later turn adding "+strings.Join(parts, " or "))
+	}
+	out = append(out, fmt.Sprintf("answers of about %s tokens", group(int64(math.Round(sum.MeanOutputTokens)))))
+	if sum.MeanPauseS > 0 && detail {
+		out = append(out, fmt.Sprintf("pauses of %s between turns on average", fmtSeconds(sum.MeanPauseS)))
+	}
+	if w.ContextLimit > 0 && len(w.Agents) == 0 {
+		at := w.CompactAt
+		if at == 0 {
+			at = traces.DefaultCompactAt
+		}
+		out = append(out, fmt.Sprintf("compaction at %s %% of a %s-token context window (%s compactions per session)", strconv.FormatFloat(100*at, 'f', -1, 64),
+			group(int64(w.ContextLimit)), strconv.FormatFloat(math.Round(sum.CompactionsPerSession*100)/100, 'f', -1, 64)))
+	}
+	if sum.SubagentsPerSession > 0 && detail {
+		sp := fmt.Sprintf("%s subagents per session", strconv.FormatFloat(math.Round(sum.SubagentsPerSession*10)/10, 'f', -1, 64))
+		if w.SubagentSystemPromptTokens > 0 {
+			sp += fmt.Sprintf(" (%s %s-token system prompt of their own)", article(w.SubagentSystemPromptTokens), group(int64(w.SubagentSystemPromptTokens)))
+		}
+		out = append(out, sp)
+	}
+	out = append(out, fmt.Sprintf("prompts of %s tokens at the median, %s at the 90th percentile", group(int64(sum.PromptTokensP50)), group(int64(sum.PromptTokensP90))))
+	return out
+}
+
+// article is "an" before a number read with a vowel first (8, 11 and 18
+// thousand, 80...), else "a".
+func article(n int) string {
+	d := strconv.Itoa(n)
+	if d[0] == '8' || (len(d)%3 == 2 && (d[:2] == "11" || d[:2] == "18")) {
+		return "an"
+	}
+	return "a"
+}
+
+func totalWeight(a []traces.Addition) float64 {
+	var t float64
+	for _, x := range a {
+		t += x.Weight
+	}
+	return t
+}
+
+// fmtSeconds writes a duration of s seconds to the second (to the tenth
+// below 10 s).
+func fmtSeconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// shapedLine is the Workload assumed line of a workload of distributions:
+// the preset or file, then its key figures (typical context, the share of
+// time paused on the answer's farm, subagents), then the shape.
+func (w WorkloadInfo) shapedLine() string {
+	sum := w.Summary
+	figures := []string{fmt.Sprintf("typical context %s tokens", group(int64(w.TypicalContextTokens)))}
+	if w.PausedPct > 0 {
+		figures = append(figures, fmt.Sprintf("paused %s %% of the time on the answer's farm", strconv.FormatFloat(math.Round(float64(w.PausedPct)), 'f', -1, 64)))
+	} else if sum.MeanPauseS > 0 {
+		figures = append(figures, fmt.Sprintf("pauses of %s between turns on average", fmtSeconds(sum.MeanPauseS)))
+	}
+	sub := "no subagents"
+	if sum.SubagentsPerSession > 0 {
+		sub = fmt.Sprintf("%s subagents per session", strconv.FormatFloat(math.Round(sum.SubagentsPerSession*10)/10, 'f', -1, 64))
+	}
+	figures = append(figures, sub)
+	name := strings.TrimPrefix(workloadName(w.Spec.Preset), " ")
+	if name != "" {
+		name = strings.Trim(name, "()") + " "
+	}
+	phrases := shapePhrases(w.Spec.Workload, *sum, false)
+	return fmt.Sprintf("Workload assumed: %s(%s): %s.", name, strings.Join(figures, ", "), joinAnd(phrases))
 }
 
 func thinkTime(d time.Duration) string {

@@ -67,6 +67,24 @@ func BenchmarkRTX5090Hour(b *testing.B) {
 	})
 }
 
+// BenchmarkRTX5090PresetHour is one simulated hour of the same farm under
+// the 5090-farm preset (issue 48): 26 sessions of distributions (tool and
+// person pauses, compaction), affinity routing.
+func BenchmarkRTX5090PresetHour(b *testing.B) {
+	w, err := traces.Preset("5090-farm")
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchExperiment(b, Experiment{
+		Farm:       mustExampleFarm(b, "rtx5090-gemma3-27b-int4.yaml"),
+		Workload:   w,
+		Strategies: []string{placement.StrategyAffinity},
+		Sessions:   []int{26},
+		Duration:   time.Hour,
+		Seed:       1,
+	})
+}
+
 // BenchmarkSchedulerStep measures one replica's scheduling and output
 // processing with 32 running requests in decode: it must not allocate.
 func BenchmarkSchedulerStep(b *testing.B) {

@@ -38,7 +38,9 @@
 //     the admission queue).
 //  7. driver.go: the clients: a closed loop of N sessions (next turn when
 //     the answer is read plus the client's turnaround and think time, a new
-//     session when one ends; steps start or retire sessions), an
+//     session when one ends; steps start or retire sessions; a synthetic
+//     session's subagents run on clients of their own, side by side, while
+//     their parent waits for them, not counted in N), an
 //     open-loop replay of a trace at its recorded arrival times, and a
 //     session replay (each session from its recorded start, turns paced by
 //     the farm; the router told of each request's start and end as the
@@ -59,6 +61,9 @@
 //     memory);
 //     rows whose headline columns are the KPIs of metrics/kpi.promql
 //     evaluated by PromQL over each step's window; JSON and text output.
+//     timeline.go: with Experiment.TimelineStep, each strategy's run over
+//     time from its cold start (hit %, KV use and requests in flight per
+//     replica), PromQL range queries on its store.
 //
 // engine.go exports one replica to drivers outside the event loop:
 // EngineReplica (the emulator serves it over HTTP in wall time) runs the

@@ -16,9 +16,19 @@ import (
 // sessions span step boundaries and complete even in short steps at high
 // load. Only the end of the last step cuts the requests in flight; the
 // epoch in each send event tells a send from before that cut.
+//
+// A synthetic workload's sessions come with their subagents (a
+// traces.FamilySource): when a parent's request that spawned some
+// finishes, each starts on a client of its own, side by side, while the
+// parent waits; the parent sends its next turn (their answers) once the
+// last of them is done. Subagents are not counted in N: N is the number of
+// top-level sessions, as an operator counts agent sessions. A trace's
+// sessions (a SliceSource) list subagents as sessions of their own, run
+// one after another like any other.
 type closedLoop struct {
 	src       traces.SessionSource
-	outputCap int // the workload's max_output_tokens (finished_reason "length"); 0 unknown
+	fam       traces.FamilySource // src, when it hands out sessions with their subagents
+	outputCap int                 // the workload's max_output_tokens (finished_reason "length"); 0 unknown
 	// turnaroundUs is the client's time from reading an answer's end to
 	// sending the next turn (before the think time).
 	turnaroundUs int64
@@ -36,6 +46,17 @@ type client struct {
 	conn     int32 // its own connection's API server (connections: session), -1: none yet
 	active   bool
 	retiring bool // sends no further turn: the step's level went down
+	// parent is a subagent's parent's slot, -1 for a top-level session;
+	// waiting counts a parent's subagents still running; spawned is how
+	// many of its session's Subagents have started.
+	parent  int32
+	waiting int32
+	spawned int
+}
+
+// newClient is a client running s as a top-level session.
+func newClient(s traces.Session) client {
+	return client{sess: s, home: -1, last: -1, conn: -1, active: true, parent: -1}
 }
 
 const slotBits = 16 // a send event's arg: epoch<<slotBits | slot
@@ -63,13 +84,13 @@ func (c *closedLoop) resize(r *run, n int) {
 	running := 0
 	for k := range c.clients {
 		cl := &c.clients[k]
-		if cl.active && !cl.retiring {
+		if cl.active && !cl.retiring && cl.parent < 0 {
 			running++
 		}
 	}
 	for k := len(c.clients) - 1; k >= 0 && running > n; k-- {
 		cl := &c.clients[k]
-		if cl.active && !cl.retiring {
+		if cl.active && !cl.retiring && cl.parent < 0 {
 			cl.retiring = true
 			running--
 		}
@@ -81,10 +102,83 @@ func (c *closedLoop) resize(r *run, n int) {
 		}
 	}
 	for running < n && len(c.clients) < maxClients {
-		c.clients = append(c.clients, client{home: -1, last: -1, conn: -1})
+		c.clients = append(c.clients, client{home: -1, last: -1, conn: -1, parent: -1})
 		c.nextSession(r, len(c.clients)-1)
 		running++
 	}
+}
+
+// freeSlot returns a client slot with no session, growing the clients
+// when none is free, or -1 at maxClients.
+func (c *closedLoop) freeSlot() int {
+	for k := range c.clients {
+		if !c.clients[k].active {
+			return k
+		}
+	}
+	if len(c.clients) >= maxClients {
+		return -1
+	}
+	c.clients = append(c.clients, client{home: -1, last: -1, conn: -1, parent: -1})
+	return len(c.clients) - 1
+}
+
+// spawn starts the subagents client k's session spawned after its request
+// just done (turn-1), each on a free client, and reports how many.
+func (c *closedLoop) spawn(r *run, k int) int {
+	n := 0
+	for {
+		cl := &c.clients[k]
+		if cl.spawned >= len(cl.sess.Subagents) || cl.sess.Subagents[cl.spawned].ParentTurn != cl.turn-1 {
+			return n
+		}
+		sub := cl.sess.Subagents[cl.spawned]
+		cl.spawned++
+		if len(sub.Turns) == 0 {
+			continue
+		}
+		slot := c.freeSlot()
+		if slot < 0 {
+			continue // at the bound of clients: the parent does without
+		}
+		cl = &c.clients[k] // freeSlot may have moved the clients
+		sc := newClient(sub)
+		sc.parent = int32(k)
+		if sub.Turns[0].Session == cl.sess.Turns[0].Session {
+			// It carries its parent's session id: the router sees later
+			// turns of the parent's conversation, at home there.
+			sc.home = cl.home
+		}
+		c.clients[slot] = sc
+		c.active++
+		cl.waiting++
+		n++
+		c.queue(r, slot, r.downlinkUs+c.turnaroundUs)
+	}
+}
+
+// subagentDone ends client k's subagent session; its parent sends its
+// next turn once the last of its subagents is done.
+func (c *closedLoop) subagentDone(r *run, k int) {
+	cl := &c.clients[k]
+	c.endSession(r, cl)
+	p := cl.parent
+	cl.active, cl.parent = false, -1
+	c.active--
+	pc := &c.clients[p]
+	if pc.waiting--; pc.waiting == 0 && pc.active {
+		c.queue(r, int(p), r.downlinkUs+c.turnaroundUs)
+	}
+}
+
+// endSession tells the router (and the record of hashes ever cached) that
+// cl's session is over. A subagent that carried its parent's session id
+// is no conversation of its own: the router keeps its parent's.
+func (c *closedLoop) endSession(r *run, cl *client) {
+	if r.kv != nil && (len(cl.sess.Turns) == 0 || cl.sess.Turns[0].Session == cl.sess.ID) {
+		r.kv.sessionEnded(r, cl.sess.ID)
+	}
+	r.sessionOver(&cl.sess)
 }
 
 // rejectBackoff is how long a client whose request was rejected (longer
@@ -106,7 +200,13 @@ func (c *closedLoop) nextSessionAfter(r *run, k int, delay int64) {
 		cl.retiring = false
 		return
 	}
-	s, ok := c.src.NextSession()
+	var s traces.Session
+	var ok bool
+	if c.fam != nil {
+		s, ok = c.fam.NextFamily()
+	} else {
+		s, ok = c.src.NextSession()
+	}
 	if !ok || len(s.Turns) == 0 {
 		c.exhausted = !ok
 		if ok {
@@ -114,7 +214,7 @@ func (c *closedLoop) nextSessionAfter(r *run, k int, delay int64) {
 		}
 		return
 	}
-	*cl = client{sess: s, home: -1, last: -1, conn: -1, active: true}
+	*cl = newClient(s)
 	c.active++
 	c.queue(r, k, delay)
 }
@@ -122,7 +222,9 @@ func (c *closedLoop) nextSessionAfter(r *run, k int, delay int64) {
 // queue sends client k's current turn after its think time plus delay µs.
 func (c *closedLoop) queue(r *run, k int, delay int64) {
 	t := &c.clients[k].sess.Turns[c.clients[k].turn]
-	r.ev.push(r.now+delay+max(t.ThinkMs, 0)*usPerMs, evSend, sendArg(c.epoch, k))
+	think := max(t.ThinkMs, 0) * usPerMs
+	r.rt.pausedUs += think
+	r.ev.push(r.now+delay+think, evSend, sendArg(c.epoch, k))
 }
 
 func (c *closedLoop) send(r *run, arg int32) {
@@ -156,34 +258,37 @@ func (c *closedLoop) done(r *run, s *seq, finished bool) {
 	}
 	k := int(s.client)
 	cl := &c.clients[k]
+	r.rt.requestUs += r.now + r.downlinkUs - s.clientSentUs
 	if !finished {
 		// Rejected (too long for the KV cache, or refused after waiting
 		// for admission): the session is abandoned.
-		if r.kv != nil {
-			r.kv.sessionEnded(r, cl.sess.ID)
+		if cl.parent >= 0 {
+			c.subagentDone(r, k)
+			return
 		}
-		r.sessionOver(&cl.sess)
+		c.endSession(r, cl)
 		c.nextSessionAfter(r, k, rejectBackoff)
 		return
 	}
 	cl.turn++
 	if cl.turn >= len(cl.sess.Turns) {
-		r.rt.sessionsCompleted++
-		if r.kv != nil {
-			r.kv.sessionEnded(r, cl.sess.ID)
+		if cl.parent >= 0 {
+			c.subagentDone(r, k)
+			return
 		}
-		r.sessionOver(&cl.sess)
+		r.rt.sessionsCompleted++
+		c.endSession(r, cl)
 		c.nextSessionAfter(r, k, r.downlinkUs+c.turnaroundUs)
 		return
 	}
 	if cl.retiring {
-		if r.kv != nil {
-			r.kv.sessionEnded(r, cl.sess.ID)
-		}
-		r.sessionOver(&cl.sess)
+		c.endSession(r, cl)
 		cl.active, cl.retiring = false, false
 		c.active--
 		return
+	}
+	if c.spawn(r, k) > 0 {
+		return // the parent's next turn waits for its subagents
 	}
 	c.queue(r, k, r.downlinkUs+c.turnaroundUs)
 }
@@ -203,7 +308,9 @@ func newClosedLoopFor(e *Experiment, r *run) *closedLoop {
 		src = traces.NewSliceSource(e.Trace.sessions())
 	}
 	r.clientNetwork(e.Workload)
-	return &closedLoop{src: src, outputCap: outputCap, turnaroundUs: micros(e.Workload.ClientTurnaround)}
+	c := &closedLoop{src: src, outputCap: outputCap, turnaroundUs: micros(e.Workload.ClientTurnaround)}
+	c.fam, _ = src.(traces.FamilySource)
+	return c
 }
 
 // steps runs a step per sessions level of e, back to back on the same

@@ -80,6 +80,9 @@ func equivCases() []equivCase {
 		{"a4000-every-lookup", closed(tight(func(f *Farm) { f.Behaviour.StatsAtAdmission = false }), nil, []int{16}, 60*time.Second, "affinity")},
 		{"h100-70b-subagents", closed(func(t testing.TB) *Farm { return mustExampleFarm(t, "h100-llama31-70b-tp4.yaml") }, sub, []int{8, 32}, 30*time.Second)},
 		{"rtx5090-58k", closed(func(t testing.TB) *Farm { return mustExampleFarm(t, "rtx5090-gemma3-27b-int4.yaml") }, Workload58k, []int{26}, 90*time.Second, "affinity")},
+		// Issue 48's shapes: pauses, compaction, subagents side by side.
+		{"rtx5090-preset", closed(func(t testing.TB) *Farm { return mustExampleFarm(t, "rtx5090-gemma3-27b-int4.yaml") }, presetWorkload("5090-farm"), []int{26}, 5*time.Minute, "hash", "affinity")},
+		{"h100-claude-code", closed(func(t testing.TB) *Farm { return mustExampleFarm(t, "h100-llama31-70b-tp4.yaml") }, presetWorkload("claude-code"), []int{16}, 5*time.Minute, "least-loaded", "affinity")},
 	}
 }
 
@@ -251,5 +254,16 @@ func TestLeanRunsAgree(t *testing.T) {
 		if !strings.HasPrefix(n, names.WardenTTFB) {
 			t.Errorf("the lean store holds %s, which no row KPI reads", n)
 		}
+	}
+}
+
+// presetWorkload returns a function giving the named preset.
+func presetWorkload(name string) func() traces.Workload {
+	return func() traces.Workload {
+		w, err := traces.Preset(name)
+		if err != nil {
+			panic(err)
+		}
+		return w
 	}
 }

@@ -160,22 +160,25 @@ func (e *everSet) forget(hash uint64) {
 
 // sessionOver is told by the closed loop that session s is over: no request
 // of it is in flight and none will be sent. In a run of synthetic sessions
-// (forgetFrom >= 0) the hashes of its blocks past the first forgetFrom,
-// the system prompt's, which every session shares, are its own: no later
-// lookup can ask about them, and the record of hashes ever cached forgets
-// them. Elsewhere (a trace's sessions, forgetFrom < 0) it does nothing.
+// (forgetOwn) the hashes of its blocks past its system prompt's
+// (s.SharedTokens, which every session of its agent kind shares) are its
+// own: no later lookup can ask about them, and the record of hashes ever
+// cached forgets them. Elsewhere (a trace's sessions) it does nothing.
 func (r *run) sessionOver(s *traces.Session) {
-	if r.forgetFrom < 0 || len(r.reps) == 0 || r.reps[0].pool.ever == nil {
+	if !r.forgetOwn || len(r.reps) == 0 || r.reps[0].pool.ever == nil {
 		return
 	}
 	ever, bs := r.reps[0].pool.ever, r.cfg.blockSize
+	// The session's own blocks start after its system prompt, the prefix
+	// it shares with every session of its agent kind.
+	from := s.SharedTokens / bs
 	// A turn's blocks begin with the previous turn's (the conversation so
 	// far): those were forgotten with it. Only the hashes that a request
 	// can have cached are walked (seq.blockHash: full blocks).
 	var prev *traces.Request
 	for t := range s.Turns {
 		req := &s.Turns[t]
-		for k := r.forgetFrom; ; k++ {
+		for k := from; ; k++ {
 			h, ok := requestBlockHash(req, req.PromptTokens, k, bs)
 			if !ok {
 				break

@@ -320,44 +320,56 @@ func TestEverSetBoundedByLoad(t *testing.T) {
 
 // TestSyntheticSessionsOwnTheirBlocks checks what forgetting a session's
 // hashes (run.sessionOver) rests on: the synthetic sessions, subagents
-// included, share the system prompt's full blocks and no other.
+// included, share their system prompt's full blocks (Session.SharedTokens)
+// and no other, whatever the shape: agent kinds of their own system
+// prompts, compaction, subagents with a system prompt of theirs, or
+// carrying their parent's session id.
 func TestSyntheticSessionsOwnTheirBlocks(t *testing.T) {
-	for _, bs := range []int{16, 64} {
-		w := traces.DefaultWorkload()
-		w.SubagentProbability = 0.4
-		w.Turns = 4
-		shared := w.SystemPromptTokens / bs
-		g := traces.NewGenerator(w, bs, 9)
-		owner := map[uint64]string{}
-		var system []uint64
-		for range 300 {
-			s, _ := g.NextSession()
-			for ti := range s.Turns {
-				req := &s.Turns[ti]
-				for k := 0; ; k++ {
-					h, ok := requestBlockHash(req, req.PromptTokens, k, bs)
-					if !ok {
-						break
-					}
-					if k < shared {
-						if len(system) == k {
-							system = append(system, h)
+	bench := traces.DefaultWorkload()
+	bench.SubagentProbability = 0.4
+	bench.Turns = 4
+	shaped := traces.DefaultWorkload()
+	shaped.Turns, shaped.NewTokensPerTurn = 30, 900
+	shaped.ContextLimit, shaped.SummaryTokens = 24000, traces.TokenDist{Mean: 2000}
+	shaped.SubagentProbability, shaped.SubagentTurns = 0.1, 3
+	shaped.SubagentSystemPromptTokens, shaped.SubagentSession = 1000, traces.SubagentParent
+	other := shaped
+	other.SystemPromptTokens, other.SubagentSession = 5000, ""
+	mixed := traces.DefaultWorkload()
+	mixed.Agents = []traces.Agent{{Name: "a", Weight: 1, Shape: shaped}, {Name: "b", Weight: 1, Shape: other}}
+	for _, w := range []traces.Workload{bench, mixed} {
+		for _, bs := range []int{16, 64} {
+			g := traces.NewGenerator(w, bs, 9)
+			owner := map[uint64]string{}
+			system := map[uint64]bool{}
+			for range 120 {
+				s, _ := g.NextSession()
+				shared := s.SharedTokens / bs
+				for ti := range s.Turns {
+					req := &s.Turns[ti]
+					for k := 0; ; k++ {
+						h, ok := requestBlockHash(req, req.PromptTokens, k, bs)
+						if !ok {
+							break
 						}
-						if system[k] != h {
-							t.Fatalf("block size %d: session %s, turn %d: system prompt block %d differs from the first session's", bs, s.ID, ti, k)
+						if k < shared {
+							system[h] = true
+							continue
 						}
-						continue
+						if o, ok := owner[h]; ok && o != s.ID {
+							t.Fatalf("block size %d: block %d of session %s, turn %d, is also session %s's", bs, k, s.ID, ti, o)
+						}
+						owner[h] = s.ID
 					}
-					if o, ok := owner[h]; ok && o != s.ID {
-						t.Fatalf("block size %d: block %d of session %s, turn %d, is also session %s's", bs, k, s.ID, ti, o)
-					}
-					owner[h] = s.ID
 				}
 			}
-		}
-		for k, h := range system {
-			if o, ok := owner[h]; ok {
-				t.Fatalf("block size %d: system prompt block %d is also session %s's own", bs, k, o)
+			for h := range system {
+				if o, ok := owner[h]; ok {
+					t.Fatalf("block size %d: a system prompt block is also session %s's own", bs, o)
+				}
+			}
+			if len(w.Agents) > 0 && len(system) < 2*1000/bs {
+				t.Fatalf("block size %d: %d system prompt blocks for kinds of 3,500 and 5,000 tokens and subagents of 1,000", bs, len(system))
 			}
 		}
 	}

@@ -64,6 +64,10 @@ type Experiment struct {
 	// (RequestRecord), strategy after strategy in the order given.
 	Requests io.Writer
 
+	// TimelineStep > 0 adds a Timeline per strategy to the report: the
+	// run from its cold start to its end, a point every TimelineStep.
+	TimelineStep time.Duration
+
 	// OnStore, when set, receives each strategy's metric store once its
 	// run is over (simulated time starts at the Unix epoch), so that a
 	// caller can evaluate any PromQL on the series, as calibration does.
@@ -96,7 +100,7 @@ func (e Experiment) withDefaults() (Experiment, error) {
 	if e.Spill == nil {
 		e.Spill = &e.Farm.Spill
 	}
-	if e.Workload == (traces.Workload{}) {
+	if e.Workload.IsZero() {
 		e.Workload = traces.DefaultWorkload()
 	}
 	if err := e.Workload.Validate(); err != nil {
@@ -144,7 +148,7 @@ func Run(ctx context.Context, e Experiment) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.lean = e.OnStore == nil
+	e.lean = e.OnStore == nil && e.TimelineStep <= 0
 	var wg sync.WaitGroup
 	if e.Trace != nil {
 		// Counting reads every hash id once more: on a core of its own
@@ -161,12 +165,16 @@ func Run(ctx context.Context, e Experiment) (*Report, error) {
 	rows := make([][]Row, len(e.Strategies))
 	errs := make([]error, len(e.Strategies))
 	logs := make([]*requestLog, len(e.Strategies))
+	timelines := make([]*Timeline, len(e.Strategies))
 	for i, s := range e.Strategies {
 		wg.Go(func() {
 			var r *run
 			rows[i], r, errs[i] = runStrategy(ctx, e, s, prog.slot(i))
 			if errs[i] == nil {
 				logs[i] = r.log
+				if e.TimelineStep > 0 {
+					timelines[i], errs[i] = r.timeline(ctx, r.name, r.now, e.TimelineStep)
+				}
 				if e.OnStore != nil {
 					e.OnStore(s, r.rec.store)
 				}
@@ -188,6 +196,11 @@ func Run(ctx context.Context, e Experiment) (*Report, error) {
 	for k := range rows[0] {
 		for i := range rows {
 			rep.Rows = append(rep.Rows, rows[i][k])
+		}
+	}
+	for _, tl := range timelines {
+		if tl != nil {
+			rep.Timelines = append(rep.Timelines, *tl)
 		}
 	}
 	return rep, nil
@@ -257,12 +270,12 @@ func runStrategy(ctx context.Context, e Experiment, strategy string, progress fu
 		r.reserveEver()
 	}
 	if e.Trace == nil {
-		r.shared = e.Workload.SystemPromptTokens // the synthetic sessions' common system prompt
+		r.shared = e.Workload.SharedPrefixTokens() // the synthetic sessions' common system prompt
 	}
 	if e.Trace == nil && !keepEveryHash {
-		// The synthetic sessions share the system prompt's full blocks
+		// The synthetic sessions share their system prompt's full blocks
 		// alone: every later block is one session's own (sessionOver).
-		r.forgetFrom = e.Workload.SystemPromptTokens / r.cfg.blockSize
+		r.forgetOwn = true
 	}
 	if e.Requests != nil {
 		r.log = newRequestLog(r.name)
@@ -449,6 +462,9 @@ func (r *run) row(ctx context.Context, ev *metrics.Evaluator, strategy string, w
 		AdmissionWaits:   t.router.admissionWaits - s.router.admissionWaits,
 		AdmissionRefused: t.router.admissionRefused - s.router.admissionRefused,
 		AdmissionRetries: t.router.admissionRetries - s.router.admissionRetries,
+	}
+	if paused := t.router.pausedUs - s.router.pausedUs; paused > 0 {
+		row.PausedPct = Float(pct(paused, paused+t.router.requestUs-s.router.requestUs))
 	}
 	d := &row.direct
 	d.laterTurns = t.router.stay.Later - s.router.stay.Later

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/lm-warden/warden/internal/num"
 )
@@ -19,6 +20,8 @@ import (
 type Report struct {
 	Farm string `json:"farm"`
 	Rows []Row  `json:"rows"`
+	// Timelines, one per strategy, when Experiment.TimelineStep asked.
+	Timelines []Timeline `json:"timelines,omitempty"`
 }
 
 // Row is one strategy over one measured step. The headline columns are the
@@ -57,10 +60,15 @@ type Row struct {
 	// (a session replay's clients, as their SDKs do). The others,
 	// AdmissionRefused - AdmissionRetries, are turns given up, also in
 	// Unfinished.
-	AdmissionWaits   int64         `json:"admission_waits,omitempty"`
-	AdmissionRefused int64         `json:"admission_refused,omitempty"`
-	AdmissionRetries int64         `json:"admission_retries,omitempty"`
-	direct           directColumns // the same columns counted without PromQL (tests)
+	AdmissionWaits   int64 `json:"admission_waits,omitempty"`
+	AdmissionRefused int64 `json:"admission_refused,omitempty"`
+	AdmissionRetries int64 `json:"admission_retries,omitempty"`
+	// PausedPct is the share of the sessions' time spent paused between
+	// turns (tools running, a person replying: the workload's think
+	// times) rather than waiting on a request, over the requests sent in
+	// the step; absent when nothing paused (the bench).
+	PausedPct Float         `json:"paused_pct,omitempty"`
+	direct    directColumns // the same columns counted without PromQL (tests)
 }
 
 // ReplicaRow is one replica over one step.
@@ -231,6 +239,72 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if len(differ) > 0 {
 		// Before vLLM 0.27 the counters also count every failed lookup.
 		if _, err := fmt.Fprintf(w, "\ntrue prefix hit %% at admission: %s\n", strings.Join(differ, ", ")); err != nil {
+			return err
+		}
+	}
+	var paused []string
+	for _, r := range rep.Rows {
+		if r.PausedPct > 0 {
+			paused = append(paused, fmt.Sprintf("%d %s: %s", r.Sessions, r.Strategy, fmtNum(float64(r.PausedPct), 1)))
+		}
+	}
+	if len(paused) > 0 {
+		if _, err := fmt.Fprintf(w, "\nshare of the sessions' time paused between turns (tools, a person), %%: %s\n", strings.Join(paused, ", ")); err != nil {
+			return err
+		}
+	}
+	return rep.writeTimelines(w)
+}
+
+// writeTimelines writes the timelines: the hit rate of every strategy over
+// time, then each strategy's KV-cache usage per replica.
+func (rep *Report) writeTimelines(w io.Writer) error {
+	if len(rep.Timelines) == 0 {
+		return nil
+	}
+	t0 := rep.Timelines[0]
+	step := time.Duration(t0.StepS * float64(time.Second))
+	if _, err := fmt.Fprintf(w, "\nprefix hit %% over time, from cold caches (vLLM's counters; each point covers the %s before it):\n", step); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', tabwriter.AlignRight)
+	head := "time\t"
+	for _, tl := range rep.Timelines {
+		head += tl.Strategy + "\t"
+	}
+	fmt.Fprintln(tw, head)
+	for k, at := range t0.TimesS {
+		line := time.Duration(at*float64(time.Second)).String() + "\t"
+		for _, tl := range rep.Timelines {
+			v := math.NaN()
+			if k < len(tl.HitPct) {
+				v = float64(tl.HitPct[k])
+			}
+			line += fmtNum(v, 1) + "\t"
+		}
+		fmt.Fprintln(tw, line)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, tl := range rep.Timelines {
+		if _, err := fmt.Fprintf(w, "\nKV-cache usage per replica, %% (%s; mean over each interval):\n", tl.Strategy); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		head := "time\t"
+		for i := range tl.KVUsagePct {
+			head += "r" + strconv.Itoa(i) + "\t"
+		}
+		fmt.Fprintln(tw, head)
+		for k, at := range tl.TimesS {
+			line := time.Duration(at*float64(time.Second)).String() + "\t"
+			for _, s := range tl.KVUsagePct {
+				line += fmtNum(float64(s[k]), 0) + "\t"
+			}
+			fmt.Fprintln(tw, line)
+		}
+		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}

@@ -90,10 +90,11 @@ type run struct {
 	// everHint, until it is used, will tell how many hashes the record of
 	// those ever cached is to hold (reserveEver).
 	everHint *hashHint
-	// forgetFrom >= 0: a session's hashes from its block forgetFrom on
-	// are its own, forgotten by the record of hashes ever cached when it
-	// is over (sessionOver); -1: every hash is kept (a trace's sessions).
-	forgetFrom int
+	// forgetOwn: a session's hashes past its system prompt
+	// (traces.Session.SharedTokens) are its own, forgotten by the record of
+	// hashes ever cached when it is over (sessionOver); false: every hash
+	// is kept (a trace's sessions).
+	forgetOwn bool
 }
 
 // reserveEver makes room in the record of hashes ever cached once the
@@ -127,6 +128,12 @@ type routerStats struct {
 	admissionWaits   int64
 	admissionRefused int64
 	admissionRetries int64
+	// pausedUs sums the pauses (think times) before the turns a closed
+	// loop sent, requestUs the time from each request's send to its end
+	// reaching the client: a session's time is one or the other (or its
+	// client's turnaround), so their ratio is the share of time paused.
+	pausedUs  int64
+	requestUs int64
 }
 
 // clientNetwork gives r the clients' side of w: half a network round trip
@@ -187,7 +194,6 @@ func newRunLean(f *Farm, strategy string, spill placement.SpillThreshold, lean b
 		scrapeUs:   time.Duration(f.Spec.ScrapeInterval).Microseconds(),
 		lastScrape: -1,
 		name:       vr.name,
-		forgetFrom: -1,
 	}
 	n := f.Spec.Replicas
 	ever := newEverSet(n)

@@ -147,3 +147,61 @@ func BenchmarkReader(b *testing.B) {
 	}
 	b.SetBytes(n)
 }
+
+// BenchmarkGeneratorPresets measures each preset's sessions, hashed in
+// 16-token blocks: a session of the agent presets is tens to hundreds of
+// requests of up to ~200k tokens.
+func BenchmarkGeneratorPresets(b *testing.B) {
+	for _, name := range PresetNames() {
+		w, err := Preset(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			g := NewGenerator(w, 16, 1)
+			var reqs int
+			for b.Loop() {
+				s, _ := g.NextFamily()
+				reqs += len(s.Turns)
+			}
+			b.ReportMetric(float64(reqs)/b.Elapsed().Seconds(), "requests/s")
+		})
+	}
+}
+
+// BenchmarkSummarize measures what a plan spends describing a workload of
+// distributions: 2,000 claude-code sessions drawn without hashes.
+func BenchmarkSummarize(b *testing.B) {
+	w, err := Preset("claude-code")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		Summarize(w, 1, SummarySessions)
+	}
+}
+
+// BenchmarkFit measures fitting a workload to a trace's requests.
+func BenchmarkFit(b *testing.B) {
+	w, err := Preset("claude-code")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g := NewGenerator(w, 512, 1)
+	var reqs []Request
+	for range 200 {
+		s, _ := g.NextSession()
+		reqs = append(reqs, s.Turns...)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		f := NewFitter(512, FitOptions{})
+		for i := range reqs {
+			f.Add(&reqs[i])
+		}
+		f.Fit()
+	}
+	b.ReportMetric(float64(len(reqs)*b.N)/b.Elapsed().Seconds(), "requests/s")
+}

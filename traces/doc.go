@@ -11,9 +11,19 @@
 //     the hash ids a line shares with a recent one; readall.go is
 //     Reader.ReadAll, the whole file parsed on several goroutines.
 //   - workload.go and synth.go: Workload (the shape of agent sessions, loaded
-//     from strict YAML) and Generator, an endless deterministic SessionSource
-//     of synthetic sessions whose block ids chain as vLLM's prefix cache
-//     does (hash.go). SliceSource and LoadSessions replay a file instead.
+//     from strict YAML; WORKLOAD.md lists every key) and Generator, an
+//     endless deterministic SessionSource of synthetic sessions whose block
+//     ids chain as vLLM's prefix cache does (hash.go): turns, additions,
+//     pauses and summaries drawn from distributions (dist.go), compaction
+//     near a context limit, subagents attached to their parent
+//     (NextFamily) and agent kinds, each with its own system prompt.
+//     SliceSource and LoadSessions replay a file instead.
+//   - presets.go and presets/*.yaml: the named workloads (bench,
+//     claude-code, codex, 5090-farm), each figure's source in WORKLOAD.md;
+//     summary.go measures a workload on a sample of its sessions (typical
+//     context, pauses, subagents, the histogram of prompt lengths).
+//   - fit.go: Fitter, a workload fitted to a trace's sessions (warden trace
+//     stats --workload-out, warden workload --journal).
 //   - import.go and import_*.go: Mooncake, Alibaba Bailian and Azure
 //     importers; infer.go infers sessions from prefix chains where a trace
 //     has none.

@@ -48,11 +48,11 @@ func TestRoundTripSessions(t *testing.T) {
 		if h != wantH {
 			t.Fatalf("%s: header %+v, want %+v", name, h, wantH)
 		}
-		// ParentTurn is not part of the record.
+		// ParentTurn and SharedTokens are not part of the record.
 		exp := make([]Session, len(want))
 		for i, s := range want {
 			exp[i] = s
-			exp[i].ParentTurn = -1
+			exp[i].ParentTurn, exp[i].SharedTokens = -1, 0
 		}
 		if d := cmp.Diff(exp, got); d != "" {
 			t.Fatalf("%s: round trip (-want +got):\n%s", name, d)

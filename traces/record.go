@@ -34,6 +34,13 @@ type Session struct {
 	// turn after which it was spawned; -1 when unknown.
 	ParentTurn int
 	Turns      []Request
+	// Subagents are the sessions this one spawned, in spawn order, each
+	// with the request it follows as ParentTurn (Generator.NextFamily);
+	// nil elsewhere (a trace lists subagents as sessions of their own).
+	Subagents []Session
+	// SharedTokens is the prompt prefix the session shares with others of
+	// its agent kind: its system prompt (0: unknown).
+	SharedTokens int
 }
 
 // Clone returns a deep copy of r: its hash id slices are copied, so the

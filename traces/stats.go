@@ -17,6 +17,9 @@ type StatsOptions struct {
 	SessionTTL time.Duration
 	// SampleEvery is the working set's sampling period (default 1m).
 	SampleEvery time.Duration
+	// Fit, when set, is given every request too: a workload fitted to the
+	// trace in the same pass (Fitter).
+	Fit *Fitter
 }
 
 // DefaultStatsOptions returns the options Stats uses.
@@ -159,6 +162,9 @@ func StatsWithOptions(r *Reader, opts StatsOptions) (TraceStats, error) {
 			nextSample += every
 		}
 		lastMs = a
+		if opts.Fit != nil {
+			opts.Fit.Add(req)
+		}
 		st.Requests++
 		st.PromptTokens += int64(req.PromptTokens)
 		st.OutputTokens += int64(req.OutputTokens)

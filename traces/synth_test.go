@@ -2,8 +2,6 @@ package traces
 
 import (
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -197,14 +195,24 @@ func TestGeneratorSubagents(t *testing.T) {
 	if got[w.Turns].ID != "s000001" {
 		t.Fatalf("after the subagents came %s, want s000001", got[w.Turns].ID)
 	}
-	// Subagents do not perturb the parent: its blocks equal a run without them.
+	// A turn after a spawn adds the subagents' answers (the tool's result)
+	// at once; the parent's other turns are those of a run without them.
 	w0 := w
 	w0.SubagentProbability = 0
 	plain, _ := NewGenerator(w0, 16, 1).NextSession()
-	for i := range plain.Turns {
-		if !slices.Equal(plain.Turns[i].HashIDs, got[0].Turns[i].HashIDs) {
-			t.Fatalf("turn %d of the parent changed when subagents were spawned", i)
+	if !slices.Equal(plain.Turns[0].HashIDs, got[0].Turns[0].HashIDs) {
+		t.Fatal("the parent's first turn changed when subagents were spawned")
+	}
+	for i := 1; i < w.Turns; i++ {
+		r, prev := got[0].Turns[i], got[0].Turns[i-1]
+		sub := got[i] // the one subagent spawned after turn i-1
+		if add := r.PromptTokens - prev.PromptTokens - prev.OutputTokens; add != sub.Turns[len(sub.Turns)-1].OutputTokens || r.ThinkMs != 0 {
+			t.Fatalf("turn %d adds %d tokens after %d ms, want the subagent's answer (%d) at once", i, add, r.ThinkMs, sub.Turns[len(sub.Turns)-1].OutputTokens)
 		}
+	}
+	fam, _ := NewGenerator(w, 16, 1).NextFamily()
+	if len(fam.Subagents) != w.Turns-1 || fam.Subagents[2].ParentTurn != 2 || fam.Subagents[2].ID != "s000000.sub3" {
+		t.Fatalf("NextFamily: %d subagents attached, want %d in spawn order", len(fam.Subagents), w.Turns-1)
 	}
 }
 
@@ -243,13 +251,9 @@ func TestLoadWorkload(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(dir, "w.yaml")
-			if err := os.WriteFile(path, []byte(tc.yaml), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			got, err := LoadWorkload(path)
+			got, err := loadText(t, dir, tc.yaml)
 			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), filepath.Dir(path)) || !strings.Contains(err.Error(), tc.err) {
+				if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)
 				}
 				return
@@ -274,6 +278,16 @@ func FuzzParseWorkload(f *testing.F) {
 	f.Add([]byte("output_tokens_mean: .nan\nthink_time: 5\n"))
 	f.Add([]byte("a: &x [1]\nturns: *x\n---\nturns: 0\n"))
 	f.Add([]byte("- 1\n"))
+	for _, name := range PresetNames() {
+		data, err := PresetSource(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("additions:\n  - {kind: tool, weight: 1, tokens: {mean: 5, sigma: 2, max: 9}, think: {dist: uniform, min: 1s, max: 2s}}\n"))
+	f.Add([]byte("agents:\n  - {workload: codex, weight: 1}\n  - {name: x, weight: 2, turns: 3}\n"))
+	f.Add([]byte("context_limit: 20000\nsummary_tokens: {dist: exponential, mean: 900, max: 5000}\ncompact_at: 0.5\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		w, err := ParseWorkload(data, "fuzz.yaml")
 		if err != nil {
@@ -284,6 +298,61 @@ func FuzzParseWorkload(f *testing.F) {
 		}
 		if err := w.Validate(); err != nil {
 			t.Fatalf("accepted a workload that does not validate: %v", err)
+		}
+	})
+}
+
+// FuzzWorkloadSessions: any workload the parser accepts generates sessions
+// that keep the invariants every driver relies on (sizes only, and
+// workloads small enough to generate in a fuzz run).
+func FuzzWorkloadSessions(f *testing.F) {
+	for _, name := range PresetNames() {
+		data, _ := PresetSource(name)
+		f.Add(data, uint64(1))
+	}
+	f.Add([]byte("turns: 30\ncontext_limit: 9000\nsystem_prompt_tokens: 100\nfirst_message_tokens: 500\nsummary_tokens: {mean: 300, sigma: 1, max: 2000}\nnew_tokens_per_turn: 700\nsubagent_probability: 0.5\nsubagent_parallel: {dist: uniform, min: 1, max: 3}\nsubagent_session: parent\n"), uint64(2))
+	f.Add([]byte("agents:\n  - {name: a, weight: 1, turns: 2}\n  - {name: b, weight: 1, additions: [{kind: user, weight: 1, tokens: 0}]}\n"), uint64(3))
+	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
+		w, err := ParseWorkload(data, "fuzz.yaml")
+		if err != nil {
+			return
+		}
+		shapes := []Workload{w}
+		for _, a := range w.Agents {
+			shapes = append(shapes, a.Shape)
+		}
+		for _, s := range shapes {
+			turns := s.Turns
+			if s.TurnsSigma > 0 {
+				turns = s.TurnsMax
+			}
+			if turns > 300 || s.SubagentTurns > 300 || (s.SubagentProbability > 0 && (s.SubagentParallel.Max > 8 || s.SubagentParallel.Mean > 8)) {
+				return // too large to generate here
+			}
+		}
+		g := NewGenerator(w, 16, seed)
+		g.noHash = true
+		for range 3 {
+			fam, _ := g.NextFamily()
+			all := append([]Session{fam}, fam.Subagents...)
+			for _, s := range all {
+				if len(s.Turns) == 0 {
+					t.Fatalf("%s: no request", s.ID)
+				}
+				for j, r := range s.Turns {
+					if r.PromptTokens < 1 || r.OutputTokens < 1 || r.ThinkMs < 0 {
+						t.Fatalf("%s request %d: prompt %d, output %d, think %d", s.ID, j, r.PromptTokens, r.OutputTokens, r.ThinkMs)
+					}
+					if j == 0 && r.ThinkMs != 0 {
+						t.Fatalf("%s: a first request after a pause", s.ID)
+					}
+				}
+			}
+			for _, sub := range fam.Subagents {
+				if sub.Parent != fam.ID || sub.ParentTurn < 0 || sub.ParentTurn >= len(fam.Turns)-1 {
+					t.Fatalf("subagent %s of %s after request %d of %d", sub.ID, fam.ID, sub.ParentTurn, len(fam.Turns))
+				}
+			}
 		}
 	})
 }

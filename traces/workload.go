@@ -5,7 +5,12 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/lm-warden/warden/internal/strictyaml"
 )
@@ -77,6 +82,98 @@ type Workload struct {
 	SubagentTaskTokens  int     `yaml:"subagent_task_tokens"`
 	// Model is written into every request ("" = whatever the farm serves).
 	Model string `yaml:"model"`
+
+	// The keys below (issue 48) shape agent sessions as they are; each is
+	// off when left out, so a file without them means what it always did.
+	// WORKLOAD.md lists every key with its unit and default.
+
+	// TurnsSigma > 0 draws each session's number of turns from a lognormal
+	// of mean Turns and this sigma (sessions of tens to hundreds of
+	// requests, a few far longer), rounded, at least 1 and at most
+	// TurnsMax (0: no bound).
+	TurnsSigma float64 `yaml:"turns_sigma,omitempty" json:",omitzero"`
+	TurnsMax   int     `yaml:"turns_max,omitempty" json:",omitzero"`
+	// Additions, when given, replace NewTokensPerTurn and ThinkTime: each
+	// later turn adds one of these, drawn by weight (a mixture of tool
+	// results and a person's messages, each with its size and the pause
+	// before it).
+	Additions []Addition `yaml:"additions,omitempty" json:",omitzero"`
+	// ContextLimit > 0 (tokens) makes sessions compact as agents do near
+	// their model's context window: when a turn's prompt would pass
+	// CompactAt x ContextLimit, the agent first sends its history with
+	// CompactPromptTokens of instructions and gets a summary of
+	// SummaryTokens back; the next prompt is the system prompt, the
+	// summary and the turn's addition. The old prefix is dead and the new
+	// one cold.
+	ContextLimit        int       `yaml:"context_limit,omitempty" json:",omitzero"`
+	CompactAt           float64   `yaml:"compact_at,omitempty" json:",omitzero"` // 0: DefaultCompactAt
+	SummaryTokens       TokenDist `yaml:"summary_tokens,omitempty" json:",omitzero"`
+	CompactPromptTokens int       `yaml:"compact_prompt_tokens,omitempty" json:",omitzero"`
+	// SubagentParallel is how many subagents a spawn starts at once (0:
+	// one); they run side by side while the parent waits, and the parent's
+	// next turn adds their final answers. SubagentTurnsSigma spreads their
+	// turns as TurnsSigma does the parent's. SubagentSystemPromptTokens > 0
+	// gives subagents a system prompt of their own, shared by every
+	// subagent of the agent kind (0: the parent's). SubagentSession is the
+	// session id their requests carry: SubagentOwn, SubagentParent or
+	// SubagentNone.
+	SubagentParallel           TokenDist `yaml:"subagent_parallel,omitempty" json:",omitzero"`
+	SubagentTurnsSigma         float64   `yaml:"subagent_turns_sigma,omitempty" json:",omitzero"`
+	SubagentSystemPromptTokens int       `yaml:"subagent_system_prompt_tokens,omitempty" json:",omitzero"`
+	SubagentSession            string    `yaml:"subagent_session,omitempty" json:",omitzero"`
+	// Agents, when given, are several agent kinds sharing the farm: each
+	// new session is of one kind, drawn by weight, with that kind's own
+	// system prompt and shape.
+	Agents []Agent `yaml:"agents,omitempty" json:",omitzero"`
+}
+
+// Addition is one kind of new content a later turn adds: a tool's result
+// (Kind AdditionTool, after the tool ran for Think) or a person's message
+// (AdditionUser, after they read and typed for Think).
+type Addition struct {
+	Kind   string    `yaml:"kind" json:"kind"`
+	Weight float64   `yaml:"weight" json:"weight"`
+	Tokens TokenDist `yaml:"tokens" json:"tokens"`
+	Think  TimeDist  `yaml:"think,omitempty" json:"think,omitzero"`
+}
+
+// Kinds of an Addition.
+const (
+	AdditionTool = "tool"
+	AdditionUser = "user"
+)
+
+// Session ids of subagents (Workload.SubagentSession).
+const (
+	// SubagentOwn: a session id of their own with the parent's as parent,
+	// as OpenCode sends (X-Session-Id and X-Parent-Session-Id) and Claude
+	// Code since 2.1.258 (x-claude-code-agent-id beside the parent's
+	// X-Claude-Code-Session-Id, which the proxy keys as a session of its
+	// own under the parent). The default.
+	SubagentOwn = "own"
+	// SubagentParent: the parent's session id, as Codex sends (its
+	// session-id is the run's, shared by the threads it spawns) and Claude
+	// Code before agent ids: a router sees later turns of the parent.
+	SubagentParent = "parent"
+	// SubagentNone: no session id; a router sees new conversations.
+	SubagentNone = "none"
+)
+
+// DefaultCompactAt is the compaction trigger when CompactAt is 0: Codex's
+// default, 90 % of the context window (codex-rs/protocol/src/
+// openai_models.rs, ModelInfo.auto_compact_token_limit).
+const DefaultCompactAt = 0.9
+
+// Agent is one agent kind of a workload's Agents: Weight is its share of
+// new sessions; its shape is the preset or file Workload names (else the
+// enclosing workload's keys), with the keys given beside it on top. Name
+// tells the kinds apart: two kinds never share a system prompt.
+type Agent struct {
+	Name     string  `yaml:"name,omitempty" json:"name,omitempty"`
+	Weight   float64 `yaml:"weight" json:"weight"`
+	Workload string  `yaml:"workload,omitempty" json:"workload,omitempty"`
+	// Shape is the kind's workload, resolved (ParseWorkload fills it).
+	Shape Workload `yaml:",inline" json:"shape"`
 }
 
 // DefaultWorkload returns the product's workload: about 3.5k shared tokens,
@@ -186,8 +283,163 @@ func (w Workload) Validate() error {
 	case w.SubagentProbability > 0 && w.SubagentTaskTokens < 1:
 		return bad("subagent_task_tokens", "must be >= 1 when subagent_probability > 0, got %d", w.SubagentTaskTokens)
 	}
+	return w.validateShape(true)
+}
+
+// validateShape checks the keys of issue 48; top says whether w may hold
+// agent kinds (a kind's own workload may not).
+func (w Workload) validateShape(top bool) error {
+	bad := func(key, format string, args ...any) error {
+		return &FieldError{Key: key, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case w.Turns > MaxTurns:
+		return bad("turns", "must be at most %d, got %d", MaxTurns, w.Turns)
+	case w.SystemPromptTokens > MaxTokens || w.FirstMessageTokens > MaxTokens || w.NewTokensPerTurn > MaxTokens || w.SubagentTaskTokens > MaxTokens:
+		key := "system_prompt_tokens"
+		switch {
+		case w.FirstMessageTokens > MaxTokens:
+			key = "first_message_tokens"
+		case w.NewTokensPerTurn > MaxTokens:
+			key = "new_tokens_per_turn"
+		case w.SubagentTaskTokens > MaxTokens:
+			key = "subagent_task_tokens"
+		}
+		return bad(key, "must be at most %d tokens", MaxTokens)
+	case w.SubagentTurns > MaxTurns:
+		return bad("subagent_turns", "must be at most %d, got %d", MaxTurns, w.SubagentTurns)
+	case !(w.TurnsSigma >= 0 && w.TurnsSigma <= 4):
+		return bad("turns_sigma", "must be in [0, 4], got %g", w.TurnsSigma)
+	case w.TurnsMax < 0 || w.TurnsMax > MaxTurns:
+		return bad("turns_max", "must be in [0, %d] (0: no bound), got %d", MaxTurns, w.TurnsMax)
+	case w.TurnsSigma > 0 && w.TurnsMax == 0:
+		return bad("turns_max", "required with turns_sigma: a heavy tail of turns needs a bound")
+	case w.ContextLimit < 0 || w.ContextLimit > MaxTokens:
+		return bad("context_limit", "must be in [0, %d] tokens (0: no compaction), got %d", MaxTokens, w.ContextLimit)
+	case w.SubagentSystemPromptTokens > MaxTokens || w.CompactPromptTokens > MaxTokens:
+		key := "subagent_system_prompt_tokens"
+		if w.CompactPromptTokens > MaxTokens {
+			key = "compact_prompt_tokens"
+		}
+		return bad(key, "must be at most %d tokens", MaxTokens)
+	case !(w.CompactAt >= 0 && w.CompactAt <= 1):
+		return bad("compact_at", "must be a fraction of context_limit in (0, 1] (0: %g), got %g", DefaultCompactAt, w.CompactAt)
+	case w.CompactPromptTokens < 0:
+		return bad("compact_prompt_tokens", "must be >= 0, got %d", w.CompactPromptTokens)
+	case !(w.SubagentTurnsSigma >= 0 && w.SubagentTurnsSigma <= 4):
+		return bad("subagent_turns_sigma", "must be in [0, 4], got %g", w.SubagentTurnsSigma)
+	case w.SubagentSystemPromptTokens < 0:
+		return bad("subagent_system_prompt_tokens", "must be >= 0 (0: the parent's system prompt), got %d", w.SubagentSystemPromptTokens)
+	case w.SubagentSession != "" && w.SubagentSession != SubagentOwn && w.SubagentSession != SubagentParent && w.SubagentSession != SubagentNone:
+		return bad("subagent_session", "must be %s, %s or %s, got %q", SubagentOwn, SubagentParent, SubagentNone, w.SubagentSession)
+	}
+	if w.ContextLimit > 0 {
+		if w.SummaryTokens.IsZero() {
+			return bad("context_limit", "needs summary_tokens: the size of the summary a compaction leaves")
+		}
+		if why := w.SummaryTokens.checkBounded(1, MaxTokens); why != "" {
+			return bad("summary_tokens", "%s", why)
+		}
+		// The smallest context a compaction can leave: the system prompt
+		// and the summary's least size.
+		floor := w.SystemPromptTokens + int(max(1, w.SummaryTokens.Min))
+		at := w.compactAt() * float64(w.ContextLimit)
+		if at <= float64(floor) {
+			return bad("context_limit", "compact_at x context_limit = %.0f tokens leaves no room beyond the system prompt (%d) and the summary", at, w.SystemPromptTokens)
+		}
+		if first := float64(w.SystemPromptTokens) + float64(w.FirstMessageTokens)*(1+w.FirstMessageSpread); first > at {
+			return bad("context_limit", "compact_at x context_limit = %.0f tokens is below a first prompt (system prompt and first message: up to %.0f)", at, first)
+		}
+		if sub := w.SubagentSystemPromptTokens + w.SubagentTaskTokens; w.SubagentProbability > 0 && float64(max(sub, w.SystemPromptTokens+w.SubagentTaskTokens)) > at {
+			return bad("context_limit", "compact_at x context_limit = %.0f tokens is below a subagent's first prompt", at)
+		}
+	} else if !w.SummaryTokens.IsZero() || w.CompactAt != 0 || w.CompactPromptTokens != 0 {
+		key := "summary_tokens"
+		if w.CompactAt != 0 {
+			key = "compact_at"
+		} else if w.CompactPromptTokens != 0 {
+			key = "compact_prompt_tokens"
+		}
+		return bad(key, "needs context_limit (the context window compaction keeps sessions within)")
+	}
+	if !w.SubagentParallel.IsZero() {
+		if why := w.SubagentParallel.checkBounded(1, MaxSubagents); why != "" {
+			return bad("subagent_parallel", "%s", why)
+		}
+	}
+	var sum float64
+	for i, a := range w.Additions {
+		key := fmt.Sprintf("additions[%d]", i)
+		switch {
+		case a.Kind != AdditionTool && a.Kind != AdditionUser:
+			return bad(key+".kind", "must be %s (a tool's result) or %s (a person's message), got %q", AdditionTool, AdditionUser, a.Kind)
+		case !(a.Weight > 0) || math.IsInf(a.Weight, 0):
+			return bad(key+".weight", "must be a finite number > 0, got %g", a.Weight)
+		case a.Tokens.IsZero():
+			return bad(key+".tokens", "required: the tokens this addition brings")
+		}
+		if why := a.Tokens.checkBounded(0, MaxTokens); why != "" {
+			return bad(key+".tokens", "%s", why)
+		}
+		if why := a.Think.checkBounded(0, 24*3600); why != "" {
+			return bad(key+".think", "%s (a pause of more than 24h is a session that ended)", why)
+		}
+		sum += a.Weight
+	}
+	if math.IsInf(sum, 0) {
+		return bad("additions", "the weights add up to infinity")
+	}
+	if len(w.Agents) > 0 && !top {
+		return bad("agents", "an agent kind's workload cannot hold agent kinds of its own")
+	}
+	names := map[string]bool{}
+	var total float64
+	for i, a := range w.Agents {
+		key := fmt.Sprintf("agents[%d]", i)
+		switch {
+		case !(a.Weight > 0) || math.IsInf(a.Weight, 0):
+			return bad(key+".weight", "must be a finite number > 0, got %g", a.Weight)
+		case names[a.Name]:
+			return bad(key+".name", "%q names two agent kinds: give each its own name", a.Name)
+		}
+		names[a.Name] = true
+		total += a.Weight
+		if err := a.Shape.Validate(); err != nil {
+			var fe *FieldError
+			if errors.As(err, &fe) {
+				return bad(key+"."+fe.Key, "%s", fe.Reason)
+			}
+			return bad(key, "%v", err)
+		}
+		if len(a.Shape.Agents) > 0 {
+			return bad(key+".agents", "an agent kind's workload cannot hold agent kinds of its own")
+		}
+	}
+	if math.IsInf(total, 0) {
+		return bad("agents", "the weights add up to infinity")
+	}
 	return nil
 }
+
+// Bounds of a workload's figures: beyond them a value is a typo (and a
+// generator would hold it in memory).
+const (
+	MaxTurns     = 100000   // requests of a session
+	MaxTokens    = 10000000 // tokens of any one figure
+	MaxSubagents = 1000     // subagents spawned at once
+)
+
+// compactAt is CompactAt or its default.
+func (w Workload) compactAt() float64 {
+	if w.CompactAt > 0 {
+		return w.CompactAt
+	}
+	return DefaultCompactAt
+}
+
+// IsZero reports a workload left out entirely (every field zero): what an
+// Experiment or a plan replaces with DefaultWorkload.
+func (w Workload) IsZero() bool { return reflect.ValueOf(w).IsZero() }
 
 // outputMean is the lognormal's mean, OutputTokensMean or its default.
 func (w Workload) outputMean() float64 {
@@ -208,11 +460,21 @@ func LoadWorkload(path string) (Workload, error) {
 	return ParseWorkload(data, path)
 }
 
-// ParseWorkload is LoadWorkload on bytes; name is used in errors.
+// ParseWorkload is LoadWorkload on bytes; name is used in errors, and
+// the agent kinds' workload files are read relative to its directory.
 func ParseWorkload(data []byte, name string) (Workload, error) {
+	return parseWorkload(data, name, 0)
+}
+
+// parseWorkload parses a workload file at depth (0: the one asked for;
+// 1: an agent kind's workload, which may not have kinds of its own).
+func parseWorkload(data []byte, name string, depth int) (Workload, error) {
 	w := DefaultWorkload()
 	doc, err := strictyaml.Decode(name, data, &w)
 	if err != nil {
+		return Workload{}, err
+	}
+	if err := w.resolveAgents(doc, name, depth); err != nil {
 		return Workload{}, err
 	}
 	if err := w.Validate(); err != nil {
@@ -221,9 +483,129 @@ func ParseWorkload(data []byte, name string) (Workload, error) {
 			if l, ok := doc.Line(fe.Key); ok {
 				return Workload{}, fmt.Errorf("%s:%d: %w", name, l, err)
 			}
+			if l, ok := doc.Nearest(fe.Key); ok && strings.Contains(fe.Key, "[") {
+				return Workload{}, fmt.Errorf("%s:%d: %w", name, l, err)
+			}
 			return Workload{}, fmt.Errorf("%s: %w (default value)", name, err)
 		}
 		return Workload{}, fmt.Errorf("%s: %w", name, err)
 	}
 	return w, nil
+}
+
+// clientKeys are the keys of the clients' side, one for the whole farm: an
+// agent kind may not set them.
+var clientKeys = map[string]bool{"client_turnaround": true, "network_rtt": true, "api_server_time": true,
+	"api_server_per_1k_tokens": true, "connections": true, "model": true}
+
+// resolveAgents fills each agent kind's Shape: the preset or file its
+// workload key names (else w's own keys), with the keys given in its entry
+// on top.
+func (w *Workload) resolveAgents(doc *strictyaml.Doc, name string, depth int) error {
+	if len(w.Agents) == 0 {
+		return nil
+	}
+	if depth > 0 {
+		return doc.Errorf("agents", "an agent kind's workload cannot hold agent kinds of its own")
+	}
+	base := *w
+	base.Agents = nil
+	for i := range w.Agents {
+		a := &w.Agents[i]
+		prefix := fmt.Sprintf("agents[%d].", i)
+		var given []string
+		for _, p := range doc.Paths() {
+			k, ok := strings.CutPrefix(p, prefix)
+			if !ok || strings.ContainsAny(k, ".[") {
+				continue
+			}
+			switch {
+			case k == "agents":
+				return doc.Errorf(p, "an agent kind's workload cannot hold agent kinds of its own")
+			case clientKeys[k]:
+				return doc.Errorf(p, "the clients' side is the farm's: set %s once, at the top level", k)
+			case k != "name" && k != "weight" && k != "workload":
+				given = append(given, k)
+			}
+		}
+		shape := base
+		if a.Workload != "" {
+			var err error
+			if shape, err = resolveRef(a.Workload, filepath.Dir(name), depth+1); err != nil {
+				return doc.Errorf(prefix+"workload", "%v", err)
+			}
+			for k := range clientKeys { // the farm's clients, whatever the kind
+				copyKey(&shape, base, k)
+			}
+		}
+		for _, k := range given {
+			copyKey(&shape, a.Shape, k)
+		}
+		a.Shape = shape
+		if a.Name == "" {
+			a.Name = a.Workload
+			if a.Name == "" {
+				a.Name = fmt.Sprintf("agent%d", i+1)
+			}
+		}
+	}
+	return nil
+}
+
+// MarshalYAML writes the kind's name, weight and workload and its shape's
+// keys, less those of the clients' side (the farm's, set at the top
+// level) and agents: what ParseWorkload reads back to the same kind.
+func (a Agent) MarshalYAML() (any, error) {
+	var shape yaml.Node
+	if err := shape.Encode(a.Shape); err != nil {
+		return nil, err
+	}
+	out := &yaml.Node{Kind: yaml.MappingNode}
+	add := func(k string, v any) error {
+		var n yaml.Node
+		if err := n.Encode(v); err != nil {
+			return err
+		}
+		out.Content = append(out.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: k}, &n)
+		return nil
+	}
+	if a.Name != "" {
+		if err := add("name", a.Name); err != nil {
+			return nil, err
+		}
+	}
+	if err := add("weight", a.Weight); err != nil {
+		return nil, err
+	}
+	if a.Workload != "" {
+		if err := add("workload", a.Workload); err != nil {
+			return nil, err
+		}
+	}
+	for i := 0; i+1 < len(shape.Content); i += 2 {
+		if k := shape.Content[i].Value; !clientKeys[k] && k != "agents" {
+			out.Content = append(out.Content, shape.Content[i], shape.Content[i+1])
+		}
+	}
+	return out, nil
+}
+
+// yamlFields maps each YAML key of Workload to its field index.
+var yamlFields = func() map[string]int {
+	m := map[string]int{}
+	t := reflect.TypeFor[Workload]()
+	for i := range t.NumField() {
+		tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if tag != "" && tag != "-" {
+			m[tag] = i
+		}
+	}
+	return m
+}()
+
+// copyKey sets dst's field of YAML key k to src's.
+func copyKey(dst *Workload, src Workload, k string) {
+	if i, ok := yamlFields[k]; ok {
+		reflect.ValueOf(dst).Elem().Field(i).Set(reflect.ValueOf(src).Field(i))
+	}
 }

@@ -444,7 +444,11 @@ func (c *Chart) WithCategoryName(name string) *Chart {
 	c.patches = append(c.patches, func(m map[string]any) {
 		if xa, ok := m["xAxis"].([]any); ok && len(xa) > 0 {
 			x := xa[0].(map[string]any)
-			x["name"], x["nameLocation"], x["nameGap"] = name, "middle", 28
+			gap := 28
+			if al, ok := x["axisLabel"].(map[string]any); ok && al["rotate"] != nil && al["rotate"] != 0 {
+				gap = 52 // below the slanted labels
+			}
+			x["name"], x["nameLocation"], x["nameGap"] = name, "middle", gap
 		}
 	})
 	return c

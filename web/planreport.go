@@ -10,6 +10,7 @@ import (
 
 	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/traces"
 )
 
 // PlanReport turns a capacity plan's result into a report: the question and the answer at the
@@ -890,7 +891,66 @@ func planSettings(res *planner.Result) Section {
 	if note := res.SkipNote(); note != "" {
 		paras = append(paras, note) // what the plan did not simulate, and why
 	}
-	return Section{Heading: "Workload and settings", Paragraphs: paras, Tables: []Table{t}}
+	sec := Section{Heading: "Workload and settings", Paragraphs: paras, Tables: []Table{t}}
+	if c := contextChart(res.Workload); c != nil {
+		sec.Charts = append(sec.Charts, c)
+	}
+	return sec
+}
+
+// contextChart is the histogram of the prompt lengths of the requests the
+// plan simulated (a synthetic workload's sessions drawn with the plan's
+// seed, or a trace's requests), with the typical context marked: the
+// length the rule of thumb multiplies by the concurrency.
+func contextChart(w planner.WorkloadInfo) *Chart {
+	if w.Summary == nil || len(w.Summary.Histogram) == 0 {
+		return nil
+	}
+	h := w.Summary.Histogram
+	var total int
+	for _, b := range h {
+		total += b.Requests
+	}
+	cats := make([]string, len(h))
+	pct := make([]float64, len(h))
+	typical := -1
+	for i, b := range h {
+		cats[i] = contextRange(b)
+		pct[i] = roundF(100*float64(b.Requests)/float64(total), 1)
+		if w.TypicalContextTokens >= b.LoTokens && w.TypicalContextTokens < b.HiTokens {
+			typical = i
+		}
+	}
+	title := "Prompt lengths simulated"
+	legend := fmt.Sprintf("%% of the %s requests of %s sessions (the plan's seed)", fmtInt(int64(total)), fmtInt(int64(w.Summary.Sessions)))
+	if w.Spec.Trace != "" {
+		legend = fmt.Sprintf("%% of the trace's %s requests", fmtInt(int64(total)))
+	}
+	if typical >= 0 {
+		title += fmt.Sprintf(" (dashed: typical context, %s)", fmtInt(int64(w.TypicalContextTokens)))
+	}
+	s := Series{Name: legend, Y: pct}
+	if typical >= 0 {
+		s.Marks = []Mark{{Name: "typical context " + fmtInt(int64(w.TypicalContextTokens)), X: ptr(float64(typical))}}
+	}
+	return NewBarChart("workload-context", title, cats, Axis{Name: "% of requests", Min: ptr(0.0)}, s).WithCategoryName("prompt length, tokens")
+}
+
+// contextRange names a bucket of the context histogram: "8k-11k".
+func contextRange(b traces.ContextBucket) string {
+	k := func(v int) string {
+		if v >= 1000000 {
+			return strconv.FormatFloat(roundF(float64(v)/1e6, 1), 'f', -1, 64) + "M"
+		}
+		return strconv.Itoa(int(math.Round(float64(v)/1000))) + "k"
+	}
+	switch {
+	case b.LoTokens == 0:
+		return "<" + k(b.HiTokens)
+	case b.HiTokens >= math.MaxInt32:
+		return ">" + k(b.LoTokens)
+	}
+	return k(b.LoTokens) + "-" + k(b.HiTokens)
 }
 
 // headroomCell is the plan's headroom, "20 % (the targets also at 20 sessions)".

@@ -120,11 +120,57 @@ func SimReport(rep *sim.Report, o SimReportOptions) *Report {
 	}
 
 	r.Sections = []Section{summary, missSection}
+	if len(rep.Timelines) > 0 {
+		r.Sections = append(r.Sections, timelineSection(rep.Timelines))
+	}
 	if len(steps) > 0 {
 		r.Sections = append(r.Sections, replicaSection(steps[len(steps)-1], strategies, row))
 	}
 	r.Sections = append(r.Sections, definitionsSection(o.KPIs))
 	return r
+}
+
+// timelineSection draws the runs over time (warden sim --timeline): every
+// strategy's prefix-cache hit rate from the cold start, then per strategy
+// each replica's KV-cache usage and requests in flight: where a cache fills
+// and evicts, and which replicas idle.
+func timelineSection(tls []sim.Timeline) Section {
+	minutes := func(tl sim.Timeline) []float64 {
+		xs := make([]float64, len(tl.TimesS))
+		for i, t := range tl.TimesS {
+			xs[i] = roundF(t/60, 2)
+		}
+		return xs
+	}
+	step := fmtSpan(tls[0].StepS)
+	sec := Section{
+		Heading: "Over time, from cold caches",
+		Paragraphs: []string{"Each point covers the " + step + " before it: the prefix-cache hit rate by vLLM's counters (as a dashboard of the real farm shows it), " +
+			"and per replica the mean KV-cache usage (vllm:kv_cache_usage_perc counts the blocks of requests running: a paused conversation's cached blocks are free " +
+			"to evict and count as unused) and the mean requests in flight. The queries are in the JSON (timelines[].queries); a Prometheus scraping the real farm " +
+			"draws the same charts with them."},
+	}
+	var hit []Series
+	for _, tl := range tls {
+		hit = append(hit, Series{Name: tl.Strategy, Y: timeValues(tl.HitPct)})
+	}
+	mins := Axis{Name: "minutes"}
+	sec.Charts = append(sec.Charts, NewLineChart("timeline-hit", "Prefix-cache hit rate over time", mins, minutes(tls[0]),
+		Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, hit...))
+	for i, tl := range tls {
+		var kv, inflight []Series
+		for k := range tl.KVUsagePct {
+			kv = append(kv, Series{Name: "replica " + strconv.Itoa(k), Y: timeValues(tl.KVUsagePct[k])})
+		}
+		for k := range tl.InFlight {
+			inflight = append(inflight, Series{Name: "replica " + strconv.Itoa(k), Y: timeValues(tl.InFlight[k])})
+		}
+		id := "timeline-" + strconv.Itoa(i)
+		sec.Charts = append(sec.Charts,
+			NewLineChart(id+"-kv", tl.Strategy+": KV-cache usage per replica", mins, minutes(tl), Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, kv...),
+			NewLineChart(id+"-inflight", tl.Strategy+": requests in flight per replica", mins, minutes(tl), Axis{Name: "requests", Min: ptr(0.0)}, inflight...))
+	}
+	return sec
 }
 
 // replicaSection shows the per-replica figures of every strategy at n sessions.

@@ -126,3 +126,37 @@ func BenchmarkRenderSimReport(b *testing.B) {
 		}
 	}
 }
+
+// TestSimReportTimelines: a simulation with timelines draws the hit rate
+// of every strategy over time and, per strategy, each replica's KV use
+// and load.
+func TestSimReportTimelines(t *testing.T) {
+	rep := sampleSimResult()
+	nan := sim.Float(math.NaN())
+	rep.Timelines = []sim.Timeline{
+		{Strategy: "hash", StepS: 300, TimesS: []float64{300, 600}, HitPct: []sim.Float{95, 31},
+			KVUsagePct: [][]sim.Float{{20, 90}, {3, nan}}, InFlight: [][]sim.Float{{1, 6}, {0, 0}}},
+		{Strategy: "affinity", StepS: 300, TimesS: []float64{300, 600}, HitPct: []sim.Float{96, 90},
+			KVUsagePct: [][]sim.Float{{30, 50}, {25, 40}}, InFlight: [][]sim.Float{{1, 2}, {1, 2}}},
+	}
+	r := SimReport(rep, SimReportOptions{})
+	var ids []string
+	for _, c := range r.Charts() {
+		if strings.HasPrefix(c.ID, "timeline") {
+			ids = append(ids, c.ID)
+		}
+		if err := c.Err(); err != nil {
+			t.Fatalf("chart %s: %v", c.ID, err)
+		}
+	}
+	if got, want := strings.Join(ids, " "), "timeline-hit timeline-0-kv timeline-0-inflight timeline-1-kv timeline-1-inflight"; got != want {
+		t.Errorf("timeline charts %q, want %q", got, want)
+	}
+	var buf bytes.Buffer
+	if err := r.Render(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "Over time, from cold caches") {
+		t.Error("no section for the timelines")
+	}
+}

@@ -21,12 +21,14 @@ import (
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/sim"
+	"github.com/lm-warden/warden/traces"
 	"github.com/lm-warden/warden/web"
 )
 
 // planOptions are the flags of `warden plan`.
 type planOptions struct {
 	PlanFile string
+	Workload string // a preset or a workload file, replacing the plan's workload
 
 	GPUs               []string
 	Replicas           []int
@@ -151,6 +153,7 @@ that runs; --quiet silences both.`,
   warden plan --gpu h100 --replicas 1,2 --tensor-parallel-size 4 --model llama-3.1-70b --sessions 32,64
   warden plan --gpu "H100 SXM,L40S" --replicas 16,32,64 --model meta-llama/Llama-3.1-8B-Instruct \
       --sessions 64,128,256 --every-candidate    # also the farms dearer than the answer
+  warden plan --workload claude-code --sessions 8,16 --out claude.html   # Claude Code's sessions (presets: warden sim --help)
   warden plan --plan my-plan.yaml --out capacity.html --json > result.json
   warden report --from result.json --out capacity.html
   warden plan --prometheus http://localhost:9090 --model Qwen/Qwen3-4B-Instruct-2507 --current-gpu "RTX A4000" \
@@ -163,6 +166,7 @@ that runs; --quiet silences both.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.PlanFile, "plan", "", "YAML plan file (candidates, workload, targets); see planner/examples/default.yaml")
+	f.StringVar(&opts.Workload, "workload", "", "the workload to plan for, replacing the plan's: a preset ("+strings.Join(traces.PresetNames(), ", ")+") or a workload YAML file")
 	f.StringSliceVar(&opts.GPUs, "gpu", nil, `candidate GPU kinds, comma-separated catalogue names or aliases ("RTX A4000,h100")`)
 	f.IntSliceVar(&opts.Replicas, "replicas", defFarm.Replicas, "candidate replica counts (with --gpu; with --prometheus: of the current GPU, besides the current count)")
 	f.IntSliceVar(&opts.TensorParallelSize, "tensor-parallel-size", defFarm.TensorParallelSizes, "candidate tensor parallel sizes, GPUs per replica (with --gpu)")
@@ -314,6 +318,13 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 	}
 	if changed("every-candidate") {
 		p.EveryCandidate = o.EveryCandidate
+	}
+	if o.Workload != "" {
+		w, err := traces.LoadWorkloadRef(o.Workload)
+		if err != nil {
+			return p, fmt.Errorf("--workload: %w", err)
+		}
+		p.Workload = planner.WorkloadSpec{Preset: o.Workload, Workload: w}
 	}
 	p.Parallelism = o.Parallelism
 	return p, nil

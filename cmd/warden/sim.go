@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -48,6 +49,8 @@ type simOptions struct {
 	SessionReplay bool
 
 	Requests string // per-request records (JSON lines), "": none
+
+	Timeline time.Duration // > 0: each strategy's run over time, a point every Timeline
 
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool
@@ -98,7 +101,10 @@ the Anthropic and OpenAI SDKs do.`,
   warden sim --replicas 3 --spill-threshold 4 --progress
   warden sim --trace agents.jsonl --speed 2
   warden sim --sessions 4,8 --duration 1m --requests requests.jsonl
-  warden sim --sessions 16 --kv-scale 0.85`,
+  warden sim --sessions 16 --kv-scale 0.85
+  warden sim --farm examples/h100-llama31-70b-tp4.yaml --workload claude-code --sessions 16   # presets: bench, claude-code, codex, 5090-farm
+  warden sim --farm examples/rtx5090-gemma3-27b-int4.yaml --workload 5090-farm --sessions 26 \
+      --strategies hash,affinity --duration 40m --timeline 5m   # hit %, KV and load per replica over time`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.changed, opts.stderr = cmd.Flags().Changed, cmd.ErrOrStderr()
@@ -107,7 +113,7 @@ the Anthropic and OpenAI SDKs do.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Farm, "farm", "", "farm spec YAML (default: the built-in 4 x RTX A4000 example)")
-	f.StringVar(&opts.Workload, "workload", "", "workload YAML (default: the product's agent sessions)")
+	f.StringVar(&opts.Workload, "workload", "", "a workload preset ("+strings.Join(traces.PresetNames(), ", ")+") or a workload YAML file; a name without a slash or an extension is a preset (default: bench, the product's agent sessions)")
 	f.StringSliceVar(&opts.Strategies, "strategies", sim.DefaultStrategies, "strategies to compare: "+placement.OptionsHelp()+" (affinity+kv+priced+admit, affinity+kv+admit=30s, affinity+rehome)")
 	f.IntSliceVar(&opts.Sessions, "sessions", sim.DefaultSessions, "concurrent sessions of each step")
 	f.DurationVar(&opts.Duration, "duration", sim.DefaultDuration, "simulated time of each step, at least 1s (with --trace: default and 0 = to the end of the trace)")
@@ -125,6 +131,7 @@ the Anthropic and OpenAI SDKs do.`,
 	f.BoolVar(&opts.ClosedLoop, "closed-loop", false, "replay the trace's sessions in a closed loop")
 	f.BoolVar(&opts.SessionReplay, "session-replay", false, "replay the trace's sessions from their recorded starts, each turn after the previous answer and its think time")
 	f.StringVar(&opts.Requests, "requests", "", "write one JSON line per request to this file (session, turn, step, replica, times, tokens, reason)")
+	f.DurationVar(&opts.Timeline, "timeline", 0, "follow each strategy's run from its cold start, a point every DURATION (e.g. 5m): the prefix-cache hit rate and each replica's KV-cache usage and requests in flight over time (text, JSON, and charts in warden report)")
 	return cmd
 }
 
@@ -187,7 +194,10 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 	if err != nil {
 		return e, err
 	}
-	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed}
+	if o.Timeline < 0 || (o.Timeline > 0 && o.Timeline < time.Duration(farm.Spec.ScrapeInterval)) {
+		return e, fmt.Errorf("--timeline %s: want a resolution of at least the farm's scrape interval (%s), e.g. 1m", o.Timeline, time.Duration(farm.Spec.ScrapeInterval))
+	}
+	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed, TimelineStep: o.Timeline}
 	for _, s := range o.Strategies {
 		if err := placement.ValidSpec(s); err != nil {
 			return e, fmt.Errorf("--strategies: %w", err)
@@ -201,7 +211,7 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 		e.Spill = &t
 	}
 	if o.Workload != "" {
-		if e.Workload, err = traces.LoadWorkload(o.Workload); err != nil {
+		if e.Workload, err = traces.LoadWorkloadRef(o.Workload); err != nil {
 			return e, err
 		}
 	}

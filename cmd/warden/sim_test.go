@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
 
@@ -115,6 +116,9 @@ func TestSimErrors(t *testing.T) {
 		{[]string{"sim", "--farm", filepath.Join(dir, "missing.yaml")}, "missing.yaml", ""},
 		{[]string{"sim", "--farm", bad}, bad + ":4: vllm.max_num_seqs", ""},
 		{[]string{"sim", "--sessions", "0"}, "sessions 0", ""},
+		{[]string{"sim", "--timeline", "100ms"}, "--timeline 100ms: want a resolution of at least the farm's scrape interval (1s)", ""},
+		{[]string{"sim", "--workload", "gemini"}, `no workload preset "gemini" (the presets: 5090-farm, bench, claude-code, codex)`, ""},
+		{[]string{"sim", "--workload", filepath.Join(dir, "w.yaml")}, "w.yaml: no such file", ""},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -210,5 +214,33 @@ func TestSimRefusesPastMaxSimTime(t *testing.T) {
 	o.Duration, o.MaxSimTime = 1000*time.Hour, 0
 	if _, err := o.experiment(); err != nil {
 		t.Errorf("no bound: %v", err)
+	}
+}
+
+// TestSimPresetTimeline: a preset by name, and --timeline follows each
+// strategy's run from its cold start in the text and the JSON.
+func TestSimPresetTimeline(t *testing.T) {
+	out, err := execWarden(t, "sim", "--farm", "../../examples/h100-llama31-70b-tp4.yaml", "--workload", "codex", "--sessions", "6",
+		"--strategies", "hash,affinity", "--duration", "2m", "--timeline", "30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"prefix hit % over time, from cold caches (vLLM's counters; each point covers the 30s before it):",
+		"   time   hash   affinity", "KV-cache usage per replica, % (hash; mean over each interval):", "share of the sessions' time paused between turns"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	js, err := execWarden(t, "sim", "--farm", "../../examples/h100-llama31-70b-tp4.yaml", "--workload", "codex", "--sessions", "6",
+		"--strategies", "hash,affinity", "--duration", "2m", "--timeline", "30s", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep sim.Report
+	if err := json.Unmarshal([]byte(js), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Timelines) != 2 || len(rep.Timelines[1].TimesS) != 4 || len(rep.Timelines[1].KVUsagePct) != 2 || len(rep.Timelines[0].Queries) != 3 {
+		t.Fatalf("timelines %+v", rep.Timelines)
 	}
 }

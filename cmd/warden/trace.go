@@ -5,15 +5,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lm-warden/warden/calibrate"
 	"github.com/lm-warden/warden/traces"
 )
 
@@ -33,10 +36,12 @@ They replay in the simulator: warden sim --trace FILE.`,
 
 // traceStatsOptions are the flags of `warden trace stats`.
 type traceStatsOptions struct {
-	File       string
-	JSON       bool
-	SkipBad    bool
-	SessionTTL time.Duration
+	File        string
+	JSON        bool
+	SkipBad     bool
+	SessionTTL  time.Duration
+	UserPause   time.Duration
+	WorkloadOut string // write the fitted workload here ("": don't)
 }
 
 func newTraceStatsCmd() *cobra.Command {
@@ -48,9 +53,18 @@ func newTraceStatsCmd() *cobra.Command {
 turns per session, context length percentiles, tokens per minute, the upper bound
 of the prefix-cache hit rate with an infinite cache (reused full blocks / all full
 blocks), and the working set (active sessions x their context, sampled each minute)
-to hold against a farm's KV capacity.`,
+to hold against a farm's KV capacity.
+
+It also fits the workload the trace's sessions follow (traces/WORKLOAD.md):
+turns per session, each turn's addition and the pause before it (a tool's result
+after a pause under --user-pause, else a person's message), answers,
+compactions (a prompt under half the context before it), subagents (sessions
+with a parent) and agent kinds (sessions whose first prompts begin apart).
+--workload-out writes it as a workload file that warden sim --workload and
+plan files read: a public trace or your own proxy's journal turned into a preset.`,
 		Example: `  warden trace stats agents.jsonl
-  warden trace stats --json mooncake.jsonl.gz | jq .reuse_upper_bound_pct`,
+  warden trace stats --json mooncake.jsonl.gz | jq .reuse_upper_bound_pct
+  warden trace stats journal.jsonl --workload-out mine.yaml && warden sim --workload mine.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.File = args[0]
@@ -61,10 +75,18 @@ to hold against a farm's KV capacity.`,
 	f.BoolVar(&opts.JSON, "json", false, "print JSON")
 	f.BoolVar(&opts.SkipBad, "skip-bad", false, "skip bad lines (counted) instead of stopping at the first")
 	f.DurationVar(&opts.SessionTTL, "session-ttl", opts.SessionTTL, "a session stays in the working set this long after its latest request (synthetic traces run on an estimated 1 s per turn clock: use a few seconds)")
+	f.DurationVar(&opts.UserPause, "user-pause", traces.DefaultUserPause, "in the fitted workload, a turn after a pause this long or longer follows a person's message, a shorter one a tool's result")
+	f.StringVar(&opts.WorkloadOut, "workload-out", "", "write the workload fitted to the trace to this YAML file")
 	return cmd
 }
 
 func runTraceStats(_ context.Context, opts traceStatsOptions, out io.Writer) error {
+	if err := checkOutPath("--workload-out", opts.WorkloadOut); err != nil {
+		return err
+	}
+	if opts.UserPause <= 0 {
+		return fmt.Errorf("--user-pause %s: want a pause > 0, e.g. 30s", opts.UserPause)
+	}
 	r, err := traces.Open(opts.File, traces.ReaderOptions{SkipBad: opts.SkipBad})
 	if err != nil {
 		return err
@@ -72,12 +94,30 @@ func runTraceStats(_ context.Context, opts traceStatsOptions, out io.Writer) err
 	defer r.Close()
 	so := traces.DefaultStatsOptions()
 	so.SessionTTL = opts.SessionTTL
+	so.Fit = traces.NewFitter(r.Header().BlockSize, traces.FitOptions{UserPause: opts.UserPause})
 	st, err := traces.StatsWithOptions(r, so)
 	if err != nil {
 		return err
 	}
+	fit := so.Fit.Fit()
+	if opts.WorkloadOut != "" {
+		header := []string{fmt.Sprintf("Fitted by warden trace stats to %s: %d sessions, %d subagents, %d requests.", filepath.Base(opts.File), fit.Sessions, fit.Subagents, fit.Requests)}
+		for _, n := range fit.Notes {
+			header = append(header, "note: "+n)
+		}
+		data, err := calibrate.MarshalWorkload(fit.Workload, header)
+		if err != nil {
+			return err
+		}
+		if err := writeOutFile(opts.WorkloadOut, data); err != nil {
+			return err
+		}
+	}
 	if opts.JSON {
-		return writeJSON(out, st)
+		return writeJSON(out, struct {
+			traces.TraceStats
+			Fit traces.Fit `json:"fitted_workload"`
+		}{st, fit})
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "requests\t%d\n", st.Requests)
@@ -91,7 +131,71 @@ func runTraceStats(_ context.Context, opts traceStatsOptions, out io.Writer) err
 	if st.Skipped > 0 {
 		fmt.Fprintf(tw, "skipped lines\t%d\n", st.Skipped)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if st.Requests == 0 {
+		return nil
+	}
+	_, err = io.WriteString(out, describeFit(fit, opts.WorkloadOut))
+	return err
+}
+
+// describeFit says in a few lines what workload the trace follows.
+func describeFit(fit traces.Fit, written string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nfitted workload (%d sessions, %d subagents", fit.Sessions, fit.Subagents)
+	if fit.Kinds > 1 {
+		fmt.Fprintf(&b, ", %d agent kinds", fit.Kinds)
+	}
+	b.WriteString("):\n")
+	shapes := []traces.Agent{{Name: "", Weight: 1, Shape: fit.Workload}}
+	if len(fit.Workload.Agents) > 0 {
+		shapes = fit.Workload.Agents
+	}
+	for _, a := range shapes {
+		w := a.Shape
+		ind := "  "
+		if a.Name != "" {
+			fmt.Fprintf(&b, "  %s (weight %g):\n", a.Name, a.Weight)
+			ind = "    "
+		}
+		turns := strconv.Itoa(w.Turns)
+		if w.TurnsSigma > 0 {
+			turns = fmt.Sprintf("mean %d, sigma %g, max %d", w.Turns, w.TurnsSigma, w.TurnsMax)
+		}
+		fmt.Fprintf(&b, "%ssystem prompt %d tokens, first message %d, turns %s\n", ind, w.SystemPromptTokens, w.FirstMessageTokens, turns)
+		if len(w.Additions) == 0 {
+			fmt.Fprintf(&b, "%seach later turn adds %d tokens after %s\n", ind, w.NewTokensPerTurn, w.ThinkTime)
+		}
+		for _, ad := range w.Additions {
+			fmt.Fprintf(&b, "%s%s %.0f %%: tokens %s (median %.0f), pause %s (median %s)\n", ind, ad.Kind, 100*ad.Weight,
+				ad.Tokens, ad.Tokens.Median(), ad.Think, time.Duration(ad.Think.Median()*float64(time.Second)).Round(time.Millisecond))
+		}
+		if w.OutputTokens == traces.OutputMax {
+			fmt.Fprintf(&b, "%sanswers run to max_tokens %d\n", ind, w.MaxOutputTokens)
+		} else {
+			fmt.Fprintf(&b, "%sanswers lognormal mean %g sigma %g, at most %d\n", ind, w.OutputTokensMean, w.OutputTokensSigma, w.MaxOutputTokens)
+		}
+		if w.ContextLimit > 0 {
+			fmt.Fprintf(&b, "%scompaction at %.0f tokens (context_limit %d x compact_at %g), summary %s\n", ind,
+				float64(w.ContextLimit)*w.CompactAt, w.ContextLimit, w.CompactAt, w.SummaryTokens)
+		}
+		if w.SubagentProbability > 0 {
+			par := "1"
+			if !w.SubagentParallel.IsZero() {
+				par = w.SubagentParallel.String()
+			}
+			fmt.Fprintf(&b, "%ssubagents after %.2f %% of turns, %s at once, %d turns, task %d tokens\n", ind, 100*w.SubagentProbability, par, w.SubagentTurns, w.SubagentTaskTokens)
+		}
+	}
+	for _, n := range fit.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	if written != "" {
+		fmt.Fprintf(&b, "workload: %s\n", written)
+	}
+	return b.String()
 }
 
 // traceImportOptions are the flags of `warden trace import`.
@@ -199,12 +303,13 @@ func newTraceSynthCmd() *cobra.Command {
 concurrent closed-loop sessions for D, in the order a closed loop starts them.
 
 It cannot know how fast a farm answers, so it writes enough sessions for turns as
-short as --min-turn-time plus the workload's think time: a closed-loop replay of D
-with N sessions cannot run out. Arrival times are estimates on that same clock
-(session k of each round starts (k/N) x turn time after the round); they are in
-order, and sessions first appear in generation order. The header records N as
-the trace's concurrency. --sessions counts top-level sessions; subagents follow
-their parent.`,
+short as --min-turn-time plus each turn's pause: a closed-loop replay of D with N
+sessions cannot run out. Arrival times are estimates on that same clock: each of
+the N slots starts its next session when its last ends (slot k's first at k/N of a
+turn); a session's subagents start when the request they follow is answered, side
+by side, and the parent's next turn waits for the last of them. Requests are in
+order of arrival. The header records N as the trace's concurrency. --sessions
+counts top-level sessions. --workload takes a preset name or a file.`,
 		Example: `  warden trace synth --sessions 8 --duration 3m agents.jsonl
   warden trace synth --sessions 32 --duration 1h --workload agents.yaml --seed 7 big.jsonl.gz`,
 		Args: cobra.ExactArgs(1),
@@ -216,34 +321,12 @@ their parent.`,
 	f := cmd.Flags()
 	f.IntVar(&opts.Sessions, "sessions", opts.Sessions, "concurrent closed-loop sessions")
 	f.DurationVar(&opts.Duration, "duration", opts.Duration, "how long the replay runs")
-	f.StringVar(&opts.Workload, "workload", "", "workload YAML (default: the built-in agent shape)")
+	f.StringVar(&opts.Workload, "workload", "", "a workload preset ("+strings.Join(traces.PresetNames(), ", ")+") or a workload YAML file (default: bench)")
 	f.Uint64Var(&opts.Seed, "seed", opts.Seed, "random seed")
 	f.IntVar(&opts.BlockSize, "block-size", opts.BlockSize, "tokens per block (vLLM's block_size)")
 	f.DurationVar(&opts.MinTurnTime, "min-turn-time", opts.MinTurnTime, "lower bound of one turn's service time, for the session count")
 	return cmd
 }
-
-// synthPlan is how many sessions synth writes and on what clock.
-type synthPlan struct {
-	perTurnMs int64 // estimated time of one turn: min turn time + think time
-	roundMs   int64 // one round of N sessions
-	rounds    int
-}
-
-func planSynth(opts traceSynthOptions, w traces.Workload) synthPlan {
-	per := max((opts.MinTurnTime + w.ThinkTime).Milliseconds(), 1)
-	turns := int64(w.Turns)
-	round := turns * per
-	if w.SubagentProbability > 0 {
-		round = max(turns, int64(w.SubagentTurns)+1) * per
-	}
-	// Each slot runs at most D / (turns x per) sessions; one round more
-	// covers the session in progress when D ends.
-	rounds := int(ceilDiv64(opts.Duration.Milliseconds(), turns*per)) + 1
-	return synthPlan{perTurnMs: per, roundMs: round, rounds: rounds}
-}
-
-func ceilDiv64(a, b int64) int64 { return (a + b - 1) / b }
 
 func runTraceSynth(ctx context.Context, opts traceSynthOptions, out io.Writer) error {
 	switch {
@@ -260,7 +343,7 @@ func runTraceSynth(ctx context.Context, opts traceSynthOptions, out io.Writer) e
 	source := "synthetic"
 	if opts.Workload != "" {
 		var err error
-		if w, err = traces.LoadWorkload(opts.Workload); err != nil {
+		if w, err = traces.LoadWorkloadRef(opts.Workload); err != nil {
 			return err
 		}
 		source += " workload=" + filepath.Base(opts.Workload)
@@ -278,66 +361,95 @@ func runTraceSynth(ctx context.Context, opts traceSynthOptions, out io.Writer) e
 	return err
 }
 
-// writeSynth writes plan.rounds rounds of N top-level sessions (and their
-// subagents), each round's requests sorted by estimated arrival.
+// writeSynth writes the sessions of N closed-loop slots: each slot starts
+// its next session when its last request of the one before is answered
+// (turns of --min-turn-time, the pause before each), from slot k's start
+// (k/N of a turn), until a slot has started a session at or after D (one
+// more than D needs). A session's subagents start when the parent's request
+// they follow is answered, and the parent's next turn waits for the last.
+// Requests are written in order of arrival (ties: generation order) as soon
+// as no session still to come can arrive before them.
 func writeSynth(ctx context.Context, tw *traces.Writer, opts traceSynthOptions, w traces.Workload) error {
-	plan := planSynth(opts, w)
-	N := int64(opts.Sessions)
+	per := max(opts.MinTurnTime.Milliseconds(), 1)
+	N := opts.Sessions
+	D := opts.Duration.Milliseconds()
 	gen := traces.NewGenerator(w, opts.BlockSize, opts.Seed)
 	type item struct {
 		req   traces.Request
-		order int // generation order, breaks ties
+		order int // generation order of its session, breaks ties
 	}
-	var (
-		batch   []item
-		pending *traces.Session // a session read past the end of a round
-		top     int64           // top-level sessions generated
-		order   int
-	)
-	for round := range plan.rounds {
+	var pending []item
+	order := 0
+	clocks := make([]int64, N)
+	done := make([]bool, N)
+	for k := range clocks {
+		clocks[k] = int64(k) * per / int64(N)
+	}
+	// timed adds session s from start and returns when its last answer is
+	// in: its subagents start when the request they follow is answered, and
+	// its next turn waits for the last of them.
+	var timed func(s *traces.Session, start int64) int64
+	timed = func(s *traces.Session, start int64) int64 {
+		o := order
+		t, ready := start, start
+		next := 0
+		for j := range s.Turns {
+			r := s.Turns[j]
+			if j > 0 {
+				t = ready + max(r.ThinkMs, 0)
+			}
+			r.ArrivalMs = t
+			pending = append(pending, item{req: r, order: o})
+			ready = t + per
+			end := ready
+			for next < len(s.Subagents) && s.Subagents[next].ParentTurn == j {
+				order++
+				end = max(end, timed(&s.Subagents[next], ready))
+				next++
+			}
+			ready = end
+		}
+		return ready
+	}
+	flush := func(upTo int64) error {
+		slices.SortStableFunc(pending, func(a, b item) int {
+			return cmp.Or(cmp.Compare(a.req.ArrivalMs, b.req.ArrivalMs), cmp.Compare(a.order, b.order))
+		})
+		n := 0
+		for n < len(pending) && pending[n].req.ArrivalMs <= upTo {
+			if err := tw.Write(&pending[n].req); err != nil {
+				return err
+			}
+			n++
+		}
+		pending = append(pending[:0], pending[n:]...)
+		return nil
+	}
+	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		batch = batch[:0]
-		base := int64(round) * plan.roundMs
-		var parentStart int64
-		subs := int64(0)
-		for {
-			var s traces.Session
-			if pending != nil {
-				s, pending = *pending, nil
-			} else {
-				s, _ = gen.NextSession()
+		k := -1
+		for i := range clocks {
+			if !done[i] && (k < 0 || clocks[i] < clocks[k]) {
+				k = i
 			}
-			var start int64
-			if s.Parent == "" {
-				if top == int64(round+1)*N {
-					pending = &s
-					break
-				}
-				k := top % N
-				start = base + k*plan.perTurnMs/N
-				parentStart, subs = start, 0
-				top++
-			} else {
-				// Between the parent's start and the next session's.
-				subs++
-				start = parentStart + subs*plan.perTurnMs/(N*int64(w.Turns+1))
-			}
-			for t, r := range s.Turns {
-				r.ArrivalMs = start + int64(t)*plan.perTurnMs
-				batch = append(batch, item{req: r, order: order})
-			}
-			order++
 		}
-		slices.SortStableFunc(batch, func(a, b item) int {
-			return cmp.Or(cmp.Compare(a.req.ArrivalMs, b.req.ArrivalMs), cmp.Compare(a.order, b.order))
-		})
-		for i := range batch {
-			if err := tw.Write(&batch[i].req); err != nil {
-				return err
+		if k < 0 {
+			return flush(math.MaxInt64)
+		}
+		fam, _ := gen.NextFamily()
+		done[k] = clocks[k] >= D
+		clocks[k] = timed(&fam, clocks[k])
+		order++
+		bound := int64(math.MaxInt64)
+		for i := range clocks {
+			if !done[i] {
+				bound = min(bound, clocks[i])
 			}
+		}
+		if err := flush(bound); err != nil {
+			return err
 		}
 	}
-	return nil
 }

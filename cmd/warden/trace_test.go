@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -53,21 +53,43 @@ func TestTraceSynthRoundTrip(t *testing.T) {
 	if top != 24 {
 		t.Fatalf("%d top-level sessions, want 24", top)
 	}
-	// The file holds exactly the generator's sessions, in generation order.
+	// The file holds exactly the generator's sessions (a subagent first
+	// appears when the request it follows is answered, among the others).
 	w, _ := traces.LoadWorkload(wl)
 	gen := traces.NewGenerator(w, 16, 5)
 	want := make([]traces.Session, len(got))
 	for i := range want {
 		want[i], _ = gen.NextSession()
-		want[i].ParentTurn = -1
+		want[i].ParentTurn, want[i].SharedTokens = -1, 0
 	}
+	byID := func(a, b traces.Session) int { return strings.Compare(a.ID, b.ID) }
+	slices.SortFunc(want, byID)
+	byArrival := slices.Clone(got)
+	slices.SortFunc(got, byID)
 	if d := cmp.Diff(want, got, cmpopts.IgnoreFields(traces.Request{}, "ArrivalMs")); d != "" {
 		t.Fatalf("synth file differs from the generator (-want +got):\n%s", d)
 	}
+	// Turns 1 s apart plus their pause; a subagent starts when the turn
+	// it follows is answered, and its parent's next turn waits for it.
+	arrival := map[string][]int64{}
+	for _, s := range byArrival {
+		for _, r := range s.Turns {
+			arrival[s.ID] = append(arrival[s.ID], r.ArrivalMs)
+		}
+	}
 	for _, s := range got {
 		for i := 1; i < len(s.Turns); i++ {
-			if d := s.Turns[i].ArrivalMs - s.Turns[i-1].ArrivalMs; d != 2000 {
+			d := s.Turns[i].ArrivalMs - s.Turns[i-1].ArrivalMs
+			if s.Turns[i].ThinkMs != 0 && d != 2000 {
 				t.Fatalf("%s: turns %d ms apart, want 2000 (1s turn + 1s think)", s.ID, d)
+			}
+		}
+		if s.Parent != "" {
+			p := arrival[s.Parent]
+			first := s.Turns[0].ArrivalMs
+			k, _ := slices.BinarySearch(p, first) // the parent's next turn
+			if k == 0 || first-p[k-1] != 1000 || (k < len(p) && p[k] < s.Turns[len(s.Turns)-1].ArrivalMs+1000) {
+				t.Fatalf("%s starts at %d ms: parent's turns at %v", s.ID, first, p)
 			}
 		}
 	}
@@ -91,10 +113,16 @@ func TestTraceImportAndStats(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &st); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"requests", "sessions", "reuse_upper_bound_pct", "working_set_tokens_p50", "working_set_tokens_max"} {
+	for _, k := range []string{"requests", "sessions", "reuse_upper_bound_pct", "working_set_tokens_p50", "working_set_tokens_max", "fitted_workload"} {
 		if _, ok := st[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}
+	}
+	// The Mooncake trace's inferred sessions fit a workload: 4 sessions of
+	// 1.5 requests, a shared prefix of two 512-token blocks (four of 256).
+	fw := st["fitted_workload"].(map[string]any)
+	if w := fw["workload"].(map[string]any); fw["sessions"] != 4.0 || w["SystemPromptTokens"] != 1024.0 || w["Turns"] != 2.0 {
+		t.Errorf("fitted workload %v", fw)
 	}
 	if st["requests"] != 6.0 || st["sessions"] != 4.0 {
 		t.Fatalf("requests %v sessions %v", st["requests"], st["sessions"])
@@ -103,10 +131,21 @@ func TestTraceImportAndStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"requests", "reuse upper bound", "working set"} {
+	for _, want := range []string{"requests", "reuse upper bound", "working set", "fitted workload (4 sessions, 0 subagents)"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("text output lacks %q:\n%s", want, text)
 		}
+	}
+	// A Bailian trace's chat chains are sessions of their own: they fit too.
+	bl := filepath.Join(dir, "b.jsonl")
+	if _, _, err := runTraceCLI(t, "trace", "import", "--from", "bailian", "../../traces/testdata/bailian_small.jsonl", bl); err != nil {
+		t.Fatal(err)
+	}
+	if text, _, err := runTraceCLI(t, "trace", "stats", bl, "--workload-out", filepath.Join(dir, "b.yaml")); err != nil || !strings.Contains(text, "fitted workload (3 sessions, 0 subagents)") {
+		t.Fatalf("bailian stats: %v\n%s", err, text)
+	}
+	if _, err := traces.LoadWorkload(filepath.Join(dir, "b.yaml")); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -169,11 +208,57 @@ func TestTraceSynthWorkingSet(t *testing.T) {
 	}
 }
 
-func TestPlanSynth(t *testing.T) {
-	w := traces.DefaultWorkload()
-	p := planSynth(traceSynthOptions{Sessions: 8, Duration: 3 * time.Minute, MinTurnTime: time.Second}, w)
-	// 6 turns of at least 1 s: a slot finishes at most 30 sessions in 3 min.
-	if p.rounds != 31 || p.perTurnMs != 1000 || p.roundMs != 6000 {
-		t.Fatalf("%+v", p)
+// TestTraceStatsFitsWorkload: a trace of agent sessions (tool results and
+// a person's messages, heavy tails, subagents) fits back into a workload
+// file, by warden trace stats --workload-out and by warden workload
+// --journal alike, which warden sim then runs.
+func TestTraceStatsFitsWorkload(t *testing.T) {
+	dir := t.TempDir()
+	wl := filepath.Join(dir, "w.yaml")
+	os.WriteFile(wl, []byte(`system_prompt_tokens: 2048
+first_message_tokens: 500
+turns: 20
+turns_sigma: 0.8
+turns_max: 200
+output_tokens: lognormal
+output_tokens_mean: 200
+max_output_tokens: 4000
+output_tokens_sigma: 1
+additions:
+  - {kind: tool, weight: 0.8, tokens: {mean: 600, sigma: 1.5, max: 8000}, think: {mean: 3s, sigma: 1.5, max: 29s}}
+  - {kind: user, weight: 0.2, tokens: {mean: 300, sigma: 0.8, max: 4000}, think: {mean: 2m, sigma: 1, max: 20m}}
+subagent_probability: 0.05
+subagent_parallel: {dist: uniform, min: 1, max: 3}
+subagent_turns: 5
+`), 0o644)
+	trace := filepath.Join(dir, "t.jsonl")
+	if _, _, err := runTraceCLI(t, "trace", "synth", "--sessions", "6", "--duration", "20m", "--workload", wl, trace); err != nil {
+		t.Fatal(err)
+	}
+	fitted := filepath.Join(dir, "fit.yaml")
+	text, _, err := runTraceCLI(t, "trace", "stats", trace, "--workload-out", fitted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"fitted workload (", "tool ", "user ", "subagents after", "workload: " + fitted} {
+		if !strings.Contains(text, want) {
+			t.Errorf("trace stats lacks %q:\n%s", want, text)
+		}
+	}
+	journal := filepath.Join(dir, "journal.yaml")
+	if _, _, err := runTraceCLI(t, "workload", "--journal", trace, "--out", journal); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fitted, journal} {
+		w, err := traces.LoadWorkload(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(w.Additions) != 2 || w.TurnsSigma == 0 || w.SubagentProbability == 0 || w.SystemPromptTokens != 2048 || w.OutputTokens != traces.OutputLognormal {
+			t.Errorf("%s: %+v", path, w)
+		}
+		if _, _, err := runTraceCLI(t, "sim", "--workload", path, "--sessions", "2", "--duration", "20s", "--strategies", "affinity"); err != nil {
+			t.Errorf("sim --workload %s: %v", path, err)
+		}
 	}
 }
