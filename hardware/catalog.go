@@ -31,6 +31,11 @@ type gpuEntry struct {
 	Source                string   `yaml:"source"`
 	ECC                   string   `yaml:"ecc"`
 	ECCSource             string   `yaml:"ecc_source"`
+	Interconnect          string   `yaml:"interconnect"`
+	InterconnectGBPerS    float64  `yaml:"interconnect_gb_per_s"`
+	PeerToPeer            *bool    `yaml:"peer_to_peer"`
+	AllReduceLatencyUs    float64  `yaml:"all_reduce_latency_us"`
+	InterconnectSource    string   `yaml:"interconnect_source"`
 }
 
 // modelEntry is one model as written in catalog/models.yaml.
@@ -181,6 +186,16 @@ func (e gpuEntry) toGPU() (GPU, error) {
 		return GPU{}, fmt.Errorf("ecc: want on, off, none or hbm, got %q", e.ECC)
 	case e.ECCSource == "":
 		return GPU{}, errors.New("ecc_source: missing (say where the ECC mode comes from)")
+	case e.Interconnect == "":
+		return GPU{}, errors.New("interconnect: missing (what joins a tensor-parallel group: \"PCIe 4.0 x16\", \"NVLink 4 (NVSwitch)\")")
+	case !positive(e.InterconnectGBPerS):
+		return GPU{}, errors.New("interconnect_gb_per_s: want a positive number (one GPU's bandwidth each way)")
+	case e.PeerToPeer == nil:
+		return GPU{}, errors.New("peer_to_peer: missing (true, or false where the driver stages transfers through host memory)")
+	case !positive(e.AllReduceLatencyUs):
+		return GPU{}, errors.New("all_reduce_latency_us: want a positive number")
+	case e.InterconnectSource == "":
+		return GPU{}, errors.New("interconnect_source: missing (name the datasheet and the measurement)")
 	}
 	return GPU{
 		Name:                       e.Name,
@@ -196,6 +211,13 @@ func (e gpuEntry) toGPU() (GPU, error) {
 		NVMLNames:                  e.NVMLNames,
 		ECC:                        e.ECC,
 		ECCSource:                  e.ECCSource,
+		Interconnect: Interconnect{
+			Kind:                e.Interconnect,
+			BytesPerSec:         e.InterconnectGBPerS * 1e9,
+			PeerToPeer:          *e.PeerToPeer,
+			AllReduceLatencySec: e.AllReduceLatencyUs * 1e-6,
+			Source:              e.InterconnectSource,
+		},
 	}, nil
 }
 

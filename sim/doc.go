@@ -29,7 +29,10 @@
 //     done, finished requests freed. Misses of first lookups are classified
 //     (cold, evicted, elsewhere, partial).
 //  5. steptime.go: how long a step takes: a roofline of the GPU (compute
-//     bound prefill, memory bound decode) plus a per-step overhead, with
+//     bound prefill, memory bound decode), the all-reduces of tensor
+//     parallelism (two per layer, over the GPU's interconnect from
+//     hardware's catalogue; steptime_tp_test.go holds them against a
+//     published vLLM measurement) and a per-step overhead, with
 //     efficiency factors that a farm spec may override.
 //  6. run.go: one strategy on one farm: the event loop and a request's
 //     life. routing.go: the router (placement.Policy, an instant in-flight
