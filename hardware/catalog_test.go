@@ -207,7 +207,7 @@ func TestParseCatalogErrors(t *testing.T) {
 		{"bad ecc", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n  ecc: maybe\n  ecc_source: s\n"), okModels, []string{"entry 1", "ecc", "maybe"}},
 		{"missing ecc source", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n  ecc: \"on\"\n"), okModels, []string{"entry 1", "ecc_source"}},
 		{"duplicate alias", append(gpu(""), gpu("")[0:0]...), append([]byte{}, okModels...), nil},
-		{"alias clash", []byte(string(gpu("")) + "- name: X2\n  aliases: [X-1]\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: t\n  ecc: hbm\n  ecc_source: t\n"+interconnectYAML), okModels, []string{"X-1", "already used"}},
+		{"alias clash", []byte(string(gpu("")) + "- name: X2\n  aliases: [X-1]\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: t\n  ecc: hbm\n  ecc_source: t\n" + interconnectYAML), okModels, []string{"X-1", "already used"}},
 		{"missing source", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n"), okModels, []string{"entry 1", "source"}},
 		{"NaN memory", []byte("- name: X\n  cuda_total_memory_gib: .nan\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n"), okModels, []string{"entry 1", "cuda_total_memory_gib"}},
 		{"infinite bandwidth", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: .inf\n  bf16_dense_tflops: 1\n  source: s\n"), okModels, []string{"entry 1", "memory_bandwidth_gb_per_s"}},
