@@ -29,6 +29,14 @@ func PlanReport(res *planner.Result) *Report {
 	if w := res.Workload.WorkloadLine(); w != "" {
 		r.Notes = []string{w}
 	}
+	if len(res.VLLMReleases) > 0 {
+		r.Notes = append(r.Notes, "vLLM release simulated: "+strings.Join(res.VLLMReleases, ", ")+
+			". The release decides admission, vLLM's own balancer and the KV cache's size (sim/testdata/vllm says what each does): "+
+			"the answer holds for it; --vllm-version plans for another.")
+	}
+	if w := res.PricesWords(); w != "" {
+		r.Notes = append(r.Notes, w)
+	}
 	at := planner.Level(res.Sessions, res.Concurrency)
 	r.Sections = append(r.Sections, planOverview(res, at), planRuleOfThumb(res))
 	if res.Timeline != nil {
@@ -150,7 +158,7 @@ func planOverview(res *planner.Result, at int) Section {
 				strings.Join(res.Targets.Phrases(), ", "), res.Concurrency),
 			"When no candidate meets the targets, the closest is the one that misses the fewest targets, then the one whose " +
 				"figures are nearest their limits (the sum of each shortfall relative to its limit), then the cheapest.",
-			costSentence(byCards),
+			costSentence(res, byCards),
 			bandSentence(res),
 			"The first two charts are the ones to read first: each candidate's prefix-cache hit rate and TTFB p95 against the " +
 				"number of concurrent sessions, with the targets as red dashed lines and, in each candidate's colour, a dashed " +
@@ -377,9 +385,12 @@ func jsonPath(m map[string]any, keys ...string) any {
 }
 
 // costSentence says what "cheapest" means in the table.
-func costSentence(byCards bool) string {
-	if byCards {
-		return "No prices were given: \"cheapest\" is by card count."
+func costSentence(res *planner.Result, byCards bool) string {
+	switch {
+	case byCards:
+		return "One GPU kind and no prices given: \"cheapest\" is by card count, the same order as by money."
+	case len(res.Prices) > 0:
+		return "\"Cheapest\" is by money: each farm's GPUs at their price per GPU-hour (the prices, and where each comes from, are under the answer)."
 	}
 	return "\"Cheapest\" is by the price per hour given for each GPU."
 }

@@ -275,8 +275,12 @@ func runSim(ctx context.Context, o *simOptions, out io.Writer) error {
 	if e.Trace != nil {
 		load = "replay of " + e.Trace.Name
 	}
-	if _, err := fmt.Fprintf(out, "%d replicas x %d x %s, %s: %d KV blocks of %d tokens per replica (%d tokens), max_num_seqs %d; %s\n",
-		f.Spec.Replicas, f.Spec.TensorParallelSize, f.GPU.Name, f.Model.Name, f.NumGPUBlocks, f.Spec.VLLM.BlockSize,
+	replicas := "replicas"
+	if f.Spec.Replicas == 1 {
+		replicas = "replica"
+	}
+	if _, err := fmt.Fprintf(out, "%d %s x %d x %s, %s, vLLM %s: %d KV blocks of %d tokens per replica (%d tokens), max_num_seqs %d; %s\n",
+		f.Spec.Replicas, replicas, f.Spec.TensorParallelSize, f.GPU.Name, f.Model.Name, sim.VLLMRelease(f.Behaviour.Version), f.NumGPUBlocks, f.Spec.VLLM.BlockSize,
 		f.NumGPUBlocks*f.Spec.VLLM.BlockSize, f.Spec.VLLM.MaxNumSeqs, load); err != nil { // blocks x block size, as warden kv and vLLM's log say
 		return err
 	}
