@@ -62,7 +62,7 @@ func TestDefaultFarm(t *testing.T) {
 	if got := f.Spill.Resolve(v.MaxNumSeqs); got != 8 {
 		t.Errorf("spill threshold = %d, want 8", got)
 	}
-	// notes/domain.md: about 39k KV tokens per A4000 for Qwen3-4B at
+	// The rough figure operators quote: about 39k KV tokens per A4000 for Qwen3-4B at
 	// vLLM's default max_num_seqs 256; at 32 the sampler's dummy run and
 	// the CUDA graphs take ~0.7 GiB less (hardware's profile): ~45k.
 	if tok := f.KVTokensPerReplica(); tok < 42000 || tok > 48000 {

@@ -25,7 +25,7 @@ type StepTime struct {
 // Defaults of the step-time model.
 //
 // Datacenter planners derate peak figures to roughly 0.3-0.45 of FLOPs in
-// prefill and 0.8 of bandwidth, plus about 0.1 ms per step (notes/domain.md).
+// prefill and 0.8 of bandwidth, plus about 0.1 ms per step.
 // A single card with 2048-token chunks runs larger, better shaped GEMMs than
 // a tensor-parallel group, so the prefill default sits at the top of that
 // range, 0.5. On an RTX A4000 with Qwen3-4B this gives about 26 ms per
