@@ -64,6 +64,10 @@ type Result struct {
 	// and that are cheaper than Best (all marginal ones when Best is -1),
 	// cheapest first: the answer's sentence names the first.
 	Marginal []int `json:"marginal,omitempty"`
+	// BuyerCheck, when the answer names a marginal candidate whose KV
+	// cache or speed is estimated, says what to rent for an hour and run
+	// to decide it, or what margin to buy instead (buyer.go).
+	BuyerCheck *BuyerCheck `json:"buyer_check,omitempty"`
 	// Reconcile is the answer's (Best, else Closest) Candidate.Reconcile.
 	Reconcile string `json:"reconcile,omitempty"`
 	// Timeline is the answer's farm (Best, else Closest) with its chosen
@@ -102,9 +106,9 @@ type Candidate struct {
 	Model              string  `json:"model"`
 	Replicas           int     `json:"replicas"`
 	TensorParallelSize int     `json:"tensor_parallel_size"`
-	Cards              int     `json:"cards"` // replicas x tensor parallel size
+	Cards              int     `json:"cards"`                  // replicas x tensor parallel size
 	VLLMRelease        string  `json:"vllm_release,omitempty"` // the vLLM release simulated, "0.26"
-	Cost               float64 `json:"cost"`  // see Result.CostUnit
+	Cost               float64 `json:"cost"`                   // see Result.CostUnit
 	// CostPerHour (the GPUs' hourly prices summed) and CostPer1kTurns
 	// (CostPerHour over the session-turns, requests, its chosen routing
 	// finishes per hour at the wanted concurrency, x 1,000; null when none

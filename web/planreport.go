@@ -38,7 +38,11 @@ func PlanReport(res *planner.Result) *Report {
 		r.Notes = append(r.Notes, w)
 	}
 	at := planner.Level(res.Sessions, res.Concurrency)
-	r.Sections = append(r.Sections, planOverview(res, at), planRuleOfThumb(res))
+	r.Sections = append(r.Sections, planOverview(res, at))
+	if bc := res.BuyerCheck; bc != nil {
+		r.Sections = append(r.Sections, buyerSection(bc))
+	}
+	r.Sections = append(r.Sections, planRuleOfThumb(res))
 	if res.Timeline != nil {
 		r.Sections = append(r.Sections, planTimeline(res))
 	}
@@ -52,6 +56,28 @@ func PlanReport(res *planner.Result) *Report {
 	}
 	r.Sections = append(r.Sections, planSettings(res), definitionsSection(nil))
 	return r
+}
+
+// buyerSection is the plan's BuyerCheck: what to rent for an hour and run
+// to decide a marginal answer, or the margin to buy instead.
+func buyerSection(bc *planner.BuyerCheck) Section {
+	t := Table{Caption: "One hour on one rented replica", Header: []string{"step", "what", "command"}, Prose: true}
+	for i, st := range bc.Steps {
+		cmd := st.Command
+		if cmd == "" {
+			cmd = "-"
+		}
+		t.Rows = append(t.Rows, []string{strconv.Itoa(i + 1), st.Why, cmd})
+	}
+	s := Section{
+		Heading:    "Before buying: measure what decides it",
+		Paragraphs: []string{bc.Lead(), "Then " + bc.Then},
+		Tables:     []Table{t},
+	}
+	if bc.Margin != "" {
+		s.Paragraphs = append(s.Paragraphs, bc.Margin)
+	}
+	return s
 }
 
 // chosenRow is candidate c's row at level index at with its chosen routing, or nil.

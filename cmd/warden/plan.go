@@ -524,6 +524,18 @@ func writePlanSummary(w io.Writer, res *planner.Result, reportPath string, wide 
 		}
 	}
 	para(res.Answer)
+	if bc := res.BuyerCheck; bc != nil {
+		fmt.Fprintln(&b)
+		para(bc.Lead())
+		for i, st := range bc.Steps {
+			b.WriteString(wrapText(fmt.Sprintf("%d. %s", i+1, st.Why), summaryWidth))
+			if st.Command != "" {
+				b.WriteString(wrapCommand(st.Command, summaryWidth, "   "))
+			}
+		}
+		para("Then " + bc.Then)
+		para(bc.Margin)
+	}
 	if wl := res.Workload.WorkloadLine(); wl != "" {
 		fmt.Fprintln(&b)
 		para(wl)
@@ -781,6 +793,47 @@ func wrapText(s string, width int) string {
 		}
 		b.WriteByte('\n')
 	}
+	return b.String()
+}
+
+// wrapCommand writes a shell command indented, broken at spaces outside
+// double quotes with a backslash at the end of each line but the last, so
+// that it stays within width and still pastes into a shell as one command.
+func wrapCommand(cmd string, width int, indent string) string {
+	var words []string
+	var cur strings.Builder
+	quoted := false
+	for _, r := range cmd {
+		switch {
+		case r == '"':
+			quoted = !quoted
+			cur.WriteRune(r)
+		case r == ' ' && !quoted:
+			if cur.Len() > 0 {
+				words = append(words, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if cur.Len() > 0 {
+		words = append(words, cur.String())
+	}
+	var b strings.Builder
+	line := indent
+	for i, w := range words {
+		switch {
+		case i == 0:
+			line += w
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(w)+2 > width:
+			b.WriteString(line + " \\\n")
+			line = indent + "  " + w
+		default:
+			line += " " + w
+		}
+	}
+	b.WriteString(line + "\n")
 	return b.String()
 }
 
