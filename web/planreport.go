@@ -238,8 +238,33 @@ func planOverview(res *planner.Result, at int) Section {
 			p95.Marks, hit.Marks = []Mark{m}, []Mark{m}
 			xMax = math.Max(xMax, full)
 		}
+		// The answer's "meets them up to N sessions" may lie past the levels
+		// simulated (the bisection tries further): the axis reaches it, and a
+		// mark in the answer's colour says where.
+		if i == res.Best && c.MaxSessions > int(xs[len(xs)-1]) {
+			label := fmt.Sprintf("meets up to %d", c.MaxSessions)
+			if c.FailsAt == 0 {
+				label = fmt.Sprintf("meets up to >= %d", c.MaxSessions)
+			}
+			m := Mark{Name: label, X: ptr(float64(c.MaxSessions))}
+			p95.Marks, hit.Marks = append(p95.Marks, m), append(hit.Marks, m)
+			xMax = math.Max(xMax, float64(c.MaxSessions))
+		}
 		p95Lines = append(p95Lines, p95)
 		hitLines = append(hitLines, hit)
+	}
+	// Labels of marks a few sessions apart are lifted onto rows of their own.
+	var vertical []*Mark
+	for k := range p95Lines {
+		for j := range p95Lines[k].Marks {
+			if p95Lines[k].Marks[j].X != nil {
+				vertical = append(vertical, &p95Lines[k].Marks[j])
+			}
+		}
+	}
+	StaggerMarks(vertical, 0, niceCeil(xMax*1.05), chartPlotPx)
+	for k := range hitLines {
+		copy(hitLines[k].Marks, p95Lines[k].Marks)
 	}
 	if len(p95Lines) > 0 {
 		p95Lines[0].Marks = append(p95Lines[0].Marks, targetMarks(res, "ttfb")...)
@@ -420,6 +445,12 @@ func costSentence(res *planner.Result, byCards bool) string {
 	}
 	return "\"Cheapest\" is by the price per hour given for each GPU."
 }
+
+// chartPlotPx is about the width of a report chart's plot, in pixels.
+const chartPlotPx = 900
+
+// ruleDialMax is where the rule-of-thumb dials end, in % of the KV cache.
+const ruleDialMax = 300.0
 
 // kvFullSessions is the number of concurrent sessions whose typical context fills candidate
 // c's KV cache (farm KV tokens / typical context tokens): the rule of thumb's 100 % point.
@@ -636,7 +667,8 @@ func planRuleOfThumb(res *planner.Result) Section {
 				"prompt once per session and every conversation at its typical length at the same moment, so a farm over it can still " +
 				"meet the targets; the simulation decides. A dial shows the demand as a percentage of the farm's KV cache, green up to " +
 				"100 %; beyond, amber where the simulation finds the farm meets the targets (or is marginal), red where it misses them, " +
-				"grey where it was not simulated (a cheaper farm meets the targets).",
+				"grey where it was not simulated (a cheaper farm meets the targets). The dials end at " + fmtNum(min(100*math.Ceil(top/100), ruleDialMax), 0) +
+				" %; a needle at the end may be further over, and the figure in its centre says how far.",
 			"Typical context: " + res.Workload.TypicalContextHow + ".",
 		},
 		Tables: []Table{t},
@@ -652,7 +684,11 @@ func planRuleOfThumb(res *planner.Result) Section {
 	if len(rec.Rows) > 0 {
 		s.Tables = append(s.Tables, rec)
 	}
-	scale := 100 * math.Ceil(top/100)
+	// The scale ends at 100 % rounded up past the highest demand, at most
+	// ruleDialMax: a dial to 2,300 % crowds its ticks unreadably, and past 3
+	// times the cache the figure matters more than the needle (a needle at
+	// the end is further over; the dial's centre says how far).
+	scale := min(100*math.Ceil(top/100), ruleDialMax)
 	// As many charts as gaugesPerChart needs, the dials shared evenly
 	// (six make two rows of three, not one of four and one of two).
 	nCharts := (len(gauges) + gaugesPerChart - 1) / gaugesPerChart
