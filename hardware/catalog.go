@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/agnivade/levenshtein"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -372,7 +373,7 @@ func suggest(key string, idx map[string]int, nameOf func(int) string) []string {
 	}
 	best := map[int]int{} // entry -> smallest score
 	for k, i := range idx {
-		d := levenshtein(key, k)
+		d := levenshtein.ComputeDistance(key, k)
 		limit := max(2, len(key)/3)
 		if strings.Contains(k, key) || strings.Contains(key, k) {
 			d = min(d, 1)
@@ -402,25 +403,4 @@ func suggest(key string, idx map[string]int, nameOf func(int) string) []string {
 		out = append(out, c.name)
 	}
 	return out
-}
-
-// levenshtein is the edit distance between a and b (bytes; keys are ASCII).
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -273,17 +273,6 @@ func FuzzParseCatalog(f *testing.F) {
 	})
 }
 
-func TestLevenshtein(t *testing.T) {
-	for _, tt := range []struct {
-		a, b string
-		want int
-	}{{"", "", 0}, {"a", "", 1}, {"kitten", "sitting", 3}, {"rtx4080", "rtx4090", 1}} {
-		if got := levenshtein(tt.a, tt.b); got != tt.want {
-			t.Errorf("levenshtein(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
-		}
-	}
-}
-
 func relDiff(a, b int64) float64 {
 	d := float64(a-b) / float64(b)
 	if d < 0 {
