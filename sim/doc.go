@@ -69,10 +69,15 @@
 //
 // # Semantics worth knowing
 //
-//   - Steps follow one another as the product's bench runs them: moving to
-//     the next level starts or retires sessions while the others carry on;
-//     only the end of the last step cuts the requests in flight (reported
-//     unfinished). A request still waiting for its first token when a step
+//   - Steps follow one another on the same warm farm: moving to the next
+//     level starts or retires sessions while the others carry on, and only
+//     the end of the last step cuts the requests in flight (reported
+//     unfinished); with Experiment.FreshSteps every step's end cuts them
+//     and the next step starts all its sessions at once, as warden bench
+//     (and the product's published benchmark) runs its steps. Sessions
+//     that start together on one replica stay in step, so each of their
+//     first turns waits for another's prefill: the TTFB tail of
+//     testdata/validation comes from it (tail_test.go). A request still waiting for its first token when a step
 //     closes counts in that step's TTFB with the wait it had (censored). A
 //     replay without a duration runs to its end.
 //   - Admission is vLLM 0.26's (vllm.version selects older behaviour):

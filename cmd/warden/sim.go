@@ -49,6 +49,8 @@ type simOptions struct {
 
 	Requests string // per-request records (JSON lines), "": none
 
+	FreshSteps bool // every step cuts and starts its sessions afresh, as warden bench does
+
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool
 	// stderr receives the progress bar; isTerminal, when set, says whether
@@ -71,10 +73,14 @@ sessions in a closed loop, and compare placement strategies on it.
 
 Each strategy runs on its own copy of the farm, from cold caches; the sessions
 steps (--sessions) run back to back on the same warm replicas, --duration each,
-as the product's bench runs them: moving to the next level starts (or retires)
-sessions while the others carry on. A request still waiting for its first token
-when a step closes counts in that step's TTFB with the wait it had (censored);
-only the end of the last step cuts requests (unfinished). The columns are the KPIs of
+moving to the next level starts (or retires) sessions while the others carry on.
+With --fresh-steps each step instead cuts the requests in flight at its end and
+the next starts all its sessions at once, as warden bench runs its steps (and
+as the product's published benchmark did): sessions that start together on one
+replica stay in step, and each of their first turns waits for another's
+prefill, which lengthens the TTFB tail. A request still waiting for its first
+token when a step closes counts in that step's TTFB with the wait it had
+(censored); the end of the last step cuts requests (unfinished). The columns are the KPIs of
 metrics/kpi.promql evaluated by PromQL over the simulated vLLM and warden
 series, the same expressions that run against a real Prometheus.
 
@@ -98,7 +104,8 @@ the Anthropic and OpenAI SDKs do.`,
   warden sim --replicas 3 --spill-threshold 4 --progress
   warden sim --trace agents.jsonl --speed 2
   warden sim --sessions 4,8 --duration 1m --requests requests.jsonl
-  warden sim --sessions 16 --kv-scale 0.85`,
+  warden sim --sessions 16 --kv-scale 0.85
+  warden sim --sessions 4,8 --fresh-steps             # each step's sessions start together, as warden bench runs them`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.changed, opts.stderr = cmd.Flags().Changed, cmd.ErrOrStderr()
@@ -125,6 +132,7 @@ the Anthropic and OpenAI SDKs do.`,
 	f.BoolVar(&opts.ClosedLoop, "closed-loop", false, "replay the trace's sessions in a closed loop")
 	f.BoolVar(&opts.SessionReplay, "session-replay", false, "replay the trace's sessions from their recorded starts, each turn after the previous answer and its think time")
 	f.StringVar(&opts.Requests, "requests", "", "write one JSON line per request to this file (session, turn, step, replica, times, tokens, reason)")
+	f.BoolVar(&opts.FreshSteps, "fresh-steps", false, "cut each step at its end and start the next step's sessions all at once, as warden bench runs its steps (default: the load carries on from step to step)")
 	return cmd
 }
 
@@ -187,7 +195,7 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 	if err != nil {
 		return e, err
 	}
-	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed}
+	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed, FreshSteps: o.FreshSteps}
 	for _, s := range o.Strategies {
 		if err := sim.ValidStrategy(s); err != nil {
 			return e, fmt.Errorf("--strategies: %w", err)
