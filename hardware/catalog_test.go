@@ -223,15 +223,7 @@ func TestParseCatalogErrors(t *testing.T) {
 			}
 			continue
 		}
-		if err == nil {
-			t.Errorf("%s: no error", tt.name)
-			continue
-		}
-		for _, w := range tt.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q lacks %q", tt.name, err, w)
-			}
-		}
+		wantErrContains(t, tt.name, err, tt.want)
 	}
 }
 

@@ -49,14 +49,20 @@ func TestParsePricesErrors(t *testing.T) {
 		{"unknown key", "- {gpu: L40S, usd_per_gpu_hour: 1, as_of: 2026-03-10, source: s, currency: EUR}", []string{"prices.yaml", "currency"}},
 	} {
 		_, err := parsePrices([]byte(tt.yaml))
-		if err == nil {
-			t.Errorf("%s: no error", tt.name)
-			continue
-		}
-		for _, w := range tt.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q lacks %q", tt.name, err, w)
-			}
+		wantErrContains(t, tt.name, err, tt.want)
+	}
+}
+
+// wantErrContains fails the test unless err holds every string of want.
+func wantErrContains(t *testing.T, name string, err error, want []string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: no error", name)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: error %q lacks %q", name, err, w)
 		}
 	}
 }
