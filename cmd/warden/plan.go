@@ -528,7 +528,8 @@ func writePlanSummary(w io.Writer, res *planner.Result, reportPath string, wide 
 		fmt.Fprintln(&b)
 		para(bc.Lead())
 		for i, st := range bc.Steps {
-			b.WriteString(wrapText(fmt.Sprintf("%d. %s", i+1, st.Why), summaryWidth))
+			why := wrapText(fmt.Sprintf("%d. %s", i+1, st.Why), summaryWidth-3)
+			b.WriteString(strings.ReplaceAll(strings.TrimSuffix(why, "\n"), "\n", "\n   ") + "\n")
 			if st.Command != "" {
 				b.WriteString(wrapCommand(st.Command, summaryWidth, "   "))
 			}
@@ -819,6 +820,12 @@ func wrapCommand(cmd string, width int, indent string) string {
 	}
 	if cur.Len() > 0 {
 		words = append(words, cur.String())
+	}
+	// A flag and its value stay on one line.
+	for i := 0; i+1 < len(words); i++ {
+		if strings.HasPrefix(words[i], "--") && !strings.Contains(words[i], "=") && !strings.HasPrefix(words[i+1], "-") {
+			words = slices.Replace(words, i, i+2, words[i]+" "+words[i+1])
+		}
 	}
 	var b strings.Builder
 	line := indent
