@@ -1,10 +1,8 @@
 package sim
 
 import (
-	"encoding/csv"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -146,15 +144,7 @@ type tpRow struct {
 
 func readTPRows(t *testing.T, path string) []tpRow {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
+	recs := readCSV(t, path)
 	var rows []tpRow
 	for i, rec := range recs[1:] {
 		b, err1 := strconv.Atoi(rec[0])

@@ -26,7 +26,8 @@ type publishedRow struct {
 	cols     map[string]float64 // by column name; absent when the cell is empty
 }
 
-func readPublished(t *testing.T, path string) []publishedRow {
+// readCSV reads every record of the CSV file at path, header first.
+func readCSV(t *testing.T, path string) [][]string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -37,6 +38,13 @@ func readPublished(t *testing.T, path string) []publishedRow {
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+	return recs
+}
+
+func readPublished(t *testing.T, path string) []publishedRow {
+	t.Helper()
+	recs := readCSV(t, path)
+	var err error
 	head := recs[0]
 	var rows []publishedRow
 	for li, rec := range recs[1:] {
