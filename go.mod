@@ -21,6 +21,8 @@ require (
 	sigs.k8s.io/gateway-api-inference-extension v1.6.2
 )
 
+require github.com/agnivade/levenshtein v1.2.2 // indirect
+
 require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/agnivade/levenshtein"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -31,6 +32,11 @@ type gpuEntry struct {
 	Source                string   `yaml:"source"`
 	ECC                   string   `yaml:"ecc"`
 	ECCSource             string   `yaml:"ecc_source"`
+	Interconnect          string   `yaml:"interconnect"`
+	InterconnectGBPerS    float64  `yaml:"interconnect_gb_per_s"`
+	PeerToPeer            *bool    `yaml:"peer_to_peer"`
+	AllReduceLatencyUs    float64  `yaml:"all_reduce_latency_us"`
+	InterconnectSource    string   `yaml:"interconnect_source"`
 }
 
 // modelEntry is one model as written in catalog/models.yaml.
@@ -181,6 +187,16 @@ func (e gpuEntry) toGPU() (GPU, error) {
 		return GPU{}, fmt.Errorf("ecc: want on, off, none or hbm, got %q", e.ECC)
 	case e.ECCSource == "":
 		return GPU{}, errors.New("ecc_source: missing (say where the ECC mode comes from)")
+	case e.Interconnect == "":
+		return GPU{}, errors.New("interconnect: missing (what joins a tensor-parallel group: \"PCIe 4.0 x16\", \"NVLink 4 (NVSwitch)\")")
+	case !positive(e.InterconnectGBPerS):
+		return GPU{}, errors.New("interconnect_gb_per_s: want a positive number (one GPU's bandwidth each way)")
+	case e.PeerToPeer == nil:
+		return GPU{}, errors.New("peer_to_peer: missing (true, or false where the driver stages transfers through host memory)")
+	case !positive(e.AllReduceLatencyUs):
+		return GPU{}, errors.New("all_reduce_latency_us: want a positive number")
+	case e.InterconnectSource == "":
+		return GPU{}, errors.New("interconnect_source: missing (name the datasheet and the measurement)")
 	}
 	return GPU{
 		Name:                       e.Name,
@@ -196,6 +212,13 @@ func (e gpuEntry) toGPU() (GPU, error) {
 		NVMLNames:                  e.NVMLNames,
 		ECC:                        e.ECC,
 		ECCSource:                  e.ECCSource,
+		Interconnect: Interconnect{
+			Kind:                e.Interconnect,
+			BytesPerSec:         e.InterconnectGBPerS * 1e9,
+			PeerToPeer:          *e.PeerToPeer,
+			AllReduceLatencySec: e.AllReduceLatencyUs * 1e-6,
+			Source:              e.InterconnectSource,
+		},
 	}, nil
 }
 
@@ -350,7 +373,7 @@ func suggest(key string, idx map[string]int, nameOf func(int) string) []string {
 	}
 	best := map[int]int{} // entry -> smallest score
 	for k, i := range idx {
-		d := levenshtein(key, k)
+		d := levenshtein.ComputeDistance(key, k)
 		limit := max(2, len(key)/3)
 		if strings.Contains(k, key) || strings.Contains(key, k) {
 			d = min(d, 1)
@@ -380,25 +403,4 @@ func suggest(key string, idx map[string]int, nameOf func(int) string) []string {
 		out = append(out, c.name)
 	}
 	return out
-}
-
-// levenshtein is the edit distance between a and b (bytes; keys are ASCII).
-func levenshtein(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -25,6 +25,9 @@ func TestCatalogHasRequiredEntries(t *testing.T) {
 		if mb := g.MarketingMemoryGB * GiB; float64(g.MemoryBytes) > mb || float64(g.MemoryBytes) < 0.9*mb {
 			t.Errorf("%s: memory %d bytes is not within 90%%..100%% of the marketing %g GiB", name, g.MemoryBytes, g.MarketingMemoryGB)
 		}
+		if ic := g.Interconnect; ic.Kind == "" || ic.BytesPerSec < 10e9 || ic.AllReduceLatencySec <= 0 || ic.Source == "" {
+			t.Errorf("%s: incomplete interconnect %+v", name, ic)
+		}
 		if g.FP8FLOPS != 0 && g.FP8FLOPS < 1.9*g.BF16FLOPS {
 			t.Errorf("%s: FP8 %.3g FLOP/s should be about twice BF16 %.3g (dense both)", name, g.FP8FLOPS, g.BF16FLOPS)
 		}
@@ -168,6 +171,9 @@ func TestMatchNVMLName(t *testing.T) {
 	}
 }
 
+// interconnectYAML completes a test GPU entry.
+const interconnectYAML = "  interconnect: PCIe\n  interconnect_gb_per_s: 32\n  peer_to_peer: true\n  all_reduce_latency_us: 40\n  interconnect_source: test\n"
+
 func TestParseCatalogErrors(t *testing.T) {
 	okModels := mustRead("catalog/models.yaml")
 	okGPUs := mustRead("catalog/gpus.yaml")
@@ -180,6 +186,11 @@ func TestParseCatalogErrors(t *testing.T) {
   source: test
   ecc: none
   ecc_source: test
+  interconnect: PCIe
+  interconnect_gb_per_s: 32
+  peer_to_peer: true
+  all_reduce_latency_us: 40
+  interconnect_source: test
 ` + extra)
 	}
 	tests := []struct {
@@ -187,11 +198,16 @@ func TestParseCatalogErrors(t *testing.T) {
 		gpus, models []byte
 		want         []string
 	}{
-		{"unknown field has its line", gpu("  colour: red\n"), okModels, []string{"gpus.yaml", "line 9", "colour"}},
+		{"unknown field has its line", gpu("  colour: red\n"), okModels, []string{"gpus.yaml", "line 14", "colour"}},
+		{"no interconnect", []byte(strings.Replace(string(gpu("")), "  interconnect: PCIe\n", "", 1)), okModels, []string{"entry 1", "interconnect: missing"}},
+		{"no peer_to_peer", []byte(strings.Replace(string(gpu("")), "  peer_to_peer: true\n", "", 1)), okModels, []string{"entry 1", "peer_to_peer"}},
+		{"NaN link", []byte(strings.Replace(string(gpu("")), "gb_per_s: 32", "gb_per_s: .nan", 1)), okModels, []string{"entry 1", "interconnect_gb_per_s"}},
+		{"zero latency", []byte(strings.Replace(string(gpu("")), "latency_us: 40", "latency_us: 0", 1)), okModels, []string{"entry 1", "all_reduce_latency_us"}},
+		{"no interconnect source", []byte(strings.Replace(string(gpu("")), "  interconnect_source: test\n", "", 1)), okModels, []string{"entry 1", "interconnect_source"}},
 		{"bad ecc", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n  ecc: maybe\n  ecc_source: s\n"), okModels, []string{"entry 1", "ecc", "maybe"}},
 		{"missing ecc source", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n  ecc: \"on\"\n"), okModels, []string{"entry 1", "ecc_source"}},
 		{"duplicate alias", append(gpu(""), gpu("")[0:0]...), append([]byte{}, okModels...), nil},
-		{"alias clash", []byte(string(gpu("")) + "- name: X2\n  aliases: [X-1]\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: t\n  ecc: hbm\n  ecc_source: t\n"), okModels, []string{"X-1", "already used"}},
+		{"alias clash", []byte(string(gpu("")) + "- name: X2\n  aliases: [X-1]\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: t\n  ecc: hbm\n  ecc_source: t\n" + interconnectYAML), okModels, []string{"X-1", "already used"}},
 		{"missing source", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n"), okModels, []string{"entry 1", "source"}},
 		{"NaN memory", []byte("- name: X\n  cuda_total_memory_gib: .nan\n  memory_bandwidth_gb_per_s: 1\n  bf16_dense_tflops: 1\n  source: s\n"), okModels, []string{"entry 1", "cuda_total_memory_gib"}},
 		{"infinite bandwidth", []byte("- name: X\n  cuda_total_memory_gib: 1\n  memory_bandwidth_gb_per_s: .inf\n  bf16_dense_tflops: 1\n  source: s\n"), okModels, []string{"entry 1", "memory_bandwidth_gb_per_s"}},
@@ -207,15 +223,7 @@ func TestParseCatalogErrors(t *testing.T) {
 			}
 			continue
 		}
-		if err == nil {
-			t.Errorf("%s: no error", tt.name)
-			continue
-		}
-		for _, w := range tt.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q lacks %q", tt.name, err, w)
-			}
-		}
+		wantErrContains(t, tt.name, err, tt.want)
 	}
 }
 
@@ -255,17 +263,6 @@ func FuzzParseCatalog(f *testing.F) {
 			}
 		}
 	})
-}
-
-func TestLevenshtein(t *testing.T) {
-	for _, tt := range []struct {
-		a, b string
-		want int
-	}{{"", "", 0}, {"a", "", 1}, {"kitten", "sitting", 3}, {"rtx4080", "rtx4090", 1}} {
-		if got := levenshtein(tt.a, tt.b); got != tt.want {
-			t.Errorf("levenshtein(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
-		}
-	}
 }
 
 func relDiff(a, b int64) float64 {

@@ -6,10 +6,16 @@
 //   - hardware.go: the contract types (GPU, Model, Deployment, KVSizing) that
 //     sim/ and cmd/warden use.
 //   - catalog.go with catalog/gpus.yaml and catalog/models.yaml: the embedded
-//     catalogue (units in the field names, a source per entry), and
+//     catalogue (units in the field names, a source per entry; each GPU's
+//     interconnect, the link a tensor-parallel group sums its partial
+//     results over: NVLink or PCIe, its bandwidth each way, whether the
+//     driver gives peer access, the latency of one all-reduce), and
 //     LookupGPU / LookupModel, which match names case- and
 //     punctuation-insensitively, know aliases ("A4000", "llama-3.1-8b") and
 //     NVML device names, and suggest close matches for unknown names.
+//   - price.go with catalog/prices.yaml: one dated price list of on-demand
+//     rates per GPU-hour (Prices, LookupPrice), what a plan ranks mixed
+//     GPU kinds by when the run gives no prices.
 //   - hfconfig.go: LoadHFConfig reads a Hugging Face config.json (including
 //     multimodal text_config and sliding-window layouts) into a Model.
 //   - kv.go: SizeKV (requested memory, weights, the profiler's overheads,

@@ -49,6 +49,36 @@ type GPU struct {
 	// that is not in the catalogue). Deployment.ECC overrides the mode.
 	ECC       string `json:"ecc,omitempty"`
 	ECCSource string `json:"ecc_source,omitempty"`
+
+	// Interconnect joins the cards of one tensor-parallel group; zero for
+	// a GPU read through NVML that is not in the catalogue.
+	Interconnect Interconnect `json:"interconnect,omitzero"`
+}
+
+// Interconnect is what the cards of a tensor-parallel group exchange their
+// partial sums over (catalog/gpus.yaml; sim/steptime.go prices a step's
+// all-reduces with it).
+type Interconnect struct {
+	Kind string `json:"kind"` // "PCIe 4.0 x16", "NVLink 4 (NVSwitch)"
+	// BytesPerSec is one GPU's bandwidth to the others, each way.
+	BytesPerSec float64 `json:"bytes_per_sec"`
+	// PeerToPeer is false where the driver gives no peer access
+	// (GeForce): every transfer is staged through host memory, crossing
+	// the link twice.
+	PeerToPeer bool `json:"peer_to_peer"`
+	// AllReduceLatencySec is the time of one small all-reduce.
+	AllReduceLatencySec float64 `json:"all_reduce_latency_sec"`
+	Source              string  `json:"source"`
+}
+
+// AllReduceBytesPerSec is the bandwidth an all-reduce moves its data at:
+// BytesPerSec, halved without peer access (through host memory each byte
+// crosses the link twice).
+func (ic Interconnect) AllReduceBytesPerSec() float64 {
+	if !ic.PeerToPeer {
+		return ic.BytesPerSec / 2
+	}
+	return ic.BytesPerSec
 }
 
 // ECC modes of GPU.ECC.

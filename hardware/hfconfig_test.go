@@ -87,15 +87,7 @@ func TestParseHFConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		_, err := ParseHFConfig("cfg.json", []byte(tt.json))
-		if err == nil {
-			t.Errorf("%s: no error", tt.name)
-			continue
-		}
-		for _, w := range tt.want {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q lacks %q", tt.name, err, w)
-			}
-		}
+		wantErrContains(t, tt.name, err, tt.want)
 	}
 }
 

@@ -22,9 +22,9 @@ func deployment(t *testing.T, gpu, model string) Deployment {
 	return Deployment{GPU: g, Model: m}
 }
 
-// TestSizeKVAnchors checks SizeKV against notes/domain.md: the measured vLLM
+// TestSizeKVAnchors checks SizeKV against the measured vLLM
 // anchor (RTX 4090, Llama-3.1-8B bf16, utilization 0.9: 2,588 blocks) within
-// 3%, the notes' rough Qwen3-4B figures within 10%. Today: anchor 2,537
+// 3%, and rough Qwen3-4B figures operators quote within 10%. Today: anchor 2,537
 // blocks (-2.0%); Qwen3-4B -4.2% (A4000) to +0.4% (4090).
 func TestSizeKVAnchors(t *testing.T) {
 	tests := []struct {

@@ -54,8 +54,15 @@ const journalBlockSize = traces.TextBlockTokens
 // Its arrival is late by at most the time the bound took to fill; its
 // tokens, hash ids and think time are exact.
 //
-// Errors: the file is flushed at least every journalFlushEvery while
-// records arrive, so a failed write surfaces within about a second. It is
+// Flushing: a loop started with the journal flushes the file every
+// journalFlushEvery while it holds unflushed records, whether or not more
+// arrive (a quiet proxy used to keep its last records in memory until the
+// next request), and Flush flushes at once (the proxy calls it when it
+// starts draining on SIGTERM, before the streams it waits for, which a
+// supervisor's kill may cut short). Close stops the loop.
+//
+// Errors: the file is flushed at least every journalFlushEvery, so a
+// failed write surfaces within about a second. It is
 // logged when it happens and counted in warden_journal_write_errors_total;
 // the records it lost (those written since the last flush) and those that
 // arrive while the journal cannot write are counted in
@@ -97,6 +104,10 @@ type Journal struct {
 	pendingBytes int64
 	sessions     map[string]*journalSession // by keyed session hash
 	err          error                      // the last write error while failing, reported by Close
+
+	stopOnce  sync.Once
+	stopFlush chan struct{} // closed by Close: the flush loop ends
+	flushDone chan struct{} // closed when the flush loop has ended
 }
 
 const (
@@ -147,7 +158,49 @@ func openJournal(cfg JournalCfg, o journalOptions) (*Journal, error) {
 	if err := j.open(); err != nil {
 		return nil, err
 	}
+	j.stopFlush, j.flushDone = make(chan struct{}), make(chan struct{})
+	go j.flushLoop()
 	return j, nil
+}
+
+// flushLoop flushes the file every journalFlushEvery while records wait in
+// its buffer, until Close.
+func (j *Journal) flushLoop() {
+	defer close(j.flushDone)
+	tick := time.NewTicker(journalFlushEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-j.stopFlush:
+			return
+		case <-tick.C:
+			j.mu.Lock()
+			if !j.closed {
+				j.maybeFlush(j.since())
+			}
+			j.mu.Unlock()
+		}
+	}
+}
+
+// Flush writes the records that are ready and flushes the file now. It
+// reports the write error the journal has not recovered from, if any.
+func (j *Journal) Flush() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	now := j.since()
+	j.flush(now)
+	if j.w != nil && j.unflushed > 0 {
+		if err := j.w.Flush(); err != nil {
+			j.fail(fmt.Errorf("journal: %w", err), now, j.unflushed)
+		} else {
+			j.flushed(now)
+		}
+	}
+	return j.err
 }
 
 // SetKey sets the key of the block hashes (by default random per process).
@@ -406,6 +459,12 @@ func (j *Journal) dropped(n int) {
 // closes the file. It reports the error of that last flush, or the write
 // error the journal has not recovered from.
 func (j *Journal) Close() error {
+	j.stopOnce.Do(func() { // before the lock: the loop may be waiting for it
+		if j.stopFlush != nil {
+			close(j.stopFlush)
+			<-j.flushDone
+		}
+	})
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closed {

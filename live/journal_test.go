@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -445,4 +446,51 @@ func (j *Journal) skip(t journalTicket) {
 	j.pending[t.n] = nil
 	j.pendingBytes += journalHeldNil
 	j.flush(j.since())
+}
+
+// TestJournalFlushesWhenQuiet: a record written while traffic is quiet
+// reaches the file within about journalFlushEvery, with no later request
+// to push it out (it used to wait in the buffer for the next one), and
+// Flush puts it there at once (the proxy calls it when SIGTERM starts the
+// drain). Close ends the flush loop.
+func TestJournalFlushesWhenQuiet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "j.jsonl")
+		j, err := openJournal(JournalCfg{Path: path, MaxBytes: 1 << 20, Keep: 1}, journalOptions{log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDisk := func() int {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.Count(string(data), "\n") - 1 // less the header
+		}
+		record := func(session string) {
+			c := journalCall(session, 200)
+			c.jt = j.begin()
+			j.record(c, 0)
+		}
+		time.Sleep(3 * time.Second) // the first record comes after a second: flushed as it is written
+		record("a")
+		record("b") // within the second: held in the buffer
+		synctest.Wait()
+		held := onDisk()
+		time.Sleep(journalFlushEvery + 10*time.Millisecond)
+		synctest.Wait()
+		if got := onDisk(); held >= 2 || got != 2 {
+			t.Errorf("records on disk: %d right after the writes, %d a flush interval later; want fewer than 2, then 2", held, got)
+		}
+		record("c")
+		if err := j.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got := onDisk(); got != 3 {
+			t.Errorf("after Flush %d records on disk, want 3", got)
+		}
+		if err := j.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -441,6 +441,9 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	}
 	drain := s.state.Load().cfg.Timeouts.Drain.D() // the latest reload's
 	s.log.Info("draining", "deadline", drain)
+	if s.journal != nil {
+		_ = s.journal.Flush() // now, not after the drain a supervisor may cut short; errors are logged and counted
+	}
 	drainCtx, cancel := context.WithTimeout(context.Background(), drain)
 	defer cancel()
 	for _, h := range servers {

@@ -336,10 +336,11 @@ func pct(f float64) string { return strconv.FormatFloat(math.Round(100*f*10)/10,
 // marginalWhy says why a band is marginal: what the nominal run meets,
 // which targets the pessimistic edge misses in which run, and what would
 // decide it, e.g. "meets at the nominal KV size; misses prefix hit >= 75 %
-// (61.2 %) if the KV cache is 15 % smaller than estimated: read
-// num_gpu_blocks from a running server to decide", or, for a miss on a
-// slower engine, "meets at the roofline's speed; misses ...: calibrate the
-// step time on a running server (warden calibrate) to decide".
+// (61.2 %) if the KV cache is 15 % smaller than estimated: one replica's
+// measured num_gpu_blocks decides it (...)", or, for a miss on a slower
+// engine, "meets at the roofline's speed; misses ...: one replica's
+// measured step time decides it (...)"; the result's BuyerCheck says how
+// to measure them without owning the card (buyer.go).
 func (t Targets) marginalWhy(b Band, nominalSeed uint64) string {
 	if b.Verdict != VerdictMarginal {
 		return ""
@@ -353,12 +354,12 @@ func (t Targets) marginalWhy(b Band, nominalSeed uint64) string {
 	switch {
 	case kv && speed:
 		return "meets at the nominal KV size and speed; misses " + missed +
-			": read num_gpu_blocks from a running server and calibrate its step time (warden calibrate) to decide"
+			": one replica's measured num_gpu_blocks and step time decide it (warden calibrate; the plan says how to measure before buying)"
 	case kv:
-		return "meets at the nominal KV size; misses " + missed + ": read num_gpu_blocks from a running server to decide"
+		return "meets at the nominal KV size; misses " + missed + ": one replica's measured num_gpu_blocks decides it (the plan says how to measure before buying)"
 	case speed:
 		return "meets at the roofline's speed; misses " + missed +
-			": calibrate the step time on a running server (warden calibrate) to decide"
+			": one replica's measured step time decides it (warden calibrate; the plan says how to measure before buying)"
 	}
 	return "meets in the nominal run; misses " + missed +
 		": the margin is within the run-to-run spread of the sessions; simulate longer steps (duration) to decide"

@@ -115,7 +115,7 @@ func TestBandSlowCorner(t *testing.T) {
 	}
 	want := "meets at the nominal KV size and speed; misses TTFB p95 <= 10 s (14.50 s) and prefix hit >= 75 % (60.0 %) " +
 		"if the KV cache is 15 % smaller than estimated and the engine 20 % slower than the roofline's defaults, with other sessions (seed 2): " +
-		"read num_gpu_blocks from a running server and calibrate its step time (warden calibrate) to decide"
+		"one replica's measured num_gpu_blocks and step time decide it (warden calibrate; the plan says how to measure before buying)"
 	if got := targets.marginalWhy(b, 1); got != want {
 		t.Errorf("why\n%q\nwant\n%q", got, want)
 	}

@@ -345,6 +345,14 @@ func (res *Result) sessionsNoun() string {
 func answer(res *Result) string {
 	targets := joinAnd(res.Targets.Phrases())
 	lead := fmt.Sprintf("For %d concurrent %s, ", res.Concurrency, res.sessionsNoun())
+	// The release decides admission, the balancer and the KV sizing: the
+	// answer holds for the one simulated, so it names it.
+	switch {
+	case res.Best >= 0 && res.Candidates[res.Best].VLLMRelease != "":
+		lead = fmt.Sprintf("For %d concurrent %s on vLLM %s, ", res.Concurrency, res.sessionsNoun(), res.Candidates[res.Best].VLLMRelease)
+	case res.Best < 0 && len(res.VLLMReleases) > 0:
+		lead = fmt.Sprintf("For %d concurrent %s on vLLM %s, ", res.Concurrency, res.sessionsNoun(), joinAnd(res.VLLMReleases))
+	}
 	band := res.bandPhrase()
 	if res.Best >= 0 {
 		c := &res.Candidates[res.Best]

@@ -205,7 +205,7 @@ func TestDecideMarginal(t *testing.T) {
 	want := "For 8 concurrent agent sessions, B with affinity (spill auto) is the cheapest farm by card count that meets TTFB p95 <= 10 s and prefix hit >= 75 % " +
 		"at the band's pessimistic edge (KV x0.85 and x1.10, 3 seeds); it meets them up to at least 8 sessions (the highest level simulated). " +
 		"A with affinity (spill auto) is cheaper but marginal: it meets at the nominal KV size; misses prefix hit >= 75 % (61.2 %) " +
-		"if the KV cache is 15 % smaller than estimated: read num_gpu_blocks from a running server to decide."
+		"if the KV cache is 15 % smaller than estimated: one replica's measured num_gpu_blocks decides it (the plan says how to measure before buying)."
 	if got := answer(res); got != want {
 		t.Errorf("answer\n%q\nwant\n%q", got, want)
 	}
@@ -217,7 +217,7 @@ func TestDecideMarginal(t *testing.T) {
 	}
 	want = "For 8 concurrent agent sessions, no candidate meets TTFB p95 <= 10 s and prefix hit >= 75 % at the band's pessimistic edge (KV x0.85 and x1.10, 3 seeds); " +
 		"the closest is A with affinity (spill auto), which is marginal: it meets at the nominal KV size; misses prefix hit >= 75 % (61.2 %) " +
-		"if the KV cache is 15 % smaller than estimated: read num_gpu_blocks from a running server to decide."
+		"if the KV cache is 15 % smaller than estimated: one replica's measured num_gpu_blocks decides it (the plan says how to measure before buying)."
 	if got := answer(res); got != want {
 		t.Errorf("answer\n%q\nwant\n%q", got, want)
 	}

@@ -15,7 +15,10 @@
 // num_gpu_blocks, its calibrated step_time; every KPI a low / nominal /
 // high, low the pessimistic edge; a level the nominal run already misses
 // keeps it alone), checks the targets on every step and decides
-// (decide.go): the cheapest candidate (by price, or card count) whose
+// (decide.go): the cheapest candidate (by money whenever GPU kinds mix or
+// a price is given, each kind at its given price or hardware's dated price
+// list, price.go, the result saying which; one kind unpriced: by card
+// count) whose
 // pessimistic edge meets them at the wanted concurrency and at the headroom
 // level, with its routing, and the cheaper "marginal" ones that meet them
 // only nominally, or not with the headroom (near a cache cliff); for each
@@ -31,6 +34,11 @@
 // metric store, PromQL range queries over the step at the wanted
 // concurrency (per-replica load and KV use, prompt tokens cached and
 // computed per second): the report's charts over time.
+//
+// The answer names the vLLM release simulated (Result.VLLMReleases). When
+// it hangs on a marginal candidate whose KV cache or speed is estimated,
+// buyer.go says what to rent for an hour and run to decide it, or what
+// margin to buy instead (Result.BuyerCheck).
 //
 // tune.go is `warden tune`'s planning: the proxy's journal (JournalFiles,
 // LoadJournal: rotated files oldest first, each file's times following on

@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/placement"
+	"github.com/lm-warden/warden/sim"
 )
 
 // The plain-words side of a result: what `warden plan` prints under its
@@ -86,18 +88,24 @@ func (res *Result) RoutingWords() []string {
 			continue
 		}
 		seen[label] = true
-		out = append(out, label+": "+res.routingWords(cfg)+".")
+		out = append(out, label+": "+res.routingWords(cfg, c)+".")
 	}
 	return out
 }
 
-func (res *Result) routingWords(cfg *Config) string {
+func (res *Result) routingWords(cfg *Config, c *Candidate) string {
 	// The registry's words: the strategy's, then its options' clauses.
 	v, err := placement.ParseSpec(cfg.Strategy)
 	if err != nil {
 		v = placement.Spec{Strategy: cfg.Strategy}
 	}
 	s := placement.Words(v.Strategy)
+	if v.Strategy == placement.StrategyLeastLoaded {
+		// The simulator's least-loaded is vLLM's own data-parallel front
+		// end, as the release runs it; the proxy's strategy of that name
+		// is warden's balancer. Named apart: they behave differently.
+		s = "vLLM's own data-parallel balancer, no warden in front (not the proxy's least-loaded, warden's balancer): " + vllmBalancerWords(c)
+	}
 	for _, w := range v.OptionWords() {
 		s += "; " + w
 	}
@@ -112,6 +120,22 @@ func (res *Result) routingWords(cfg *Config) string {
 		s += fmt.Sprintf("; while that replica has more than %s requests in flight, a new turn spills to the least-loaded replica instead", spill)
 	}
 	return s
+}
+
+// vllmBalancerWords says what vLLM's own balancer does for candidate c's
+// model on the release simulated (sim.VLLMBehaviourFor), in plain words.
+func vllmBalancerWords(c *Candidate) string {
+	fewest := "every turn goes to the replica with the fewest requests waiting and running as vLLM's API servers count them, wherever the conversation is cached"
+	v, err := sim.ParseVLLMVersion(c.VLLMRelease)
+	m, merr := hardware.LookupModel(c.Model)
+	if c.VLLMRelease == "" || err != nil || merr != nil {
+		return fewest
+	}
+	switch sim.VLLMBehaviourFor(v, m).Balancer {
+	case sim.DPBlindFixed, sim.DPBlindRotating:
+		return "as vLLM " + c.VLLMRelease + " runs it for a dense model, its API servers learn no engine's load and send each turn to the next replica in rotation, wherever the conversation is cached"
+	}
+	return fewest
 }
 
 // autoSpill is " (8 of 32)" when every candidate that fits has the same

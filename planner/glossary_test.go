@@ -51,9 +51,20 @@ func TestRoutingWords(t *testing.T) {
 	got := res.RoutingWords()
 	if len(got) != 2 || !strings.HasPrefix(got[0], "affinity (spill auto): each conversation stays on the replica") ||
 		!strings.Contains(got[0], "more than a quarter of its max_num_seqs requests in flight (8 of 32)") ||
-		!strings.HasPrefix(got[1], "least-loaded: every turn goes to the replica with the fewest requests in flight") {
+		!strings.HasPrefix(got[1], "least-loaded: vLLM's own data-parallel balancer, no warden in front (not the proxy's least-loaded, warden's balancer): every turn goes to the replica with the fewest requests") {
 		t.Errorf("got %q", got)
 	}
+	// On 0.26 with a dense model vLLM's balancer rotates blind to load: said so, where it
+	// used to read as the proxy's least-loaded.
+	res.Candidates[2].Model, res.Candidates[2].VLLMRelease = "Qwen/Qwen3-4B-Instruct-2507", "0.26"
+	if got := res.RoutingWords(); !strings.Contains(got[1], "as vLLM 0.26 runs it for a dense model, its API servers learn no engine's load and send each turn to the next replica in rotation") {
+		t.Errorf("0.26, dense: got %q", got[1])
+	}
+	res.Candidates[2].VLLMRelease = "0.27"
+	if got := res.RoutingWords(); !strings.Contains(got[1], "the fewest requests waiting and running") {
+		t.Errorf("0.27: got %q", got[1])
+	}
+	res.Candidates[2].VLLMRelease = ""
 	res.Candidates[1].MaxNumSeqs = 256
 	res.Candidates[2] = cand(256, "affinity+kv+admit", "8")
 	got = res.RoutingWords()

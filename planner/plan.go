@@ -32,9 +32,14 @@ type Plan struct {
 	// sizes x replica counts candidates.
 	Farms []FarmSet `yaml:"farms" json:"farms"`
 	// Prices are per-GPU hourly prices (any currency, the same for all),
-	// keyed by catalogue GPU name or alias. Empty: a farm costs its card
-	// count. When given, every candidate GPU needs one.
+	// keyed by catalogue GPU name or alias (price.go). A candidate GPU
+	// without one takes the price list's (hardware.LookupPrice, US
+	// dollars) when the plan is priced: when it mixes GPU kinds, or gives
+	// a price for any; one kind and no price rank by card count.
 	Prices map[string]float64 `yaml:"prices" json:"prices,omitempty"`
+	// PricesFrom says who gave Prices, for the result's Prices ("--price";
+	// "": the plan file).
+	PricesFrom string `yaml:"-" json:"-"`
 	// Strategies to try; nil means least-loaded and affinity.
 	Strategies []string `yaml:"strategies" json:"strategies"`
 	// SpillThresholds to try with affinity ("auto" or a count of requests
@@ -76,6 +81,10 @@ type Plan struct {
 	// 64-308 sessions" (for progress lines). Calls may come from several
 	// goroutines at once.
 	Note func(what string) `yaml:"-" json:"-"`
+
+	// prices are the resolved hourly prices by canonical GPU name
+	// (resolvePrices; Solve sets them), nil to rank by card count.
+	prices map[string]float64
 
 	// fullBand (tests) runs every run of the band at every level and
 	// probe, with none of the work that cannot change a verdict left out
@@ -137,12 +146,23 @@ type FarmSet struct {
 
 // LoadPlan reads and checks a plan file. Relative trace and model_config
 // paths are made relative to the file's directory.
-func LoadPlan(path string) (Plan, error) {
+func LoadPlan(path string) (Plan, error) { return LoadPlanWith(path, ParseOptions{}) }
+
+// ParseOptions change how a plan file is read.
+type ParseOptions struct {
+	// DefaultTargets, when set, are the targets of a plan file that sets
+	// none (no targets: key at all): the command line's, whose flags have
+	// defaults. A file that sets targets: keeps exactly its own.
+	DefaultTargets *Targets
+}
+
+// LoadPlanWith is LoadPlan with options.
+func LoadPlanWith(path string, opts ParseOptions) (Plan, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Plan{}, err
 	}
-	p, err := ParsePlan(data, path)
+	p, err := ParsePlanWith(data, path, opts)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -165,13 +185,26 @@ func LoadPlan(path string) (Plan, error) {
 // Unknown keys, values of the wrong type and values out of range are
 // errors; files (traces, model configs) are not opened here.
 func ParsePlan(data []byte, name string) (Plan, error) {
+	return ParsePlanWith(data, name, ParseOptions{})
+}
+
+// ParsePlanWith is ParsePlan with options.
+func ParsePlanWith(data []byte, name string, opts ParseOptions) (Plan, error) {
 	p := Plan{Workload: WorkloadSpec{Workload: traces.DefaultWorkload()}}
 	doc, err := strictyaml.Decode(name, data, &p)
 	if err != nil {
 		return Plan{}, err
 	}
 	if doc.Empty() {
+		if opts.DefaultTargets != nil {
+			return Plan{}, fmt.Errorf("%s: empty plan (want at least farms)", name)
+		}
 		return Plan{}, fmt.Errorf("%s: empty plan (want at least farms and targets)", name)
+	}
+	if opts.DefaultTargets != nil && !slices.ContainsFunc(doc.Paths(), func(k string) bool {
+		return k == "targets" || strings.HasPrefix(k, "targets.")
+	}) {
+		p.Targets = *opts.DefaultTargets
 	}
 	// A trace replaces the synthetic workload: no synthetic key may be set.
 	if p.Workload.Trace != "" {
@@ -295,7 +328,7 @@ func (p Plan) check(defaults bool) error {
 			return err
 		}
 	}
-	if err := p.checkPrices(); err != nil {
+	if _, _, err := p.resolvePrices(); err != nil {
 		return err
 	}
 	for i, s := range p.Strategies {
@@ -416,55 +449,6 @@ func (f FarmSet) spec(gpu string, replicas, tp int) sim.FarmSpec {
 		ScrapeInterval:     f.ScrapeInterval,
 		StepTime:           f.StepTime,
 	}
-}
-
-// checkPrices checks that every price names a catalogue GPU and, when
-// prices are given, that every candidate GPU has one.
-func (p Plan) checkPrices() error {
-	if len(p.Prices) == 0 {
-		return nil
-	}
-	keys := make([]string, 0, len(p.Prices))
-	for k := range p.Prices {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	priced := map[string]string{} // canonical GPU name -> key
-	for _, k := range keys {
-		g, err := hardware.LookupGPU(k)
-		if err != nil {
-			return bad("prices."+k, "%v", err)
-		}
-		if v := p.Prices[k]; !(v >= 0) || math.IsInf(v, 0) {
-			return bad("prices."+k, "want a price >= 0 per GPU-hour, got %g", v)
-		}
-		if prev, dup := priced[g.Name]; dup {
-			return bad("prices."+k, "%s is priced twice (also as %q)", g.Name, prev)
-		}
-		priced[g.Name] = k
-	}
-	for i, f := range p.Farms {
-		for j, name := range f.GPUs {
-			g, _ := hardware.LookupGPU(name)
-			if _, ok := priced[g.Name]; !ok {
-				return bad(fmt.Sprintf("farms[%d].gpus[%d]", i, j), "%s has no price: prices are given, so every candidate GPU needs one", g.Name)
-			}
-		}
-	}
-	return nil
-}
-
-// price returns the hourly price of one GPU, and whether the plan has prices.
-func (p Plan) price(gpu string) (float64, bool) {
-	if len(p.Prices) == 0 {
-		return 0, false
-	}
-	for k, v := range p.Prices {
-		if g, err := hardware.LookupGPU(k); err == nil && g.Name == gpu {
-			return v, true
-		}
-	}
-	return 0, true // unreachable after checkPrices
 }
 
 // title is the report's title.

@@ -35,9 +35,19 @@ type Result struct {
 	Spills           []string     `json:"spill_thresholds"`
 	Targets          Targets      `json:"targets"`
 	Workload         WorkloadInfo `json:"workload"`
-	// CostUnit is "per hour" when the plan gave prices (Cost is then the sum
-	// of the GPUs' hourly prices), else "cards" (Cost is the card count).
+	// CostUnit is "per hour" when the candidates are ranked by money (Cost
+	// is then the sum of the GPUs' hourly prices), else "cards" (Cost is
+	// the card count): by money whenever the plan mixes GPU kinds or gives
+	// a price.
 	CostUnit string `json:"cost_unit"`
+	// Prices are the hourly prices the candidates were ranked by, one per
+	// GPU kind in plan order, each with where it came from (price.go);
+	// empty when ranked by card count.
+	Prices []PriceUsed `json:"prices,omitempty"`
+	// VLLMReleases are the vLLM releases the candidates were simulated as
+	// ("0.26"), distinct, in plan order: the release decides admission,
+	// the balancer and the KV sizing, so an answer holds for it alone.
+	VLLMReleases []string `json:"vllm_releases,omitempty"`
 	// Band says which runs make each KPI's low / nominal / high (band.go).
 	Band BandInfo `json:"band"`
 
@@ -55,6 +65,10 @@ type Result struct {
 	// and that are cheaper than Best (all marginal ones when Best is -1),
 	// cheapest first: the answer's sentence names the first.
 	Marginal []int `json:"marginal,omitempty"`
+	// BuyerCheck, when the answer names a marginal candidate whose KV
+	// cache or speed is estimated, says what to rent for an hour and run
+	// to decide it, or what margin to buy instead (buyer.go).
+	BuyerCheck *BuyerCheck `json:"buyer_check,omitempty"`
 	// Reconcile is the answer's (Best, else Closest) Candidate.Reconcile.
 	Reconcile string `json:"reconcile,omitempty"`
 	// Timeline is the answer's farm (Best, else Closest) with its chosen
@@ -102,8 +116,9 @@ type Candidate struct {
 	Model              string  `json:"model"`
 	Replicas           int     `json:"replicas"`
 	TensorParallelSize int     `json:"tensor_parallel_size"`
-	Cards              int     `json:"cards"` // replicas x tensor parallel size
-	Cost               float64 `json:"cost"`  // see Result.CostUnit
+	Cards              int     `json:"cards"`                  // replicas x tensor parallel size
+	VLLMRelease        string  `json:"vllm_release,omitempty"` // the vLLM release simulated, "0.26"
+	Cost               float64 `json:"cost"`                   // see Result.CostUnit
 	// CostPerHour (the GPUs' hourly prices summed) and CostPer1kTurns
 	// (CostPerHour over the session-turns, requests, its chosen routing
 	// finishes per hour at the wanted concurrency, x 1,000; null when none

@@ -57,8 +57,13 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 		Best:        -1,
 		Closest:     -1,
 	}
-	if len(p.Prices) > 0 {
-		res.CostUnit = "per hour"
+	prices, used, err := p.resolvePrices()
+	if err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
+	p.prices = prices
+	if len(used) > 0 {
+		res.CostUnit, res.Prices = "per hour", used
 	}
 	for k := range BandSeeds {
 		res.Band.Seeds = append(res.Band.Seeds, p.Seed+uint64(k))
@@ -66,6 +71,11 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 	cands, err := p.expand(res)
 	if err != nil {
 		return nil, err
+	}
+	for _, c := range res.Candidates {
+		if c.VLLMRelease != "" && !slices.Contains(res.VLLMReleases, c.VLLMRelease) {
+			res.VLLMReleases = append(res.VLLMReleases, c.VLLMRelease)
+		}
 	}
 	res.HeadroomSessions = HeadroomLevel(p.Concurrency, res.Headroom)
 	res.Band.KVScales, res.Band.SpeedScales = BandKVScales[:1], BandSpeedScales[:1]
@@ -101,6 +111,7 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 		res.Candidates[i].Reconcile = reconcile(res, &res.Candidates[i], p)
 	}
 	res.pick()
+	res.BuyerCheck = buyerCheck(p, res)
 	if err := p.timeline(ctx, res, farms, trace); err != nil {
 		return nil, err
 	}
@@ -175,7 +186,7 @@ func (p Plan) candidate(spec sim.FarmSpec, gpu hardware.GPU, context int) (Candi
 		Chosen:             -1,
 	}
 	c.Cost = float64(c.Cards)
-	if price, ok := p.price(gpu.Name); ok {
+	if price, ok := p.prices[gpu.Name]; ok {
 		c.Cost = price * float64(c.Cards)
 		cost := c.Cost
 		c.CostPerHour = &cost
@@ -190,6 +201,7 @@ func (p Plan) candidate(spec sim.FarmSpec, gpu hardware.GPU, context int) (Candi
 	}
 	c.Model = pf.Model.Name
 	c.MaxNumSeqs = pf.Spec.VLLM.MaxNumSeqs
+	c.VLLMRelease = sim.VLLMRelease(pf.Behaviour.Version)
 	farm, err := sim.Resolve(spec)
 	if err != nil {
 		c.Error = strings.TrimPrefix(err.Error(), "gpu: ")
@@ -233,12 +245,20 @@ func (p Plan) candidate(spec sim.FarmSpec, gpu hardware.GPU, context int) (Candi
 
 const maxInt = int(^uint(0) >> 1)
 
+// plural is one for n == 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // candidateName is "3 x RTX A4000", "8 x H100 SXM (2 replicas at TP 4)",
 // with the model appended when the plan has several.
 func candidateName(c *Candidate, withModel bool) string {
 	name := fmt.Sprintf("%d x %s", c.Cards, c.GPU)
 	if c.TensorParallelSize > 1 {
-		name += fmt.Sprintf(" (%d replicas at TP %d)", c.Replicas, c.TensorParallelSize)
+		name += fmt.Sprintf(" (%d %s at TP %d)", c.Replicas, plural(c.Replicas, "replica", "replicas"), c.TensorParallelSize)
 	}
 	if withModel {
 		name += ", " + c.Model

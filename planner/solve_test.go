@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
@@ -70,7 +71,7 @@ func TestSolveKnownAnswer(t *testing.T) {
 		t.Errorf("routing of the best = %s, want affinity (spill auto)", got)
 	}
 	// num_gpu_blocks is given: no KV band; no step_time: the speed band, with 3 seeds.
-	want := "For 12 concurrent agent sessions, 3 x H100 SXM with affinity (spill auto) is the cheapest farm by card count that meets prefix hit >= 80 % " +
+	want := "For 12 concurrent agent sessions on vLLM 0.26, 3 x H100 SXM with affinity (spill auto) is the cheapest farm by card count that meets prefix hit >= 80 % " +
 		"at the band's pessimistic edge (engine speed x0.8 and x1.2, 3 seeds); it meets them up to 12 sessions."
 	if res.Answer != want {
 		t.Errorf("answer\n%q\nwant\n%q", res.Answer, want)
@@ -348,7 +349,7 @@ func TestSolveNoneMeets(t *testing.T) {
 	if n := len(c.Configs[c.Chosen].Checks[at].Misses); n != 1 {
 		t.Errorf("closest misses %d targets, want 1", n)
 	}
-	prefix := "For 12 concurrent agent sessions, no candidate meets TTFB p95 <= 0.000001 s and prefix hit >= 80 %; the closest is " + c.Name + " with affinity (spill auto), which misses TTFB p95 <= 0.000001 s ("
+	prefix := "For 12 concurrent agent sessions on vLLM 0.26, no candidate meets TTFB p95 <= 0.000001 s and prefix hit >= 80 %; the closest is " + c.Name + " with affinity (spill auto), which misses TTFB p95 <= 0.000001 s ("
 	if !strings.HasPrefix(res.Answer, prefix) || !strings.HasSuffix(res.Answer, " s).") {
 		t.Errorf("answer\n%q\nwant it to start with\n%q", res.Answer, prefix)
 	}
@@ -358,6 +359,7 @@ func TestSolveModelDoesNotFit(t *testing.T) {
 	p := kvBoundPlan()
 	p.Farms = append(p.Farms, FarmSet{GPUs: []string{"RTX A4000"}, Replicas: []int{2}, Model: "meta-llama/Llama-3.1-70B-Instruct"})
 	p.Farms[0].Replicas = []int{3}
+	p.Prices = map[string]float64{"RTX A4000": 0.25} // kinds mix; the H100's from the price list
 	res, err := Solve(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
@@ -377,6 +379,19 @@ func TestSolveModelDoesNotFit(t *testing.T) {
 	}
 	if res.Best != 0 {
 		t.Errorf("best = %d, want the H100 farm (0)", res.Best)
+	}
+	// Two GPU kinds: ranked by money, the A4000 at the price given, the
+	// H100 at the price list's, and the result says so.
+	h100, _ := hardware.LookupPrice("H100 SXM")
+	want := []PriceUsed{
+		{GPU: "H100 SXM", PerGPUHour: h100.USDPerGPUHour, From: PriceFromCatalogue, AsOf: h100.AsOf, Source: h100.Source},
+		{GPU: "RTX A4000", PerGPUHour: 0.25, From: "the plan file"},
+	}
+	if res.CostUnit != "per hour" || !slices.Equal(res.Prices, want) {
+		t.Errorf("cost unit %q, prices %+v; want per hour, %+v", res.CostUnit, res.Prices, want)
+	}
+	if got := res.Candidates[0].Cost; got != 3*h100.USDPerGPUHour {
+		t.Errorf("3 x H100 SXM costs %g, want 3 x %g", got, h100.USDPerGPUHour)
 	}
 
 	// Nothing fits at all: the answer says so.

@@ -29,7 +29,10 @@
 //     done, finished requests freed. Misses of first lookups are classified
 //     (cold, evicted, elsewhere, partial).
 //  5. steptime.go: how long a step takes: a roofline of the GPU (compute
-//     bound prefill, memory bound decode) plus a per-step overhead, with
+//     bound prefill, memory bound decode), the all-reduces of tensor
+//     parallelism (two per layer, over the GPU's interconnect from
+//     hardware's catalogue; steptime_tp_test.go holds them against a
+//     published vLLM measurement) and a per-step overhead, with
 //     efficiency factors that a farm spec may override.
 //  6. run.go: one strategy on one farm: the event loop and a request's
 //     life. routing.go: the router side (placement.Router, the one the
@@ -72,10 +75,15 @@
 //
 // # Semantics worth knowing
 //
-//   - Steps follow one another as the product's bench runs them: moving to
-//     the next level starts or retires sessions while the others carry on;
-//     only the end of the last step cuts the requests in flight (reported
-//     unfinished). A request still waiting for its first token when a step
+//   - Steps follow one another on the same warm farm: moving to the next
+//     level starts or retires sessions while the others carry on, and only
+//     the end of the last step cuts the requests in flight (reported
+//     unfinished); with Experiment.FreshSteps every step's end cuts them
+//     and the next step starts all its sessions at once, as warden bench
+//     (and the product's published benchmark) runs its steps. Sessions
+//     that start together on one replica stay in step, so each of their
+//     first turns waits for another's prefill: the TTFB tail of
+//     testdata/validation comes from it (tail_test.go). A request still waiting for its first token when a step
 //     closes counts in that step's TTFB with the wait it had (censored). A
 //     replay without a duration runs to its end.
 //   - Admission is vLLM 0.26's (vllm.version selects older behaviour):

@@ -315,7 +315,9 @@ func newClosedLoopFor(e *Experiment, r *run) *closedLoop {
 
 // steps runs a step per sessions level of e, back to back on the same
 // replicas (a trace's closed loop: one, until its sessions are done); only
-// the last step's end cuts the requests in flight.
+// the last step's end cuts the requests in flight, unless e.FreshSteps:
+// then every step's end cuts them and the next step starts all its
+// sessions at once, as warden bench does.
 func (c *closedLoop) steps(st *stepper, e *Experiment) error {
 	r := st.r
 	levels := e.Sessions
@@ -325,7 +327,7 @@ func (c *closedLoop) steps(st *stepper, e *Experiment) error {
 	}
 	for i, n := range levels {
 		r.stepSessions = n
-		if i == 0 {
+		if i == 0 || e.FreshSteps {
 			c.begin(r, n)
 		} else {
 			c.resize(r, n)
@@ -334,7 +336,7 @@ func (c *closedLoop) steps(st *stepper, e *Experiment) error {
 		if err := st.runFor(micros(e.Duration)); err != nil {
 			return err
 		}
-		if i < len(levels)-1 {
+		if i < len(levels)-1 && !e.FreshSteps {
 			st.closeWindow(n, func() int { return 0 }) // the load carries on
 			continue
 		}

@@ -47,6 +47,13 @@ type Experiment struct {
 	Sessions []int           // nil: DefaultSessions (closed loop)
 	Duration time.Duration   // per step; 0: DefaultDuration (replay: until the trace is done)
 	Seed     uint64
+	// FreshSteps starts every step's sessions afresh, all at once, the
+	// previous step's requests cut (unfinished), as warden bench runs its
+	// steps (bench/bench.go); false carries the load on from step to step,
+	// as the product's published benchmark describes its steps. It decides
+	// the TTFB tail: sessions that start together on one engine stay in
+	// step, and each of their first turns queues behind another's prefill.
+	FreshSteps bool
 
 	Trace      *Trace
 	Speed      float64 // replay speed-up (open loop, session replay); 0 means 1

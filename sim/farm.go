@@ -414,9 +414,9 @@ func (v *VLLMSpec) resolve(gpu hardware.GPU, model hardware.Model, replicas int)
 	if v.Version == "" {
 		v.Version = DefaultVLLMVersion
 	}
-	version, ok := parseVLLMVersion(v.Version)
-	if !ok {
-		return VLLMBehaviour{}, bad("vllm.version", "want a release such as \"0.26\" or \"0.26.1\", got %q", v.Version)
+	version, err := ParseVLLMVersion(v.Version)
+	if err != nil {
+		return VLLMBehaviour{}, bad("vllm.version", "%v", err)
 	}
 	behaviour := VLLMBehaviourFor(version, model)
 	switch v.ReserveFullISL {

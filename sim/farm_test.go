@@ -62,7 +62,7 @@ func TestDefaultFarm(t *testing.T) {
 	if got := f.Spill.Resolve(v.MaxNumSeqs); got != 8 {
 		t.Errorf("spill threshold = %d, want 8", got)
 	}
-	// notes/domain.md: about 39k KV tokens per A4000 for Qwen3-4B at
+	// The rough figure operators quote: about 39k KV tokens per A4000 for Qwen3-4B at
 	// vLLM's default max_num_seqs 256; at 32 the sampler's dummy run and
 	// the CUDA graphs take ~0.7 GiB less (hardware's profile): ~45k.
 	if tok := f.KVTokensPerReplica(); tok < 42000 || tok > 48000 {
@@ -120,7 +120,8 @@ func TestParseFarmErrors(t *testing.T) {
 		{"empty", "", "farm.yaml: empty farm spec"},
 		{"not yaml", "model: [\n", "farm.yaml:1: did not find expected node content"},
 		{"too big for the card", "model: meta-llama/Llama-3.1-70B-Instruct\ngpu: RTX A4000\n", "farm.yaml:2: gpu: "},
-		{"bad version", base + "vllm:\n  version: latest\n", `farm.yaml:4: vllm.version: want a release such as "0.26"`},
+		{"bad version", base + "vllm:\n  version: latest\n", `farm.yaml:4: vllm.version: want a vLLM release such as "0.26"`},
+		{"unknown release", base + "vllm:\n  version: \"0.99\"\n", `farm.yaml:4: vllm.version: vLLM 0.99 is not a release the simulator's table knows (0.13 to 0.28`},
 		{"bad full isl", base + "vllm:\n  scheduler_reserve_full_isl: maybe\n", `farm.yaml:4: vllm.scheduler_reserve_full_isl: want true or false, got "maybe"`},
 		{"bad watermark", base + "vllm:\n  watermark: 1.5\n", "farm.yaml:4: vllm.watermark: must be in [0, 1)"},
 		{"bad api servers", base + "vllm:\n  api_server_count: -2\n", "farm.yaml:4: vllm.api_server_count: must be in [1, 1024]"},

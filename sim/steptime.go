@@ -25,7 +25,7 @@ type StepTime struct {
 // Defaults of the step-time model.
 //
 // Datacenter planners derate peak figures to roughly 0.3-0.45 of FLOPs in
-// prefill and 0.8 of bandwidth, plus about 0.1 ms per step (notes/domain.md).
+// prefill and 0.8 of bandwidth, plus about 0.1 ms per step.
 // A single card with 2048-token chunks runs larger, better shaped GEMMs than
 // a tensor-parallel group, so the prefill default sits at the top of that
 // range, 0.5. On an RTX A4000 with Qwen3-4B this gives about 26 ms per
@@ -66,10 +66,32 @@ func (st StepTime) validate() error {
 	return nil
 }
 
-// stepModel turns one engine step's batch into a duration: a roofline.
+// stepModel turns one engine step's batch into a duration: a roofline, plus
+// the all-reduces of tensor parallelism, plus a per-step overhead.
 //
 //	time = max(FLOPs / (peak x TP x prefill_efficiency),
-//	           bytes / (bandwidth x TP x bandwidth_efficiency)) + overhead
+//	           bytes / (bandwidth x TP x bandwidth_efficiency))
+//	     + all-reduces x (latency + 2 (TP-1)/TP x tokens x hidden x 2 B / link)
+//	     + overhead
+//
+// The all-reduces are those of Megatron-style tensor parallelism as vLLM
+// runs it: each transformer layer ends its attention with o_proj and its
+// MLP with down_proj, both RowParallelLinear
+// (vllm/model_executor/layers/linear.py RowParallelLinear.forward:
+// tensor_model_parallel_all_reduce when reduce_results and tp_size > 1;
+// vllm/model_executor/models/llama.py LlamaAttention.o_proj and
+// LlamaMLP.down_proj, the same in qwen2.py and qwen3.py), so two per
+// layer, and VocabParallelEmbedding sums the embedding once more
+// (vllm/model_executor/layers/vocab_parallel_embedding.py). Each sums one
+// bf16 hidden vector per token of the step; the forward pass waits for it
+// (vLLM does not overlap it with the GEMMs by default), so its time adds.
+// A ring all-reduce moves 2 (TP-1)/TP of the data over each GPU's link
+// (vLLM's custom all-reduce, vllm/distributed/device_communicators/
+// custom_all_reduce.py, used over NVLink and for two PCIe GPUs, moves no
+// less); the link and the latency of one all-reduce are the GPU's
+// interconnect in hardware's catalogue (NVLink, PCIe, and half the PCIe
+// bandwidth where the driver gives no peer access and NCCL stages through
+// host memory). With TP 1 there is none.
 //
 //	FLOPs = 2 x params x scheduled tokens                        (linear layers)
 //	      + 4 x q_dim x sum over scheduled tokens of the context   (QK^T and AV,
@@ -93,6 +115,10 @@ type stepModel struct {
 	flopsPerSec         float64 // effective, whole replica
 	bytesPerSec         float64 // effective, whole replica
 	overheadSec         float64
+	// The all-reduces of tensor parallelism (0 with TP 1): their fixed
+	// time per step, and their time per token of the step.
+	allReduceSec         float64
+	allReduceSecPerToken float64
 }
 
 // newStepModel builds the model of one replica of d.
@@ -123,17 +149,25 @@ func newStepModel(d hardware.Deployment, weightsBytes float64, st StepTime) step
 		}
 		weightsBytes = float64(m.ParamCount) * wd.Bytes()
 	}
+	var arSec, arPerToken float64
+	if ic := d.GPU.Interconnect; tp > 1 && ic.BytesPerSec > 0 {
+		n := allReducesPerStep(m)
+		arSec = n * ic.AllReduceLatencySec
+		arPerToken = n * 2 * (tp - 1) / tp * float64(m.HiddenSize) * activationBytes / ic.AllReduceBytesPerSec()
+	}
 	return stepModel{
-		linearFlopsPerToken: 2 * float64(m.ParamCount),
-		attnFlopsPerCtx:     4 * qdim,
-		globalLayers:        float64(m.NumLayers - sliding),
-		slidingLayers:       float64(sliding),
-		window:              m.SlidingWindowTokens,
-		weightsBytes:        weightsBytes,
-		kvBytesPerLayerTok:  2 * float64(m.NumKVHeads*m.HeadDim) * kvDType.Bytes(),
-		flopsPerSec:         peak * tp * st.PrefillEfficiency,
-		bytesPerSec:         d.GPU.MemoryBandwidthBytesPerSec * tp * st.BandwidthEfficiency,
-		overheadSec:         time.Duration(st.StepOverhead).Seconds(),
+		allReduceSec:         arSec,
+		allReduceSecPerToken: arPerToken,
+		linearFlopsPerToken:  2 * float64(m.ParamCount),
+		attnFlopsPerCtx:      4 * qdim,
+		globalLayers:         float64(m.NumLayers - sliding),
+		slidingLayers:        float64(sliding),
+		window:               m.SlidingWindowTokens,
+		weightsBytes:         weightsBytes,
+		kvBytesPerLayerTok:   2 * float64(m.NumKVHeads*m.HeadDim) * kvDType.Bytes(),
+		flopsPerSec:          peak * tp * st.PrefillEfficiency,
+		bytesPerSec:          d.GPU.MemoryBandwidthBytesPerSec * tp * st.BandwidthEfficiency,
+		overheadSec:          time.Duration(st.StepOverhead).Seconds(),
 	}
 }
 
@@ -143,8 +177,27 @@ func (m stepModel) scaled(k float64) stepModel {
 	if k > 0 && k != 1 {
 		m.flopsPerSec *= k
 		m.bytesPerSec *= k
+		m.allReduceSec /= k
+		m.allReduceSecPerToken /= k
 	}
 	return m
+}
+
+// activationBytes is the size of one element of the hidden states the
+// all-reduces sum: bf16, whatever the weights' format.
+const activationBytes = 2
+
+// allReducesPerStep is the number of all-reduces of one forward pass with
+// tensor parallelism: two per layer (o_proj and down_proj) and one for the
+// embedding.
+func allReducesPerStep(m hardware.Model) float64 { return float64(2*m.NumLayers + 1) }
+
+// allReduce is the time of a step's all-reduces for tokens tokens.
+func (m *stepModel) allReduce(tokens int) float64 {
+	if m.allReduceSec == 0 {
+		return 0
+	}
+	return m.allReduceSec + float64(tokens)*m.allReduceSecPerToken
 }
 
 // chunk is the work of one request in one step: n new tokens after start
@@ -194,7 +247,15 @@ func (m *stepModel) cost(batch []chunk) (flops, bytes float64) {
 // seconds is the duration of one step in seconds.
 func (m *stepModel) seconds(batch []chunk) float64 {
 	flops, bytes := m.cost(batch)
-	return math.Max(flops/m.flopsPerSec, bytes/m.bytesPerSec) + m.overheadSec
+	t := math.Max(flops/m.flopsPerSec, bytes/m.bytesPerSec) + m.overheadSec
+	if m.allReduceSec > 0 {
+		tokens := 0
+		for _, c := range batch {
+			tokens += c.n
+		}
+		t += m.allReduce(tokens)
+	}
+	return t
 }
 
 // micros is the duration of one step in whole microseconds, at least 1.

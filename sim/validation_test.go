@@ -26,7 +26,8 @@ type publishedRow struct {
 	cols     map[string]float64 // by column name; absent when the cell is empty
 }
 
-func readPublished(t *testing.T, path string) []publishedRow {
+// readCSV reads every record of the CSV file at path, header first.
+func readCSV(t *testing.T, path string) [][]string {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -37,6 +38,13 @@ func readPublished(t *testing.T, path string) []publishedRow {
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+	return recs
+}
+
+func readPublished(t *testing.T, path string) []publishedRow {
+	t.Helper()
+	recs := readCSV(t, path)
+	var err error
 	head := recs[0]
 	var rows []publishedRow
 	for li, rec := range recs[1:] {
@@ -67,6 +75,11 @@ var validationTolerance = map[string]struct {
 	"prefix_hit_pct":        {abs: 5},
 	"ttfb_p50_s":            {rel: 0.35},
 	"output_tokens_per_min": {rel: 0.15},
+	// TTFB p95, the figure every verdict is gated on, with the tolerance of
+	// p50, stated before the comparison: a step of 3 minutes holds 100-150
+	// requests, so p95 is one of the 5-8 slowest and a single request
+	// moves it; tighter would check the seed, not the model.
+	"ttfb_p95_s": {rel: 0.35},
 }
 
 // knownGaps are cells that the simulator's mechanisms do not bring within
@@ -91,10 +104,23 @@ var knownGaps = map[string]string{
 	// them to this table is what this test forbids.
 	gapKey("affinity", 4, "output_tokens_per_min"): "decode step time: default roofline efficiencies, not calibrated on an A4000",
 	gapKey("affinity", 8, "output_tokens_per_min"): "decode step time: default roofline efficiencies, not calibrated on an A4000",
-	// At 8 sessions (2 per engine) the published p50 includes queueing
-	// behind the other session's prefill that a faster simulated decode
-	// shortens.
-	gapKey("affinity", 8, "ttfb_p50_s"): "faster simulated decode shortens the queue behind the other session on the engine",
+	// The TTFB tail at 8 sessions was a gap here (affinity's p95 2.49 s
+	// simulated, 5.03 published; p50 0.28 and 0.48), as long as the steps
+	// carried the load on. Its mechanism: a first turn that reaches an
+	// engine while another session's first turn is prefilling waits for
+	// that whole 7.3k-token prefill (vLLM's scheduler serves the running
+	// queue, the partial prefill first, before any waiting request:
+	// vllm/v1/core/sched/scheduler.py Scheduler.schedule), and two
+	// sessions that start together on one engine stay in step (the same
+	// turns on the same engine), so every first turn of one of them waits
+	// for the other's. Affinity homes 8 sessions two to an engine; the
+	// product's bench client starts each step's sessions together, after
+	// cutting the previous step's (bench/bench.go, runner.step), so every
+	// pair starts in step. Carried on, the 4 new sessions of the second step
+	// paired with old ones at unrelated phases and no first turn collided.
+	// Run as the bench runs its steps (Experiment.FreshSteps), p95 4.77 s
+	// and p50 0.39 s come within tolerance, and least-loaded's 8-session
+	// TTFB with them (p50 +18 % -> -2 %, p95 +20 % -> -6 %); nothing fitted.
 }
 
 func gapKey(strategy string, sessions int, col string) string {
@@ -118,19 +144,29 @@ func TestValidationAgainstPublished(t *testing.T) {
 		t.Fatal(err)
 	}
 	cols := []string{"sessions_per_hour", "output_tokens_per_min", "ttfb_p50_s", "ttfb_p95_s", "replicas_busy", "prefix_hit_pct", "stayed_pct"}
-	sum := map[string]float64{}
 	n := max(*validateSeeds, 1)
-	for seed := 1; seed <= n; seed++ {
-		rep, err := Run(context.Background(), Experiment{Farm: farm, Workload: w, Sessions: []int{4, 8}, Duration: 3 * time.Minute, Seed: uint64(seed)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, row := range rep.Rows {
-			for _, c := range cols {
-				sum[gapKey(row.Strategy, row.Sessions, c)] += rowColumn(row, c) / float64(n)
+	mean := func(fresh bool) map[string]float64 {
+		sum := map[string]float64{}
+		for seed := 1; seed <= n; seed++ {
+			rep, err := Run(context.Background(), Experiment{Farm: farm, Workload: w, Sessions: []int{4, 8}, Duration: 3 * time.Minute,
+				Seed: uint64(seed), FreshSteps: fresh})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, row := range rep.Rows {
+				for _, c := range cols {
+					sum[gapKey(row.Strategy, row.Sessions, c)] += rowColumn(row, c) / float64(n)
+				}
 			}
 		}
+		return sum
 	}
+	// The published run's steps are those of the product's bench client
+	// (bench/bench.go): each step's end cuts the requests in flight and the
+	// next starts its sessions afresh, all at once. The mechanism of the
+	// TTFB tail rides on it (knownGaps' note); the carried-on protocol is
+	// printed below for comparison.
+	sum, carried := mean(true), mean(false)
 	var b strings.Builder
 	fmt.Fprintf(&b, "simulated (mean of %d seeds) vs published, %s\n", n, farm.Name())
 	fmt.Fprintf(&b, "%-14s %-3s %-22s %10s %10s %9s  %s\n", "strategy", "n", "column", "simulated", "published", "off by", "check")
@@ -163,6 +199,19 @@ func TestValidationAgainstPublished(t *testing.T) {
 				}
 			}
 			fmt.Fprintf(&b, "%-14s %-3d %-22s %10.3g %10.3g %9s  %s\n", p.strategy, p.sessions, c, got, want, off, check)
+		}
+	}
+	// The TTFB columns again with the load carried on from step to step.
+	fmt.Fprintf(&b, "\nTTFB with the load carried on from step to step (no session cut, 4 new ones at the 8-session step):\n")
+	fmt.Fprintf(&b, "%-14s %-3s %-22s %10s %10s %9s\n", "strategy", "n", "column", "simulated", "published", "off by")
+	for _, p := range pub {
+		for _, c := range []string{"ttfb_p50_s", "ttfb_p95_s"} {
+			want, ok := p.cols[c]
+			if !ok {
+				continue
+			}
+			got := carried[gapKey(p.strategy, p.sessions, c)]
+			fmt.Fprintf(&b, "%-14s %-3d %-22s %10.3g %10.3g %8.1f%%\n", p.strategy, p.sessions, c, got, want, 100*(got-want)/want)
 		}
 	}
 	t.Log("\n" + b.String())

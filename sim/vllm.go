@@ -271,11 +271,39 @@ func VLLMBehaviourFor(version [2]int, m hardware.Model) VLLMBehaviour {
 	return b
 }
 
-// ParseVLLMVersion reads "0.26", "0.26.0" or "v0.26.1" as {0, 26}.
+// The releases the table was audited for: testdata/vllm prints what each
+// of them does. A release outside them is refused rather than taken as
+// the nearest one: the table cannot say what it does (a later release may
+// have changed any of the behaviours above).
+var (
+	oldestKnownVLLM = [2]int{0, 13}
+	newestKnownVLLM = [2]int{0, 28}
+)
+
+// KnownVLLMReleases lists the releases the simulator's table knows,
+// oldest first: "0.13" to "0.28".
+func KnownVLLMReleases() []string {
+	var out []string
+	for v := oldestKnownVLLM; !versionAtLeast(v, [2]int{newestKnownVLLM[0], newestKnownVLLM[1] + 1}); v[1]++ {
+		out = append(out, fmt.Sprintf("%d.%d", v[0], v[1]))
+	}
+	return out
+}
+
+// ParseVLLMVersion reads "0.26", "0.26.0" or "v0.26.1" as {0, 26}, and
+// refuses a release the table does not know (KnownVLLMReleases).
 func ParseVLLMVersion(v string) ([2]int, error) {
 	out, ok := parseVLLMVersion(v)
 	if !ok {
 		return out, fmt.Errorf("want a vLLM release such as \"0.26\" or \"0.26.1\", got %q", v)
 	}
+	if !versionAtLeast(out, oldestKnownVLLM) || versionAtLeast(out, [2]int{newestKnownVLLM[0], newestKnownVLLM[1] + 1}) {
+		known := KnownVLLMReleases()
+		return out, fmt.Errorf("vLLM %d.%d is not a release the simulator's table knows (%s to %s: %s); it cannot say what that release does",
+			out[0], out[1], known[0], known[len(known)-1], strings.Join(known, ", "))
+	}
 	return out, nil
 }
+
+// VLLMRelease writes a release as "0.26".
+func VLLMRelease(v [2]int) string { return fmt.Sprintf("%d.%d", v[0], v[1]) }

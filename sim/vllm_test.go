@@ -83,7 +83,11 @@ func TestParseVLLMVersion(t *testing.T) {
 		{"0.26", [2]int{0, 26}, true},
 		{"0.26.0", [2]int{0, 26}, true},
 		{"v0.27.1", [2]int{0, 27}, true},
-		{" 1.0 ", [2]int{1, 0}, true},
+		{" 0.28 ", [2]int{0, 28}, true},
+		{"0.13.2", [2]int{0, 13}, true},
+		{"0.99", [2]int{}, false}, // well formed, but no release the table knows
+		{"0.12", [2]int{}, false},
+		{"1.0", [2]int{}, false},
 		{"0", [2]int{}, false},
 		{"0.26.0.1", [2]int{}, false},
 		{"latest", [2]int{}, false},
@@ -120,4 +124,18 @@ func VLLMVersionTable(m hardware.Model, first, last [2]int) string {
 		fmt.Fprintf(&b, "%-8s %-16t %-18t %-7s %s\n", fmt.Sprintf("%d.%d", v[0], v[1]), bh.ReserveFullISL, bh.StatsAtAdmission, bh.ModelRunner, bh.Balancer)
 	}
 	return b.String()
+}
+
+// TestUnknownVLLMReleaseRefused: a well-formed release the table was not
+// audited for is an error that lists the known ones, in a farm spec too
+// (it used to be taken silently as the newest).
+func TestUnknownVLLMReleaseRefused(t *testing.T) {
+	_, err := ParseVLLMVersion("0.99")
+	if err == nil || !strings.Contains(err.Error(), "0.13 to 0.28") || !strings.Contains(err.Error(), "0.26, 0.27") {
+		t.Fatalf("ParseVLLMVersion(0.99) error = %v, want the known releases listed", err)
+	}
+	_, err = ParseFarm([]byte("model: Qwen/Qwen3-4B-Instruct-2507\ngpu: RTX A4000\nreplicas: 2\nvllm:\n  version: \"0.99\"\n"), "f.yaml")
+	if err == nil || !strings.Contains(err.Error(), "vllm.version") || !strings.Contains(err.Error(), "0.28") {
+		t.Fatalf("farm with vllm.version 0.99: error = %v", err)
+	}
 }

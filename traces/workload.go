@@ -15,7 +15,8 @@ import (
 	"github.com/lm-warden/warden/internal/strictyaml"
 )
 
-// Workload is the shape of synthetic agent sessions (notes/domain.md): a
+// Workload is the shape of synthetic agent sessions (the product's
+// published benchmark, sim/testdata/validation/README.md): a
 // shared system prompt, a first user message of each session's own, then
 // turns that each add the previous answer and some new user text.
 //

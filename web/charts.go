@@ -2,10 +2,12 @@ package web
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,6 +36,43 @@ type Mark struct {
 	Name  string
 	X, Y  *float64
 	Color string
+	// Row lifts a vertical mark's label by that many label heights, so
+	// that the labels of lines a few units apart do not overprint
+	// (StaggerMarks sets it); the plot starts lower to make room.
+	Row int
+}
+
+// markLabelHeight is the height of one row of mark labels, in pixels.
+const markLabelHeight = 16
+
+// StaggerMarks gives vertical marks whose labels would overprint on an
+// axis from lo to hi (labels about labelChars characters wide, on a plot
+// about plotPx pixels wide) rows of their own: each goes on the lowest row
+// where it keeps clear of the labels already there. The marks are taken in
+// order of x.
+func StaggerMarks(marks []*Mark, lo, hi float64, plotPx int) {
+	if hi <= lo {
+		return
+	}
+	slices.SortStableFunc(marks, func(a, b *Mark) int { return cmp.Compare(*a.X, *b.X) })
+	var rowEnd []float64 // per row, the x where its last label ends, in pixels
+	for _, m := range marks {
+		if m.X == nil {
+			continue
+		}
+		x := (*m.X - lo) / (hi - lo) * float64(plotPx)
+		w := float64(7 * len(m.Name))
+		start := x - w/2
+		row := 0
+		for row < len(rowEnd) && rowEnd[row] > start {
+			row++
+		}
+		if row == len(rowEnd) {
+			rowEnd = append(rowEnd, 0)
+		}
+		rowEnd[row] = x + w/2 + 4
+		m.Row = row
+	}
 }
 
 // palette is echarts 5's default colour list: series get explicit colours from it so that a
@@ -185,6 +224,13 @@ func newXYChart(id, title string, x Axis, xs []float64, y Axis, series []Series,
 		edge(b.low)
 		edge(b.high)
 	}
+	markRows := 0
+	for _, s := range series {
+		for _, mk := range s.Marks {
+			markRows = max(markRows, mk.Row)
+		}
+	}
+	c.fitLegend(seriesNames(series), markRows)
 	if len(bands) > 0 {
 		c.patches = append(c.patches, func(m map[string]any) { addBandAreas(m, xs, bands, y.Log) })
 		// The legend names the lines only: a band is shaded in its line's colour, and
@@ -281,9 +327,12 @@ func markLines(marks []Mark, color string) *opts.MarkLines {
 			item["yAxis"] = *mk.Y
 		case mk.X != nil:
 			item["xAxis"] = *mk.X
-			// Above the plot, level, over the line's top end: off the data, and short
-			// enough that lines a few sessions apart keep their labels apart.
+			// Above the plot, level, over the line's top end: off the data; a label
+			// that would overprint a neighbour's is lifted a row (Row).
 			item["label"].(map[string]any)["position"] = "end"
+			if mk.Row > 0 {
+				item["label"].(map[string]any)["offset"] = []any{0, -markLabelHeight * mk.Row}
+			}
 		default:
 			continue
 		}
@@ -338,6 +387,16 @@ func NewBarChart(id, title string, categories []string, y Axis, series ...Series
 		charts.WithYAxisOpts(yAxis(y)),
 	)...)
 	bar.SetXAxis(categories)
+	if len(categories) > 6 {
+		// Slanted labels reach left of their bar: the first one's start would be cut off.
+		longest := 0
+		for _, c := range categories[:1] {
+			longest = len(c)
+		}
+		c.patches = append(c.patches, func(m map[string]any) {
+			forEach(m, "grid", func(g map[string]any) { g["left"] = strconv.Itoa(max(60, 6*longest-20)) })
+		})
+	}
 	for _, s := range series {
 		data := make([]opts.BarData, len(s.Y))
 		for i, v := range s.Y {
@@ -349,8 +408,70 @@ func NewBarChart(id, title string, categories []string, y Axis, series ...Series
 		}
 		bar.AddSeries(s.Name, data, so...)
 	}
+	c.fitLegend(seriesNames(series), 0)
 	c.opt = bar
 	return c
+}
+
+func seriesNames(series []Series) []string {
+	names := make([]string, len(series))
+	for i, s := range series {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// Layout of a chart's top: the legend's rows, then the rows of mark labels.
+const (
+	legendRowHeight = 22
+	legendWidthPx   = 800 // 80 % of a report's chart, about 1,000 px wide
+)
+
+// legendRows is how many rows a legend of names takes when it wraps
+// within legendWidthPx (about 7 px a character, and 35 for the symbol and
+// the gap).
+func legendRows(names []string) int {
+	rows, used := 1, 0
+	for _, n := range names {
+		w := 35 + 7*len(n)
+		if used > 0 && used+w > legendWidthPx {
+			rows, used = rows+1, 0
+		}
+		used += w
+	}
+	return rows
+}
+
+// fitLegend makes room at the top for a legend that names every series
+// (it wraps onto more rows rather than paging: a printout names every
+// candidate) and for markRows rows of lifted mark labels: the plot starts
+// lower and the chart grows by as much.
+func (c *Chart) fitLegend(names []string, markRows int) {
+	rows := legendRows(names)
+	if rows <= 1 && markRows == 0 {
+		return
+	}
+	extra := (rows-1)*legendRowHeight + markRows*markLabelHeight
+	c.Height = c.height() + extra
+	c.patches = append(c.patches, func(m map[string]any) {
+		forEach(m, "legend", func(l map[string]any) { l["type"] = "plain" })
+		forEach(m, "grid", func(g map[string]any) { g["top"] = strconv.Itoa(70 + extra) })
+	})
+}
+
+// forEach calls f with the option key's object, or each of its objects
+// when it is a list.
+func forEach(m map[string]any, key string, f func(map[string]any)) {
+	switch v := m[key].(type) {
+	case map[string]any:
+		f(v)
+	case []any:
+		for _, e := range v {
+			if o, ok := e.(map[string]any); ok {
+				f(o)
+			}
+		}
+	}
 }
 
 // NewGaugeChart draws one dial per gauge side by side, e.g. the rule of thumb per candidate farm.
@@ -361,13 +482,16 @@ func NewGaugeChart(id, title string, gauges ...Gauge) *Chart {
 	c := &Chart{ID: id, Title: title, Height: 320}
 	g := charts.NewGauge()
 	g.SetGlobalOptions(append(commonOpts(id, title),
-		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "item"}))...)
+		charts.WithTooltipOpts(opts.Tooltip{Show: opts.Bool(true), Trigger: "item"}),
+		// Each dial is named under it: a legend would only repeat the names, and page them.
+		charts.WithLegendOpts(opts.Legend{Show: opts.Bool(false)}))...)
 	n := len(gauges)
 	type dial struct {
 		max   float64
 		unit  string
 		split int
 		over  string
+		text  string // the value as the dial's centre says it
 	}
 	var dials []dial
 	for i, gg := range gauges {
@@ -376,11 +500,13 @@ func NewGaugeChart(id, title string, gauges ...Gauge) *Chart {
 			maxV = 100
 		}
 		maxV = math.Ceil(maxV)
-		// Split so that 100 is a labelled tick: every 50 up to 300, every 100 above.
-		split := 10
+		// Few labels, 100 among them: every 25 up to 100, else every 100
+		// (every 50 where the end is not a multiple of 100); a dial beside
+		// three others has room for no more.
+		split := 4
 		if maxV > 100 && math.Mod(maxV, 50) == 0 {
 			split = int(maxV / 50)
-			if split > 6 && math.Mod(maxV, 100) == 0 {
+			if math.Mod(maxV, 100) == 0 {
 				split = int(maxV / 100)
 			}
 		}
@@ -388,17 +514,23 @@ func NewGaugeChart(id, title string, gauges ...Gauge) *Chart {
 		if over == "" {
 			over = "#ee6666"
 		}
-		dials = append(dials, dial{max: maxV, unit: gg.Unit, split: split, over: over})
-		center := fmt.Sprintf("%.1f%%", (float64(i)+0.5)*100/float64(max(n, 1)))
-		radius := fmt.Sprintf("%d%%", min(62, 160/max(n, 1)))
 		digits := 1
 		if gg.Unit == "%" {
 			digits = 0
 		}
+		text := fmtNum(gg.Value, digits)
+		if gg.Unit != "" {
+			text += " " + gg.Unit
+		}
+		dials = append(dials, dial{max: maxV, unit: gg.Unit, split: split, over: over, text: text})
+		center := fmt.Sprintf("%.1f%%", (float64(i)+0.5)*100/float64(max(n, 1)))
+		radius := fmt.Sprintf("%d%%", min(70, 280/max(n, 1)))
+		// A value past the end of the scale pins the needle there; the
+		// centre says the value (text).
 		// The legend names the candidate alone; the lines after its name
 		// (e.g. "simulated: meets") are the dial's title's.
 		legend, _, _ := strings.Cut(gg.Name, "\n")
-		g.AddSeries(legend, []opts.GaugeData{{Name: gg.Name, Value: roundTo(gg.Value, digits)}},
+		g.AddSeries(legend, []opts.GaugeData{{Name: gg.Name, Value: roundTo(min(gg.Value, maxV), digits)}},
 			charts.WithSeriesOpts(func(s *charts.SingleSeries) {
 				s.Center = []string{center, "55%"}
 				s.Radius = radius
@@ -428,11 +560,11 @@ func NewGaugeChart(id, title string, gauges ...Gauge) *Chart {
 				stops = []any{[]any{100 / d.max, "#91cc75"}, []any{1, d.over}}
 			}
 			s["axisLine"] = map[string]any{"lineStyle": map[string]any{"width": 10, "color": stops}}
-			s["axisTick"] = map[string]any{"distance": -10, "length": 6, "splitNumber": 2}
+			s["axisTick"] = map[string]any{"distance": -10, "length": 6, "splitNumber": 5}
 			s["splitLine"] = map[string]any{"distance": -10, "length": 12}
 			s["axisLabel"] = map[string]any{"distance": 16, "fontSize": 10, "formatter": "{value}" + unit}
-			s["title"] = map[string]any{"show": true, "offsetCenter": []any{0, "88%"}, "fontSize": 13}
-			s["detail"] = map[string]any{"fontSize": 18, "offsetCenter": []any{0, "36%"}, "formatter": "{value}" + unit}
+			s["title"] = map[string]any{"show": true, "offsetCenter": []any{0, "88%"}, "fontSize": 13, "lineHeight": 17}
+			s["detail"] = map[string]any{"fontSize": 16, "offsetCenter": []any{0, "36%"}, "formatter": d.text}
 		}
 	})
 	c.opt = g

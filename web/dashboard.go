@@ -160,11 +160,12 @@ const dashboardCSS = `
 body.dashboard{max-width:1360px}
 .scroll{max-width:100%;overflow-x:auto}
 table.replicas{font-size:.85em;margin-top:0}
-table.replicas th{vertical-align:bottom;padding:3px 3px}
-table.replicas td{white-space:nowrap;padding:3px 3px}
-table.replicas td.replica{white-space:normal;overflow-wrap:anywhere;min-width:8em;max-width:15em}
+table.replicas th{vertical-align:bottom;padding:3px 2px}
+table.replicas td{white-space:nowrap;padding:3px 2px}
+table.replicas td.replica{white-space:normal;overflow-wrap:anywhere;min-width:6em;max-width:12em}
 .warning{background:#fff7e0;border-left:4px solid #fac858;padding:.3em .6em;margin:.4em 0}
 table.replicas td:nth-child(2){white-space:normal}
+table.replicas td.split{white-space:normal;min-width:3.5em}
 svg.spark{display:block;width:240px;height:30px}
 #hist-replicas td:last-child{text-align:left}
 svg.spark .computed{fill:#5470c6;opacity:.55}

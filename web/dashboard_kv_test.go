@@ -43,9 +43,9 @@ func TestDashboardKVEvents(t *testing.T) {
 		t.Errorf("console %q", res.Console)
 	}
 	for _, want := range []string{
-		`<th>cache holds<br>blocks</th><th>computed tok<br>cold/evicted/elsewhere</th><th>re-homed</th>`,
-		`<td data-field="kv_events">61.2k</td><td data-field="kv_miss">1.2M/48.0k/9.6k</td><td data-field="rehomes">3</td>`,
-		`<td data-field="kv_events">≥880 (off)</td><td data-field="kv_miss">0/0/0</td><td data-field="rehomes">0</td>`,
+		`<th>cache holds<br>blocks</th><th>computed tok<br>cold/evicted/<br>elsewhere</th><th>re-homed</th>`,
+		"<td data-field=\"kv_events\">61.2k</td><td class=\"split\" data-field=\"kv_miss\">1.2M/\u200b48.0k/\u200b9.6k</td><td data-field=\"rehomes\">3</td>",
+		"<td data-field=\"kv_events\">≥880 (off)</td><td class=\"split\" data-field=\"kv_miss\">0/\u200b0/\u200b0</td><td data-field=\"rehomes\">0</td>",
 	} {
 		if !strings.Contains(res.DOM, want) {
 			t.Errorf("dashboard DOM lacks\n%s\nDOM:\n%s", want, res.DOM)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lm-warden/warden/kvevents"
 	"github.com/lm-warden/warden/live"
 	"github.com/lm-warden/warden/web"
 	"github.com/lm-warden/warden/web/webtest"
@@ -87,16 +88,34 @@ func dashboardServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	return dashboardServerWith(t, 360)
 }
 
+// fakeStatusKV is fakeStatus with KV events and re-homing, which add the
+// optional columns: the widest replica table the proxy serves.
+func fakeStatusKV(call int64) live.StatusReport {
+	st := fakeStatus(call)
+	r := st.Models[0].Replicas
+	r[0].KVEvents = &kvevents.ReplicaStatus{Connected: true, Complete: true, BlocksHeld: 2_345_678,
+		Miss: kvevents.MissTokens{Cold: 12_345_678, Evicted: 2_345_678, Elsewhere: 1_234_567}}
+	r[1].KVEvents = &kvevents.ReplicaStatus{Connected: false, BlocksHeld: 45_678, Miss: kvevents.MissTokens{Cold: 123_456}}
+	r[0].Rehomes, r[1].Rehomes, r[1].RehomedIn = 3, 1, 2
+	return st
+}
+
 // dashboardServerWith serves the dashboard, a growing /api/status and an /api/history of
 // covered points.
 func dashboardServerWith(t *testing.T, covered int) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	return dashboardServerOf(t, covered, fakeStatus)
+}
+
+// dashboardServerOf serves the dashboard with status as /api/status.
+func dashboardServerOf(t *testing.T, covered int, status func(int64) live.StatusReport) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
 	var calls atomic.Int64
 	mux := http.NewServeMux()
 	mux.Handle("/dashboard/", web.DashboardHandler(web.DashboardOptions{Prefix: "/dashboard/"}))
 	mux.HandleFunc("/api/status", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(fakeStatus(calls.Add(1)))
+		_ = json.NewEncoder(w).Encode(status(calls.Add(1)))
 	})
 	mux.HandleFunc("/api/history", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -122,8 +141,8 @@ func TestDashboardRoutingPageShowsLiveNumbers(t *testing.T) {
 		`<tr id="replica-qwen3-coder &lt;b&gt;-0"><td class="replica" title="0 http://10.0.0.1:8000">0 http://10.0.0.1:8000</td><td>healthy</td><td data-field="in_flight">7</td><td data-field="sticky">40</td><td data-field="spilled_in">0</td><td data-field="client_pinned">0</td><td data-field="running">7</td><td data-field="waiting">0</td><td data-field="kv_used_pct">41.5</td><td data-field="prefix_hit_pct">88.5</td>`,
 		`<td class="bad" title="connection refused">healthy, scrape failed</td><td data-field="in_flight">5</td><td data-field="sticky">41</td><td data-field="spilled_in">3</td><td data-field="client_pinned">1</td><td data-field="running">5</td><td data-field="waiting">1</td><td data-field="kv_used_pct">12.3</td><td data-field="prefix_hit_pct">71</td>`,
 		`<td data-field="retried">1</td>`, // a counter since start, shown in its own column
-		`<td data-field="prefix_hit_pct">88.5</td><td data-field="footprint_tokens">1.1M/1.1M</td><td data-field="sessions">9/7/5</td>`,
-		`<td data-field="prefix_hit_pct">71</td><td data-field="footprint_tokens"></td><td data-field="sessions">0/0/0</td>`,
+		"<td data-field=\"prefix_hit_pct\">88.5</td><td class=\"split\" data-field=\"footprint_tokens\">1.1M/\u200b1.1M</td><td class=\"split\" data-field=\"sessions\">9/\u200b7/\u200b5</td>",
+		"<td data-field=\"prefix_hit_pct\">71</td><td data-field=\"footprint_tokens\"></td><td class=\"split\" data-field=\"sessions\">0/\u200b0/\u200b0</td>",
 		`<td data-field="admission">kv: 2 waiting, 9 waited, 1 timed out (timeout 60 s)</td>`,
 		`<td data-field="last spills">0→1 home 9 in flight &gt; 8; 1→0 priced: home 4.1 s vs 1.2 s elsewhere</td>`,
 		`<th>affinity</th><td data-field="affinity">on</td>`,
@@ -255,7 +274,13 @@ setTimeout(check, 50);
 // the replica table, with every column the proxy reports, fits without scrolling; at 800 px it
 // scrolls inside its own box; at neither width does the page itself overflow.
 func TestDashboardRoutingTableFits(t *testing.T) {
-	srv, _ := dashboardServer(t)
+	t.Run("plain", func(t *testing.T) { checkTableFits(t, fakeStatus) })
+	// With KV events and re-homing the table had 1,535 px in a 1,352 px box at 1,400 px.
+	t.Run("kv-events", func(t *testing.T) { checkTableFits(t, fakeStatusKV) })
+}
+
+func checkTableFits(t *testing.T, status func(int64) live.StatusReport) {
+	srv, _ := dashboardServerOf(t, 360, status)
 	mux := http.NewServeMux()
 	for _, w := range []int{1400, 800} {
 		mux.HandleFunc(fmt.Sprintf("/fit%d", w), func(rw http.ResponseWriter, r *http.Request) {

@@ -30,8 +30,20 @@ func PlanReport(res *planner.Result) *Report {
 	if w := res.Workload.WorkloadLine(); w != "" {
 		r.Notes = []string{w}
 	}
+	if len(res.VLLMReleases) > 0 {
+		r.Notes = append(r.Notes, "vLLM release simulated: "+strings.Join(res.VLLMReleases, ", ")+
+			". The release decides admission, vLLM's own balancer and the KV cache's size (sim/testdata/vllm says what each does): "+
+			"the answer holds for it; --vllm-version plans for another.")
+	}
+	if w := res.PricesWords(); w != "" {
+		r.Notes = append(r.Notes, w)
+	}
 	at := planner.Level(res.Sessions, res.Concurrency)
-	r.Sections = append(r.Sections, planOverview(res, at), planRuleOfThumb(res))
+	r.Sections = append(r.Sections, planOverview(res, at))
+	if bc := res.BuyerCheck; bc != nil {
+		r.Sections = append(r.Sections, buyerSection(bc))
+	}
+	r.Sections = append(r.Sections, planRuleOfThumb(res))
 	if res.Timeline != nil {
 		r.Sections = append(r.Sections, planTimeline(res))
 	}
@@ -45,6 +57,28 @@ func PlanReport(res *planner.Result) *Report {
 	}
 	r.Sections = append(r.Sections, planSettings(res), definitionsSection(nil))
 	return r
+}
+
+// buyerSection is the plan's BuyerCheck: what to rent for an hour and run
+// to decide a marginal answer, or the margin to buy instead.
+func buyerSection(bc *planner.BuyerCheck) Section {
+	t := Table{Caption: "One hour on one rented replica", Header: []string{"step", "what", "command"}, Prose: true}
+	for i, st := range bc.Steps {
+		cmd := st.Command
+		if cmd == "" {
+			cmd = "-"
+		}
+		t.Rows = append(t.Rows, []string{strconv.Itoa(i + 1), st.Why, cmd})
+	}
+	s := Section{
+		Heading:    "Before buying: measure what decides it",
+		Paragraphs: []string{bc.Lead(), "Then " + bc.Then},
+		Tables:     []Table{t},
+	}
+	if bc.Margin != "" {
+		s.Paragraphs = append(s.Paragraphs, bc.Margin)
+	}
+	return s
 }
 
 // chosenRow is candidate c's row at level index at with its chosen routing, or nil.
@@ -151,7 +185,7 @@ func planOverview(res *planner.Result, at int) Section {
 				strings.Join(res.Targets.Phrases(), ", "), res.Concurrency),
 			"When no candidate meets the targets, the closest is the one that misses the fewest targets, then the one whose " +
 				"figures are nearest their limits (the sum of each shortfall relative to its limit), then the cheapest.",
-			costSentence(byCards),
+			costSentence(res, byCards),
 			bandSentence(res),
 			"The first two charts are the ones to read first: each candidate's prefix-cache hit rate and TTFB p95 against the " +
 				"number of concurrent sessions, with the targets as red dashed lines and, in each candidate's colour, a dashed " +
@@ -205,8 +239,33 @@ func planOverview(res *planner.Result, at int) Section {
 			p95.Marks, hit.Marks = []Mark{m}, []Mark{m}
 			xMax = math.Max(xMax, full)
 		}
+		// The answer's "meets them up to N sessions" may lie past the levels
+		// simulated (the bisection tries further): the axis reaches it, and a
+		// mark in the answer's colour says where.
+		if i == res.Best && c.MaxSessions > int(xs[len(xs)-1]) {
+			label := fmt.Sprintf("meets up to %d", c.MaxSessions)
+			if c.FailsAt == 0 {
+				label = fmt.Sprintf("meets up to >= %d", c.MaxSessions)
+			}
+			m := Mark{Name: label, X: ptr(float64(c.MaxSessions))}
+			p95.Marks, hit.Marks = append(p95.Marks, m), append(hit.Marks, m)
+			xMax = math.Max(xMax, float64(c.MaxSessions))
+		}
 		p95Lines = append(p95Lines, p95)
 		hitLines = append(hitLines, hit)
+	}
+	// Labels of marks a few sessions apart are lifted onto rows of their own.
+	var vertical []*Mark
+	for k := range p95Lines {
+		for j := range p95Lines[k].Marks {
+			if p95Lines[k].Marks[j].X != nil {
+				vertical = append(vertical, &p95Lines[k].Marks[j])
+			}
+		}
+	}
+	StaggerMarks(vertical, 0, niceCeil(xMax*1.05), chartPlotPx)
+	for k := range hitLines {
+		copy(hitLines[k].Marks, p95Lines[k].Marks)
 	}
 	if len(p95Lines) > 0 {
 		p95Lines[0].Marks = append(p95Lines[0].Marks, targetMarks(res, "ttfb")...)
@@ -378,12 +437,21 @@ func jsonPath(m map[string]any, keys ...string) any {
 }
 
 // costSentence says what "cheapest" means in the table.
-func costSentence(byCards bool) string {
-	if byCards {
-		return "No prices were given: \"cheapest\" is by card count."
+func costSentence(res *planner.Result, byCards bool) string {
+	switch {
+	case byCards:
+		return "One GPU kind and no prices given: \"cheapest\" is by card count, the same order as by money."
+	case len(res.Prices) > 0:
+		return "\"Cheapest\" is by money: each farm's GPUs at their price per GPU-hour (the prices, and where each comes from, are under the answer)."
 	}
 	return "\"Cheapest\" is by the price per hour given for each GPU."
 }
+
+// chartPlotPx is about the width of a report chart's plot, in pixels.
+const chartPlotPx = 900
+
+// ruleDialMax is where the rule-of-thumb dials end, in % of the KV cache.
+const ruleDialMax = 300.0
 
 // kvFullSessions is the number of concurrent sessions whose typical context fills candidate
 // c's KV cache (farm KV tokens / typical context tokens): the rule of thumb's 100 % point.
@@ -600,7 +668,8 @@ func planRuleOfThumb(res *planner.Result) Section {
 				"prompt once per session and every conversation at its typical length at the same moment, so a farm over it can still " +
 				"meet the targets; the simulation decides. A dial shows the demand as a percentage of the farm's KV cache, green up to " +
 				"100 %; beyond, amber where the simulation finds the farm meets the targets (or is marginal), red where it misses them, " +
-				"grey where it was not simulated (a cheaper farm meets the targets).",
+				"grey where it was not simulated (a cheaper farm meets the targets). The dials end at " + fmtNum(min(100*math.Ceil(top/100), ruleDialMax), 0) +
+				" %; a needle at the end may be further over, and the figure in its centre says how far.",
 			"Typical context: " + res.Workload.TypicalContextHow + ".",
 		},
 		Tables: []Table{t},
@@ -616,7 +685,11 @@ func planRuleOfThumb(res *planner.Result) Section {
 	if len(rec.Rows) > 0 {
 		s.Tables = append(s.Tables, rec)
 	}
-	scale := 100 * math.Ceil(top/100)
+	// The scale ends at 100 % rounded up past the highest demand, at most
+	// ruleDialMax: a dial to 2,300 % crowds its ticks unreadably, and past 3
+	// times the cache the figure matters more than the needle (a needle at
+	// the end is further over; the dial's centre says how far).
+	scale := min(100*math.Ceil(top/100), ruleDialMax)
 	// As many charts as gaugesPerChart needs, the dials shared evenly
 	// (six make two rows of three, not one of four and one of two).
 	nCharts := (len(gauges) + gaugesPerChart - 1) / gaugesPerChart

@@ -83,13 +83,26 @@ func SimReport(rep *sim.Report, o SimReportOptions) *Report {
 	sessions := Axis{Name: "sessions"}
 	ttfb := append(perStrategy(" p50", func(r *sim.Row) float64 { return float64(r.TTFBP50) }),
 		perStrategy(" p95", func(r *sim.Row) float64 { return float64(r.TTFBP95) })...)
+	// Against the sessions levels, a line per strategy; with one level a
+	// line would be a single dot, so bars: one group per strategy.
+	chart := NewLineChart
+	if len(xs) == 1 {
+		chart = func(id, title string, _ Axis, _ []float64, y Axis, series ...Series) *Chart {
+			ys := make([]float64, len(series))
+			cats := make([]string, len(series))
+			for i, se := range series {
+				cats[i], ys[i] = se.Name, se.Y[0]
+			}
+			return NewBarChart(id, fmt.Sprintf("%s at %d sessions", title, steps[0]), cats, y, Series{Name: title, Y: ys}).WithCategoryName("strategy")
+		}
+	}
 	summary.Charts = []*Chart{
-		NewLineChart("ttfb", "Time to first token, p50 and p95", sessions, xs, Axis{Name: "seconds", Log: true}, ttfb...),
-		NewLineChart("hit", "Prefix-cache hit rate", sessions, xs, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
+		chart("ttfb", "Time to first token, p50 and p95", sessions, xs, Axis{Name: "seconds", Log: true}, ttfb...),
+		chart("hit", "Prefix-cache hit rate", sessions, xs, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
 			perStrategy("", func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })...),
-		NewLineChart("tokens", "Output tokens per minute", sessions, xs, Axis{Name: "tokens/min"},
+		chart("tokens", "Output tokens per minute", sessions, xs, Axis{Name: "tokens/min"},
 			perStrategy("", func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) })...),
-		NewLineChart("busy", "Replicas busy (mean)", sessions, xs, Axis{Name: "replicas", Min: ptr(0.0)},
+		chart("busy", "Replicas busy (mean)", sessions, xs, Axis{Name: "replicas", Min: ptr(0.0)},
 			perStrategy("", func(r *sim.Row) float64 { return float64(r.ReplicasBusy) })...),
 	}
 

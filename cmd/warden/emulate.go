@@ -110,6 +110,11 @@ its model config.`,
 
 // runEmulate serves the emulated farm until ctx is done.
 func runEmulate(ctx context.Context, opts *emulateOptions, out io.Writer) error {
+	// The emulator reads a zero speed as "the default, 1": given on the
+	// command line it is a mistake (time standing still), not a default.
+	if !(opts.Speed >= 1e-3) || opts.Speed > 1e6 {
+		return fmt.Errorf("--speed %g: want a time factor from 0.001 to 1e6 (1: the wall clock; 10: ten times faster)", opts.Speed)
+	}
 	layout, err := emulator.ParseLayout(opts.Layout)
 	if err != nil {
 		return fmt.Errorf("--layout: %w", err)

@@ -74,6 +74,8 @@ func TestEmulateBadFlags(t *testing.T) {
 		{[]string{"--listen", "nowhere"}, "--listen"},
 		{[]string{"--farm", "does-not-exist.yaml"}, "does-not-exist.yaml"},
 		{[]string{"--speed", "-2"}, "speed"},
+		{[]string{"--speed", "0"}, "--speed 0: want a time factor from 0.001 to 1e6"}, // was served at speed 1
+		{[]string{"--speed", "NaN"}, "--speed NaN: want a time factor"},
 		{[]string{"--fault", "error-503=0.1,stall=1"}, `--fault: item 2 "stall=1": unknown fault`},
 		{[]string{"--api-server-time", "-1ms"}, "--api-server-time -1ms: want a duration in [0s, 1m]"},
 		{[]string{"--api-server-per-1k-tokens", "2m"}, "--api-server-per-1k-tokens 2m0s: want a duration in [0s, 1m]"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -31,6 +32,27 @@ func TestCompletion(t *testing.T) {
 		out, err := runWarden(t, "completion", shell)
 		if err != nil || len(out) < 100 {
 			t.Errorf("completion %s: %d bytes, %v", shell, len(out), err)
+		}
+	}
+}
+
+// TestFlagTypoSuggests: a mistyped flag names the command's nearest flags
+// (it used to say "unknown flag" alone); one near none says where the list
+// is; a mistyped command gets cobra's suggestion.
+func TestFlagTypoSuggests(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--sesions", "4"}, "unknown flag: --sesions (did you mean --sessions?)"},
+		{[]string{"sim", "--strategy", "affinity"}, "unknown flag: --strategy (did you mean --strategies?)"},
+		{[]string{"plan", "--weights", "fp8"}, "(did you mean --weights-dtype?)"},
+		{[]string{"kv", "--zzzzzzzz"}, "unknown flag: --zzzzzzzz (warden kv --help lists the flags)"},
+		{[]string{"plna"}, "Did you mean this?\n\tplan"},
+	} {
+		_, err := runWarden(t, tt.args...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("warden %s: error %v, want %q", strings.Join(tt.args, " "), err, tt.want)
 		}
 	}
 }

@@ -148,6 +148,7 @@ type kvReport struct {
 
 	gpuMemoryBytes    int64 // for the text output
 	modelMaxPositions int
+	seqsDefaulted     bool // max_num_seqs is vLLM's default, not given
 }
 
 func (o *kvOptions) validate() error {
@@ -276,6 +277,7 @@ func sizeReport(opts *kvOptions) (*kvReport, error) {
 		FarmKVTokens:    s.KVTokensPerReplica * opts.Replicas,
 		Sessions:        opts.Sessions, ContextTokens: opts.Context,
 		gpuMemoryBytes: gpu.MemoryBytes, modelMaxPositions: model.MaxPositionTokens,
+		seqsDefaulted: opts.MaxNumSeqs == 0,
 	}
 	r.ECCSetBy, r.ECCCostBytes, r.ECCNote = eccAssumption(gpu, ecc, s.ECC)
 	if opts.Context > 0 {
@@ -411,6 +413,12 @@ func printKV(out io.Writer, r *kvReport) error {
 	fmt.Fprintf(tw, "scheduler\tmax_num_seqs %d, max_num_batched_tokens %d\n", r.MaxNumSeqs, r.MaxNumBatchedTokens)
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if r.seqsDefaulted {
+		// A plan sizes each candidate with its own max_num_seqs (the
+		// built-in plan's is 32): the same card then shows a larger cache.
+		fmt.Fprintf(out, "note: max_num_seqs %d is vLLM's default; warden plan sizes each candidate with its own (the built-in plan's is 32), "+
+			"and a smaller one leaves more KV cache (the sampler's dummy run and the CUDA graphs grow with it): --max-num-seqs sizes for yours\n", r.MaxNumSeqs)
 	}
 	m := r.Memory
 	ecc := "ECC off"

@@ -36,6 +36,8 @@ type planOptions struct {
 	Model              string
 	MaxNumSeqs         int
 	VLLMVersion        string
+	WeightsDType       string // --weights-dtype: every candidate's weights format
+	KVCacheDType       string // --kv-cache-dtype
 
 	Sessions    []int
 	Concurrency int
@@ -172,7 +174,10 @@ that runs; --quiet silences both.`,
 	f.IntSliceVar(&opts.TensorParallelSize, "tensor-parallel-size", defFarm.TensorParallelSizes, "candidate tensor parallel sizes, GPUs per replica (with --gpu)")
 	f.StringVar(&opts.Model, "model", "", "model name or alias from the catalogue (with --gpu)")
 	f.IntVar(&opts.MaxNumSeqs, "max-num-seqs", 0, "vLLM max_num_seqs per replica (with --gpu; 0: vLLM's default)")
-	f.StringVar(&opts.VLLMVersion, "vllm-version", "", `vLLM release every candidate (and with --prometheus the current farm) runs, e.g. "0.27"; "": each farm's vllm.version, else `+sim.DefaultVLLMVersion+` (sim/testdata/vllm says what each release does)`)
+	known := sim.KnownVLLMReleases()
+	f.StringVar(&opts.VLLMVersion, "vllm-version", "", `vLLM release every candidate (and with --prometheus the current farm) runs, `+known[0]+` to `+known[len(known)-1]+`, e.g. "0.27"; "": each farm's vllm.version, else `+sim.DefaultVLLMVersion+` (sim/testdata/vllm says what each release does; the answer names the release)`)
+	f.StringVar(&opts.WeightsDType, "weights-dtype", "", `weights format of every candidate: bf16, fp8 or int4 ("": each farm's weights_dtype, else bf16); fp8 halves a model's memory, so it fits on fewer cards`)
+	f.StringVar(&opts.KVCacheDType, "kv-cache-dtype", "", `KV cache format of every candidate: auto (bf16) or fp8 ("": each farm's kv_cache_dtype)`)
 	f.IntSliceVar(&opts.Sessions, "sessions", def.Sessions, "concurrent sessions levels to simulate")
 	f.IntVar(&opts.Concurrency, "concurrency", 0, "concurrent sessions the answer is for (0: the highest --sessions level)")
 	f.StringVar(&opts.Headroom, "headroom", headroomFlag(def), `a farm meets only if it also meets the targets at this much more load, a percentage ("20" or "20%"; 0: none)`)
@@ -184,7 +189,7 @@ that runs; --quiet silences both.`,
 	f.Float64Var(&opts.TargetHitPct, "target-hit-pct", def.Targets.PrefixHitPctMin, "target: prefix-cache hit rate at least this many % (0: none)")
 	f.Float64Var(&opts.TargetOutputTokensMin, "target-output-tokens-per-min", 0, "target: output tokens per minute at least this (0: none)")
 	f.Float64Var(&opts.TargetSessionsPerHour, "target-sessions-per-hour", 0, "target: sessions completed per hour at least this (0: none)")
-	f.StringVar(&opts.Prices, "price", "", `per-GPU hourly prices, "RTX A4000=0.25,RTX 4090=0.69" (every candidate GPU needs one; ranks by price)`)
+	f.StringVar(&opts.Prices, "price", "", `per-GPU hourly prices, "RTX A4000=0.25,RTX 4090=0.69": rank by money, a GPU not given taking warden's price list (hardware/catalog/prices.yaml, on-demand USD; kinds that mix are ranked by it even without --price)`)
 	f.BoolVar(&opts.EveryCandidate, "every-candidate", false, "simulate every candidate, also those that cost more than one that meets the targets (by default those are skipped: they cannot be the answer)")
 	f.StringVar(&opts.Out, "out", "plan-report.html", `HTML report file ("" for none)`)
 	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON (what 'warden report --from' reads) instead of the summary")
@@ -215,7 +220,14 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 	)
 	switch {
 	case o.PlanFile != "":
-		p, err = planner.LoadPlan(o.PlanFile)
+		// A plan file without targets: takes the command line's, as the
+		// flags have defaults (the built-in plan's).
+		p, err = planner.LoadPlanWith(o.PlanFile, planner.ParseOptions{DefaultTargets: &planner.Targets{
+			TTFBP95MaxS:           o.TargetTTFBP95.Seconds(),
+			PrefixHitPctMin:       o.TargetHitPct,
+			OutputTokensPerMinMin: o.TargetOutputTokensMin,
+			SessionsPerHourMin:    o.TargetSessionsPerHour,
+		}})
 	case len(o.GPUs) > 0:
 		if o.Model == "" {
 			return p, errors.New("--gpu needs --model (the model every candidate serves)")
@@ -261,23 +273,29 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 			p.Farms[i].VLLM.Version = o.VLLMVersion
 		}
 	}
+	for _, d := range []struct {
+		flag, value string
+		set         func(*planner.FarmSet)
+	}{
+		{"--weights-dtype", o.WeightsDType, func(f *planner.FarmSet) { f.WeightsDType = o.WeightsDType }},
+		{"--kv-cache-dtype", o.KVCacheDType, func(f *planner.FarmSet) { f.KVCacheDType = o.KVCacheDType }},
+	} {
+		if d.value == "" {
+			continue
+		}
+		if err := checkDType(d.flag, d.value); err != nil {
+			return p, err
+		}
+		for i := range p.Farms {
+			d.set(&p.Farms[i])
+		}
+	}
 	if o.Prices != "" {
 		prices, err := parsePrices(o.Prices)
 		if err != nil {
 			return p, err
 		}
-		p.Prices = prices
-		for _, f := range p.Farms {
-			if o.prom.Prometheus != "" && len(o.GPUs) == 0 {
-				break // the built-in farms are dropped; SolveObserved checks the current GPU's price
-			}
-			for _, g := range f.GPUs {
-				gpu, _ := hardware.LookupGPU(g)
-				if !hasPrice(prices, gpu.Name) {
-					return p, fmt.Errorf("--price: %s has no price (with --price every candidate GPU needs one)", gpu.Name)
-				}
-			}
-		}
+		p.Prices, p.PricesFrom = prices, "--price"
 	}
 	if changed("sessions") {
 		p.Sessions = o.Sessions
@@ -422,13 +440,25 @@ func parsePrices(s string) (map[string]float64, error) {
 	return out, nil
 }
 
-func hasPrice(prices map[string]float64, gpu string) bool {
-	for k := range prices {
-		if g, err := hardware.LookupGPU(k); err == nil && g.Name == gpu {
-			return true
-		}
+// checkDType refuses a --weights-dtype or --kv-cache-dtype value the
+// simulator would refuse later, naming the flag and the choices.
+func checkDType(flag, v string) error {
+	choices := []string{"bf16", "fp8", "int4"}
+	if flag == "--kv-cache-dtype" {
+		choices = []string{"auto", "fp8"}
 	}
-	return false
+	if !slices.Contains(choices, v) {
+		return fmt.Errorf("%s %q: want %s", flag, v, joinOr(choices))
+	}
+	return nil
+}
+
+// joinOr joins "a", "a or b", "a, b or c".
+func joinOr(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " or " + items[len(items)-1]
 }
 
 func runPlan(ctx context.Context, o *planOptions, out io.Writer) error {
@@ -506,6 +536,19 @@ func writePlanSummary(w io.Writer, res *planner.Result, reportPath string, wide 
 		}
 	}
 	para(res.Answer)
+	if bc := res.BuyerCheck; bc != nil {
+		fmt.Fprintln(&b)
+		para(bc.Lead())
+		for i, st := range bc.Steps {
+			why := wrapText(fmt.Sprintf("%d. %s", i+1, st.Why), summaryWidth-3)
+			b.WriteString(strings.ReplaceAll(strings.TrimSuffix(why, "\n"), "\n", "\n   ") + "\n")
+			if st.Command != "" {
+				b.WriteString(wrapCommand(st.Command, summaryWidth, "   "))
+			}
+		}
+		para("Then " + bc.Then)
+		para(bc.Margin)
+	}
 	if wl := res.Workload.WorkloadLine(); wl != "" {
 		fmt.Fprintln(&b)
 		para(wl)
@@ -538,7 +581,9 @@ func writePlanSummary(w io.Writer, res *planner.Result, reportPath string, wide 
 	para(upTo + "; demand/KV: the rule of thumb, sessions x typical context over the farm's KV cache (over 100 % is over, " +
 		"yet a farm over it can meet the targets: the simulation decides).")
 	if res.CostUnit == "cards" {
-		para(`cheapest by card count (give --price "GPU=per GPU-hour,..." to rank by price)`)
+		para(`cheapest by card count: one GPU kind, so the same order as by money (give --price "GPU=per GPU-hour,..." to see costs)`)
+	} else if w := res.PricesWords(); w != "" {
+		para(w)
 	}
 	if res.Reconcile != "" {
 		fmt.Fprintln(&b)
@@ -761,6 +806,53 @@ func wrapText(s string, width int) string {
 		}
 		b.WriteByte('\n')
 	}
+	return b.String()
+}
+
+// wrapCommand writes a shell command indented, broken at spaces outside
+// double quotes with a backslash at the end of each line but the last, so
+// that it stays within width and still pastes into a shell as one command.
+func wrapCommand(cmd string, width int, indent string) string {
+	var words []string
+	var cur strings.Builder
+	quoted := false
+	for _, r := range cmd {
+		switch {
+		case r == '"':
+			quoted = !quoted
+			cur.WriteRune(r)
+		case r == ' ' && !quoted:
+			if cur.Len() > 0 {
+				words = append(words, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if cur.Len() > 0 {
+		words = append(words, cur.String())
+	}
+	// A flag and its value stay on one line.
+	for i := 0; i+1 < len(words); i++ {
+		if strings.HasPrefix(words[i], "--") && !strings.Contains(words[i], "=") && !strings.HasPrefix(words[i+1], "-") {
+			words = slices.Replace(words, i, i+2, words[i]+" "+words[i+1])
+		}
+	}
+	var b strings.Builder
+	line := indent
+	for i, w := range words {
+		switch {
+		case i == 0:
+			line += w
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(w)+2 > width:
+			b.WriteString(line + " \\\n")
+			line = indent + "  " + w
+		default:
+			line += " " + w
+		}
+	}
+	b.WriteString(line + "\n")
 	return b.String()
 }
 

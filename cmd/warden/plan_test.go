@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"html"
 	"math"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/planner"
 )
 
@@ -27,7 +29,7 @@ func TestPlanBuiltInExample(t *testing.T) {
 	}
 	first, _, _ := strings.Cut(stdout, "\n\n")
 	answer := unwrap(first) // the answer, wrapped at summaryWidth
-	if !strings.HasPrefix(answer, "For 16 concurrent agent sessions, ") || !strings.Contains(stdout, "report: "+out) {
+	if !strings.HasPrefix(answer, "For 16 concurrent agent sessions on vLLM 0.26, ") || !strings.Contains(stdout, "report: "+out) {
 		t.Errorf("stdout does not start with the answer and end with the report:\n%s", stdout)
 	}
 	text := unwrap(stdout)
@@ -88,12 +90,18 @@ func TestPlanJSONRoundTrip(t *testing.T) {
 
 func TestPlanFromFlags(t *testing.T) {
 	stdout, err := runWarden(t, "plan", "--gpu", "H100 SXM,RTX A4000", "--replicas", "1", "--model", "Qwen/Qwen3-4B-Instruct-2507",
-		"--sessions", "2", "--duration", "10s", "--strategies", "affinity", "--target-ttfb-p95", "30s", "--target-hit-pct", "0", "--out", "")
+		"--sessions", "2", "--duration", "10s", "--strategies", "affinity", "--target-ttfb-p95", "30s", "--target-hit-pct", "0", "--out", "",
+		"--price", "RTX A4000=0.25")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Both meet a lax TTFB target; with no prices the cheaper is the one with fewer cards, then more headroom, then lower TTFB.
-	if !strings.HasPrefix(unwrap(stdout), "For 2 concurrent agent sessions, 1 x H100 SXM with affinity (spill auto) is the cheapest farm by card count that meets TTFB p95 <= 30 s at the band's pessimistic edge") {
+	// Both meet a lax TTFB target; two kinds rank by money: the A4000 at
+	// the price given, the H100 at the price list's, and the summary says
+	// which was which (it used to rank them by card count, a tie).
+	h100, _ := hardware.LookupPrice("H100 SXM")
+	text := unwrap(stdout)
+	if !strings.HasPrefix(text, "For 2 concurrent agent sessions on vLLM 0.26, 1 x RTX A4000 with affinity (spill auto) is the cheapest farm by price (0.25 per hour") ||
+		!strings.Contains(text, fmt.Sprintf("Ranked by price per GPU-hour: H100 SXM %.2f USD (warden's price list: %s, as of %s) and RTX A4000 0.25 (--price).", h100.USDPerGPUHour, h100.Source, h100.AsOf)) {
 		t.Errorf("stdout:\n%s", stdout)
 	}
 	if strings.Contains(stdout, "report:") {
@@ -193,7 +201,10 @@ func TestPlanErrors(t *testing.T) {
 		{[]string{"plan", "--price", "RTX A9999=1"}, "--price: "},
 		{[]string{"plan", "--price", "RTX A4000"}, `--price: "RTX A4000": want GPU=price`},
 		{[]string{"plan", "--price", "RTX A4000=-1"}, "--price: "},
-		{[]string{"plan", "--gpu", "a4000,h100", "--model", "qwen3-4b", "--price", "RTX A4000=0.25"}, "--price: H100 SXM has no price"},
+		{[]string{"plan", "--gpu", "a4000,h100", "--model", "qwen3-4b", "--out", ""}, `farms[0].gpus[0]: RTX A4000 has no price: the candidates mix GPU kinds (RTX A4000, H100 SXM), so they are ranked by price, and warden's price list has none for it; give one (--price "RTX A4000=PER_GPU_HOUR"`},
+		{[]string{"plan", "--vllm-version", "0.99"}, "--vllm-version: vLLM 0.99 is not a release the simulator's table knows (0.13 to 0.28: 0.13, 0.14,"},
+		{[]string{"plan", "--weights-dtype", "fp16"}, `--weights-dtype "fp16": want bf16, fp8 or int4`},
+		{[]string{"plan", "--kv-cache-dtype", "bf16"}, `--kv-cache-dtype "bf16": want auto or fp8`},
 		{[]string{"plan", "--prometheus", "http://127.0.0.1:1", "--model", "qwen3-4b", "--current-gpu", "bogus-gpu"}, "--current-gpu: "},
 		{[]string{"plan", "--gpu", "h100", "--plan", bad}, "none of the others can be"},
 		{[]string{"plan", "--plan", bad}, bad + ":3: farms[0].replicas[0]: want 1 to 4096, got 0"},
@@ -298,18 +309,16 @@ func TestReportFromSimJSON(t *testing.T) {
 	}
 }
 
-// TestPlanPriceChangesAnswer: by card count the faster 4090 wins (one card
-// each, the same headroom, lower TTFB); priced, the cheaper A4000 does.
+// TestPlanPriceChangesAnswer: two kinds rank by money, so without a price
+// for the A4000 (the price list has none) the plan asks for one; priced,
+// the cheaper A4000 wins (by card count the faster 4090 used to: one card
+// each, the same headroom, lower TTFB).
 func TestPlanPriceChangesAnswer(t *testing.T) {
 	args := []string{"plan", "--gpu", "RTX A4000,RTX 4090", "--replicas", "1", "--model", "qwen3-4b", "--sessions", "2", "--duration", "10s",
 		"--strategies", "affinity", "--target-ttfb-p95", "30s", "--target-hit-pct", "0", "--out", ""}
-	byCards, err := runWarden(t, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if byCards := unwrap(byCards); !strings.HasPrefix(byCards, "For 2 concurrent agent sessions, 1 x RTX 4090 with affinity (spill auto) is the cheapest farm by card count ") ||
-		!strings.Contains(byCards, "cheapest by card count (give --price") {
-		t.Errorf("without prices:\n%s", byCards)
+	// Two kinds mix: they rank by money, and the A4000 has no list price.
+	if _, err := runWarden(t, args...); err == nil || !strings.Contains(err.Error(), "RTX A4000 has no price") {
+		t.Errorf("without prices: error %v, want the A4000's price asked for", err)
 	}
 	priced, err := runWarden(t, append(args, "--price", "RTX A4000=0.25,RTX 4090=0.69", "--json")...)
 	if err != nil {
@@ -319,7 +328,7 @@ func TestPlanPriceChangesAnswer(t *testing.T) {
 	if err := json.Unmarshal([]byte(priced), &res); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(res.Answer, "For 2 concurrent agent sessions, 1 x RTX A4000 with affinity (spill auto) is the cheapest farm by price (0.25 per hour") {
+	if !strings.HasPrefix(res.Answer, "For 2 concurrent agent sessions on vLLM 0.26, 1 x RTX A4000 with affinity (spill auto) is the cheapest farm by price (0.25 per hour") {
 		t.Errorf("with prices: %s", res.Answer)
 	}
 	// The 4090 costs more than the A4000, which meets: it is not simulated.
@@ -334,7 +343,7 @@ func TestPlanPriceChangesAnswer(t *testing.T) {
 	if err := json.Unmarshal([]byte(every), &res); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(res.Answer, "For 2 concurrent agent sessions, 1 x RTX A4000 with affinity (spill auto) is the cheapest farm by price (0.25 per hour") {
+	if !strings.HasPrefix(res.Answer, "For 2 concurrent agent sessions on vLLM 0.26, 1 x RTX A4000 with affinity (spill auto) is the cheapest farm by price (0.25 per hour") {
 		t.Errorf("with prices and --every-candidate: %s", res.Answer)
 	}
 	if res.CostUnit != "per hour" || res.Candidates[1].CostPerHour == nil || *res.Candidates[1].CostPerHour != 0.69 || res.Candidates[1].CostPer1kTurns == nil {
@@ -595,5 +604,81 @@ func TestPlanSummaryWidth(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPlanFileTakesFlagTargets: a plan file that sets no targets takes the
+// command line's (the flags have defaults: the built-in plan's), where it
+// used to be refused ("targets: required"); one that sets targets keeps
+// exactly its own; a flag given overrides either. --weights-dtype sets the
+// format of every candidate, the key the "does not fit" advice names.
+func TestPlanFileTakesFlagTargets(t *testing.T) {
+	dir := t.TempDir()
+	farm := "farms:\n  - {gpus: [RTX A4000], replicas: [1], model: Qwen/Qwen3-4B-Instruct-2507}\nsessions: [2]\nduration: 10s\nstrategies: [affinity]\nheadroom: 0%\n"
+	none, own := filepath.Join(dir, "none.yaml"), filepath.Join(dir, "own.yaml")
+	if err := os.WriteFile(none, []byte(farm), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(own, []byte(farm+"targets: {prefix_hit_pct_min: 10}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	def := builtInPlan().Targets
+	for _, tt := range []struct {
+		name string
+		args []string
+		want planner.Targets
+	}{
+		{"no targets: the flags' defaults", []string{"--plan", none}, def},
+		{"no targets, one flag given", []string{"--plan", none, "--target-hit-pct", "50"}, planner.Targets{TTFBP95MaxS: def.TTFBP95MaxS, PrefixHitPctMin: 50}},
+		{"its own targets", []string{"--plan", own}, planner.Targets{PrefixHitPctMin: 10}},
+		{"its own, one flag given", []string{"--plan", own, "--target-ttfb-p95", "20s"}, planner.Targets{TTFBP95MaxS: 20, PrefixHitPctMin: 10}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, err := runWarden(t, append([]string{"plan", "--json", "--out", "", "--weights-dtype", "fp8"}, tt.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res planner.Result
+			if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+				t.Fatal(err)
+			}
+			if res.Targets != tt.want {
+				t.Errorf("targets %+v, want %+v", res.Targets, tt.want)
+			}
+			// fp8 weights: the 4B model takes half its bf16 memory, so the
+			// card holds more KV cache than with bf16.
+			if c := res.Candidates[0]; !c.Fits || c.KVTokensPerReplica < 60000 {
+				t.Errorf("--weights-dtype fp8: fits %v, %d KV tokens per replica; want the fp8 sizing (bf16 holds 46,624)", c.Fits, c.KVTokensPerReplica)
+			}
+		})
+	}
+}
+
+// TestWrapCommand: a long command is broken at spaces outside quotes, each
+// line within the width and ending in a backslash but the last, so that it
+// pastes into a shell as the command it was.
+func TestWrapCommand(t *testing.T) {
+	cmd := `warden calibrate --prometheus http://localhost:9090 --model meta-llama/Llama-3.1-70B-Instruct --gpu "H100 SXM" --max-num-seqs 1024 --since 1h --out farm.yaml`
+	got := wrapCommand(cmd, 60, "   ")
+	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("not wrapped:\n%s", got)
+	}
+	var joined []string
+	for i, l := range lines {
+		if utf8.RuneCountInString(l) > 60 {
+			t.Errorf("line %q over 60 columns", l)
+		}
+		last := i == len(lines)-1
+		if strings.HasSuffix(l, ` \`) == last {
+			t.Errorf("line %q: a backslash at the end of every line but the last", l)
+		}
+		joined = append(joined, strings.TrimSpace(strings.TrimSuffix(l, ` \`)))
+	}
+	if back := strings.Join(joined, " "); back != cmd {
+		t.Errorf("joined back:\n%s\nwant\n%s", back, cmd)
+	}
+	if !strings.Contains(got, `"H100 SXM"`) {
+		t.Errorf("the quoted GPU name was split:\n%s", got)
 	}
 }

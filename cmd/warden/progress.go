@@ -26,6 +26,12 @@ type progress struct {
 	what  string    // what runs now, when the caller says (note)
 	done  time.Duration
 	total time.Duration
+	// The fraction shown never goes back when the total grows (a plan
+	// adds work when its cheapest candidates miss): it is anchored where
+	// the total last changed, at fraction0 with done0 done, and the work
+	// left then fills the rest.
+	fraction0 float64
+	done0     time.Duration
 }
 
 // progressConfig says where and how progress goes.
@@ -88,14 +94,17 @@ func (p *progress) set(done, total time.Duration) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if total != p.total {
+		p.fraction0, p.done0 = p.fraction(), p.done
+	}
 	p.done, p.total = done, total
 	now := p.now()
 	if p.bar != nil {
-		if m := int64(total / time.Second); m > 0 && m != p.bar.GetMax64() {
-			p.bar.ChangeMax64(m)
+		if p.bar.GetMax64() != barSteps {
+			p.bar.ChangeMax64(barSteps)
 		}
 		p.bar.Describe(p.desc + " " + p.clock(now))
-		_ = p.bar.Set64(int64(done / time.Second))
+		_ = p.bar.Set64(int64(p.fraction() * barSteps))
 		return
 	}
 	if now.Sub(p.last) < p.every {
@@ -103,6 +112,24 @@ func (p *progress) set(done, total time.Duration) {
 	}
 	p.last = now
 	p.line(now)
+}
+
+// barSteps is the bar's resolution: it shows the fraction, in thousandths.
+const barSteps = 1000
+
+// fraction is the share of the work done, 0 to 1, as shown: from the
+// anchor where the total last changed, the work done since over the work
+// that was left then. It never decreases while done does not.
+func (p *progress) fraction() float64 {
+	left := p.total - p.done0
+	if left <= 0 {
+		if p.total > 0 && p.done >= p.total {
+			return 1
+		}
+		return p.fraction0
+	}
+	f := p.fraction0 + (1-p.fraction0)*float64(p.done-p.done0)/float64(left)
+	return min(max(f, p.fraction0), 1)
 }
 
 // note says what runs now (a candidate, its routing, a band member and
@@ -131,10 +158,7 @@ func (p *progress) clock(now time.Time) string {
 // line writes one line: "simulating: 42% (1h12m0s of 2h51m0s simulated),
 // 1m41s elapsed, about 2m19s left; now 16 x H100 SXM, affinity ...".
 func (p *progress) line(now time.Time) {
-	pct := 0.0
-	if p.total > 0 {
-		pct = 100 * float64(p.done) / float64(p.total)
-	}
+	pct := 100 * p.fraction()
 	s := fmt.Sprintf("%s: %.0f%% (%s of %s simulated), %s", p.desc, pct, round(p.done), round(p.total), p.clock(now))
 	if p.what != "" {
 		s += "; now " + p.what

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,41 @@ func TestProgressClockIsTheWallClock(t *testing.T) {
 			t.Errorf("%d lines for 101 s at one a second", strings.Count(out, "\n"))
 		}
 		p.finish()
+	}
+}
+
+// TestProgressNeverBackwards: a plan's total grows when its cheapest
+// candidates miss and dearer ones are simulated; the percentage shown
+// must not run backwards (it went from 97 % to 49 %), and it reaches 100
+// % when the work is done.
+func TestProgressNeverBackwards(t *testing.T) {
+	var stderr bytes.Buffer
+	clk := &fakeClock{t: time.Unix(1e9, 0)}
+	p := newProgress(progressConfig{lines: true, stderr: &stderr, terminal: func() bool { return false }, desc: "simulating", every: time.Nanosecond, now: clk.now})
+	m := time.Minute
+	for _, u := range []struct{ done, total time.Duration }{
+		{0, 100 * m}, {50 * m, 100 * m}, {97 * m, 100 * m}, {97 * m, 200 * m}, {100 * m, 200 * m}, {150 * m, 200 * m},
+		{150 * m, 300 * m}, {299 * m, 300 * m}, {300 * m, 300 * m},
+	} {
+		clk.t = clk.t.Add(time.Second)
+		p.set(u.done, u.total)
+	}
+	pct := regexp.MustCompile(`^simulating: (\d+)%`)
+	last := -1
+	var shown []int
+	for l := range strings.Lines(stderr.String()) {
+		m := pct.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("line %q", l)
+		}
+		n, _ := strconv.Atoi(m[1])
+		shown = append(shown, n)
+		if n < last {
+			t.Errorf("%d %% after %d %%: backwards (%v)", n, last, shown)
+		}
+		last = n
+	}
+	if last != 100 || shown[2] != 97 || shown[3] != 97 {
+		t.Errorf("shown %v: want 97 %% kept when the total doubles and 100 %% at the end", shown)
 	}
 }

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
+	"github.com/agnivade/levenshtein"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func newRootCmd() *cobra.Command {
@@ -21,6 +26,10 @@ It simulates farms before you buy cards (sim, plan), routes production traffic
 		SilenceErrors: true,
 	}
 	root.SetVersionTemplate("warden {{.Version}}\n")
+	// A mistyped command or flag gets the nearest names: cobra suggests
+	// commands within this distance, and flagError flags (pflag has none).
+	root.SuggestionsMinimumDistance = suggestDistance
+	root.SetFlagErrorFunc(flagError)
 	// One line per command; each newXCmd lives in its own file.
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newSimCmd())
@@ -40,4 +49,39 @@ It simulates farms before you buy cards (sim, plan), routes production traffic
 	root.AddCommand(newCompareCmd())
 	root.AddCommand(newCompletionCmd())
 	return root
+}
+
+// suggestDistance is how far (edits) a mistyped name may be from a
+// command or flag it suggests.
+const suggestDistance = 2
+
+// flagError adds to an unknown flag's error the command's flags nearest to
+// it: "unknown flag: --sesions (did you mean --sessions?)".
+func flagError(cmd *cobra.Command, err error) error {
+	msg := err.Error()
+	name, ok := strings.CutPrefix(msg, "unknown flag: --")
+	if !ok {
+		return err
+	}
+	var near []string
+	best := suggestDistance + 1
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		d := levenshtein.ComputeDistance(name, f.Name)
+		if strings.HasPrefix(f.Name, name) && len(name) >= 3 {
+			d = min(d, 1)
+		}
+		switch {
+		case d < best:
+			best, near = d, []string{"--" + f.Name}
+		case d == best:
+			near = append(near, "--"+f.Name)
+		}
+	})
+	if len(near) == 0 {
+		return fmt.Errorf("%w (warden %s --help lists the flags)", err, cmd.Name())
+	}
+	return fmt.Errorf("%w (did you mean %s?)", err, strings.Join(near, " or "))
 }

@@ -51,6 +51,7 @@ type simOptions struct {
 	Requests string // per-request records (JSON lines), "": none
 
 	Timeline time.Duration // > 0: each strategy's run over time, a point every Timeline
+	FreshSteps bool // every step cuts and starts its sessions afresh, as warden bench does
 
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool
@@ -74,10 +75,14 @@ sessions in a closed loop, and compare placement strategies on it.
 
 Each strategy runs on its own copy of the farm, from cold caches; the sessions
 steps (--sessions) run back to back on the same warm replicas, --duration each,
-as the product's bench runs them: moving to the next level starts (or retires)
-sessions while the others carry on. A request still waiting for its first token
-when a step closes counts in that step's TTFB with the wait it had (censored);
-only the end of the last step cuts requests (unfinished). The columns are the KPIs of
+moving to the next level starts (or retires) sessions while the others carry on.
+With --fresh-steps each step instead cuts the requests in flight at its end and
+the next starts all its sessions at once, as warden bench runs its steps (and
+as the product's published benchmark did): sessions that start together on one
+replica stay in step, and each of their first turns waits for another's
+prefill, which lengthens the TTFB tail. A request still waiting for its first
+token when a step closes counts in that step's TTFB with the wait it had
+(censored); the end of the last step cuts requests (unfinished). The columns are the KPIs of
 metrics/kpi.promql evaluated by PromQL over the simulated vLLM and warden
 series, the same expressions that run against a real Prometheus.
 
@@ -104,7 +109,8 @@ the Anthropic and OpenAI SDKs do.`,
   warden sim --sessions 16 --kv-scale 0.85
   warden sim --farm examples/h100-llama31-70b-tp4.yaml --workload claude-code --sessions 16   # presets: bench, claude-code, codex, 5090-farm
   warden sim --farm examples/rtx5090-gemma3-27b-int4.yaml --workload 5090-farm --sessions 26 \
-      --strategies hash,affinity --duration 40m --timeline 5m   # hit %, KV and load per replica over time`,
+      --strategies hash,affinity --duration 40m --timeline 5m   # hit %, KV and load per replica over time
+  warden sim --sessions 4,8 --fresh-steps             # each step's sessions start together, as warden bench runs them`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.changed, opts.stderr = cmd.Flags().Changed, cmd.ErrOrStderr()
@@ -132,6 +138,7 @@ the Anthropic and OpenAI SDKs do.`,
 	f.BoolVar(&opts.SessionReplay, "session-replay", false, "replay the trace's sessions from their recorded starts, each turn after the previous answer and its think time")
 	f.StringVar(&opts.Requests, "requests", "", "write one JSON line per request to this file (session, turn, step, replica, times, tokens, reason)")
 	f.DurationVar(&opts.Timeline, "timeline", 0, "follow each strategy's run from its cold start, a point every DURATION (e.g. 5m): the prefix-cache hit rate and each replica's KV-cache usage and requests in flight over time (text, JSON, and charts in warden report)")
+	f.BoolVar(&opts.FreshSteps, "fresh-steps", false, "cut each step at its end and start the next step's sessions all at once, as warden bench runs its steps (default: the load carries on from step to step)")
 	return cmd
 }
 
@@ -197,7 +204,7 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 	if o.Timeline < 0 || (o.Timeline > 0 && o.Timeline < time.Duration(farm.Spec.ScrapeInterval)) {
 		return e, fmt.Errorf("--timeline %s: want a resolution of at least the farm's scrape interval (%s), e.g. 1m", o.Timeline, time.Duration(farm.Spec.ScrapeInterval))
 	}
-	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed, TimelineStep: o.Timeline}
+	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed, TimelineStep: o.Timeline, FreshSteps: o.FreshSteps}
 	for _, s := range o.Strategies {
 		if err := placement.ValidSpec(s); err != nil {
 			return e, fmt.Errorf("--strategies: %w", err)
@@ -285,8 +292,12 @@ func runSim(ctx context.Context, o *simOptions, out io.Writer) error {
 	if e.Trace != nil {
 		load = "replay of " + e.Trace.Name
 	}
-	if _, err := fmt.Fprintf(out, "%d replicas x %d x %s, %s: %d KV blocks of %d tokens per replica (%d tokens), max_num_seqs %d; %s\n",
-		f.Spec.Replicas, f.Spec.TensorParallelSize, f.GPU.Name, f.Model.Name, f.NumGPUBlocks, f.Spec.VLLM.BlockSize,
+	replicas := "replicas"
+	if f.Spec.Replicas == 1 {
+		replicas = "replica"
+	}
+	if _, err := fmt.Fprintf(out, "%d %s x %d x %s, %s, vLLM %s: %d KV blocks of %d tokens per replica (%d tokens), max_num_seqs %d; %s\n",
+		f.Spec.Replicas, replicas, f.Spec.TensorParallelSize, f.GPU.Name, f.Model.Name, sim.VLLMRelease(f.Behaviour.Version), f.NumGPUBlocks, f.Spec.VLLM.BlockSize,
 		f.NumGPUBlocks*f.Spec.VLLM.BlockSize, f.Spec.VLLM.MaxNumSeqs, load); err != nil { // blocks x block size, as warden kv and vLLM's log say
 		return err
 	}

@@ -137,8 +137,8 @@ func TestSimFlagsGiven(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"sim", "--sessions", "2", "--duration", "10s", "--strategies", "affinity"}, "4 replicas x 1 x RTX A4000, Qwen/Qwen3-4B-Instruct-2507: "},
-		{[]string{"sim", "--sessions", "2", "--duration", "10s", "--strategies", "affinity", "--replicas", "1"}, "1 replicas x 1 x RTX A4000"},
+		{[]string{"sim", "--sessions", "2", "--duration", "10s", "--strategies", "affinity"}, "4 replicas x 1 x RTX A4000, Qwen/Qwen3-4B-Instruct-2507, vLLM 0.26: "},
+		{[]string{"sim", "--sessions", "2", "--duration", "10s", "--strategies", "affinity", "--replicas", "1"}, "1 replica x 1 x RTX A4000"},
 		{[]string{"sim", "--sessions", "2", "--duration", "10s", "--strategies", "affinity", "--gpu", "rtx-4090"}, "4 replicas x 1 x RTX 4090"},
 		{[]string{"sim", "--sessions", "2", "--duration", "10s", "--strategies", "affinity"}, "10s per step"},
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -257,14 +258,12 @@ func runTraceImport(_ context.Context, opts traceImportOptions, out io.Writer) e
 		in = f
 	}
 	h := traces.Header{BlockSize: opts.BlockSize, Source: opts.From + ":" + filepath.Base(opts.In), CreatedBy: "warden " + version}
-	w, err := createTrace(opts.Out, h, out)
-	if err != nil {
+	var res traces.ImportResult
+	err := writeTrace(opts.Out, h, out, func(w *traces.Writer) error {
+		var err error
+		res, err = traces.Import(opts.From, in, opts.In, w, traces.ImportOptions{BlockSize: opts.BlockSize, SkipBad: opts.SkipBad})
 		return err
-	}
-	res, err := traces.Import(opts.From, in, opts.In, w, traces.ImportOptions{BlockSize: opts.BlockSize, SkipBad: opts.SkipBad})
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
+	})
 	if err != nil {
 		return err
 	}
@@ -275,12 +274,40 @@ func runTraceImport(_ context.Context, opts traceImportOptions, out io.Writer) e
 	return nil
 }
 
-// createTrace is traces.Create, with "-" meaning stdout.
-func createTrace(path string, h traces.Header, stdout io.Writer) (*traces.Writer, error) {
+// writeTrace writes a trace to path ("-": stdout) with fill. A file is
+// written under a temporary name beside path and renamed to it only once
+// fill and the close succeed: a failed run leaves no file (a header-only
+// one would pass for an empty trace) and an existing path as it was.
+func writeTrace(path string, h traces.Header, stdout io.Writer, fill func(*traces.Writer) error) error {
 	if path == "-" {
-		return traces.NewWriter(stdout, h), nil
+		w := traces.NewWriter(stdout, h)
+		err := fill(w)
+		return errors.Join(err, w.Close())
 	}
-	return traces.Create(path, h)
+	dir, base := filepath.Split(path)
+	gz := ""
+	if strings.HasSuffix(base, ".gz") {
+		gz = ".gz" // traces.Create compresses by the name's suffix
+	}
+	tmp, err := os.CreateTemp(dir, "."+strings.TrimSuffix(base, gz)+".partial-*"+gz)
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	if err := tmp.Close(); err != nil {
+		return errors.Join(err, os.Remove(name))
+	}
+	w, err := traces.Create(name, h)
+	if err != nil {
+		return errors.Join(err, os.Remove(name))
+	}
+	if err := errors.Join(fill(w), w.Close()); err != nil {
+		return errors.Join(err, os.Remove(name))
+	}
+	if err := os.Rename(name, path); err != nil {
+		return errors.Join(err, os.Remove(name))
+	}
+	return nil
 }
 
 // traceSynthOptions are the flags of `warden trace synth`.
@@ -350,15 +377,7 @@ func runTraceSynth(ctx context.Context, opts traceSynthOptions, out io.Writer) e
 	}
 	source += fmt.Sprintf(" seed=%d", opts.Seed)
 	h := traces.Header{BlockSize: opts.BlockSize, Source: source, CreatedBy: "warden " + version, Concurrency: opts.Sessions}
-	tw, err := createTrace(opts.Out, h, out)
-	if err != nil {
-		return err
-	}
-	err = writeSynth(ctx, tw, opts, w)
-	if cerr := tw.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return writeTrace(opts.Out, h, out, func(tw *traces.Writer) error { return writeSynth(ctx, tw, opts, w) })
 }
 
 // writeSynth writes the sessions of N closed-loop slots: each slot starts

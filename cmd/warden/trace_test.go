@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -260,5 +261,38 @@ subagent_turns: 5
 		if _, _, err := runTraceCLI(t, "sim", "--workload", path, "--sessions", "2", "--duration", "20s", "--strategies", "affinity"); err != nil {
 			t.Errorf("sim --workload %s: %v", path, err)
 		}
+	}
+}
+
+// TestTraceImportFailureLeavesNoFile: an import that fails (a bad line, no
+// --skip-bad) leaves no file at OUT, where it used to leave a header-only
+// one that passes for an empty trace, and an OUT that existed is kept as
+// it was; nothing partial is left beside it.
+func TestTraceImportFailureLeavesNoFile(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(in, []byte(`{"timestamp": 0, "input_length": 100, "output_length": 10, "hash_ids": [1]}`+"\n"+"not json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{filepath.Join(dir, "m.jsonl"), filepath.Join(dir, "m.jsonl.gz")} {
+		if _, _, err := runTraceCLI(t, "trace", "import", "--from", "mooncake", in, out); err == nil {
+			t.Fatalf("%s: a bad line imported without an error", out)
+		}
+		if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after a failed import: %v, want no file", out, err)
+		}
+	}
+	kept := filepath.Join(dir, "kept.jsonl")
+	if err := os.WriteFile(kept, []byte("before\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runTraceCLI(t, "trace", "import", "--from", "mooncake", in, kept); err == nil {
+		t.Fatal("no error")
+	}
+	if b, _ := os.ReadFile(kept); string(b) != "before\n" {
+		t.Errorf("existing OUT became %q", b)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*partial*")); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
 	}
 }

@@ -4,7 +4,7 @@ var KNOWN = [
   ["kv_used_pct", "KV used %", function (r) { return typeof r.kv_usage === "number" ? 100 * r.kv_usage : r.kv_used_pct; }],
   ["prefix_hit_pct", "prefix hit %"],
   ["footprint_tokens", "KV held<br>of cap", kvHeld],
-  ["sessions", "sessions<br>all/active/held", sessionCounts]
+  ["sessions", "sessions<br>all/active/<br>held", sessionCounts]
 ];
 // OPTIONAL columns are shown only when some replica carries their field: the KV events'
 // blocks held and computed tokens by why (kv_events), and the conversations re-homed
@@ -12,7 +12,7 @@ var KNOWN = [
 // since the proxy reports the count, 0, with rehome off too).
 var OPTIONAL = [
   ["kv_events", "cache holds<br>blocks", kvBlocks],
-  ["kv_miss", "computed tok<br>cold/evicted/elsewhere", kvMiss, "kv_events"],
+  ["kv_miss", "computed tok<br>cold/evicted/<br>elsewhere", kvMiss, "kv_events"],
   ["rehomes", "re-homed", function (r) { return num(r.rehomes) + (r.rehomed_in ? " (in " + num(r.rehomed_in) + ")" : ""); }, "rehomes",
     function (r) { return r.rehomes > 0 || r.rehomed_in > 0; }]
 ];
@@ -177,7 +177,9 @@ function panel(m) {
     tr.appendChild(stateCell(r));
     cols.forEach(function (k) {
       var v = k[2] ? k[2](r) : r[k[0]];
-      var td = el("td", typeof v === "string" ? v : num(v));
+      var text = typeof v === "string" ? v : num(v);
+      // "12.3M/2.3M/1.2M" may break after a slash: the table keeps within the page.
+      var td = el("td", text.indexOf("/") >= 0 ? text.replace(/\//g, "/\u200b") : text, text.indexOf("/") >= 0 ? "split" : "");
       td.dataset.field = k[0];
       tr.appendChild(td);
     });
