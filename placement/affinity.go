@@ -167,6 +167,9 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 	i, home, failedHome := nilIndex, -1, -1
 	if remember {
 		i = t.find(key, at)
+		if i != nilIndex && len(r.Failed) == 0 {
+			t.noteGap(i, at) // a retry of a failed request is no new turn
+		}
 		if i != nilIndex {
 			switch h := int(t.entries[i].home); {
 			case usable(reps, h):
@@ -288,6 +291,7 @@ func (a *Affinity) keep(i int32, key uint64, home, to int, at int64, remember bo
 	case !remember:
 		return nilIndex
 	case i == nilIndex:
+		a.table.noteStart()
 		return a.table.insert(key, to, at)
 	default:
 		if home < 0 {

@@ -54,6 +54,9 @@
 //     caller reports with Start and Finish), whose KV admission counts.
 //     held.go keeps them: the conversations' footprints, their think-time
 //     gaps and return timeouts, and the heap of scheduled releases.
+//     activity.go: the active window learned from those gaps (unless
+//     Config.ActiveWindow fixes it), so that a paused conversation still
+//     counts on its home.
 //   - prompt.go: Prompt, what a prefix-aware policy knows of a request's
 //     prompt (its chained block ids and, from KV events or the
 //     simulator's block pools, how many of them each replica holds now);

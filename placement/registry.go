@@ -157,7 +157,7 @@ func ParseSpec(s string) (Spec, error) {
 	name, opts, hasOpts := strings.Cut(s, "+")
 	st, ok := LookupStrategy(name)
 	if !ok {
-		return Spec{}, fmt.Errorf("unknown strategy %q (want one of %s%s)", s, strings.Join(Strategies(), ", "), optionsHelp(", or "))
+		return Spec{}, fmt.Errorf("unknown strategy %q (want one of %s%s%s)", s, strings.Join(Strategies(), ", "), optionsHelp(", or "), groupsHelp())
 	}
 	sp := Spec{Strategy: name}
 	if !hasOpts {
@@ -219,10 +219,24 @@ func optionsHelp(prefix string) string {
 }
 
 // OptionsHelp is the grammar of strategy specs in a line, for --help:
-// "hash, least-loaded, affinity, or affinity+OPTION... with options kv,
-// priced, admit, admit=TIMEOUT, rehome".
+// "hash, least-loaded, affinity, ..., or affinity+OPTION... with options
+// kv, priced, admit, admit=TIMEOUT, rehome, prefix; or peers (every peer's
+// router: llm-d, ...)".
 func OptionsHelp() string {
-	return strings.Join(Strategies(), ", ") + optionsHelp(", or ")
+	return strings.Join(Strategies(), ", ") + optionsHelp(", or ") + groupsHelp()
+}
+
+// groupsHelp is "; or peers (every peer's router: ...)" for the group
+// names a strategy list takes.
+func groupsHelp() string {
+	var parts []string
+	for _, g := range groups() {
+		parts = append(parts, g.Name+" ("+g.Words+")")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; or " + strings.Join(parts, ", ")
 }
 
 // optionList is "kv, priced, admit, admit=TIMEOUT, rehome".
@@ -235,6 +249,53 @@ func optionList(s *Strategy) string {
 		}
 	}
 	return strings.Join(ws, ", ")
+}
+
+// Group is a name that stands for several strategies in a strategy list
+// (warden sim --strategies, a plan's strategies, warden tune --variants):
+// "peers" for every peer's router, so that one word runs the whole
+// comparison ("affinity,affinity+kv+priced+admit,peers").
+type Group struct {
+	Name  string
+	Words string   // what it stands for, for --help and errors
+	specs []string // its members, resolved when the group is expanded
+}
+
+// GroupPeers is the group of the peers' routers (PeerNames).
+const GroupPeers = "peers"
+
+// groups are the group names a strategy list takes, in display order.
+func groups() []Group {
+	return []Group{{Name: GroupPeers, Words: "every peer's router (" + strings.Join(PeerNames(), ", ") + ")", specs: PeerNames()}}
+}
+
+// Groups returns the group names a strategy list takes.
+func Groups() []Group { return groups() }
+
+// ExpandSpecs resolves a strategy list: each item is a spec (ParseSpec)
+// or a group name, which stands for its members in the registry's order.
+// A spec given twice, by name or through a group, is kept once, where it
+// first appears. The error names the item that does not parse.
+func ExpandSpecs(list []string) ([]string, error) {
+	out := make([]string, 0, len(list))
+	add := func(s string) {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	for _, item := range list {
+		if i := slices.IndexFunc(groups(), func(g Group) bool { return g.Name == item }); i >= 0 {
+			for _, s := range groups()[i].specs {
+				add(s)
+			}
+			continue
+		}
+		if err := ValidSpec(item); err != nil {
+			return nil, err
+		}
+		add(item)
+	}
+	return out, nil
 }
 
 // ValidSpec reports what is wrong with spec s, nil when it parses.

@@ -204,12 +204,11 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 	if o.Timeline < 0 || (o.Timeline > 0 && o.Timeline < time.Duration(farm.Spec.ScrapeInterval)) {
 		return e, fmt.Errorf("--timeline %s: want a resolution of at least the farm's scrape interval (%s), e.g. 1m", o.Timeline, time.Duration(farm.Spec.ScrapeInterval))
 	}
-	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed, TimelineStep: o.Timeline, FreshSteps: o.FreshSteps}
-	for _, s := range o.Strategies {
-		if err := placement.ValidSpec(s); err != nil {
-			return e, fmt.Errorf("--strategies: %w", err)
-		}
+	strategies, err := placement.ExpandSpecs(o.Strategies)
+	if err != nil {
+		return e, fmt.Errorf("--strategies: %w", err)
 	}
+	e = sim.Experiment{Farm: farm, Strategies: strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed, TimelineStep: o.Timeline, FreshSteps: o.FreshSteps}
 	if o.Spill != "" {
 		t, err := placement.ParseSpillThreshold(o.Spill)
 		if err != nil {
