@@ -62,7 +62,8 @@
 //     kvevents subscriber per replica (the proxy dials), or one listener
 //     the publishers connect to, told apart by topic and rank (kvRoutes),
 //     follows vLLM's KV-cache events over ZeroMQ from the model's start to
-//     its stop; status.go shows each replica's blocks held and computed
+//     its stop (a reload that changes kv_events replaces the model:
+//     sameKVEvents); status.go shows each replica's blocks held and computed
 //     tokens by why (kv_events) and the listener (kv_events_listen).
 //   - max_num_seqs (for the auto spill threshold): models[].max_num_seqs,
 //     else the server's *_config_info label, else vLLM's default for

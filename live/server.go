@@ -186,7 +186,7 @@ func (s *Server) build(cfg *Config, old *routing) (rt *routing, succeeds map[*mo
 		if old != nil {
 			prev = old.models[mc.Name]
 		}
-		if prev != nil && prev.sameBackends(mc) && prev.samePolicy(mc) &&
+		if prev != nil && prev.sameBackends(mc) && prev.samePolicy(mc) && prev.sameKVEvents(mc) &&
 			old.cfg.ScrapeInterval == cfg.ScrapeInterval && old.cfg.Timeouts.Health == cfg.Timeouts.Health {
 			rt.models[mc.Name] = prev
 			rt.names = append(rt.names, mc.Name)
@@ -212,7 +212,8 @@ func (s *Server) build(cfg *Config, old *routing) (rt *routing, succeeds map[*mo
 // Reload switches to cfg without dropping connections or affinity. A model
 // whose replicas and placement settings are unchanged is kept as it is. A
 // changed one (spill threshold, TTL, cap, active window, max_num_seqs,
-// gpu, strategy, replica list, scrape interval, health timeout) is
+// gpu, strategy, replica list, kv_events, scrape interval, health
+// timeout) is
 // replaced by a successor that inherits its session table, renumbered to
 // the new replica list and reconfigured: every session whose home is
 // still configured keeps it, the sessions of a removed replica are placed
