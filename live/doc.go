@@ -191,7 +191,8 @@
 // bounds the bytes of the buffers all bodies hold at once, each from its
 // first byte until the replica answers (default an eighth of the
 // machine's memory, see DefaultMaxBodyBytesInFlight; bodybuf.go's
-// bodyBudget): a body that would pass it is refused the
+// bodyBudget, which counts warden epp's bodies too: TakeBodyBytes, and
+// Decide reads its caller's body in place): a body that would pass it is refused the
 // same way (its rest read and dropped first, so that a client still
 // sending reads the answer), 413 when it is larger than the bound alone;
 // warden_request_body_bytes shows what is held.

@@ -72,8 +72,8 @@ limits.max_connections open at once, limits.max_in_flight streams each,
 the HTTP/2 preface within timeouts.read_header, a connection without a
 stream for timeouts.idle closed. A request must arrive whole within
 timeouts.read (else 408), and the request bodies held at once, across
-streams, within limits.max_in_flight MiB (at least one body of
-limits.max_body_bytes; past it 429, Retry-After). A request to a path that
+streams, within limits.max_body_bytes_in_flight, as in the proxy (past it
+429, Retry-After). A request to a path that
 is no inference API, or without a body, goes to the endpoint with the
 fewest requests in flight, uncounted.
 
