@@ -58,8 +58,9 @@
 //     the gRPC address, admin the /metrics address, and each model's
 //     replicas are the pool's endpoints, http://IP:PORT, one per pod and
 //     target port (a vLLM pod with one port per data-parallel rank is one
-//     endpoint per port); no placeholder session_key, the key read from a
-//     Secret's file (ReadSessionKey).
+//     endpoint per port); session_key as the proxy takes it (no
+//     placeholder, the key read from a Secret's file: live's
+//     sessionkey.go, ConfigOptions.Keys).
 //   - pool.go, discovery.go: warden epp --kubernetes. Pool reads the
 //     InferencePool (inference.networking.k8s.io/v1, through the dynamic
 //     client: spec.selector.matchLabels and spec.targetPorts[].number, as

@@ -70,7 +70,8 @@
 //     models[].gpu (1024 on >= 70 GiB GPUs other than the A100, else 256),
 //     else 256; the last two are assumptions, logged once after the first
 //     scrape and listed in /api/status "warnings".
-//   - config.go (strict YAML, errors "file:line: key: ..."), status.go
+//   - config.go (strict YAML, errors "file:line: key: ..."; sessionkey.go:
+//     session_key from --session-key-file, placeholders refused), status.go
 //     (the dashboard's data), history.go (the last hour of token rates per
 //     model and replica, from vLLM's counters, for the stats page: GET
 //     /api/history), obs.go (Prometheus metrics), journal.go (request

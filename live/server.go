@@ -91,6 +91,9 @@ func WithAdminHandler(pattern string, h http.Handler) Option {
 // NewServer builds a server for cfg. It starts nothing: Serve starts the
 // scrape loops and the listeners.
 func NewServer(cfg *Config, opts ...Option) (*Server, error) {
+	if cfg.KeyToCome() {
+		return nil, errors.New("live: session_store without session_key: give it with --session-key-file")
+	}
 	s := &Server{log: slog.Default()}
 	s.drained, s.endStreams = context.WithCancel(context.Background())
 	for _, o := range opts {

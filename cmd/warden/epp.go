@@ -129,15 +129,11 @@ manifests.`,
 // lists no replicas (the pool's pods are). The session key comes from
 // --session-key-file when given.
 func loadEPPConfig(opts *eppOptions) (*live.Config, error) {
-	o := epp.ConfigOptions{Kubernetes: opts.Kubernetes, KeyLater: opts.Check && opts.SessionKeyFile == ""}
-	if opts.SessionKeyFile != "" {
-		key, err := epp.ReadSessionKey(opts.SessionKeyFile)
-		if err != nil {
-			return nil, err
-		}
-		o.SessionKey = key
+	keys, err := sessionKeys(opts.SessionKeyFile, opts.Check)
+	if err != nil {
+		return nil, err
 	}
-	return epp.LoadConfig(opts.Config, o)
+	return epp.LoadConfig(opts.Config, epp.ConfigOptions{Kubernetes: opts.Kubernetes, Keys: keys})
 }
 
 // checkKubeFlags refuses the Kubernetes flags without --kubernetes, and
@@ -175,10 +171,8 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 		}
 	}
 	if opts.Check {
-		if cfg.SessionStore != "" && cfg.SessionKey == "" {
-			if _, err := fmt.Fprintf(out, "%s: session_key: none in the file: give it with --session-key-file when the picker runs\n", opts.Config); err != nil {
-				return err
-			}
+		if err := noteKeyToCome(out, opts.Config, cfg, "the picker"); err != nil {
+			return err
 		}
 		if opts.Kubernetes {
 			_, err := fmt.Fprintf(out, "%s: OK, %d model(s), endpoints from the InferencePool's ready pods (--kubernetes)\n", opts.Config, len(cfg.Models))
