@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +145,29 @@ func (e *runningEPP) stop() {
 		}
 	case <-time.After(10 * time.Second):
 		e.t.Fatal("warden epp did not stop within 10s of SIGTERM")
+	}
+}
+
+// TestEPPConfigSizeBounded: warden epp reads its configuration as the
+// proxy does, refusing one over live.MaxConfigBytes without reading it
+// whole (issue 46 item 8 bounded the proxy's; the picker read a 100 MiB
+// file whole before it found it no YAML).
+func TestEPPConfigSizeBounded(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "epp.yaml")
+	if err := os.WriteFile(big, []byte("listen: :8080\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, 100<<20); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := runEPP(context.Background(), &eppOptions{Config: big, Check: true, LogLevel: "error"}, io.Discard, io.Discard)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "more than the 1048576 bytes") {
+		t.Errorf("err = %v, want the file refused as too large", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Errorf("%d MiB allocated to refuse it", grew>>20)
 	}
 }
