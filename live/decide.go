@@ -359,7 +359,8 @@ func (s *Server) Endpoints() []string {
 // Run serves what the proxy serves beside its client listener, for a
 // front end that brings its own (warden epp): the scrape and health loops
 // of every model, the session store's loop, and the admin handler on
-// adminLn (nil: none), until ctx is done. Decide may be called before Run
+// adminLn (nil: none; bounded as Serve bounds it, adminListener), until
+// ctx is done. Decide may be called before Run
 // and after it returns; while Run runs, the first request of a model waits
 // for its first scrape (awaitFirstProbe).
 func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
@@ -369,10 +370,13 @@ func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
 	}
 
 	errc := make(chan error, 1)
-	var admin *http.Server
+	var (
+		admin *http.Server
+		aln   *clientListener
+	)
 	if adminLn != nil {
-		admin = &http.Server{Handler: s.Admin(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- admin.Serve(adminLn) }()
+		admin, aln = s.adminServer(), s.adminListener(adminLn)
+		go func() { errc <- admin.Serve(aln) }()
 	}
 	select {
 	case <-ctx.Done():
@@ -385,6 +389,7 @@ func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
 		if err == nil {
 			err = <-errc
 		}
+		aln.wait() // connections being refused over adminMaxConns: within refuseWait
 	}
 	s.endStreams()
 	return s.stopLoops(stopLoops, storeDone, err, "run")
@@ -440,7 +445,7 @@ func (s *Server) Timeouts() Timeouts { return s.state.Load().cfg.Timeouts }
 // writes bounded by timeouts.client_write (see clientListener). Call it
 // once, before Run.
 func (s *Server) ClientListener(ln net.Listener) net.Listener {
-	cl := newClientListener(ln, s.state.Load().cfg.Limits.MaxConnections, false, &s.clientWrite, s.log, s.obs)
+	cl := newClientListener(ln, s.state.Load().cfg.Limits.MaxConnections, clientRole(s.obs, false), &s.clientWrite, s.log, s.obs)
 	s.clientLn.Store(cl)
 	return cl
 }

@@ -181,7 +181,11 @@
 // Go drops a Content-Length beside it before the handler, so this covers
 // requests that had both). The admin address answers only requests whose
 // Host names it (an IP address, localhost, the admin setting's host, the
-// machine's name, admin_hosts): else 403, against DNS rebinding.
+// machine's name, admin_hosts): else 403, against DNS rebinding. It is
+// bounded as the clients' listener is, by the same clientListener (Serve
+// and Run: adminListener in server.go): 64 connections, idle ones closed
+// after 30 s; over them a GET /healthz is still answered (a probe during
+// a flood) and any other request gets 503 with Retry-After.
 //
 // Limits. limits.max_in_flight bounds the requests the whole proxy holds
 // (default sized for the machine's memory, see DefaultMaxInFlight); beyond

@@ -58,7 +58,8 @@ session_store (several pickers active-active agree on homes).
 
 The configuration is the proxy's (see warden proxy): listen is the gRPC
 address the gateway's ext_proc filter calls, admin serves /metrics, the
-dashboard and /api/status, and each model's replicas are the pool's
+dashboard and /api/status (at most 64 connections at once, as the proxy's),
+and each model's replicas are the pool's
 endpoints, http://IP:PORT, one per pod and target port. gRPC health services
 on the gRPC address and, alone, on --health-listen (9003, where the llm-d
 chart and the Inference Extension's conformance manifests probe):

@@ -51,7 +51,9 @@ computed, completion tokens per second and the hit rate, per replica too; echart
 is served from the binary), /metrics (Prometheus), /api/status and /api/history
 (JSON) and /healthz (503 while the client listener is at limits.max_connections
 or cannot accept: out of file descriptors); it answers only a Host header that
-names it (an IP address, localhost, this machine's name, admin_hosts).
+names it (an IP address, localhost, this machine's name, admin_hosts), and
+serves at most 64 connections at once (idle ones closed after 30 s): over
+them /healthz is still answered, any other request gets 503.
 SIGHUP reloads the configuration without dropping connections or sessions:
 every session whose home replica is still configured keeps it, a replica
 added takes new sessions only, and running streams keep their in-flight
