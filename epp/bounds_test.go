@@ -24,6 +24,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// bodiesHeld are the bytes of request bodies the picker holds and its
+// budget.
+func bodiesHeld(p *picker) (held, limit int64) { return p.ls.BodyBytes() }
+
 // heapInUse is the heap in use after a collection.
 func heapInUse() int64 {
 	runtime.GC()
@@ -33,14 +37,18 @@ func heapInUse() int64 {
 }
 
 // TestBodiesHeldWithinBudget (issue 46, item 3): 40 streams each send
-// their headers and 960 KiB of body, and never the body's end. With
-// limits.max_in_flight 4 the picker's budget for the bodies it holds is
-// 4 MiB: the streams past it are refused at once, 429 in the client's
-// shape with Retry-After, and let go; what the picker holds stays within
-// the budget. Before, every body was kept: the heap grew by the 40
-// bodies (38 MiB here; 1.3 GB with 17 MiB bodies), and stayed so.
+// their headers and 960 KiB of body, and never the body's end. The
+// picker's budget for the bodies it holds is the proxy's,
+// limits.max_body_bytes_in_flight, here 4 MiB: the streams past it are
+// refused at once, 429 in the client's shape with Retry-After, and let
+// go; what the picker holds stays within the budget, counted where the
+// proxy counts its bodies (warden_request_body_bytes). Before, every body
+// was kept: the heap grew by the 40 bodies (38 MiB here; 1.3 GB with
+// 17 MiB bodies), and stayed so; then the budget was a second one, sized
+// from limits.max_in_flight (1 MiB each), which ignored
+// max_body_bytes_in_flight (none of the 40 refused here).
 func TestBodiesHeldWithinBudget(t *testing.T) {
-	p := startPicker(t, pickerYAML("limits: {max_body_bytes: 1MiB, max_in_flight: 4}\n", "", "127.0.0.1:1"))
+	p := startPicker(t, pickerYAML("limits: {max_body_bytes: 1MiB, max_body_bytes_in_flight: 4MiB, max_in_flight: 1000}\n", "", "127.0.0.1:1"))
 	before := heapInUse()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -85,12 +93,13 @@ func TestBodiesHeldWithinBudget(t *testing.T) {
 	for refused.Load() < streams-4 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	held, budget := p.s.bodies.state()
+	held, budget := bodiesHeld(p)
 	grown := heapInUse() - before
 	t.Logf("40 bodies of 960 KiB without their end: %d refused, %d bytes held (budget %d), heap +%.1f MiB", refused.Load(), held, budget, float64(grown)/(1<<20))
 	if budget != 4<<20 {
-		t.Errorf("budget %d, want 4 MiB (limits.max_in_flight 4 x 1 MiB)", budget)
+		t.Errorf("budget %d, want 4 MiB (limits.max_body_bytes_in_flight)", budget)
 	}
+	waitMetric(t, p, "warden_request_body_bytes")
 	if refused.Load() < streams-4 || held > budget {
 		t.Errorf("%d streams refused, %d bytes held: want at least %d refused and at most %d held", refused.Load(), held, streams-4, budget)
 	}
@@ -105,13 +114,33 @@ func TestBodiesHeldWithinBudget(t *testing.T) {
 	cancel()
 	wg.Wait()
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if held, _ := p.s.bodies.state(); held == 0 {
+		if held, _ := bodiesHeld(p); held == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d bytes still held after every stream ended", held)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestBodyOverBudgetAlone: with limits.max_body_bytes_in_flight below
+// max_body_bytes, a body that alone is larger than the budget is refused
+// as too large (413 in the client's shape), as the proxy refuses it, not
+// shed with 429 to be retried for ever; a body within it still passes.
+func TestBodyOverBudgetAlone(t *testing.T) {
+	ep, _ := startReplica(t, "")
+	p := startPicker(t, pickerYAML("limits: {max_body_bytes: 1MiB, max_body_bytes_in_flight: 64KiB}\n", "", ep))
+	g := newGateway(p, filterv3.ProcessingMode_FULL_DUPLEX_STREAMED)
+	if a := g.do(t, request{path: "/v1/chat/completions", header: sessionHeader("small"), body: chatBody("small", 0, 8<<10, false)}); a.status != http.StatusOK {
+		t.Fatalf("a 8 KiB body: %d %s", a.status, a.body)
+	}
+	a := g.do(t, request{path: "/v1/chat/completions", header: sessionHeader("big"), body: chatBody("big", 0, 96<<10, false)})
+	if a.status != http.StatusRequestEntityTooLarge || !strings.Contains(string(a.body), "limits.max_body_bytes_in_flight") {
+		t.Errorf("a 96 KiB body over a 64 KiB budget: %d %s; want 413 naming limits.max_body_bytes_in_flight", a.status, a.body)
+	}
+	if held, _ := bodiesHeld(p); held != 0 {
+		t.Errorf("%d bytes of body held after both", held)
 	}
 }
 
@@ -154,7 +183,7 @@ func TestBodyNeverEndsTimesOut(t *testing.T) {
 				t.Fatalf("%v %s; want 408 with %s", ir.GetStatus().GetCode(), ir.GetBody(), tt.want)
 			}
 			t.Logf("a body without its end: %d after %v: %s", ir.GetStatus().GetCode(), time.Since(start).Round(time.Millisecond), ir.GetBody())
-			if held, _ := p.s.bodies.state(); held != 0 {
+			if held, _ := bodiesHeld(p); held != 0 {
 				t.Errorf("%d bytes of body still held", held)
 			}
 		})

@@ -33,8 +33,6 @@
 //     connections may hold is bounded as the proxy's clients are: the
 //     gRPC listener is live's client listener (limits.max_connections),
 //     and gRPC's own limits bound each connection (serverOptions).
-//   - budget.go: the one budget for the request bodies held across
-//     streams (limits.max_in_flight MiB); past it a stream is refused.
 //   - process.go: one ext_proc stream, i.e. one HTTP request. How the
 //     messages come is what llm-d-router's EPP
 //     (pkg/epp/handlers/server.go, request.go) handles in practice: in
@@ -50,14 +48,19 @@
 //     (headers, body, trailers) ends the request's in-flight count, reads
 //     the usage for the conversation's footprint and attributes a retried
 //     request to the endpoint that served it. The request phase must end
-//     within timeouts.read (else 408 in the client's shape).
+//     within timeouts.read (else 408 in the client's shape), and its
+//     body, gathered from the gateway's chunks, is counted against the
+//     proxy's budget, limits.max_body_bytes_in_flight (live's
+//     TakeBodyBytes): past it the stream is refused (429 in the client's
+//     shape, Retry-After); Decide reads the body in place.
 //   - config.go: the configuration is the proxy's (live.Config) with the
 //     picker's rules (ParseConfig; CheckConfig in server.go): listen is
 //     the gRPC address, admin the /metrics address, and each model's
 //     replicas are the pool's endpoints, http://IP:PORT, one per pod and
 //     target port (a vLLM pod with one port per data-parallel rank is one
-//     endpoint per port); no placeholder session_key, the key read from a
-//     Secret's file (ReadSessionKey).
+//     endpoint per port); session_key as the proxy takes it (no
+//     placeholder, the key read from a Secret's file: live's
+//     sessionkey.go, ConfigOptions.Keys).
 //   - pool.go, discovery.go: warden epp --kubernetes. Pool reads the
 //     InferencePool (inference.networking.k8s.io/v1, through the dynamic
 //     client: spec.selector.matchLabels and spec.targetPorts[].number, as

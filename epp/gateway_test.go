@@ -154,7 +154,9 @@ func pickerOver(t testing.TB, n int, modelExtra string) (*picker, []string) {
 	return p, eps
 }
 
-// pickerYAML is an EPP configuration of one model over the endpoints.
+// pickerYAML is an EPP configuration of one model over the endpoints:
+// extra's settings, else timeouts {drain: 5s, health: 1s} and
+// scrape_interval 50ms.
 func pickerYAML(extra, modelExtra string, endpoints ...string) string {
 	urls := make([]string, len(endpoints))
 	for i, e := range endpoints {
@@ -163,7 +165,10 @@ func pickerYAML(extra, modelExtra string, endpoints ...string) string {
 	if !strings.Contains(extra, "timeouts:") {
 		extra = "timeouts: {drain: 5s, health: 1s}\n" + extra
 	}
-	return "auth: passthrough\nscrape_interval: 50ms\n" + extra +
+	if !strings.Contains(extra, "scrape_interval:") {
+		extra = "scrape_interval: 50ms\n" + extra
+	}
+	return "auth: passthrough\n" + extra +
 		"models:\n  - name: " + testModel + "\n    replicas: [" + strings.Join(urls, ", ") + "]\n" + modelExtra
 }
 

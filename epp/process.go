@@ -40,7 +40,7 @@ type stream struct {
 	method   string
 	subset   *subset // nil: no hint
 	headers  bool    // request headers seen
-	body     []byte  // the request body gathered so far; its capacity is taken from s.bodies
+	body     []byte  // the request body gathered so far; its capacity counted by live.TakeBodyBytes
 	overflow bool    // the body passed limits.max_body_bytes: no more is kept
 	decided  bool    // an endpoint was sent (or the request refused)
 	// through: the request is no conversation turn (no body, or a path
@@ -142,15 +142,17 @@ func (st *stream) timedOut() error {
 	return st.immediate(st.s.live.Refuse(st.path, st.header, live.RefuseReadTimeout, "read", msg))
 }
 
-// keepBody appends chunk to the body gathered, its capacity taken from
-// the picker's body budget first; false when the budget cannot give it.
+// keepBody appends chunk to the body gathered, its capacity counted
+// first against limits.max_body_bytes_in_flight, the budget of every
+// request body the process holds (live's TakeBodyBytes); false when the
+// budget cannot give it.
 func (st *stream) keepBody(chunk []byte) bool {
 	need := len(st.body) + len(chunk)
 	if need > cap(st.body) {
 		// Grow as append would (doubling), but never past the body limit
 		// plus the byte that tells Decide it is too large.
 		grown := min(max(need, 2*cap(st.body), 4<<10), st.s.live.MaxBodyBytes()+1)
-		if !st.s.bodies.take(grown - cap(st.body)) {
+		if !st.s.live.TakeBodyBytes(grown - cap(st.body)) {
 			return false
 		}
 		b := make([]byte, len(st.body), grown)
@@ -163,7 +165,7 @@ func (st *stream) keepBody(chunk []byte) bool {
 
 // freeBody gives the body's capacity back to the budget.
 func (st *stream) freeBody() {
-	st.s.bodies.give(cap(st.body))
+	st.s.live.GiveBodyBytes(cap(st.body))
 	st.body = nil
 }
 
@@ -377,13 +379,21 @@ func (st *stream) requestBody(b *extprocv3.HttpBody) (bool, error) {
 			chunk = chunk[:limit+1-len(st.body)]
 			st.overflow = true
 		}
-		if !st.keepBody(chunk) {
-			// The bodies held across streams are at the picker's budget:
-			// shed this one (the client retries) rather than grow past it.
+		if _, budget := st.s.live.BodyBytes(); int64(len(st.body)+len(chunk)) > budget {
+			// limits.max_body_bytes_in_flight below max_body_bytes: a
+			// body that alone will never fit is refused as too large,
+			// not shed to be retried.
 			st.freeBody()
-			held, budget := st.s.bodies.state()
-			return true, st.immediate(st.s.live.Refuse(st.path, st.header, live.RefuseOverloaded, "body_memory",
-				fmt.Sprintf("the picker holds %d bytes of request bodies, its budget is %d bytes: retry shortly", held, budget)))
+			return true, st.immediate(st.s.live.Refuse(st.path, st.header, live.RefuseTooLarge, "too_large",
+				fmt.Sprintf("request body is larger than the %d bytes the picker holds of all bodies at once (limits.max_body_bytes_in_flight)", budget)))
+		}
+		if !st.keepBody(chunk) {
+			// The bodies held across streams are at the budget: shed
+			// this one (the client retries) rather than grow past it.
+			st.freeBody()
+			_, budget := st.s.live.BodyBytes()
+			return true, st.immediate(st.s.live.Refuse(st.path, st.header, live.RefuseOverloaded, "body_budget",
+				fmt.Sprintf("the picker holds %d bytes of request bodies, its limit (limits.max_body_bytes_in_flight); retry shortly", budget)))
 		}
 	}
 	if !eos {

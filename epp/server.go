@@ -61,9 +61,8 @@ type Server struct {
 	live       *live.Server
 	log        *slog.Logger
 	health     *health.Server
-	grpc       *grpc.Server // ext_proc and health
-	healthGRPC *grpc.Server // health alone, on the health port
-	bodies     *bodyBudget
+	grpc       *grpc.Server        // ext_proc and health
+	healthGRPC *grpc.Server        // health alone, on the health port
 	grpcOpts   []grpc.ServerOption // tests: interceptors
 }
 
@@ -80,7 +79,6 @@ func New(ls *live.Server, opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
-	s.bodies = newBodyBudget(bodyBudgetOf(ls.Limits()))
 	// Until Serve runs, only liveness answers SERVING.
 	s.health.SetServingStatus(ServiceLiveness, healthpb.HealthCheckResponse_SERVING)
 	for _, svc := range []string{ServiceReadiness, ServiceExtProc, ServiceInferenceExtension} {

@@ -40,6 +40,8 @@ type Config struct {
 	// SessionKey keys the HMAC applied to session ids before they are stored,
 	// logged or journaled. Empty: a random key per process (hashes then
 	// differ between runs; set a key to correlate journals across restarts).
+	// A placeholder (change-me-..., <...>) is refused; best kept out of the
+	// file and given with --session-key-file (sessionkey.go).
 	SessionKey string `yaml:"session_key"`
 	// SessionStore shares session homes, conversations held and in-flight
 	// counts between several proxies: redis://HOST:PORT/DB or rediss://
@@ -58,6 +60,10 @@ type Config struct {
 	ScrapeInterval Duration   `yaml:"scrape_interval"` // default 1s
 	Journal        JournalCfg `yaml:"journal"`
 	Models         []ModelCfg `yaml:"models"`
+
+	// keyLater: session_key is to come from --session-key-file at run
+	// (KeyOptions.Later); a store without one is accepted.
+	keyLater bool
 }
 
 // Limits bound what a client may send.

@@ -188,16 +188,20 @@ func (c *Config) resolveAuth() error {
 	return nil
 }
 
-// resolveStore checks session_store and the keys that go with it.
+// resolveStore checks session_key (no placeholder), session_store and the
+// keys that go with it.
 func (c *Config) resolveStore() error {
+	if err := checkKey(c.SessionKey); err != nil {
+		return err
+	}
 	if c.SessionStore == "" {
 		if c.SessionStorePasswordEnv != "" || c.SessionStoreTimeout != 0 {
 			return verr("session_store", "required with session_store_password_env or session_store_timeout")
 		}
 		return nil
 	}
-	if c.SessionKey == "" {
-		return verr("session_key", "required with session_store (the same key on every proxy: ids are stored HMAC-hashed)")
+	if c.SessionKey == "" && !c.keyLater {
+		return verr("session_key", "required with session_store (the same key on every proxy: ids are stored HMAC-hashed): give it with --session-key-file")
 	}
 	if _, _, err := parseStoreURL(c.SessionStore, c.SessionStorePasswordEnv); err != nil {
 		field := "session_store"

@@ -1,7 +1,6 @@
 package live
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -30,7 +29,10 @@ type DecideInput struct {
 	Method string          // "" is POST
 	Path   string          // the request path, without its query
 	Header http.Header     // the client's headers (canonical or lower-case keys)
-	Body   []byte          // the whole request body
+	// Body is the whole request body, read in place: the caller holds it,
+	// counted against limits.max_body_bytes_in_flight (TakeBodyBytes), and
+	// leaves it unchanged until the Decision's Finish.
+	Body []byte
 	// Allowed, when not nil, restricts the endpoints (host:port) that may
 	// serve the request: the gateway's subset hint. When the policy picks
 	// outside it, the request goes to the subset's healthy replica with
@@ -91,6 +93,9 @@ const (
 	// RefuseUnavailable: no endpoint can take it (503 OpenAI, 529
 	// Anthropic).
 	RefuseUnavailable
+	// RefuseTooLarge: the request body alone is larger than the front end
+	// may hold (413).
+	RefuseTooLarge
 )
 
 // Refuse is a refusal that a front end makes itself for a request to path
@@ -104,6 +109,8 @@ func (s *Server) Refuse(path string, h http.Header, k RefusalKind, reason, msg s
 		ref.kind = errReadTimeout
 	case RefuseOverloaded:
 		ref.kind, ref.retryAfter = errOverloaded, 1
+	case RefuseTooLarge:
+		ref.kind = errTooLarge
 	default:
 		ref.kind = errUnavailable
 	}
@@ -144,7 +151,7 @@ func (s *Server) Decide(in DecideInput) (*Decision, *Refusal) {
 		ctx = context.Background()
 	}
 	c, ref := s.admit(rt, &inbound{ctx: ctx, api: api, path: in.Path, header: in.Header,
-		body: bytes.NewReader(in.Body), length: int64(len(in.Body))})
+		whole: in.Body, read: true, length: int64(len(in.Body))})
 	if ref != nil {
 		return nil, s.refusalOf(api, ref)
 	}
@@ -167,8 +174,7 @@ func (s *Server) Decide(in DecideInput) (*Decision, *Refusal) {
 	d.endpoint = c.cur.rep.target.Host
 	d.fallback = d.c.m.fallbacks(c.cur.rep, in.Allowed)
 	if s.journal == nil {
-		// The gateway sends the body itself: the copy admit read is
-		// given back now, with its share of limits.max_body_bytes_in_flight,
+		// The gateway sends the body itself: the call lets go of it now,
 		// not when the response ends (the journal reads it then).
 		c.rb.release()
 	}
@@ -355,7 +361,8 @@ func (s *Server) Endpoints() []string {
 // Run serves what the proxy serves beside its client listener, for a
 // front end that brings its own (warden epp): the scrape and health loops
 // of every model, the session store's loop, and the admin handler on
-// adminLn (nil: none), until ctx is done. Decide may be called before Run
+// adminLn (nil: none; bounded as Serve bounds it, adminListener), until
+// ctx is done. Decide may be called before Run
 // and after it returns; while Run runs, the first request of a model waits
 // for its first scrape (awaitFirstProbe).
 func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
@@ -365,10 +372,13 @@ func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
 	}
 
 	errc := make(chan error, 1)
-	var admin *http.Server
+	var (
+		admin *http.Server
+		aln   *clientListener
+	)
 	if adminLn != nil {
-		admin = &http.Server{Handler: s.Admin(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { errc <- admin.Serve(adminLn) }()
+		admin, aln = s.adminServer(), s.adminListener(adminLn)
+		go func() { errc <- admin.Serve(aln) }()
 	}
 	select {
 	case <-ctx.Done():
@@ -381,6 +391,7 @@ func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
 		if err == nil {
 			err = <-errc
 		}
+		aln.wait() // connections being refused over adminMaxConns: within refuseWait
 	}
 	s.endStreams()
 	return s.stopLoops(stopLoops, storeDone, err, "run")
@@ -396,6 +407,29 @@ func (s *Server) Models() []string { return slices.Clone(s.state.Load().names) }
 // front end that gathers a body in pieces stops gathering past it (Decide
 // answers 413).
 func (s *Server) MaxBodyBytes() int { return int(s.state.Load().cfg.Limits.MaxBodyBytes) }
+
+// TakeBodyBytes counts n more bytes of request body that a front end
+// holds itself (warden epp gathers each body from the gateway's chunks)
+// against limits.max_body_bytes_in_flight: the one budget of the request
+// bodies a process holds, the proxy's own included, shown by
+// warden_request_body_bytes. False, counting nothing, when the bodies
+// held would pass it. GiveBodyBytes gives them back.
+func (s *Server) TakeBodyBytes(n int) bool {
+	return s.bodies.take(int64(n), int64(s.state.Load().cfg.Limits.MaxBodyBytesInFlight))
+}
+
+// GiveBodyBytes gives back n bytes that TakeBodyBytes counted.
+func (s *Server) GiveBodyBytes(n int) {
+	if n > 0 {
+		s.bodies.give(int64(n))
+	}
+}
+
+// BodyBytes are the bytes of request body held now and their bound,
+// limits.max_body_bytes_in_flight.
+func (s *Server) BodyBytes() (held, limit int64) {
+	return s.bodies.held.Load(), int64(s.state.Load().cfg.Limits.MaxBodyBytesInFlight)
+}
 
 // Limits are the limits of the current configuration, defaults filled.
 func (s *Server) Limits() Limits { return s.state.Load().cfg.Limits }
@@ -413,7 +447,7 @@ func (s *Server) Timeouts() Timeouts { return s.state.Load().cfg.Timeouts }
 // writes bounded by timeouts.client_write (see clientListener). Call it
 // once, before Run.
 func (s *Server) ClientListener(ln net.Listener) net.Listener {
-	cl := newClientListener(ln, s.state.Load().cfg.Limits.MaxConnections, false, &s.clientWrite, s.log, s.obs)
+	cl := newClientListener(ln, s.state.Load().cfg.Limits.MaxConnections, clientRole(s.obs, false), &s.clientWrite, s.log, s.obs)
 	s.clientLn.Store(cl)
 	return cl
 }

@@ -103,9 +103,9 @@ func TestDecideSubset(t *testing.T) {
 }
 
 // TestDecideHoldsNoBody (issue 46, item 5): the gateway sends the body
-// itself, so the copy Decide read counts against
-// limits.max_body_bytes_in_flight only while it decides. Before: it was
-// held until Finish, a stream's whole length.
+// itself, and Decide reads the body its caller holds (and counts against
+// limits.max_body_bytes_in_flight) in place: it holds none of its own.
+// Before: a copy was held until Finish, a stream's whole length.
 func TestDecideHoldsNoBody(t *testing.T) {
 	s := decider(t)
 	d, ref := decideChat(s, "a", nil)

@@ -63,14 +63,16 @@
 //     kvevents subscriber per replica (the proxy dials), or one listener
 //     the publishers connect to, told apart by topic and rank (kvRoutes),
 //     follows vLLM's KV-cache events over ZeroMQ from the model's start to
-//     its stop; status.go shows each replica's blocks held and computed
+//     its stop (a reload that changes kv_events replaces the model:
+//     sameKVEvents); status.go shows each replica's blocks held and computed
 //     tokens by why (kv_events) and the listener (kv_events_listen).
 //   - max_num_seqs (for the auto spill threshold): models[].max_num_seqs,
 //     else the server's *_config_info label, else vLLM's default for
 //     models[].gpu (1024 on >= 70 GiB GPUs other than the A100, else 256),
 //     else 256; the last two are assumptions, logged once after the first
 //     scrape and listed in /api/status "warnings".
-//   - config.go (strict YAML, errors "file:line: key: ..."), status.go
+//   - config.go (strict YAML, errors "file:line: key: ..."; sessionkey.go:
+//     session_key from --session-key-file, placeholders refused), status.go
 //     (the dashboard's data), history.go (the last hour of token rates per
 //     model and replica, from vLLM's counters, for the stats page: GET
 //     /api/history), obs.go (Prometheus metrics), journal.go (request
@@ -180,7 +182,11 @@
 // Go drops a Content-Length beside it before the handler, so this covers
 // requests that had both). The admin address answers only requests whose
 // Host names it (an IP address, localhost, the admin setting's host, the
-// machine's name, admin_hosts): else 403, against DNS rebinding.
+// machine's name, admin_hosts): else 403, against DNS rebinding. It is
+// bounded as the clients' listener is, by the same clientListener (Serve
+// and Run: adminListener in server.go): 64 connections, idle ones closed
+// after 30 s; over them a GET /healthz is still answered (a probe during
+// a flood) and any other request gets 503 with Retry-After.
 //
 // Limits. limits.max_in_flight bounds the requests the whole proxy holds
 // (default sized for the machine's memory, see DefaultMaxInFlight); beyond
@@ -191,7 +197,8 @@
 // bounds the bytes of the buffers all bodies hold at once, each from its
 // first byte until the replica answers (default an eighth of the
 // machine's memory, see DefaultMaxBodyBytesInFlight; bodybuf.go's
-// bodyBudget): a body that would pass it is refused the
+// bodyBudget, which counts warden epp's bodies too: TakeBodyBytes, and
+// Decide reads its caller's body in place): a body that would pass it is refused the
 // same way (its rest read and dropped first, so that a client still
 // sending reads the answer), 413 when it is larger than the bound alone;
 // warden_request_body_bytes shows what is held.

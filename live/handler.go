@@ -130,7 +130,12 @@ type inbound struct {
 	// limits.max_body_bytes with http.MaxBytesReader (its ResponseWriter
 	// nil where it has none), whose *http.MaxBytesError admit answers
 	// with 413.
-	body   io.Reader
+	body io.Reader
+	// whole, when read is set, is the body a front end read whole itself
+	// (Decide), counted by it against limits.max_body_bytes_in_flight and
+	// held by it until the call finishes: admit reads it in place.
+	whole  []byte
+	read   bool
 	length int64    // the declared Content-Length; -1: unknown (chunked)
 	conn   arrivals // what has arrived on the client's socket; nil: unknown
 }
@@ -254,22 +259,9 @@ func (s *Server) admitCounted(rt *routing, in *inbound) (*call, *refusal) {
 	if in.length > budget {
 		return nil, &refusal{kind: errTooLarge, reason: "too_large", drain: true, msg: fmt.Sprintf("request body of %d bytes is larger than the %d bytes the proxy holds of all bodies at once (limits.max_body_bytes_in_flight)", in.length, budget)}
 	}
-	rb, err := readBody(in.body, in.length, in.conn, bodyLimits{budget: &s.bodies, inFlight: budget, max: limit})
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, &refusal{kind: errTooLarge, reason: "too_large", msg: fmt.Sprintf("request body exceeds the limit of %d bytes", limit)}
-		}
-		var ob *errOverBudget
-		if errors.As(err, &ob) {
-			if ob.alone {
-				return nil, &refusal{kind: errTooLarge, reason: "too_large", msg: ob.Error(), drain: true}
-			}
-			return nil, &refusal{kind: errOverloaded, reason: "body_budget", retryAfter: 1, msg: ob.Error(), drain: true}
-		}
-		kind, msg := bodyReadError(err)
-		s.log.Debug("reading a request body failed", "err", err)
-		return nil, &refusal{kind: kind, reason: "read", msg: msg}
+	rb, ref := s.readInbound(in, limit, budget)
+	if ref != nil {
+		return nil, ref
 	}
 	c, ref := s.newCall(rt, in, rb, start)
 	if ref == nil {
@@ -280,6 +272,33 @@ func (s *Server) admitCounted(rt *routing, in *inbound) (*call, *refusal) {
 		return nil, ref
 	}
 	return c, nil
+}
+
+// readInbound reads in's body whole into a buffer counted against
+// limits.max_body_bytes_in_flight (budget), within limits.max_body_bytes
+// (limit), or takes the body a front end read (in.read) as it is.
+func (s *Server) readInbound(in *inbound, limit, budget int64) (*reqBody, *refusal) {
+	if in.read {
+		return &reqBody{data: in.whole}, nil
+	}
+	rb, err := readBody(in.body, in.length, in.conn, bodyLimits{budget: &s.bodies, inFlight: budget, max: limit})
+	if err == nil {
+		return rb, nil
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return nil, &refusal{kind: errTooLarge, reason: "too_large", msg: fmt.Sprintf("request body exceeds the limit of %d bytes", limit)}
+	}
+	var ob *errOverBudget
+	if errors.As(err, &ob) {
+		if ob.alone {
+			return nil, &refusal{kind: errTooLarge, reason: "too_large", msg: ob.Error(), drain: true}
+		}
+		return nil, &refusal{kind: errOverloaded, reason: "body_budget", retryAfter: 1, msg: ob.Error(), drain: true}
+	}
+	kind, msg := bodyReadError(err)
+	s.log.Debug("reading a request body failed", "err", err)
+	return nil, &refusal{kind: kind, reason: "read", msg: msg}
 }
 
 // newCall checks and decodes the body, finds the model and the session.

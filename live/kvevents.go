@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -128,6 +129,12 @@ func (h *kvHeld) Held(blocks []uint64, blockTokens int, dst []int) ([]int, bool)
 	}
 	return dst, true
 }
+
+// sameKVEvents reports whether o follows the KV events m follows, every
+// key of kv_events alike. A reload that changes any replaces the model
+// (Server.build): its successor subscribes, or binds, afresh, with the
+// sessions and in-flight counts handed over.
+func (m *model) sameKVEvents(o ModelCfg) bool { return reflect.DeepEqual(m.cfg.KVEvents, o.KVEvents) }
 
 // kvStatus is replica i's KV-events state, nil without kv_events.
 func (m *model) kvStatus(all []kvevents.ReplicaStatus, i int) *kvevents.ReplicaStatus {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lm-warden/warden/emulator"
 	"github.com/lm-warden/warden/kvevents"
@@ -67,4 +68,76 @@ func TestStatusKVEvents(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReloadKVEventsOnly: a reload that changes only a model's kv_events
+// (here the publishers' endpoints, as a replica's vLLM moved its
+// kv_events_config to another port) follows the new publishers; the
+// model's sessions keep their homes and a stream running across the
+// reload keeps its in-flight count, as any reload that replaces a model.
+// Before, the model was kept as it was, still subscribed to the old
+// endpoints.
+func TestReloadKVEventsOnly(t *testing.T) {
+	pubs := make([]*kvevents.Publisher, 4)
+	for i := range pubs {
+		p, err := kvevents.NewPublisher(kvevents.PublisherOptions{Endpoint: "tcp://127.0.0.1:0", Topic: "kv"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		pubs[i] = p
+	}
+	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	b.hold = make(chan struct{})
+	kv := func(p, q *kvevents.Publisher) string {
+		return "    kv_events:\n      endpoints: [" + p.Endpoint() + ", " + q.Endpoint() + "]\n"
+	}
+	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())+kv(pubs[0], pubs[1])))
+	h.scraped()
+	connected := func(r StatusReport) bool {
+		for _, rs := range r.Models[0].Replicas {
+			if rs.KVEvents == nil || !rs.KVEvents.Connected {
+				return false
+			}
+		}
+		return true
+	}
+	h.waitFor("subscribed to the first publishers", connected)
+	// A conversation homed on a, a stream of another running on b.
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "w", 0, false), sessionHdr("w")); r.status != 200 {
+		t.Fatalf("first turn: %d %s", r.status, r.body)
+	}
+	got := h.doAsync("/v1/chat/completions", chatBody(testModel, "s", 0, true), sessionHdr("s"))
+	h.waitFor("the stream on b", func(st StatusReport) bool { return b.hits.Load() == 1 && st.Models[0].InFlight == 1 })
+
+	h.reload(modelsYAML("", urlsModel(a.URL(), b.URL())+kv(pubs[2], pubs[3])))
+	st := h.status().Models[0]
+	if st.Sessions != 2 || st.Replicas[1].InFlight != 1 {
+		t.Errorf("after the reload: %d sessions, %d in flight on b; want both sessions kept and the stream counted", st.Sessions, st.Replicas[1].InFlight)
+	}
+	// Only the new publishers publish: each replica hears its own.
+	deadline := time.Now().Add(10 * time.Second)
+	for r := h.status(); ; r = h.status() {
+		m := r.Models[0]
+		if m.Replicas[0].KVEvents.BlocksHeld > 0 && m.Replicas[1].KVEvents.BlocksHeld > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new publishers were never heard (the model still follows the old endpoints): %+v, %+v", m.Replicas[0].KVEvents, m.Replicas[1].KVEvents)
+		}
+		for i, p := range pubs[2:] {
+			p.Publish(&kvevents.Batch{TS: 1, Events: []kvevents.Event{{Kind: kvevents.BlockStored, BlockHashes: []uint64{uint64(10 + i)}, BlockSize: 16}}})
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "w", 1, false), sessionHdr("w")); r.status != 200 || a.hits.Load() != 2 {
+		t.Errorf("the next turn of the conversation homed on a: %d, a served %d; want it home", r.status, a.hits.Load())
+	}
+	close(b.hold)
+	if r := <-got; r.status != 200 || !strings.HasSuffix(r.body, "data: [DONE]\n\n") {
+		t.Fatalf("the stream across the reload: %d %q", r.status, r.body)
+	}
+	h.waitFor("the stream's count given back", func(st StatusReport) bool {
+		return st.Models[0].InFlight == 0 && st.Models[0].Replicas[1].InFlight == 0
+	})
 }

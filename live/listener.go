@@ -14,10 +14,13 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // clientListener is the clients' listener as the proxy serves it (issue
-// 35, item 4):
+// 35, item 4), and, in the admin role (listenerRole, adminListener), the
+// admin address's:
 //
 //   - at most limits.max_connections connections are served at once, idle
 //     keep-alive ones included; at the bound the proxy's HTTP listener
@@ -42,12 +45,13 @@ import (
 //     timeouts.client_write (see rawConn.writev).
 type clientListener struct {
 	net.Listener
-	log *slog.Logger
-	obs *observer
-	wto *atomic.Int64 // timeouts.client_write in ns (Server.clientWrite); 0: none
+	log  *slog.Logger
+	obs  *observer
+	wto  *atomic.Int64 // timeouts.client_write in ns (Server.clientWrite); 0: none
+	role *listenerRole
 
 	max        int
-	refuseHTTP bool          // at the bound, answer a new connection (refuse) rather than wait
+	refuseHTTP bool          // at the bound, answer a new connection (refuse) rather than wait: role.over is set
 	sem        chan struct{} // a token per open connection
 	open       atomic.Int64
 	refusing   chan struct{} // a token per connection being refused (refuse)
@@ -62,10 +66,54 @@ type clientListener struct {
 // capLogEvery spaces the ERROR lines of a listener held at its bound.
 const capLogEvery = 10 * time.Second
 
-// newClientListener bounds ln's connections at max; refuseHTTP: it
-// serves HTTP/1, and a connection over the bound is answered (refuse).
-func newClientListener(ln net.Listener, max int, refuseHTTP bool, wto *atomic.Int64, log *slog.Logger, obs *observer) *clientListener {
-	return &clientListener{Listener: ln, log: log, obs: obs, wto: wto, max: max, refuseHTTP: refuseHTTP,
+// listenerRole is what tells the listeners the proxy bounds apart: the
+// clients' (limits.max_connections) and the admin address's
+// (adminMaxConns). The bound, the refusals and the write timeout work
+// alike on both.
+type listenerRole struct {
+	conns   string             // what its connections are called in logs: "client connections"
+	bound   string             // the setting that bounds them: "limits.max_connections"
+	refused prometheus.Counter // connections over the bound, answered or closed
+	// over answers the request of a connection over the bound (refuse),
+	// max the bound; nil: the listener does not serve HTTP, and a
+	// connection over the bound waits for a free slot instead.
+	over func(req *http.Request, max int) overAnswer
+}
+
+// overAnswer is what a connection over its listener's bound is answered.
+type overAnswer struct {
+	code  int
+	ctype string
+	body  []byte
+	retry bool // Retry-After: 1
+	// reason is the warden_rejected_total reason it is counted under once
+	// written; "": none (not a client's request).
+	reason string
+}
+
+// clientRole is the clients' listener's: a request over
+// limits.max_connections is answered in its API's shape, as
+// limits.max_in_flight is (429 rate_limit_error or 529 overloaded_error,
+// Retry-After), when http is set; warden epp's gRPC listener (!http)
+// waits for a free slot.
+func clientRole(obs *observer, http bool) *listenerRole {
+	r := &listenerRole{conns: "client connections", bound: "limits.max_connections", refused: obs.connRefused}
+	if http {
+		r.over = overClients
+	}
+	return r
+}
+
+func overClients(req *http.Request, max int) overAnswer {
+	api, _ := apiOf(req.URL.Path, req.Header)
+	msg := fmt.Sprintf("the proxy serves %d client connections, its limit (limits.max_connections); retry shortly", max)
+	return overAnswer{code: errOverloaded.status(api), ctype: "application/json", body: errorBody(api, errOverloaded, msg),
+		retry: true, reason: "max_connections"}
+}
+
+// newClientListener bounds ln's connections at max, in role.
+func newClientListener(ln net.Listener, max int, role *listenerRole, wto *atomic.Int64, log *slog.Logger, obs *observer) *clientListener {
+	return &clientListener{Listener: ln, log: log, obs: obs, wto: wto, role: role, max: max, refuseHTTP: role.over != nil,
 		sem: make(chan struct{}, max), refusing: make(chan struct{}, maxRefusing), done: make(chan struct{})}
 }
 
@@ -82,7 +130,7 @@ func (l *clientListener) Accept() (net.Conn, error) {
 		if err == nil {
 			if l.acceptErr.Load() != nil {
 				l.acceptErr.Store(nil)
-				l.log.Info("accepting client connections again")
+				l.log.Info("accepting " + l.role.conns + " again")
 			}
 			if l.refuseHTTP {
 				select {
@@ -103,7 +151,7 @@ func (l *clientListener) Accept() (net.Conn, error) {
 		}
 		l.obs.acceptErrors.Inc()
 		if l.acceptErr.Load() == nil {
-			l.log.Error("accepting client connections fails; retrying with back-off", "err", err, "open_connections", l.open.Load())
+			l.log.Error("accepting "+l.role.conns+" fails; retrying with back-off", "err", err, "open_connections", l.open.Load())
 		}
 		msg := err.Error()
 		l.acceptErr.Store(&msg)
@@ -128,7 +176,7 @@ func (l *clientListener) slot() bool {
 	default:
 	}
 	l.obs.connWaits.Inc()
-	l.capLogged = l.logCap(l.capLogged, "client connections at limits.max_connections: new connections wait until one closes")
+	l.capLogged = l.logCap(l.capLogged, l.role.conns+" at "+l.role.bound+": new connections wait until one closes")
 	select {
 	case l.sem <- struct{}{}:
 		return true
@@ -144,7 +192,7 @@ func (l *clientListener) logCap(last time.Time, msg string) time.Time {
 	if now.Sub(last) < capLogEvery {
 		return last
 	}
-	l.log.Error(msg, "max_connections", l.max)
+	l.log.Error(msg, "bound", l.max)
 	return now
 }
 
@@ -161,23 +209,24 @@ const refuseWait = 2 * time.Second
 // read to find its API (limits.max_header_bytes' default).
 const maxRefusedHead = DefaultMaxHeaderBytes
 
-// refuse answers a connection that came while limits.max_connections
+// refuse answers a connection that came while its listener's bound
 // were open: it reads the request's head (within refuseWait and
-// maxRefusedHead) to answer in its API's shape, as limits.max_in_flight
-// is answered: 429 rate_limit_error (OpenAI shapes) or 529
-// overloaded_error (Anthropic), with Retry-After: 1 and Connection:
-// close, then closes the connection once the client has sent what it had
-// begun (a close with unread bytes would reset it, and a client still
-// sending would lose the answer). The answer is what the clients retry
-// best: the OpenAI and Anthropic SDKs retry 429 and 529 after
-// Retry-After, and a generic HTTP client is told the request was not
-// served, where a connection closed without an answer leaves a POST's
-// fate unknown (Go's http.Transport, for one, does not retry it). When
-// maxRefusing connections are being refused already, c is closed at
-// once (the SDKs retry that as a connection error, with back-off).
+// maxRefusedHead) to answer it as the role says (role.over) with
+// Connection: close, then closes the connection once the client has sent
+// what it had begun (a close with unread bytes would reset it, and a
+// client still sending would lose the answer). The clients' listener
+// answers in the request's API shape, as limits.max_in_flight is
+// answered: 429 rate_limit_error (OpenAI shapes) or 529 overloaded_error
+// (Anthropic), with Retry-After: 1. That is what the clients retry best:
+// the OpenAI and Anthropic SDKs retry 429 and 529 after Retry-After, and
+// a generic HTTP client is told the request was not served, where a
+// connection closed without an answer leaves a POST's fate unknown (Go's
+// http.Transport, for one, does not retry it). When maxRefusing
+// connections are being refused already, c is closed at once (the SDKs
+// retry that as a connection error, with back-off).
 func (l *clientListener) refuse(c net.Conn) {
-	l.obs.connRefused.Inc()
-	l.capLogged = l.logCap(l.capLogged, "client connections at limits.max_connections: new ones are refused (429/529 with Retry-After) until one closes")
+	l.role.refused.Inc()
+	l.capLogged = l.logCap(l.capLogged, l.role.conns+" at "+l.role.bound+": new ones are refused until one closes")
 	select {
 	case l.refusing <- struct{}{}:
 	default:
@@ -192,19 +241,22 @@ func (l *clientListener) refuse(c net.Conn) {
 		if err != nil {
 			return // no request (an idle connection, a head too long): nothing to answer
 		}
-		api, _ := apiOf(req.URL.Path, req.Header)
-		msg := fmt.Sprintf("the proxy serves %d client connections, its limit (limits.max_connections); retry shortly", l.max)
-		body := errorBody(api, errOverloaded, msg)
-		code := errOverloaded.status(api)
-		text := http.StatusText(code)
+		a := l.role.over(req, l.max)
+		text := http.StatusText(a.code)
 		if text == "" {
-			text = "status code " + strconv.Itoa(code) // as net/http writes one it has no text for
+			text = "status code " + strconv.Itoa(a.code) // as net/http writes one it has no text for
 		}
-		head := fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nRetry-After: 1\r\nConnection: close\r\nX-Content-Type-Options: nosniff\r\n\r\n", code, text, len(body))
-		if _, err := c.Write(append([]byte(head), body...)); err != nil {
+		retry := ""
+		if a.retry {
+			retry = "Retry-After: 1\r\n"
+		}
+		head := fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%sConnection: close\r\nX-Content-Type-Options: nosniff\r\n\r\n", a.code, text, a.ctype, len(a.body), retry)
+		if _, err := c.Write(append([]byte(head), a.body...)); err != nil {
 			return
 		}
-		l.obs.rejected.WithLabelValues("max_connections").Inc()
+		if a.reason != "" {
+			l.obs.rejected.WithLabelValues(a.reason).Inc()
+		}
 		if cw, ok := c.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
@@ -250,13 +302,13 @@ func (l *clientListener) writeTimedOut() { l.obs.clientWriteTimeouts.Inc() }
 // can), for /healthz.
 func (l *clientListener) trouble() string {
 	if e := l.acceptErr.Load(); e != nil {
-		return "accepting client connections fails: " + *e
+		return "accepting " + l.role.conns + " fails: " + *e
 	}
 	if n := l.open.Load(); n >= int64(l.max) {
 		if l.refuseHTTP {
-			return fmt.Sprintf("%d client connections open: at limits.max_connections, new connections are refused", n)
+			return fmt.Sprintf("%d %s open: at %s, new connections are refused", n, l.role.conns, l.role.bound)
 		}
-		return fmt.Sprintf("%d client connections open: at limits.max_connections, new connections wait", n)
+		return fmt.Sprintf("%d %s open: at %s, new connections wait", n, l.role.conns, l.role.bound)
 	}
 	return ""
 }

@@ -51,10 +51,12 @@ type observer struct {
 	journalErrors  prometheus.Counter
 	journalDropped prometheus.Counter
 	journalLate    prometheus.Counter
-	// The clients' listener and connections (listener.go).
+	// The clients' and the admin address's listeners and connections
+	// (listener.go).
 	connRefused         prometheus.Counter
 	connWaits           prometheus.Counter
 	acceptErrors        prometheus.Counter
+	adminRefused        prometheus.Counter
 	clientWriteTimeouts prometheus.Counter
 	ttfb                *prometheus.HistogramVec
 	duration            *prometheus.HistogramVec
@@ -86,7 +88,8 @@ func newObserver(state func() *routing) *observer {
 	o.journalLate = jc(seriesJournalLate, "Requests journaled out of arrival order: held back past the journal's memory bound, written when they ended.")
 	o.connWaits = jc("warden_connection_limit_waits_total", "Times a client listener that does not answer over its bound (warden epp's gRPC) had limits.max_connections open and waited for one to close before accepting another.")
 	o.connRefused = jc("warden_connections_refused_total", "Client connections that came while limits.max_connections were open: answered at once with 429/529 and Retry-After (also counted in warden_rejected_total{reason=\"max_connections\"}), or closed at once when many were being refused already.")
-	o.acceptErrors = jc("warden_accept_errors_total", "Failed accepts of a client connection (too many open files and the like), each retried after a back-off.")
+	o.acceptErrors = jc("warden_accept_errors_total", "Failed accepts of a client (or admin) connection (too many open files and the like), each retried after a back-off.")
+	o.adminRefused = jc("warden_admin_connections_refused_total", "Connections to the admin address that came while it served 64, its bound: a GET /healthz answered as the admin handler does, any other request 503 with Retry-After, or closed at once when many were being refused already.")
 	o.clientWriteTimeouts = jc("warden_client_write_timeouts_total", "Writes to a client cut after timeouts.client_write without progress (a client that stopped reading): the exchange ends and the backend request is cancelled.")
 	o.countTokens = counter(seriesCountTokens, "Token-count requests (/v1/messages/count_tokens) forwarded: no conversation turn, so in no session, turn, request or TTFB series.", "model")
 	o.promptTokens = counter(seriesPromptTokens, "Prompt tokens reported in responses' usage.", "model")

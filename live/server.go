@@ -91,6 +91,9 @@ func WithAdminHandler(pattern string, h http.Handler) Option {
 // NewServer builds a server for cfg. It starts nothing: Serve starts the
 // scrape loops and the listeners.
 func NewServer(cfg *Config, opts ...Option) (*Server, error) {
+	if cfg.KeyToCome() {
+		return nil, errors.New("live: session_store without session_key: give it with --session-key-file")
+	}
 	s := &Server{log: slog.Default()}
 	s.drained, s.endStreams = context.WithCancel(context.Background())
 	for _, o := range opts {
@@ -186,7 +189,7 @@ func (s *Server) build(cfg *Config, old *routing) (rt *routing, succeeds map[*mo
 		if old != nil {
 			prev = old.models[mc.Name]
 		}
-		if prev != nil && prev.sameBackends(mc) && prev.samePolicy(mc) &&
+		if prev != nil && prev.sameBackends(mc) && prev.samePolicy(mc) && prev.sameKVEvents(mc) &&
 			old.cfg.ScrapeInterval == cfg.ScrapeInterval && old.cfg.Timeouts.Health == cfg.Timeouts.Health {
 			rt.models[mc.Name] = prev
 			rt.names = append(rt.names, mc.Name)
@@ -212,7 +215,8 @@ func (s *Server) build(cfg *Config, old *routing) (rt *routing, succeeds map[*mo
 // Reload switches to cfg without dropping connections or affinity. A model
 // whose replicas and placement settings are unchanged is kept as it is. A
 // changed one (spill threshold, TTL, cap, active window, max_num_seqs,
-// gpu, strategy, replica list, scrape interval, health timeout) is
+// gpu, strategy, replica list, kv_events, scrape interval, health
+// timeout) is
 // replaced by a successor that inherits its session table, renumbered to
 // the new replica list and reconfigured: every session whose home is
 // still configured keeps it, the sessions of a removed replica are placed
@@ -357,15 +361,67 @@ func (s *Server) serveEndSession(w http.ResponseWriter, r *http.Request) {
 // the client listener cannot take a new client (at
 // limits.max_connections, or accepting fails: out of file descriptors).
 func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
+	code, body := s.healthz()
 	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// healthz is /healthz's answer: its status and body.
+func (s *Server) healthz() (int, []byte) {
 	if l := s.clientLn.Load(); l != nil {
 		if msg := l.trouble(); msg != "" {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte(msg + "\n"))
-			return
+			return http.StatusServiceUnavailable, []byte(msg + "\n")
 		}
 	}
-	_, _ = w.Write([]byte("ok\n"))
+	return http.StatusOK, []byte("ok\n")
+}
+
+// The admin address is bounded as the clients' listener is (issue 46
+// follow-up: a flood of connections to it took file descriptors without
+// bound): at most adminMaxConns connections are served at once, idle
+// keep-alive ones included, each idle one closed after adminIdle and a
+// request's head due within adminReadHeader; its writes are cut, as a
+// client's, after timeouts.client_write without progress. Its readers
+// are few: Prometheus (one connection per scraper), a kubelet's or load
+// balancer's probe of /healthz, an operator's dashboard (a browser opens
+// at most six per host). A connection over the bound is answered by
+// refuse: a GET /healthz as the admin handler answers it (a probe that
+// comes during a flood still learns how the clients' listener fares),
+// any other request 503 with Retry-After: 1; while maxRefusing
+// connections are being refused, each for at most refuseWait, one more
+// is closed at once, a probe's too (a kubelet probes again after its
+// period). warden epp's probes go to its gRPC health port, a listener of
+// its own.
+const (
+	adminMaxConns   = 64
+	adminIdle       = 30 * time.Second
+	adminReadHeader = 10 * time.Second
+)
+
+// adminServer is the HTTP server of the admin address, to be served on
+// adminListener.
+func (s *Server) adminServer() *http.Server {
+	return &http.Server{Handler: s.Admin(), ReadHeaderTimeout: adminReadHeader, IdleTimeout: adminIdle,
+		MaxHeaderBytes: DefaultMaxHeaderBytes, ErrorLog: log.New(logWriter{s.log}, "", 0)}
+}
+
+// adminListener bounds the admin address's listener ln at adminMaxConns.
+func (s *Server) adminListener(ln net.Listener) *clientListener {
+	role := &listenerRole{conns: "admin connections", bound: fmt.Sprintf("the admin address's bound (%d)", adminMaxConns),
+		refused: s.obs.adminRefused, over: s.overAdmin}
+	return newClientListener(ln, adminMaxConns, role, &s.clientWrite, s.log, s.obs)
+}
+
+// overAdmin answers a request over adminMaxConns: GET /healthz as the
+// admin handler does (its Host header checked as there), any other 503.
+func (s *Server) overAdmin(req *http.Request, max int) overAnswer {
+	if req.Method == http.MethodGet && req.URL.Path == "/healthz" && s.adminHostAllowed(req.Host) {
+		code, body := s.healthz()
+		return overAnswer{code: code, ctype: "text/plain", body: body}
+	}
+	msg := fmt.Sprintf("admin: %d connections open, the admin address's bound; retry shortly\n", max)
+	return overAnswer{code: http.StatusServiceUnavailable, ctype: "text/plain", body: []byte(msg), retry: true}
 }
 
 // adminHostCheck refuses, with 403, a request whose Host header is not a
@@ -427,13 +483,15 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 	srv := s.clientServer(cfg)
 	servers := []*http.Server{srv}
 	errc := make(chan error, 2)
-	cl := newClientListener(ln, cfg.Limits.MaxConnections, true, &s.clientWrite, s.log, s.obs)
+	cl := newClientListener(ln, cfg.Limits.MaxConnections, clientRole(s.obs, true), &s.clientWrite, s.log, s.obs)
 	s.clientLn.Store(cl)
 	go func() { errc <- srv.Serve(cl) }()
+	var aln *clientListener
 	if adminLn != nil {
-		admin := &http.Server{Handler: s.Admin(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: srv.ErrorLog}
+		admin := s.adminServer()
+		aln = s.adminListener(adminLn)
 		servers = append(servers, admin)
-		go func() { errc <- admin.Serve(adminLn) }()
+		go func() { errc <- admin.Serve(aln) }()
 	}
 	select {
 	case <-ctx.Done():
@@ -467,6 +525,9 @@ func (s *Server) Serve(ctx context.Context, ln, adminLn net.Listener) error {
 		}
 	}
 	cl.wait() // connections being refused over max_connections: within refuseWait
+	if aln != nil {
+		aln.wait()
+	}
 	return s.stopLoops(stopScrapers, storeDone, err, "serve")
 }
 

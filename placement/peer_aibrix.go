@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"time"
 )
@@ -45,6 +46,8 @@ type AIBrix struct {
 	ready []bool
 	pct   []int
 	order []int
+	alive []uint64 // match's candidates still in the walk, a bit a pod
+	found []int32  // the store entries of the prompt's leading groups, as match found them
 }
 
 // AIBrixConfig are the algorithm's parameters; zero fields take AIBrix's
@@ -121,54 +124,73 @@ func (a *AIBrix) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error) 
 	if best < 0 {
 		best = a.leastRequest(reps)
 	}
-	a.put(r, best, now.UnixNano())
+	a.put(r, best, now.UnixNano(), a.found)
 	return Decision{Replica: best, Reason: reason}, nil
 }
 
-// groups calls f for each group of the prompt: its key, and its 4-byte
-// blocks (tokens) counted cumulatively; f returns false to stop.
-func aibGroups(r *Request, f func(key uint64, cum int) bool) {
-	p := &r.Prompt
-	tokens := p.tokens(r.PromptTokens)
-	salt := fnv1a64(r.Model)
-	cum := 0
-	for j, id := range p.Blocks {
-		cum += p.blockLen(j, tokens)
-		if !f(mix64(id^salt), cum) {
-			return
-		}
-	}
-}
+// aibKey is the store key of a group: its Prompt block id salted with
+// the model (the chain of hashes from the model's seed).
+func aibKey(id, salt uint64) uint64 { return mix64(id ^ salt) }
 
-// match walks the blocks (seqSearchPrefix / matchPods) and records in
-// a.pct each matched pod's percentage; it reports whether any matched.
+// match walks the blocks (seqSearchPrefix / matchPods) over the ready
+// pods and records in a.pct each matched pod's percentage; it reports
+// whether any matched. A pod keeps the percentage of the last block it
+// held, so it is written once, when the pod drops out of the walk or the
+// walk ends. a.found gets the entries the walk met, for put.
 func (a *AIBrix) match(r *Request) bool {
-	total := r.Prompt.tokens(r.PromptTokens)
+	a.found = a.found[:0]
+	p := &r.Prompt
+	total := p.tokens(r.PromptTokens)
 	if total == 0 {
 		return false
 	}
-	found := false
-	aibGroups(r, func(key uint64, cum int) bool {
-		e, ok := a.store.get(key)
+	a.alive = grow(a.alive[:0], (len(a.ready)+63)/64)
+	clear(a.alive)
+	for i, ok := range a.ready {
+		if ok {
+			a.alive[i/64] |= 1 << (i % 64)
+		}
+	}
+	salt := fnv1a64(r.Model)
+	cum, last := 0, -1 // last: the percentage of the last block held
+	for j, id := range p.Blocks {
+		cum += p.blockLen(j, total)
+		k, ok := a.store.idx[aibKey(id, salt)]
 		if !ok {
-			return false
+			break
 		}
-		pct := cum * 100 / total
+		a.found = append(a.found, k)
+		e := &a.store.ents[k]
 		hit := false
-		for i := range a.ready {
-			if !a.ready[i] {
-				continue
-			}
-			if e.holds(int32(i)) {
-				a.pct[i], hit = pct, true
-			} else {
-				a.ready[i] = false
-			}
+		for w, m := range a.alive {
+			held := m & e.pods.word(w)
+			a.dropOut(w, m&^held, last)
+			a.alive[w] = held
+			hit = hit || held != 0
 		}
-		found = found || hit
-		return hit
-	})
-	return found
+		if !hit {
+			break
+		}
+		last = cum * 100 / total
+	}
+	for w, m := range a.alive {
+		a.dropOut(w, m, last)
+	}
+	for i := range a.ready {
+		a.ready[i] = a.alive[i/64]&(1<<(i%64)) != 0
+	}
+	return last >= 0
+}
+
+// dropOut gives the pods of word w of mask the percentage pct of the
+// last block they held (none when pct < 0: they held no block).
+func (a *AIBrix) dropOut(w int, mask uint64, pct int) {
+	if pct < 0 {
+		return
+	}
+	for ; mask != 0; mask &= mask - 1 {
+		a.pct[w*64+bits.TrailingZeros64(mask)] = pct
+	}
 }
 
 // fromMatched is getTargetPodFromMatchedPods.
@@ -234,14 +256,23 @@ func (a *AIBrix) leastRequest(reps []Replica) int {
 	return best
 }
 
-// put is AddPrefix: each block put for pod i at now.
-func (a *AIBrix) put(r *Request, i int, at int64) {
+// put is AddPrefix: each block put for pod i at now. found are the
+// entries of the leading blocks, as match met them: the store has not
+// changed since, so they are put without a lookup.
+func (a *AIBrix) put(r *Request, i int, at int64, found []int32) {
+	p := &r.Prompt
+	tokens := p.tokens(r.PromptTokens)
+	salt := fnv1a64(r.Model)
 	prev := 0
-	aibGroups(r, func(key uint64, cum int) bool {
-		a.store.put(key, int32(i), int32(cum-prev), at, a.cfg.Blocks)
+	for j, id := range p.Blocks {
+		cum := prev + p.blockLen(j, tokens)
+		if j < len(found) {
+			a.store.refresh(found[j], int32(i), at)
+		} else {
+			a.store.put(aibKey(id, salt), int32(i), int32(cum-prev), at, a.cfg.Blocks)
+		}
 		prev = cum
-		return true
-	})
+	}
 }
 
 // sortStable is an insertion sort by less: stable, and the candidate
@@ -267,27 +298,43 @@ type aibStore struct {
 
 type aibEntry struct {
 	key        uint64
-	pods       []int32
+	pods       podSet // the pods the block was routed to
 	at         int64
 	w          int32
 	prev, next int32
 }
 
-func (e *aibEntry) holds(p int32) bool {
-	for _, x := range e.pods {
-		if x == p {
-			return true
-		}
-	}
-	return false
+// podSet is a set of pod indices, a bit each: the first 64 in lo.
+type podSet struct {
+	lo uint64
+	hi []uint64
 }
 
-func (s *aibStore) get(key uint64) (*aibEntry, bool) {
-	i, ok := s.idx[key]
-	if !ok {
-		return nil, false
+// word returns the bits of pods 64w to 64w+63.
+func (s *podSet) word(w int) uint64 {
+	switch {
+	case w == 0:
+		return s.lo
+	case w-1 < len(s.hi):
+		return s.hi[w-1]
 	}
-	return &s.ents[i], true
+	return 0
+}
+
+func (s *podSet) add(p int32) {
+	w, b := int(p)/64, uint(p)%64
+	if w == 0 {
+		s.lo |= 1 << b
+		return
+	}
+	s.hi = grow(s.hi, w)
+	s.hi[w-1] |= 1 << b
+}
+
+// reset empties the set.
+func (s *podSet) reset() {
+	s.lo = 0
+	clear(s.hi)
 }
 
 func (s *aibStore) unlink(i int32) {
@@ -319,7 +366,7 @@ func (s *aibStore) drop(i int32) {
 	s.unlink(i)
 	delete(s.idx, s.ents[i].key)
 	s.weight -= int(s.ents[i].w)
-	s.ents[i].pods = s.ents[i].pods[:0]
+	s.ents[i].pods.reset()
 	s.free = append(s.free, i)
 }
 
@@ -327,13 +374,7 @@ func (s *aibStore) drop(i int32) {
 // trims the store to capacity.
 func (s *aibStore) put(key uint64, pod, w int32, at int64, capacity int) {
 	if i, ok := s.idx[key]; ok {
-		e := &s.ents[i]
-		if !e.holds(pod) {
-			e.pods = append(e.pods, pod)
-		}
-		e.at = at
-		s.unlink(i)
-		s.pushFront(i)
+		s.refresh(i, pod, at)
 		return
 	}
 	var i int32
@@ -341,16 +382,26 @@ func (s *aibStore) put(key uint64, pod, w int32, at int64, capacity int) {
 		i = s.free[n-1]
 		s.free = s.free[:n-1]
 		s.ents[i].key, s.ents[i].at, s.ents[i].w = key, at, w
-		s.ents[i].pods = append(s.ents[i].pods[:0], pod)
 	} else {
 		i = int32(len(s.ents))
-		s.ents = append(s.ents, aibEntry{key: key, pods: []int32{pod}, at: at, w: w})
+		s.ents = append(s.ents, aibEntry{key: key, at: at, w: w})
 	}
+	s.ents[i].pods.add(pod)
 	s.idx[key] = i
 	s.weight += int(w)
 	s.pushFront(i)
 	for s.weight > capacity && s.tail >= 0 && s.tail != i {
 		s.drop(s.tail)
+	}
+}
+
+// refresh adds pod to entry i and makes it the most recent.
+func (s *aibStore) refresh(i, pod int32, at int64) {
+	s.ents[i].pods.add(pod)
+	s.ents[i].at = at
+	if s.head != i {
+		s.unlink(i)
+		s.pushFront(i)
 	}
 }
 

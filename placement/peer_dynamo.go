@@ -40,10 +40,11 @@ import (
 // replica sync between routers, host and disk tiers, disaggregated
 // prefill/decode pools.
 type Dynamo struct {
-	cfg     DynamoConfig
-	rng     *rand.Rand
-	workers []dynWorker
-	active  map[uint64]dynActive // request ID -> its bookkeeping
+	cfg       DynamoConfig
+	rng       *rand.Rand
+	workers   []dynWorker
+	active    map[uint64]dynActive // request ID -> its bookkeeping
+	dynBlocks                      // the active blocks of all workers (peer_dynamo_blocks.go)
 }
 
 // DynamoConfig is the router's configuration; zero fields take Dynamo's
@@ -60,8 +61,8 @@ type DynamoConfig struct {
 }
 
 type dynWorker struct {
-	prefillTokens int            // active prefill tokens
-	blocks        map[uint64]int // block id -> active requests holding it
+	prefillTokens int     // active prefill tokens
+	blocks        []int32 // the distinct blocks w's active requests hold: their slots in dynBlocks
 	approx        map[uint64]int64
 	expiries      []dynExpiry // FIFO of approximate inserts, by time
 }
@@ -74,6 +75,7 @@ type dynExpiry struct {
 type dynActive struct {
 	worker  int
 	prefill int
+	slots   []int32 // the request's blocks, as routed
 }
 
 var (
@@ -97,7 +99,7 @@ func NewDynamo(cfg DynamoConfig) *Dynamo {
 	orDefault(&cfg.OverlapCredit, 1)
 	orDefault(&cfg.PrefillScale, 1)
 	orDefault(&cfg.TTL, 120*time.Second)
-	d := &Dynamo{cfg: cfg, rng: cfg.Rand, active: make(map[uint64]dynActive)}
+	d := &Dynamo{cfg: cfg, rng: cfg.Rand, active: make(map[uint64]dynActive), dynBlocks: newDynBlocks()}
 	if d.rng == nil {
 		d.rng = newRand(cfg.Seed)
 	}
@@ -109,7 +111,7 @@ func (*Dynamo) ReadsHeld() bool { return true }
 
 func (d *Dynamo) worker(i int) *dynWorker {
 	for len(d.workers) <= i {
-		d.workers = append(d.workers, dynWorker{blocks: make(map[uint64]int), approx: make(map[uint64]int64)})
+		d.workers = append(d.workers, dynWorker{approx: make(map[uint64]int64)})
 	}
 	return &d.workers[i]
 }
@@ -141,6 +143,7 @@ func (d *Dynamo) choose(r *Request, s *Snapshot, now time.Time) (best, bestOverl
 	isl := r.PromptTokens
 	reqBlocks := len(p.Blocks)
 	at := now.UnixNano()
+	depth := d.activeDepths(p.Blocks, d.prevOf(r), len(s.Replicas))
 	best, bestCost, ties := -1, 0.0, 0
 	bestOverlap = 0
 	for i := range s.Replicas {
@@ -149,15 +152,7 @@ func (d *Dynamo) choose(r *Request, s *Snapshot, now time.Time) (best, bestOverl
 		}
 		w := d.worker(i)
 		overlap := d.overlap(p, i, w, at)
-		// Request blocks already held by w's active requests.
-		activeDepth := 0
-		for _, id := range p.Blocks {
-			if w.blocks[id] == 0 {
-				break
-			}
-			activeDepth++
-		}
-		cost := d.cost(w.prefillTokens+isl, bs, overlap, len(w.blocks)+reqBlocks-activeDepth)
+		cost := d.cost(w.prefillTokens+isl, bs, overlap, len(w.blocks)+reqBlocks-int(depth[i]))
 		switch {
 		case best < 0 || cost < bestCost:
 			best, bestCost, ties, bestOverlap = i, cost, 1, overlap
@@ -206,10 +201,7 @@ func (d *Dynamo) route(r *Request, i, overlap int, now time.Time) {
 	p := &r.Prompt
 	prefill := max(r.PromptTokens-overlap*max(p.BlockTokens, 1), 0)
 	w.prefillTokens += prefill
-	for _, id := range p.Blocks {
-		w.blocks[id]++
-	}
-	d.active[r.ID] = dynActive{worker: i, prefill: prefill}
+	d.active[r.ID] = dynActive{worker: i, prefill: prefill, slots: d.holdAll(r, i)}
 	if p.Held == nil {
 		at := now.UnixNano()
 		exp := at + d.cfg.TTL.Nanoseconds()
@@ -258,11 +250,6 @@ func (d *Dynamo) Finished(r *Request, _ int, _ time.Time) {
 		return
 	}
 	delete(d.active, r.ID)
-	w := d.worker(a.worker)
-	w.prefillTokens -= a.prefill
-	for _, id := range r.Prompt.Blocks {
-		if w.blocks[id]--; w.blocks[id] <= 0 {
-			delete(w.blocks, id)
-		}
-	}
+	d.worker(a.worker).prefillTokens -= a.prefill
+	d.releaseAll(r, a.worker, a.slots)
 }

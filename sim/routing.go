@@ -135,20 +135,24 @@ func heldWalk(p *blockPool, blocks []uint64) int {
 }
 
 // heldIndex records, for every hash cached on some replica of a run of at
-// most 64 replicas, which replicas cache it now (a bit each).
+// most 64 replicas, which replicas cache it now (a bit each): an
+// open-addressing table as the record of hashes ever cached (everSet, one
+// word of bits), whose one probe a lookup is; a Go map's deletions, one
+// per block evicted, leave tombstones that lengthen every later probe.
 type heldIndex struct {
-	on map[uint64]uint64
+	on *everSet
 }
 
-func newHeldIndex() *heldIndex { return &heldIndex{on: make(map[uint64]uint64)} }
+func newHeldIndex() *heldIndex { return &heldIndex{on: newEverSet(1)} }
 
-func (x *heldIndex) add(hash uint64, replica int) { x.on[hash] |= 1 << replica }
+func (x *heldIndex) add(hash uint64, replica int) { x.on.add(hash, replica) }
 
 func (x *heldIndex) remove(hash uint64, replica int) {
-	if m := x.on[hash] &^ (1 << replica); m != 0 {
-		x.on[hash] = m
-	} else {
-		delete(x.on, hash)
+	i := x.on.slot(hash)
+	if m := x.on.slots[i].val &^ (1 << replica); m != 0 {
+		x.on.slots[i].val = m
+	} else if x.on.slots[i].val != 0 {
+		x.on.forget(hash)
 	}
 }
 
@@ -165,7 +169,7 @@ func (x *heldIndex) leading(blocks []uint64, n int, dst []int) []int {
 		alive = ^uint64(0)
 	}
 	for j, h := range blocks {
-		m := x.on[h] & alive
+		m := x.on.slots[x.on.slot(h)].val & alive
 		for gone := alive &^ m; gone != 0; gone &= gone - 1 {
 			dst[n0+bits.TrailingZeros64(gone)] = j
 		}

@@ -58,7 +58,8 @@ session_store (several pickers active-active agree on homes).
 
 The configuration is the proxy's (see warden proxy): listen is the gRPC
 address the gateway's ext_proc filter calls, admin serves /metrics, the
-dashboard and /api/status, and each model's replicas are the pool's
+dashboard and /api/status (at most 64 connections at once, as the proxy's),
+and each model's replicas are the pool's
 endpoints, http://IP:PORT, one per pod and target port. gRPC health services
 on the gRPC address and, alone, on --health-listen (9003, where the llm-d
 chart and the Inference Extension's conformance manifests probe):
@@ -72,8 +73,8 @@ limits.max_connections open at once, limits.max_in_flight streams each,
 the HTTP/2 preface within timeouts.read_header, a connection without a
 stream for timeouts.idle closed. A request must arrive whole within
 timeouts.read (else 408), and the request bodies held at once, across
-streams, within limits.max_in_flight MiB (at least one body of
-limits.max_body_bytes; past it 429, Retry-After). A request to a path that
+streams, within limits.max_body_bytes_in_flight, as in the proxy (past it
+429, Retry-After). A request to a path that
 is no inference API, or without a body, goes to the endpoint with the
 fewest requests in flight, uncounted.
 
@@ -129,15 +130,11 @@ manifests.`,
 // lists no replicas (the pool's pods are). The session key comes from
 // --session-key-file when given.
 func loadEPPConfig(opts *eppOptions) (*live.Config, error) {
-	o := epp.ConfigOptions{Kubernetes: opts.Kubernetes, KeyLater: opts.Check && opts.SessionKeyFile == ""}
-	if opts.SessionKeyFile != "" {
-		key, err := epp.ReadSessionKey(opts.SessionKeyFile)
-		if err != nil {
-			return nil, err
-		}
-		o.SessionKey = key
+	keys, err := sessionKeys(opts.SessionKeyFile, opts.Check)
+	if err != nil {
+		return nil, err
 	}
-	return epp.LoadConfig(opts.Config, o)
+	return epp.LoadConfig(opts.Config, epp.ConfigOptions{Kubernetes: opts.Kubernetes, Keys: keys})
 }
 
 // checkKubeFlags refuses the Kubernetes flags without --kubernetes, and
@@ -175,10 +172,8 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 		}
 	}
 	if opts.Check {
-		if cfg.SessionStore != "" && cfg.SessionKey == "" {
-			if _, err := fmt.Fprintf(out, "%s: session_key: none in the file: give it with --session-key-file when the picker runs\n", opts.Config); err != nil {
-				return err
-			}
+		if err := noteKeyToCome(out, opts.Config, cfg, "the picker"); err != nil {
+			return err
 		}
 		if opts.Kubernetes {
 			_, err := fmt.Fprintf(out, "%s: OK, %d model(s), endpoints from the InferencePool's ready pods (--kubernetes)\n", opts.Config, len(cfg.Models))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -29,44 +30,6 @@ func TestEPPCheck(t *testing.T) {
 		t.Errorf("--check: %q, want ...%q", out.String(), want)
 	}
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "session-key")
-	if err := os.WriteFile(keyFile, []byte("3c1f0a5e9b7d4c2a8e6f1b0d9c7a5e3f\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	shortKey := filepath.Join(dir, "short-key")
-	if err := os.WriteFile(shortKey, []byte("abc\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// The session key (issue 50, item 6): a placeholder in the file is
-	// refused, naming the line; the key comes from --session-key-file; a
-	// store without a key passes --check, which says where it must come
-	// from. Before, a ConfigMap's change-me-... passed --check and keyed
-	// every picker alike.
-	store := "listen: 127.0.0.1:0\nauth: passthrough\nsession_store: redis://warden-redis:6379/0\nmodels:\n  - name: m\n    replicas: [http://10.0.0.1:8000]\n"
-	for _, tt := range []struct {
-		name, config, keyFile, want, wantErr string
-	}{
-		{"placeholder", "session_key: change-me-to-a-long-random-string\n" + store, "", "", `epp.yaml:1: session_key: "change-me-to-a-long-random-string" is a placeholder`},
-		{"key file", store, keyFile, "epp.yaml: OK, 1 model(s), 1 endpoint(s)\n", ""},
-		{"key later", store, "", "epp.yaml: session_key: none in the file: give it with --session-key-file when the picker runs\nepp.yaml: OK, 1 model(s), 1 endpoint(s)\n", ""},
-		{"key twice", "session_key: 3c1f0a5e9b7d4c2a8e6f\n" + store, keyFile, "", "session_key: given twice"},
-		{"short key file", store, shortKey, "", "3 bytes: want at least 16"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			p := filepath.Join(dir, "epp.yaml")
-			if err := os.WriteFile(p, []byte(tt.config), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			var out bytes.Buffer
-			err := runEPP(context.Background(), &eppOptions{Config: p, Check: true, LogLevel: "info", SessionKeyFile: tt.keyFile}, &out, io.Discard)
-			switch {
-			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-				t.Errorf("got %v, want an error containing %q", err, tt.wantErr)
-			case tt.wantErr == "" && (err != nil || strings.ReplaceAll(out.String(), dir+"/", "") != tt.want):
-				t.Errorf("got %q %v, want %q", out.String(), err, tt.want)
-			}
-		})
-	}
 	for _, tt := range []struct{ name, model, want string }{
 		{"hostname", "    replicas: [http://vllm-0:8000]\n", `epp.yaml: models[0].replicas[0] (m): "http://vllm-0:8000": "vllm-0" is not an IP address`},
 		{"dp", "    url: http://10.0.0.1:8000\n    data_parallel_size: 2\n", "epp.yaml: models[0] (m): url with data_parallel_size: the picker names endpoints"},
@@ -182,5 +145,29 @@ func (e *runningEPP) stop() {
 		}
 	case <-time.After(10 * time.Second):
 		e.t.Fatal("warden epp did not stop within 10s of SIGTERM")
+	}
+}
+
+// TestEPPConfigSizeBounded: warden epp reads its configuration as the
+// proxy does, refusing one over live.MaxConfigBytes without reading it
+// whole (issue 46 item 8 bounded the proxy's; the picker read a 100 MiB
+// file whole before it found it no YAML).
+func TestEPPConfigSizeBounded(t *testing.T) {
+	big := filepath.Join(t.TempDir(), "epp.yaml")
+	if err := os.WriteFile(big, []byte("listen: :8080\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, 100<<20); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := runEPP(context.Background(), &eppOptions{Config: big, Check: true, LogLevel: "error"}, io.Discard, io.Discard)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "more than the 1048576 bytes") {
+		t.Errorf("err = %v, want the file refused as too large", err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Errorf("%d MiB allocated to refuse it", grew>>20)
 	}
 }

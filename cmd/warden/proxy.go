@@ -25,6 +25,9 @@ type proxyOptions struct {
 	Config   string
 	Check    bool
 	LogLevel string
+	// SessionKeyFile holds session_key (a Kubernetes Secret's key mounted
+	// as a file, a systemd credential).
+	SessionKeyFile string
 	// Procs: "auto" sizes GOMAXPROCS to the load (internal/procs), unless
 	// GOMAXPROCS is set in the environment; "" leaves it as it is (tests
 	// that run the proxy in their own process).
@@ -48,7 +51,9 @@ computed, completion tokens per second and the hit rate, per replica too; echart
 is served from the binary), /metrics (Prometheus), /api/status and /api/history
 (JSON) and /healthz (503 while the client listener is at limits.max_connections
 or cannot accept: out of file descriptors); it answers only a Host header that
-names it (an IP address, localhost, this machine's name, admin_hosts).
+names it (an IP address, localhost, this machine's name, admin_hosts), and
+serves at most 64 connections at once (idle ones closed after 30 s): over
+them /healthz is still answered, any other request gets 503.
 SIGHUP reloads the configuration without dropping connections or sessions:
 every session whose home replica is still configured keeps it, a replica
 added takes new sessions only, and running streams keep their in-flight
@@ -57,10 +62,18 @@ read_header, read and idle take effect on restart only (the reload's warning nam
 changed). SIGTERM drains (stops accepting, lets streams finish up to
 timeouts.drain).
 
+session_key is a secret (several proxies sharing session_store need the
+same one): keep it out of the configuration (a placeholder such as
+change-me-... is refused) and give it with --session-key-file, a file
+only warden reads (a Kubernetes Secret mounted as a file, a systemd
+credential); a reload reads the file again. --check without
+--session-key-file accepts a store whose key is to come that way.
+
 See live/testdata/proxy.yaml for every configuration key.`,
 		Example: `  warden proxy --config proxy.yaml
   warden proxy --config proxy.yaml --procs 4   # GOMAXPROCS fixed at 4, not sized to the load
   warden proxy --config live/testdata/proxy.yaml --check
+  warden proxy --config proxy-shared.yaml --session-key-file /etc/warden/session-key
   kill -HUP $(pidof warden)      # reload proxy.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -71,6 +84,7 @@ See live/testdata/proxy.yaml for every configuration key.`,
 	f.StringVar(&opts.Config, "config", "", "proxy configuration (YAML) (required)")
 	f.BoolVar(&opts.Check, "check", false, "validate the configuration and exit")
 	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+	f.StringVar(&opts.SessionKeyFile, "session-key-file", "", "read session_key from this file (a Kubernetes Secret's key mounted as a file); the configuration then carries none")
 	f.StringVar(&opts.Procs, "procs", "auto", "threads running Go code at once (GOMAXPROCS): auto sizes them to the load, from 1 up to the CPUs (idle ones cost CPU to wake); N fixes them; auto leaves a GOMAXPROCS environment variable as it is")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
@@ -98,11 +112,14 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 	if err := level.UnmarshalText([]byte(opts.LogLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	cfg, err := live.LoadConfig(opts.Config)
+	cfg, err := loadProxyConfig(opts)
 	if err != nil {
 		return err
 	}
 	if opts.Check {
+		if err := noteKeyToCome(out, opts.Config, cfg, "the proxy"); err != nil {
+			return err
+		}
 		_, err := fmt.Fprintf(out, "%s: OK, %d model(s)\n", opts.Config, len(cfg.Models))
 		return err
 	}
@@ -145,7 +162,7 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 			case <-ctx.Done():
 				return
 			case <-hup:
-				next, err := live.LoadConfig(opts.Config)
+				next, err := loadProxyConfig(opts)
 				if err == nil {
 					err = srv.Reload(next)
 				}
@@ -158,4 +175,38 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 		}
 	}()
 	return srv.Serve(ctx, ln, adminLn)
+}
+
+// loadProxyConfig reads the configuration, session_key from
+// --session-key-file when given.
+func loadProxyConfig(opts *proxyOptions) (*live.Config, error) {
+	keys, err := sessionKeys(opts.SessionKeyFile, opts.Check)
+	if err != nil {
+		return nil, err
+	}
+	return live.LoadConfigKeyed(opts.Config, keys, nil)
+}
+
+// sessionKeys is where session_key comes from besides the configuration
+// (warden proxy and warden epp): the key in file (--session-key-file),
+// else, under --check, a key to come at run.
+func sessionKeys(file string, check bool) (live.KeyOptions, error) {
+	if file == "" {
+		return live.KeyOptions{Later: check}, nil
+	}
+	key, err := live.ReadSessionKey(file)
+	if err != nil {
+		return live.KeyOptions{}, err
+	}
+	return live.KeyOptions{Key: key}, nil
+}
+
+// noteKeyToCome says, for --check, that cfg's session_store waits for its
+// key from --session-key-file (who runs: "the proxy", "the picker").
+func noteKeyToCome(out io.Writer, name string, cfg *live.Config, who string) error {
+	if !cfg.KeyToCome() {
+		return nil
+	}
+	_, err := fmt.Fprintf(out, "%s: session_key: none in the file: give it with --session-key-file when %s runs\n", name, who)
+	return err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,5 +100,67 @@ func TestProxyServesReloadsAndDrains(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSessionKeyCheck (issue 50, item 6, for both commands): warden
+// proxy --check and warden epp --check refuse a placeholder session_key,
+// naming the line; the key comes from --session-key-file (at least 16
+// bytes, no placeholder, not also in the file); a store without a key
+// passes --check, which says where the key must come from, and is
+// refused when the command would run. Before, warden proxy --check
+// accepted change-me-... (and live/testdata/proxy-shared.yaml shipped
+// one), and had no --session-key-file.
+func TestSessionKeyCheck(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	keyFile := write("session-key", "3c1f0a5e9b7d4c2a8e6f1b0d9c7a5e3f\n", 0o600)
+	shortKey := write("short-key", "abc\n", 0o600)
+	placeholderKey := write("placeholder-key", "change-me-please-to-something\n", 0o600)
+	store := "listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nauth: passthrough\nsession_store: redis://127.0.0.1:1/0\nmodels:\n  - name: m\n    replicas: [http://10.0.0.1:8000]\n"
+	commands := []struct {
+		name, who, ok string
+		run           func(config, keyFile string, check bool, out io.Writer) error
+	}{
+		{"proxy", "the proxy", "c.yaml: OK, 1 model(s)\n", func(config, keyFile string, check bool, out io.Writer) error {
+			return runProxy(context.Background(), &proxyOptions{Config: config, Check: check, LogLevel: "error", SessionKeyFile: keyFile}, out, io.Discard)
+		}},
+		{"epp", "the picker", "c.yaml: OK, 1 model(s), 1 endpoint(s)\n", func(config, keyFile string, check bool, out io.Writer) error {
+			return runEPP(context.Background(), &eppOptions{Config: config, Check: check, LogLevel: "error", SessionKeyFile: keyFile}, out, io.Discard)
+		}},
+	}
+	for _, c := range commands {
+		for _, tt := range []struct {
+			name, config, keyFile, want, wantErr string
+			run                                  bool // without --check
+		}{
+			{name: "placeholder", config: "session_key: change-me-to-a-long-random-string\n" + store,
+				wantErr: `c.yaml:1: session_key: "change-me-to-a-long-random-string" is a placeholder`},
+			{name: "placeholder without a store", config: "session_key: <your key>\n" + strings.Replace(store, "session_store", "#", 1),
+				wantErr: `c.yaml:1: session_key: "<your key>" is a placeholder`},
+			{name: "key file", config: store, keyFile: keyFile, want: c.ok},
+			{name: "key later", config: store, want: "c.yaml: session_key: none in the file: give it with --session-key-file when " + c.who + " runs\n" + c.ok},
+			{name: "key twice", config: "session_key: 3c1f0a5e9b7d4c2a8e6f\n" + store, keyFile: keyFile, wantErr: "c.yaml:1: session_key: given twice"},
+			{name: "short key file", config: store, keyFile: shortKey, wantErr: "3 bytes: want at least 16"},
+			{name: "placeholder key file", config: store, keyFile: placeholderKey, wantErr: "a placeholder key"},
+			{name: "no key at run", config: store, run: true, wantErr: "c.yaml: session_key: required with session_store (the same key on every proxy: ids are stored HMAC-hashed): give it with --session-key-file"},
+		} {
+			t.Run(c.name+"/"+tt.name, func(t *testing.T) {
+				var out bytes.Buffer
+				err := c.run(write("c.yaml", tt.config, 0o644), tt.keyFile, !tt.run, &out)
+				switch {
+				case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+					t.Errorf("got %v, want an error containing %q", err, tt.wantErr)
+				case tt.wantErr == "" && (err != nil || strings.ReplaceAll(out.String(), dir+"/", "") != tt.want):
+					t.Errorf("got %q %v, want %q", out.String(), err, tt.want)
+				}
+			})
+		}
 	}
 }

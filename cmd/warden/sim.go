@@ -50,8 +50,8 @@ type simOptions struct {
 
 	Requests string // per-request records (JSON lines), "": none
 
-	Timeline time.Duration // > 0: each strategy's run over time, a point every Timeline
-	FreshSteps bool // every step cuts and starts its sessions afresh, as warden bench does
+	Timeline   time.Duration // > 0: each strategy's run over time, a point every Timeline
+	FreshSteps bool          // every step cuts and starts its sessions afresh, as warden bench does
 
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool

@@ -28,6 +28,7 @@ import (
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	"github.com/lm-warden/warden/epp"
+	"github.com/lm-warden/warden/live"
 	"github.com/lm-warden/warden/sim"
 )
 
@@ -464,7 +465,7 @@ func check(b *bundle) error {
 	}
 	// As the picker reads it with the Secret's key: no key of its own,
 	// and none that is a placeholder.
-	cfg, err := epp.ParseConfig(path.Base(gen.Files[0]), b.config, epp.ConfigOptions{Kubernetes: true, SessionKey: "a-key-as-the-secret-gives-it"})
+	cfg, err := epp.ParseConfig(path.Base(gen.Files[0]), b.config, epp.ConfigOptions{Kubernetes: true, Keys: live.KeyOptions{Key: "a-key-as-the-secret-gives-it"}})
 	if err != nil {
 		return err
 	}
