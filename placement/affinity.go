@@ -72,6 +72,9 @@ var affinityStrategy = Strategy{
 	Reasons: []Reason{ReasonNew, ReasonSticky, ReasonSpill, ReasonPinned, ReasonParent, ReasonRehome},
 	Proxy:   true,
 	Spills:  true,
+	// Warden's best routings: plain, following the KV caches' contents,
+	// and by KV headroom with the priced spill and admission.
+	HeadToHead: []string{StrategyAffinity, StrategyAffinity + "+prefix", StrategyAffinity + "+kv+priced+admit"},
 	Options: []Option{
 		{Name: "kv", Words: "the least-loaded replica is judged by its KV cache fill too",
 			set: func(s *Spec, _ time.Duration) { s.KV = true }},

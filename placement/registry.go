@@ -39,6 +39,10 @@ type Strategy struct {
 	// Peer says it models a router people run instead of warden
 	// (notes/peer-routers.md; peers.go): PeerNames lists them.
 	Peer bool
+	// HeadToHead are the specs of it that the head-to-head runs (the
+	// group "peers" of a strategy list): warden's best routings, vLLM's
+	// own balancer. A peer's is its name, unless given.
+	HeadToHead []string
 	// New makes its policy from a configuration (defaults filled in by the
 	// caller, the spec's options applied).
 	New func(Config) (Policy, error)
@@ -252,21 +256,37 @@ func optionList(s *Strategy) string {
 }
 
 // Group is a name that stands for several strategies in a strategy list
-// (warden sim --strategies, a plan's strategies, warden tune --variants):
-// "peers" for every peer's router, so that one word runs the whole
-// comparison ("affinity,affinity+kv+priced+admit,peers").
+// (warden sim --strategies, warden tune --variants): "peers" for the
+// head-to-head, every peer's router beside warden's best routings and
+// vLLM's own balancer (HeadToHead), so that one word runs the whole
+// comparison.
 type Group struct {
 	Name  string
 	Words string   // what it stands for, for --help and errors
 	specs []string // its members, resolved when the group is expanded
 }
 
-// GroupPeers is the group of the peers' routers (PeerNames).
+// GroupPeers is the group of the head-to-head (HeadToHead).
 const GroupPeers = "peers"
+
+// HeadToHead lists the specs of the head-to-head, in the registry's order:
+// each strategy's Strategy.HeadToHead, a peer's name when it gives none.
+func HeadToHead() []string {
+	var out []string
+	for _, s := range registry {
+		switch {
+		case len(s.HeadToHead) > 0:
+			out = append(out, s.HeadToHead...)
+		case s.Peer:
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
 
 // groups are the group names a strategy list takes, in display order.
 func groups() []Group {
-	return []Group{{Name: GroupPeers, Words: "every peer's router (" + strings.Join(PeerNames(), ", ") + ")", specs: PeerNames()}}
+	return []Group{{Name: GroupPeers, Words: "warden's best routings, vLLM's own balancer and every peer's router: " + strings.Join(HeadToHead(), ", "), specs: HeadToHead()}}
 }
 
 // Groups returns the group names a strategy list takes.
