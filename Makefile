@@ -6,7 +6,7 @@ BIN := bin/warden
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help plan build run test test-deps vet lint fmt bench speed loop-order fuzz loop validate clean
+.PHONY: help plan build run test test-deps vet lint fmt bench speed loop-order fuzz loop validate compare-peers clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ test: test-deps vet ## vet, gofmt check, every test under -race (the README comm
 
 validate: ## the simulator against real vLLM's published rows (sim/testdata/validation), side by side
 	@$(GO) test -count=1 -run '^TestValidationAgainstPublished$$' -v ./sim/ | grep -v '^=== RUN'
+
+compare-peers: ## warden's routings against the routers you could run instead (issue 47): 3 loads x 3 seeds, about 4 minutes on 2 cores; SEEDS=1,2,3 LOADS=abc
+	$(GO) run ./scripts/comparepeers -seeds $${SEEDS:-1,2,3} -loads $${LOADS:-abc}
 
 loop: ## the whole loop on one machine: emulate, proxy, bench, sim, compare
 	scripts/loop.sh
