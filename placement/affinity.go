@@ -294,7 +294,7 @@ func (a *Affinity) keep(i int32, key uint64, home, to int, at int64, remember bo
 	case !remember:
 		return nilIndex
 	case i == nilIndex:
-		a.table.noteStart()
+		a.table.noteStart(at)
 		return a.table.insert(key, to, at)
 	default:
 		if home < 0 {
