@@ -72,9 +72,10 @@ var affinityStrategy = Strategy{
 	Reasons: []Reason{ReasonNew, ReasonSticky, ReasonSpill, ReasonPinned, ReasonParent, ReasonRehome},
 	Proxy:   true,
 	Spills:  true,
-	// Warden's best routings: plain, following the KV caches' contents,
-	// and by KV headroom with the priced spill and admission.
-	HeadToHead: []string{StrategyAffinity, StrategyAffinity + "+prefix", StrategyAffinity + "+kv+priced+admit"},
+	// Warden's best routings: plain; priced (turns and new conversations
+	// by expected TTFT); following the KV caches' contents; by KV
+	// headroom with the priced spill and admission.
+	HeadToHead: []string{StrategyAffinity, StrategyAffinity + "+priced", StrategyAffinity + "+prefix", StrategyAffinity + "+kv+priced+admit"},
 	Options: []Option{
 		{Name: "kv", Words: "the least-loaded replica is judged by its KV cache fill too",
 			set: func(s *Spec, _ time.Duration) { s.KV = true }},
@@ -258,6 +259,9 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 			return Decision{Replica: -1, Reason: ReasonNew, Wait: true}, nil
 		}
 		target = tgt
+	}
+	if target < 0 && a.cfg.Spill.Priced() && a.cfg.Balance != BalanceKV {
+		target = a.pricedNew(r, s)
 	}
 	if target < 0 {
 		target = a.best(s, -1)

@@ -193,8 +193,8 @@ func strconvQuote(s string) string { return strconv.Quote(s) }
 // and names the item that does not parse.
 func TestExpandSpecs(t *testing.T) {
 	h2h := HeadToHead()
-	if len(h2h) != len(PeerNames())+4 || h2h[0] != StrategyLeastLoaded || h2h[1] != StrategyAffinity {
-		t.Fatalf("HeadToHead = %v, want least-loaded, warden's three routings, then the %d peers", h2h, len(PeerNames()))
+	if len(h2h) != len(PeerNames())+5 || h2h[0] != StrategyLeastLoaded || h2h[1] != StrategyAffinity {
+		t.Fatalf("HeadToHead = %v, want least-loaded, warden's four routings, then the %d peers", h2h, len(PeerNames()))
 	}
 	for _, tc := range []struct {
 		in      []string

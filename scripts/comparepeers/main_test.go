@@ -54,16 +54,19 @@ func TestQuickComparison(t *testing.T) {
 // warden's best seed.
 func TestBeats(t *testing.T) {
 	cells := map[string]*cell{
-		key(8, "affinity"):                     {hit: []float64{80, 82, 84}, p95: []float64{10, 12, 14}, out: []float64{100, 110, 120}},
-		key(8, "affinity (kv, priced, admit)"): {hit: []float64{70, 71, 72}, p95: []float64{30, 31, 32}, out: []float64{90, 95, 100}},
-		key(8, "llm-d"):                        {hit: []float64{85, 86, 87}, p95: []float64{13, 15, 16}, out: []float64{121, 125, 130}},
-		key(8, "dynamo"):                       {hit: []float64{60, 90, 91}, p95: []float64{9, 9.5, 20}, out: []float64{50, 60, 70}},
+		key(8, "affinity"):                     {hit: []float64{80, 82, 84}, adm: []float64{90, 90, 90}, p95: []float64{10, 12, 14}, out: []float64{100, 110, 120}},
+		key(8, "affinity (kv, priced, admit)"): {hit: []float64{70, 71, 72}, adm: []float64{90, 91, 92}, p95: []float64{30, 31, 32}, out: []float64{90, 95, 100}},
+		key(8, "llm-d"):                        {hit: []float64{85, 86, 87}, adm: []float64{92.5, 93, 93}, p95: []float64{13, 15, 16}, out: []float64{121, 125, 130}},
+		key(8, "dynamo"):                       {hit: []float64{60, 90, 91}, adm: []float64{60, 95, 96}, p95: []float64{9, 9.5, 20}, out: []float64{50, 60, 70}},
 	}
 	labels := []string{"affinity", "affinity (kv, priced, admit)", "llm-d", "dynamo"}
 	got := strings.Join(beats(8, labels, cells), "\n")
 	// hit: dynamo has the best median (90) but its worst seed (60) is
 	// under warden's best (84): within the spread. TTFB p95: dynamo's
 	// median 9.5, worst 20: within. Output: llm-d 121-130 over 100-120.
+	// At admission: dynamo's median (95) is the best peer's, but its worst
+	// seed (60) is within; llm-d (92.5-93) is not the best peer, so no
+	// verdict either.
 	want := "8 sessions, output tok/min: llm-d 125 (121-130) beats warden's best, affinity, 110 (100-120)"
 	if got != want {
 		t.Errorf("beats =\n%s\nwant\n%s", got, want)
