@@ -54,7 +54,7 @@ test: test-deps vet ## vet, gofmt check, every test under -race (the README comm
 validate: ## the simulator against real vLLM's published rows (sim/testdata/validation), side by side
 	@$(GO) test -count=1 -run '^TestValidationAgainstPublished$$' -v ./sim/ | grep -v '^=== RUN'
 
-compare-peers: ## warden's routings against the routers you could run instead (issue 47): 3 loads x 3 seeds, about 4 minutes on 2 cores; SEEDS=1,2,3 LOADS=abc
+compare-peers: ## warden's routings against the routers you could run instead (README): 3 loads x 3 seeds, a minute or two on 2 cores; SEEDS=1,2,3 LOADS=abc (d: the 5090 farm at 26 sessions alone)
 	$(GO) run ./scripts/comparepeers -seeds $${SEEDS:-1,2,3} -loads $${LOADS:-abc}
 
 loop: ## the whole loop on one machine: emulate, proxy, bench, sim, compare

@@ -12,6 +12,8 @@
 //
 //	go run ./scripts/comparepeers            # what make compare-peers runs
 //	go run ./scripts/comparepeers -quick     # seconds: shorter steps, one seed
+//	go run ./scripts/comparepeers -loads d -seeds 1,2,3,4,5 \
+//	    -strategies affinity,affinity+kv+admit,dynamo,llm-d-precise
 //
 // The loads:
 //
@@ -20,6 +22,8 @@
 //	b  the 5090-farm preset (agent sessions of ~58k tokens) on
 //	   examples/rtx5090-gemma3-27b-int4.yaml (7 x RTX 5090) at 16 and 26
 //	   sessions, 40 minutes a step;
+//	d  (only when asked, -loads d) the same at 26 sessions from a cold
+//	   start: the level alone;
 //	c  the conversations of Mooncake's public conversation_trace (its first
 //	   1,000 requests, testdata/, Apache 2.0) on the 7 x RTX 5090 farm,
 //	   replayed as 26 sessions in a closed loop.
@@ -65,6 +69,8 @@ func loads(quick bool) []load {
 			sessions: []int{4, 8, 16, 24, 32}, duration: 10 * time.Minute},
 		{key: "b", title: "5090-farm preset (agent sessions of ~58k tokens), 7 x RTX 5090, gemma-3-27b-it int4",
 			farm: "examples/rtx5090-gemma3-27b-int4.yaml", workload: "5090-farm", sessions: []int{16, 26}, duration: 40 * time.Minute},
+		{key: "d", title: "5090-farm preset at 26 sessions from a cold start (the level alone), 7 x RTX 5090, gemma-3-27b-it int4",
+			farm: "examples/rtx5090-gemma3-27b-int4.yaml", workload: "5090-farm", sessions: []int{26}, duration: 40 * time.Minute},
 		{key: "c", title: "Mooncake conversation_trace (first 1,000 requests) as sessions in a closed loop, 7 x RTX 5090, gemma-3-27b-it int4",
 			farm: "examples/rtx5090-gemma3-27b-int4.yaml", trace: filepath.Join("scripts", "comparepeers", "testdata", "mooncake-conversation-head1000.jsonl.gz"),
 			sessions: []int{26}},
@@ -72,7 +78,8 @@ func loads(quick bool) []load {
 	if quick {
 		ls[0].sessions, ls[0].duration = []int{8, 24}, 2*time.Minute
 		ls[1].sessions, ls[1].duration = []int{26}, 4*time.Minute
-		ls[2].sessions, ls[2].duration = []int{8}, 2*time.Minute
+		ls[2].sessions, ls[2].duration = []int{26}, 4*time.Minute
+		ls[3].sessions, ls[3].duration = []int{8}, 2*time.Minute
 	}
 	return ls
 }
@@ -85,14 +92,19 @@ type cell struct {
 func main() {
 	seeds := flag.String("seeds", "1,2,3", "seeds, comma-separated")
 	quick := flag.Bool("quick", false, "shorter steps and one seed, for a test (seconds)")
-	only := flag.String("loads", "abc", "which loads to run: a, b, c (see the package comment)")
+	only := flag.String("loads", "abc", "which loads to run: a, b, c, d (see the package comment)")
+	list := flag.String("strategies", "", "strategies to compare, as warden sim --strategies takes them (default: peers, the head-to-head)")
 	flag.Parse()
 	ss, err := parseSeeds(*seeds)
 	if err == nil && *quick && !isSet("seeds") {
 		ss = ss[:1]
 	}
+	strategies := placement.HeadToHead()
+	if err == nil && *list != "" {
+		strategies, err = placement.ExpandSpecs(strings.Split(*list, ","))
+	}
 	if err == nil {
-		err = run(context.Background(), os.Stdout, ss, *quick, *only)
+		err = run(context.Background(), os.Stdout, ss, strategies, *quick, *only)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "comparepeers:", err)
@@ -119,8 +131,7 @@ func parseSeeds(s string) ([]uint64, error) {
 }
 
 // run measures the loads named in only over seeds and writes the tables.
-func run(ctx context.Context, w io.Writer, seeds []uint64, quick bool, only string) error {
-	strategies := placement.HeadToHead()
+func run(ctx context.Context, w io.Writer, seeds []uint64, strategies []string, quick bool, only string) error {
 	fmt.Fprintf(w, "Seeds %s; each cell the median (min-max) over the seeds. Strategies: %s.\n",
 		joinSeeds(seeds), strings.Join(strategies, ", "))
 	for _, l := range loads(quick) {

@@ -19,10 +19,10 @@ import (
 func TestQuickComparison(t *testing.T) {
 	t.Chdir(filepath.Join("..", ".."))
 	var a, b bytes.Buffer
-	if err := run(context.Background(), &a, []uint64{5}, true, "abc"); err != nil {
+	if err := run(context.Background(), &a, []uint64{5}, placement.HeadToHead(), true, "abcd"); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(context.Background(), &b, []uint64{5}, true, "a"); err != nil {
+	if err := run(context.Background(), &b, []uint64{5}, placement.HeadToHead(), true, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if i := strings.Index(a.String(), "\n### (b)"); i < 0 || a.String()[:i] != b.String() {
