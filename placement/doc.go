@@ -110,10 +110,14 @@
 //     prefill rates and footprints; TraitAdmission: it may answer Wait),
 //     and if it keeps conversations it offers its table (SessionKeeper,
 //     TableAdopter); the Router feeds it, the callers never name its type.
+//     A peer's router sets Peer (it joins the head-to-head, the group
+//     "peers" of a strategy list); a strategy of warden's own that belongs
+//     there lists the specs to run in HeadToHead.
 //  2. placement/registry.go: one line, &nameStrategy, in registry.
 //
 // Its golden tests go next to it (NAME_test.go, testdata/scenarios). From
-// then on warden sim --strategies NAME, warden plan --strategies NAME,
+// then on warden sim --strategies NAME (and peers, if it is one),
+// warden plan --strategies NAME,
 // warden tune --variants NAME, a farm's routing.strategy, the plan's
 // glossary, calibrate's inference from the reasons and, with Proxy set,
 // the proxy's models[].strategy take it; TestSeamArchitecture fails if any

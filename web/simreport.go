@@ -366,6 +366,9 @@ func headToHeadOthers(strategies []string, best *sim.Row, row func(string) *sim.
 		x := bestOf[k]
 		who := x.Strategy
 		if k != x.Strategy {
+			if side(best.Strategy) == k { // the best is on this side: its runner-up
+				k = strings.Replace(k, "best", "next best", 1)
+			}
 			who = k + ", " + x.Strategy + ","
 		}
 		out = append(out, fmt.Sprintf("%s %s s at %s %% hit", who, fmtNum(float64(x.TTFBP95), 2), fmtNum(float64(x.PrefixHitPct), 1)))

@@ -203,4 +203,14 @@ func TestSimReportHeadToHead(t *testing.T) {
 	if err := r.Render(&bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
+	// When warden's routing is the best, the answer names its runner-up.
+	for i := range rep.Rows {
+		if rep.Rows[i].Strategy == "affinity" && rep.Rows[i].Sessions == 24 {
+			rep.Rows[i].TTFBP95 = 1
+		}
+	}
+	if got := SimReport(rep, SimReportOptions{}).Answer; !strings.Contains(got, "affinity routing gives the lowest TTFB p95, 1.00 s") ||
+		!strings.Contains(got, "warden's next best, affinity (kv, priced, admit), 24.00 s") {
+		t.Errorf("Answer = %q", got)
+	}
 }

@@ -34,6 +34,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -242,19 +243,10 @@ func importTrace(path string) (*sim.Trace, error) {
 	defer os.Remove(tmp.Name())
 	tw := traces.NewWriter(tmp, traces.Header{BlockSize: 16, Source: "mooncake:" + filepath.Base(path), CreatedBy: "comparepeers"})
 	_, err = traces.Import("mooncake", in, path, tw, traces.ImportOptions{BlockSize: 16})
-	if err = errorsJoin(err, tw.Close(), tmp.Close()); err != nil {
+	if err = errors.Join(err, tw.Close(), tmp.Close()); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return sim.LoadTrace(tmp.Name())
-}
-
-func errorsJoin(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // side says which side of the comparison a strategy label is on:
