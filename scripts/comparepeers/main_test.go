@@ -18,18 +18,30 @@ import (
 // beats warden or that none does, and the same seeds print the same bytes.
 func TestQuickComparison(t *testing.T) {
 	t.Chdir(filepath.Join("..", ".."))
+	// Under the race detector (make test) the 4 x A4000 load alone: the
+	// others simulate 7 replicas for minutes, 80 s under -race; what they
+	// add is their farms and the trace's import, which run without it.
+	only := "abcd"
+	if raceEnabled {
+		only = "a"
+	}
 	var a, b bytes.Buffer
-	if err := run(context.Background(), &a, []uint64{5}, placement.HeadToHead(), true, "abcd"); err != nil {
+	if err := run(context.Background(), &a, []uint64{5}, placement.HeadToHead(), true, only); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(context.Background(), &b, []uint64{5}, placement.HeadToHead(), true, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if i := strings.Index(a.String(), "\n### (b)"); i < 0 || a.String()[:i] != b.String() {
-		t.Error("the same seed printed different tables")
+	if !raceEnabled { // the same bytes again (the simulator's own tests check it under -race)
+		if err := run(context.Background(), &b, []uint64{5}, placement.HeadToHead(), true, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if i := strings.Index(a.String(), "\n### (b)"); i < 0 || a.String()[:i] != b.String() {
+			t.Error("the same seed printed different tables")
+		}
 	}
 	out := a.String()
 	for _, l := range loads(true) {
+		if !strings.Contains(only, l.key) {
+			continue
+		}
 		if !strings.Contains(out, "### ("+l.key+") ") {
 			t.Errorf("no table of load %s", l.key)
 		}
@@ -42,7 +54,7 @@ func TestQuickComparison(t *testing.T) {
 			}
 		}
 	}
-	if n := strings.Count(out, "\n- "); n < 4 {
+	if n := strings.Count(out, "\n- "); n < len(only) {
 		t.Errorf("%d verdict lines, want one or more per level:\n%s", n, out)
 	}
 	if testing.Verbose() {
