@@ -136,8 +136,8 @@ var knownGaps = map[string]knownGap{
 	// 0.28 s simulated against 0.48, p95 2.49 against 5.03. A 5 s TTFB is a
 	// first turn that waited for another first turn's whole 7.3k-token
 	// prefill on its engine: vLLM's scheduler gives the token budget (2048
-	// on a card under 70 GiB: vllm/engine/arg_utils.py
-	// EngineArgs._set_default_args) to the running requests first, the
+	// on a card under 70 GiB: vllm/engine/arg_utils.py, the batch defaults,
+	// get_batch_defaults) to the running requests first, the
 	// partial prefill included, and to waiting ones only with what is left
 	// (vllm/v1/core/sched/scheduler.py Scheduler.schedule, "First, schedule
 	// the RUNNING requests"). For p95 a quarter of the step's first turns
