@@ -33,6 +33,11 @@ test: test-deps vet ## vet, gofmt check, every test under -race (the README comm
 	@# The pure-Go request scanner (no AVX2 block masks, no ASCII skip:
 	@# what every other architecture runs), through the proxy's own tests.
 	$(GO) test -count=1 -tags purego ./live/
+	@# Whole plans solved (pure simulation, ~13x slower under the race
+	@# detector: 600 s of the race run) skip themselves under -race
+	@# (simulationOnly) and run here; the solver's concurrency stays
+	@# under the detector (TestSolveDeterministicInParallel).
+	$(GO) test -count=1 -run '^(TestPlan|TestSolve)' ./planner/ ./cmd/warden/
 	@# The tree builds for macOS too (Linux-only code stays in _linux files).
 	GOOS=darwin $(GO) build ./...
 	@# Timing-sensitive checks (emulator vs simulator fidelity) run again

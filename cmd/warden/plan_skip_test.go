@@ -14,6 +14,7 @@ import (
 // in the terminal's summary and in the HTML report, the sentence of the
 // result's "skipped" counts (planner's SkipNote).
 func TestPlanSkipNote(t *testing.T) {
+	simulationOnly(t)
 	js, err := runWarden(t, "plan", "--json", "--out", "", "--quiet")
 	if err != nil {
 		t.Fatal(err)

@@ -77,8 +77,8 @@ Each strategy runs on its own copy of the farm, from cold caches; the sessions
 steps (--sessions) run back to back on the same warm replicas, --duration each,
 moving to the next level starts (or retires) sessions while the others carry on.
 With --fresh-steps each step instead cuts the requests in flight at its end and
-the next starts all its sessions at once, as warden bench runs its steps (and
-as the product's published benchmark did): sessions that start together on one
+the next starts all its sessions at once, as warden bench runs its steps (to
+compare with a warden bench run): sessions that start together on one
 replica stay in step, and each of their first turns waits for another's
 prefill, which lengthens the TTFB tail. A request still waiting for its first
 token when a step closes counts in that step's TTFB with the wait it had
