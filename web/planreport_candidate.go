@@ -9,14 +9,49 @@ import (
 	"github.com/lm-warden/warden/sim"
 )
 
-// planCandidate is one candidate's section: every routing at every level.
+// planCandidate is one candidate's section: every routing at every level, in a table and in
+// charts, and per replica at the wanted concurrency.
 func planCandidate(res *planner.Result, i, at int) Section {
 	c := &res.Candidates[i]
 	id := func(name string) string { return fmt.Sprintf("c%d-%s", i+1, name) }
-	xs := make([]float64, len(res.Sessions))
-	for k, n := range res.Sessions {
-		xs[k] = float64(n)
+	s := Section{
+		Heading:    "Candidate: " + c.Name,
+		Paragraphs: []string{candidateSentence(res, c)},
+		Tables:     []Table{candidateTable(res, c)},
+		Charts:     candidateCharts(res, c, id),
 	}
+	if at >= 0 {
+		s.Charts = append(s.Charts, replicaCharts(res, c, at, id)...)
+	}
+	return s
+}
+
+// candidateSentence says what the candidate is and how it does with its routing.
+func candidateSentence(res *planner.Result, c *planner.Candidate) string {
+	status := "does not meet the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
+	switch {
+	case c.Meets && res.HeadroomSessions > 0:
+		status = fmt.Sprintf("meets the targets at %d sessions and, with %s %% headroom, at %d", res.Concurrency, fmtPctOf(res.Headroom), res.HeadroomSessions)
+	case c.Meets:
+		status = "meets the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
+	case c.Verdict == planner.VerdictMarginal && c.Why != "":
+		status = "is marginal: it " + c.Why
+	}
+	upTo := "; it meets them up to " + strings.Replace(upToCell(c), ">= ", "at least ", 1) + " sessions"
+	if c.MaxSessions == 0 {
+		upTo = "; it meets them at no level simulated"
+	}
+	if c.Verdict == planner.VerdictMarginal && c.KPIs != nil && c.KPIs.Verdict == planner.VerdictMeets && c.Why != "" {
+		upTo = "" // marginal for want of headroom: the reason already says where it stops
+	}
+	return fmt.Sprintf("%s serving %s, %d replica(s) at tensor parallel size %d, max_num_seqs %d, %s KV blocks (%s tokens) per replica. "+
+		"With %s it %s%s.",
+		c.Name, c.Model, c.Replicas, c.TensorParallelSize, c.MaxNumSeqs, fmtInt(int64(c.NumGPUBlocks)), fmtInt(int64(c.KVTokensPerReplica)),
+		c.Configs[c.Chosen].Label(), status, upTo)
+}
+
+// candidateTable is every routing of the candidate at every level, with the targets it meets.
+func candidateTable(res *planner.Result, c *planner.Candidate) Table {
 	t := Table{
 		Caption: "Per routing and load (KPIs evaluated with PromQL over each step's window)",
 		Header: []string{"sessions", "routing", "sessions/h", "output tok/min", "TTFB p50 s", "TTFB p95 s", "replicas busy",
@@ -38,6 +73,16 @@ func planCandidate(res *planner.Result, i, at int) Section {
 				fmtNum(float64(x.TTFBP50), 2), fmtNum(float64(x.TTFBP95), 2), fmtNum(float64(x.ReplicasBusy), 1),
 				fmtNum(float64(x.PrefixHitPct), 1), fmtNum(float64(x.StayedPct), 1), fmtInt(x.Unfinished), fmtInt(x.Preemptions), verdict})
 		}
+	}
+	return t
+}
+
+// candidateCharts are the candidate's routings against sessions: TTFB p50 and p95 (the band
+// shaded on p95), the prefix hit rate (its band shaded), output tokens per minute, replicas busy.
+func candidateCharts(res *planner.Result, c *planner.Candidate, id func(string) string) []*Chart {
+	xs := make([]float64, len(res.Sessions))
+	for k, n := range res.Sessions {
+		xs[k] = float64(n)
 	}
 	perConfig := func(suffix string, f func(*sim.Row) float64) []Series {
 		out := make([]Series, 0, len(c.Configs))
@@ -62,70 +107,43 @@ func planCandidate(res *planner.Result, i, at int) Section {
 		ttfb[len(c.Configs)+k].Low, ttfb[len(c.Configs)+k].High = kpiBand(&c.Configs[k], ttfbP95)
 		hitSeries[k].Low, hitSeries[k].High = kpiBand(&c.Configs[k], prefixHit)
 	}
-	chosen := &c.Configs[c.Chosen]
+	return []*Chart{
+		NewLineChart(id("ttfb"), "Time to first token, p50 and p95, with the TTFB p95 target", sessions, xs, Axis{Name: "seconds", Log: true}, ttfb...),
+		NewLineChart(id("hit"), "Prefix-cache hit rate, with the target", sessions, xs, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
+			hitSeries...),
+		NewLineChart(id("tokens"), "Output tokens per minute", sessions, xs, Axis{Name: "tokens/min"},
+			perConfig("", func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) })...),
+		NewLineChart(id("busy"), "Replicas busy (mean)", sessions, xs, Axis{Name: "replicas", Min: ptr(0.0)},
+			perConfig("", func(r *sim.Row) float64 { return float64(r.ReplicasBusy) })...),
+	}
+}
 
-	status := "does not meet the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
-	switch {
-	case c.Meets && res.HeadroomSessions > 0:
-		status = fmt.Sprintf("meets the targets at %d sessions and, with %s %% headroom, at %d", res.Concurrency, fmtPctOf(res.Headroom), res.HeadroomSessions)
-	case c.Meets:
-		status = "meets the targets at " + strconv.Itoa(res.Concurrency) + " sessions"
-	case c.Verdict == planner.VerdictMarginal && c.Why != "":
-		status = "is marginal: it " + c.Why
+// replicaCharts are per replica at the wanted concurrency (level index at), each routing: the
+// step's requests and mean KV use (the answer's farm also has them over time, in the timeline
+// section).
+func replicaCharts(res *planner.Result, c *planner.Candidate, at int, id func(string) string) []*Chart {
+	nrep := c.Replicas
+	cats := make([]string, nrep)
+	for k := range cats {
+		cats[k] = "replica " + strconv.Itoa(k)
 	}
-	upTo := "; it meets them up to " + strings.Replace(upToCell(c), ">= ", "at least ", 1) + " sessions"
-	if c.MaxSessions == 0 {
-		upTo = "; it meets them at no level simulated"
-	}
-	if c.Verdict == planner.VerdictMarginal && c.KPIs != nil && c.KPIs.Verdict == planner.VerdictMeets && c.Why != "" {
-		upTo = "" // marginal for want of headroom: the reason already says where it stops
-	}
-	s := Section{
-		Heading: "Candidate: " + c.Name,
-		Paragraphs: []string{
-			fmt.Sprintf("%s serving %s, %d replica(s) at tensor parallel size %d, max_num_seqs %d, %s KV blocks (%s tokens) per replica. "+
-				"With %s it %s%s.",
-				c.Name, c.Model, c.Replicas, c.TensorParallelSize, c.MaxNumSeqs, fmtInt(int64(c.NumGPUBlocks)), fmtInt(int64(c.KVTokensPerReplica)),
-				chosen.Label(), status, upTo),
-		},
-		Tables: []Table{t},
-		Charts: []*Chart{
-			NewLineChart(id("ttfb"), "Time to first token, p50 and p95, with the TTFB p95 target", sessions, xs, Axis{Name: "seconds", Log: true}, ttfb...),
-			NewLineChart(id("hit"), "Prefix-cache hit rate, with the target", sessions, xs, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
-				hitSeries...),
-			NewLineChart(id("tokens"), "Output tokens per minute", sessions, xs, Axis{Name: "tokens/min"},
-				perConfig("", func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) })...),
-			NewLineChart(id("busy"), "Replicas busy (mean)", sessions, xs, Axis{Name: "replicas", Min: ptr(0.0)},
-				perConfig("", func(r *sim.Row) float64 { return float64(r.ReplicasBusy) })...),
-		},
-	}
-	// Per replica at the wanted concurrency, each routing: the step's counts and means (the
-	// answer's farm also has them over time, in the timeline section).
-	if at >= 0 {
-		nrep := c.Replicas
-		cats := make([]string, nrep)
-		for k := range cats {
-			cats[k] = "replica " + strconv.Itoa(k)
-		}
-		var req, kv []Series
-		for k := range c.Configs {
-			rq, kvm := nanSlice(nrep), nanSlice(nrep)
-			for _, rr := range c.Configs[k].Rows[at].Replicas {
-				if rr.Replica >= 0 && rr.Replica < nrep {
-					rq[rr.Replica] = float64(rr.Requests)
-					kvm[rr.Replica] = 100 * float64(rr.KVUsageMean)
-				}
+	var req, kv []Series
+	for k := range c.Configs {
+		rq, kvm := nanSlice(nrep), nanSlice(nrep)
+		for _, rr := range c.Configs[k].Rows[at].Replicas {
+			if rr.Replica >= 0 && rr.Replica < nrep {
+				rq[rr.Replica] = float64(rr.Requests)
+				kvm[rr.Replica] = 100 * float64(rr.KVUsageMean)
 			}
-			req = append(req, Series{Name: c.Configs[k].Label(), Y: rq})
-			kv = append(kv, Series{Name: c.Configs[k].Label(), Y: kvm})
 		}
-		s.Charts = append(s.Charts,
-			NewBarChart(id("replica-requests"), fmt.Sprintf("Requests routed to each replica at %d sessions", res.Concurrency), cats, Axis{Name: "requests"}, req...).WithCategoryName("replica"),
-			NewBarChart(id("replica-kv"), fmt.Sprintf("KV cache use per replica at %d sessions (mean over the step)", res.Concurrency), cats,
-				Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, kv...).WithCategoryName("replica"),
-		)
+		req = append(req, Series{Name: c.Configs[k].Label(), Y: rq})
+		kv = append(kv, Series{Name: c.Configs[k].Label(), Y: kvm})
 	}
-	return s
+	return []*Chart{
+		NewBarChart(id("replica-requests"), fmt.Sprintf("Requests routed to each replica at %d sessions", res.Concurrency), cats, Axis{Name: "requests"}, req...).WithCategoryName("replica"),
+		NewBarChart(id("replica-kv"), fmt.Sprintf("KV cache use per replica at %d sessions (mean over the step)", res.Concurrency), cats,
+			Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, kv...).WithCategoryName("replica"),
+	}
 }
 
 // column is one figure of each row.

@@ -7,39 +7,10 @@ import (
 	"github.com/lm-warden/warden/planner"
 )
 
-// planRuleOfThumb shows concurrency x typical context against each farm's KV cache.
+// planRuleOfThumb shows concurrency x typical context against each farm's KV cache: a table
+// and a dial per farm, and the rule beside the simulation, one sentence per candidate.
 func planRuleOfThumb(res *planner.Result) Section {
-	t := Table{
-		Caption: fmt.Sprintf("%d sessions x %s tokens of typical context against the farm's KV cache", res.Concurrency, fmtInt(int64(res.Workload.TypicalContextTokens))),
-		Header:  []string{"candidate", "KV blocks per replica", "KV tokens per replica", "KV tokens, farm", "demand, tokens", "ratio %", "sessions that fit", "verdict"},
-	}
-	var gauges []Gauge
-	top := 100.0
-	for i := range res.Candidates {
-		c := &res.Candidates[i]
-		if !c.Fits {
-			continue
-		}
-		v := c.RuleOfThumb
-		verdict := planner.RuleOfThumbVerdict(c)
-		t.Rows = append(t.Rows, []string{c.Name, fmtInt(int64(c.NumGPUBlocks)), fmtInt(int64(c.KVTokensPerReplica)), fmtInt(c.KVTokensTotal),
-			fmtInt(v.DemandTokens), fmtNum(100*v.Ratio, 0), fmtInt(int64(v.SessionsThatFit)), verdict})
-		g := Gauge{Name: c.Name, Value: 100 * v.Ratio, Unit: "%"}
-		if c.Verdict != "" && c.Verdict != planner.VerdictMisses {
-			g.OverColor = amber // beyond 100 %: over the rule, yet the simulation does not find a miss
-		}
-		if !v.Fits && c.Verdict != "" {
-			g.Name += "\nsimulated: " + c.Verdict // under the dial, what the simulation says
-		}
-		if c.NotSimulated != "" {
-			g.OverColor = notSimulatedGrey // no verdict to colour it with
-			if !v.Fits {
-				g.Name += "\nnot simulated"
-			}
-		}
-		gauges = append(gauges, g)
-		top = math.Max(top, 100*v.Ratio)
-	}
+	t, gauges, top := ruleTable(res)
 	s := Section{
 		Heading: "Rule of thumb: sessions x context against the KV cache",
 		Paragraphs: []string{
@@ -58,17 +29,66 @@ func planRuleOfThumb(res *planner.Result) Section {
 	rec := Table{Caption: "The rule of thumb and the simulation, side by side", Header: []string{"candidate", "rule of thumb", "how they agree or why they differ"}, Prose: true}
 	for i := range res.Candidates {
 		c := &res.Candidates[i]
-		if r := c.Reconcile; c.Fits && r != "" {
-			rec.Rows = append(rec.Rows, []string{c.Name, ruleCell(c), r})
+		if c.Fits && c.Reconcile != "" {
+			rec.Rows = append(rec.Rows, []string{c.Name, ruleCell(c), c.Reconcile})
 		}
 	}
 	if len(rec.Rows) > 0 {
 		s.Tables = append(s.Tables, rec)
 	}
-	// The scale ends at 100 % rounded up past the highest demand, at most
-	// ruleDialMax: a dial to 2,300 % crowds its ticks unreadably, and past 3
-	// times the cache the figure matters more than the needle (a needle at
-	// the end is further over; the dial's centre says how far).
+	s.Charts = gaugeCharts(gauges, top)
+	return s
+}
+
+// ruleTable is the rule of thumb per candidate that fits, its dials, and the highest demand in
+// % of a farm's KV cache (at least 100).
+func ruleTable(res *planner.Result) (Table, []Gauge, float64) {
+	t := Table{
+		Caption: fmt.Sprintf("%d sessions x %s tokens of typical context against the farm's KV cache", res.Concurrency, fmtInt(int64(res.Workload.TypicalContextTokens))),
+		Header:  []string{"candidate", "KV blocks per replica", "KV tokens per replica", "KV tokens, farm", "demand, tokens", "ratio %", "sessions that fit", "verdict"},
+	}
+	var gauges []Gauge
+	top := 100.0
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		if !c.Fits {
+			continue
+		}
+		v := c.RuleOfThumb
+		verdict := planner.RuleOfThumbVerdict(c)
+		t.Rows = append(t.Rows, []string{c.Name, fmtInt(int64(c.NumGPUBlocks)), fmtInt(int64(c.KVTokensPerReplica)), fmtInt(c.KVTokensTotal),
+			fmtInt(v.DemandTokens), fmtNum(100*v.Ratio, 0), fmtInt(int64(v.SessionsThatFit)), verdict})
+		gauges = append(gauges, ruleGauge(c))
+		top = math.Max(top, 100*v.Ratio)
+	}
+	return t, gauges, top
+}
+
+// ruleGauge is candidate c's dial: its demand in % of its KV cache, coloured beyond 100 % by
+// what the simulation found.
+func ruleGauge(c *planner.Candidate) Gauge {
+	v := c.RuleOfThumb
+	g := Gauge{Name: c.Name, Value: 100 * v.Ratio, Unit: "%"}
+	if c.Verdict != "" && c.Verdict != planner.VerdictMisses {
+		g.OverColor = amber // beyond 100 %: over the rule, yet the simulation does not find a miss
+	}
+	if !v.Fits && c.Verdict != "" {
+		g.Name += "\nsimulated: " + c.Verdict // under the dial, what the simulation says
+	}
+	if c.NotSimulated != "" {
+		g.OverColor = notSimulatedGrey // no verdict to colour it with
+		if !v.Fits {
+			g.Name += "\nnot simulated"
+		}
+	}
+	return g
+}
+
+// gaugeCharts share the dials among as few charts as gaugesPerChart allows, each dial's scale
+// ending at 100 % rounded up past top, at most ruleDialMax: a dial to 2,300 % crowds its ticks
+// unreadably, and past 3 times the cache the figure matters more than the needle (a needle at
+// the end is further over; the dial's centre says how far).
+func gaugeCharts(gauges []Gauge, top float64) []*Chart {
 	scale := min(100*math.Ceil(top/100), ruleDialMax)
 	// As many charts as gaugesPerChart needs, the dials shared evenly
 	// (six make two rows of three, not one of four and one of two).
@@ -77,6 +97,7 @@ func planRuleOfThumb(res *planner.Result) Section {
 	if nCharts > 0 {
 		per = (len(gauges) + nCharts - 1) / nCharts
 	}
+	var charts []*Chart
 	for k := 0; k < len(gauges); k += per {
 		part := gauges[k:min(k+per, len(gauges))]
 		for j := range part {
@@ -86,9 +107,9 @@ func planRuleOfThumb(res *planner.Result) Section {
 		if nCharts > 1 {
 			title += fmt.Sprintf(" (%d of %d)", k/per+1, nCharts)
 		}
-		s.Charts = append(s.Charts, NewGaugeChart(fmt.Sprintf("rule-%d", k/per+1), title, part...))
+		charts = append(charts, NewGaugeChart(fmt.Sprintf("rule-%d", k/per+1), title, part...))
 	}
-	return s
+	return charts
 }
 
 // ruleCell is the rule-of-thumb ratio and verdict, e.g. "125 % (over)".
