@@ -77,6 +77,14 @@ func (res *Result) WriteText(w io.Writer, o TextOptions) error {
 			para(c)
 		}
 	}
+	cards, err := res.routingCardsText()
+	if err != nil {
+		return err
+	}
+	if cards != "" {
+		fmt.Fprintln(&b)
+		b.WriteString(cards)
+	}
 	fmt.Fprintln(&b)
 	for _, r := range res.RoutingWords() {
 		para(r)

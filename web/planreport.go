@@ -38,6 +38,9 @@ func PlanReport(res *planner.Result) *Report {
 	}
 	at := planner.Level(res.Sessions, res.Concurrency)
 	r.Sections = append(r.Sections, planOverview(res, at))
+	if len(res.RoutingCards) > 0 {
+		r.Sections = append(r.Sections, planRoutingCards(res, at))
+	}
 	if bc := res.BuyerCheck; bc != nil {
 		r.Sections = append(r.Sections, buyerSection(bc))
 	}

@@ -203,7 +203,7 @@ func chartAttrs(dom string) map[string]map[string]string {
 }
 
 // units are the words an axis name must contain to say its unit.
-var units = []string{"%", "seconds", "tokens/s", "tokens/min", "requests", "replicas", "sessions", "tokens"}
+var units = []string{"%", "seconds", "tokens/s", "tokens/min", "requests", "replicas", "sessions", "tokens", "cards"}
 
 // checkChartsInDOM checks, for every chart of the report, what Chromium's echarts drew: a
 // canvas, the title, axis names with units and a legend (XY charts).
@@ -231,7 +231,7 @@ func checkChartsInDOM(t *testing.T, r *Report, dom string) {
 		}
 		for _, axis := range []string{"x-names", "y-names"} {
 			name := a[axis]
-			if !containsAny(name, units) && !(axis == "x-names" && (name == "candidate" || name == "replica")) {
+			if !containsAny(name, units) && !(axis == "x-names" && (name == "candidate" || name == "replica" || name == "routing")) {
 				t.Errorf("chart %s: %s %q: want an axis name with its unit", c.ID, axis, name)
 			}
 		}

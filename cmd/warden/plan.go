@@ -130,6 +130,9 @@ named in the table as the simulator names them, with the spill threshold:
 "affinity (kv, admit, spill auto)". They are opt-in: each variant is one more
 routing per spill threshold (a priced one runs once), simulated on every
 candidate at every level of the band, so the built-in plan does not try them.
+The routers people run instead (llm-d, dynamo, sglang, ...: warden sim --help)
+are strategies too. With two strategies or more the summary and the report
+give a card per routing: each one's cheapest farm that meets the targets.
 
 Candidates come from a YAML plan file (--plan; see planner/examples/default.yaml)
 or from --gpu, --replicas and --model. With neither, plan runs the built-in
@@ -151,6 +154,7 @@ that runs; --quiet silences both.`,
   warden plan --gpu h100 --replicas 1,2 --tensor-parallel-size 4 --model llama-3.1-70b --sessions 32,64
   warden plan --gpu "H100 SXM,L40S" --replicas 16,32,64 --model meta-llama/Llama-3.1-8B-Instruct \
       --sessions 64,128,256 --every-candidate    # also the farms dearer than the answer
+  warden plan --strategies llm-d,dynamo,affinity  # a card per routing: with llm-d, how many cards?
   warden plan --workload claude-code --sessions 8,16 --out claude.html   # Claude Code's sessions (presets: warden sim --help)
   warden plan --plan my-plan.yaml --out capacity.html --json > result.json
   warden report --from result.json --out capacity.html
