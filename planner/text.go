@@ -34,47 +34,26 @@ const (
 // and the verdicts mean in plain words, and the sentence that reconciles
 // the rule of thumb with the simulation. Sentences wrap at summaryWidth.
 func (res *Result) WriteText(w io.Writer, o TextOptions) error {
-	reportPath, wide := o.Report, o.Wide
-	var b bytes.Buffer
-	para := func(sentences ...string) {
-		var nonEmpty []string
-		for _, s := range sentences {
-			if s != "" {
-				nonEmpty = append(nonEmpty, s)
-			}
-		}
-		if len(nonEmpty) > 0 {
-			b.WriteString(wrapText(strings.Join(nonEmpty, " "), summaryWidth))
-		}
-	}
-	para(res.Answer)
+	var b summary
+	b.para(res.Answer)
 	if bc := res.BuyerCheck; bc != nil {
-		fmt.Fprintln(&b)
-		para(bc.Lead())
-		for i, st := range bc.Steps {
-			why := wrapText(fmt.Sprintf("%d. %s", i+1, st.Why), summaryWidth-3)
-			b.WriteString(strings.ReplaceAll(strings.TrimSuffix(why, "\n"), "\n", "\n   ") + "\n")
-			if st.Command != "" {
-				b.WriteString(wrapCommand(st.Command, summaryWidth, "   "))
-			}
-		}
-		para("Then " + bc.Then)
-		para(bc.Margin)
+		b.WriteString("\n")
+		b.buyerCheck(bc)
 	}
 	if wl := res.Workload.WorkloadLine(); wl != "" {
-		fmt.Fprintln(&b)
-		para(wl)
+		b.WriteString("\n")
+		b.para(wl)
 	}
-	fmt.Fprintln(&b)
-	table, cliffs, err := res.textTable(wide)
+	b.WriteString("\n")
+	table, cliffs, err := res.textTable(o.Wide)
 	if err != nil {
 		return err
 	}
 	b.WriteString(table)
 	if len(cliffs) > 0 {
-		fmt.Fprintln(&b)
+		b.WriteString("\n")
 		for _, c := range cliffs {
-			para(c)
+			b.para(c)
 		}
 	}
 	cards, err := res.routingCardsText()
@@ -82,37 +61,19 @@ func (res *Result) WriteText(w io.Writer, o TextOptions) error {
 		return err
 	}
 	if cards != "" {
-		fmt.Fprintln(&b)
+		b.WriteString("\n")
 		b.WriteString(cards)
 	}
-	fmt.Fprintln(&b)
-	for _, r := range res.RoutingWords() {
-		para(r)
-	}
-	if band := res.BandWords(); band != "" {
-		para("[band]: " + band)
-	}
-	para(res.SkipNote()) // what was not simulated, and why ("" for none)
-	para("verdict: " + res.VerdictRule())
-	upTo := "up to: the most sessions at which the band's worst run still meets every target (bisected)"
-	if wide {
-		upTo += "; misses at: the next"
-	}
-	para(upTo + "; demand/KV: the rule of thumb, sessions x typical context over the farm's KV cache (over 100 % is over, " +
-		"yet a farm over it can meet the targets: the simulation decides).")
-	if res.CostUnit == "cards" {
-		para(`cheapest by card count: one GPU kind, so the same order as by money (give --price "GPU=per GPU-hour,..." to see costs)`)
-	} else if w := res.PricesWords(); w != "" {
-		para(w)
-	}
+	b.WriteString("\n")
+	res.footnotes(&b, o.Wide)
 	if res.Reconcile != "" {
-		fmt.Fprintln(&b)
-		para(res.Reconcile)
+		b.WriteString("\n")
+		b.para(res.Reconcile)
 	}
 	for i := range res.Candidates {
 		if c := &res.Candidates[i]; !c.Fits {
-			fmt.Fprintln(&b)
-			para(c.Name + ": " + c.Error)
+			b.WriteString("\n")
+			b.para(c.Name + ": " + c.Error)
 		}
 	}
 	if ob := res.Observation; ob != nil {
@@ -121,11 +82,68 @@ func (res *Result) WriteText(w io.Writer, o TextOptions) error {
 			return err
 		}
 	}
-	if reportPath != "" {
-		fmt.Fprintf(&b, "\nreport: %s\n", reportPath)
+	if o.Report != "" {
+		fmt.Fprintf(&b, "\nreport: %s\n", o.Report)
 	}
 	_, err = w.Write(b.Bytes())
 	return err
+}
+
+// summary is WriteText's text as it is written.
+type summary struct{ bytes.Buffer }
+
+// para writes the sentences that are not empty as one paragraph wrapped
+// at summaryWidth; nothing when all are.
+func (b *summary) para(sentences ...string) {
+	var nonEmpty []string
+	for _, s := range sentences {
+		if s != "" {
+			nonEmpty = append(nonEmpty, s)
+		}
+	}
+	if len(nonEmpty) > 0 {
+		b.WriteString(wrapText(strings.Join(nonEmpty, " "), summaryWidth))
+	}
+}
+
+// buyerCheck writes what to rent and run to decide a marginal answer,
+// the steps numbered and their commands indented, ready to paste.
+func (b *summary) buyerCheck(bc *BuyerCheck) {
+	b.para(bc.Lead())
+	for i, st := range bc.Steps {
+		why := wrapText(fmt.Sprintf("%d. %s", i+1, st.Why), summaryWidth-3)
+		b.WriteString(strings.ReplaceAll(strings.TrimSuffix(why, "\n"), "\n", "\n   ") + "\n")
+		if st.Command != "" {
+			b.WriteString(wrapCommand(st.Command, summaryWidth, "   "))
+		}
+	}
+	b.para("Then " + bc.Then)
+	b.para(bc.Margin)
+}
+
+// footnotes say in plain words what the routings named do, what the band
+// is, what was not simulated, what the verdicts and the table's columns
+// mean (wide: "misses at" too) and what "cheapest" is.
+func (res *Result) footnotes(b *summary, wide bool) {
+	for _, r := range res.RoutingWords() {
+		b.para(r)
+	}
+	if band := res.BandWords(); band != "" {
+		b.para("[band]: " + band)
+	}
+	b.para(res.SkipNote()) // what was not simulated, and why ("" for none)
+	b.para("verdict: " + res.VerdictRule())
+	upTo := "up to: the most sessions at which the band's worst run still meets every target (bisected)"
+	if wide {
+		upTo += "; misses at: the next"
+	}
+	b.para(upTo + "; demand/KV: the rule of thumb, sessions x typical context over the farm's KV cache (over 100 % is over, " +
+		"yet a farm over it can meet the targets: the simulation decides).")
+	if res.CostUnit == "cards" {
+		b.para(`cheapest by card count: one GPU kind, so the same order as by money (give --price "GPU=per GPU-hour,..." to see costs)`)
+	} else if w := res.PricesWords(); w != "" {
+		b.para(w)
+	}
 }
 
 // fmtSpan writes a band's edges in ascending order, "2.90-3.60".
