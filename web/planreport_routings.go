@@ -25,9 +25,9 @@ func planRoutingCards(res *planner.Result, at int) Section {
 		Caption: fmt.Sprintf("Each routing's cheapest farm at %d concurrent sessions", res.Concurrency),
 		Header:  append(header, p95Head, hitHead, "output tok/min", "sessions/h"),
 	}
-	none, noneWords := "none", "none of the farms simulated"
+	none, noneWords := "none", "no farm simulated meets the targets"
 	if d := res.DearestSimulated(); d >= 0 {
-		none, noneWords = "none up to "+res.Candidates[d].Name, noneWords+", up to "+res.Candidates[d].Name
+		none, noneWords = "none up to "+res.Candidates[d].Name, noneWords+" (up to "+res.Candidates[d].Name+")"
 	}
 	var names []string
 	var cards []float64
@@ -68,7 +68,7 @@ func planRoutingCards(res *planner.Result, at int) Section {
 			"cards you would need with each. The cheapest of them is the answer.",
 	}
 	if len(missing) > 0 {
-		p := joinAndWeb(missing) + " meets the targets on " + noneWords + "."
+		p := "With " + joinAndWeb(missing) + " " + noneWords + "."
 		if res.SomeNotSimulated() {
 			p += " Farms dearer than the answer were not simulated (every_candidate: true in the plan, or --every-candidate, " +
 				"simulates them): it may meet the targets on one of them."

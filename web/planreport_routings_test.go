@@ -30,7 +30,7 @@ func TestPlanReportRoutingCards(t *testing.T) {
 	if got := s.Tables[0].Rows; !slices.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("rows\n%q\nwant\n%q", got, want)
 	}
-	if p := strings.Join(s.Paragraphs, " "); !strings.Contains(p, "least-loaded meets the targets on none of the farms simulated, up to 3 x RTX A4000.") {
+	if p := strings.Join(s.Paragraphs, " "); !strings.Contains(p, "With least-loaded no farm simulated meets the targets (up to 3 x RTX A4000).") {
 		t.Errorf("the paragraphs do not name the routing that meets the targets nowhere:\n%s", p)
 	}
 	c := s.Charts[0]
