@@ -29,9 +29,33 @@ func planRoutingCards(res *planner.Result, at int) Section {
 	if d := res.DearestSimulated(); d >= 0 {
 		none, noneWords = "none up to "+res.Candidates[d].Name, noneWords+" (up to "+res.Candidates[d].Name+")"
 	}
-	var names []string
-	var cards []float64
-	var missing []string
+	names, cards, missing := routingCardRows(res, at, &t, byCards, none)
+	paras := []string{
+		"With each routing tried, the cheapest farm on which it meets the targets as the answer must (the band's pessimistic " +
+			"edge at " + strconv.Itoa(res.Concurrency) + " sessions" + headroomClause(res) + "), with its figures there: how many " +
+			"cards you would need with each. The cheapest of them is the answer.",
+	}
+	if len(missing) > 0 {
+		p := "With " + joinAndWeb(missing) + " " + noneWords + "."
+		if res.SomeNotSimulated() {
+			p += " Farms dearer than the answer were not simulated (every_candidate: true in the plan, or --every-candidate, " +
+				"simulates them): it may meet the targets on one of them."
+		}
+		paras = append(paras, p)
+	}
+	return Section{
+		Heading:    "Cards per routing",
+		Paragraphs: paras,
+		Tables:     []Table{t},
+		Charts: []*Chart{NewBarChart("routing-cards", "Cards each routing needs to meet the targets", names,
+			Axis{Name: "cards", Min: ptr(0.0)}, Series{Name: "cards of its cheapest farm", Y: cards}).WithCategoryName("routing")},
+	}
+}
+
+// routingCardRows adds a row per routing card to t and returns the bars' names and cards (NaN
+// for a routing that meets the targets on no farm simulated: its row says none) and those
+// routings.
+func routingCardRows(res *planner.Result, at int, t *Table, byCards bool, none string) (names []string, cards []float64, missing []string) {
 	for _, rc := range res.RoutingCards {
 		if rc.Candidate < 0 {
 			missing = append(missing, rc.Strategy)
@@ -62,26 +86,7 @@ func planRoutingCards(res *planner.Result, at int) Section {
 		t.Rows = append(t.Rows, append(row, p95, hit, fmtNum(float64(x.OutputTokensPerMin), 0), sessionsPerHour(x, res.DurationS)))
 		names, cards = append(names, cfg.Label()), append(cards, float64(c.Cards))
 	}
-	paras := []string{
-		"With each routing tried, the cheapest farm on which it meets the targets as the answer must (the band's pessimistic " +
-			"edge at " + strconv.Itoa(res.Concurrency) + " sessions" + headroomClause(res) + "), with its figures there: how many " +
-			"cards you would need with each. The cheapest of them is the answer.",
-	}
-	if len(missing) > 0 {
-		p := "With " + joinAndWeb(missing) + " " + noneWords + "."
-		if res.SomeNotSimulated() {
-			p += " Farms dearer than the answer were not simulated (every_candidate: true in the plan, or --every-candidate, " +
-				"simulates them): it may meet the targets on one of them."
-		}
-		paras = append(paras, p)
-	}
-	return Section{
-		Heading:    "Cards per routing",
-		Paragraphs: paras,
-		Tables:     []Table{t},
-		Charts: []*Chart{NewBarChart("routing-cards", "Cards each routing needs to meet the targets", names,
-			Axis{Name: "cards", Min: ptr(0.0)}, Series{Name: "cards of its cheapest farm", Y: cards}).WithCategoryName("routing")},
-	}
+	return names, cards, missing
 }
 
 // headroomClause is ", and with 20 % headroom at 20" for a result with headroom, else "".

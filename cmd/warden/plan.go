@@ -210,6 +210,20 @@ that runs; --quiet silences both.`,
 // buildPlan makes the plan: the file, the flags, or the built-in example,
 // with the flags given on the command line applied.
 func (o *planOptions) buildPlan() (planner.Plan, error) {
+	p, changed, err := o.basePlan()
+	if err != nil {
+		return p, err
+	}
+	if err := o.checkFlags(changed); err != nil {
+		return p, err
+	}
+	return o.applyFlags(p, changed)
+}
+
+// basePlan is the plan before the flags apply: the file, the --gpu flags
+// or the built-in example, with whether each flag is to override it (for a
+// --gpu plan every one is: each setting comes from its flag).
+func (o *planOptions) basePlan() (planner.Plan, func(string) bool, error) {
 	changed := o.changed
 	if changed == nil {
 		changed = func(string) bool { return false }
@@ -230,15 +244,15 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 		}})
 	case len(o.GPUs) > 0:
 		if o.Model == "" {
-			return p, errors.New("--gpu needs --model (the model every candidate serves)")
+			return p, nil, errors.New("--gpu needs --model (the model every candidate serves)")
 		}
 		for _, g := range o.GPUs {
 			if _, err := hardware.LookupGPU(g); err != nil {
-				return p, fmt.Errorf("--gpu: %w", err)
+				return p, nil, fmt.Errorf("--gpu: %w", err)
 			}
 		}
 		if _, err := hardware.LookupModel(o.Model); err != nil {
-			return p, fmt.Errorf("--model: %w", err)
+			return p, nil, fmt.Errorf("--model: %w", err)
 		}
 		p = planner.Plan{
 			Farms: []planner.FarmSet{{
@@ -254,17 +268,18 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 				continue // --prometheus takes them (plan_observed.go)
 			}
 			if o.changed != nil && o.changed(name) {
-				return p, fmt.Errorf("--%s needs --gpu", name)
+				return p, nil, fmt.Errorf("--%s needs --gpu", name)
 			}
 		}
 		p, err = planner.ParsePlan(planner.DefaultPlan, planner.DefaultPlanName)
 	}
-	if err != nil {
-		return p, err
-	}
-	if err := o.checkFlags(changed); err != nil {
-		return p, err
-	}
+	return p, changed, err
+}
+
+// applyFlags applies to p the flags that override it (changed) and those
+// that set every candidate (--vllm-version, the dtypes, --price,
+// --workload).
+func (o *planOptions) applyFlags(p planner.Plan, changed func(string) bool) (planner.Plan, error) {
 	if o.VLLMVersion != "" {
 		if _, err := sim.ParseVLLMVersion(o.VLLMVersion); err != nil {
 			return p, fmt.Errorf("--vllm-version: %w", err)
