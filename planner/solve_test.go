@@ -477,7 +477,9 @@ func TestResultJSONRoundTrip(t *testing.T) {
 		t.Error("JSON -> ReadResult -> JSON changed the bytes")
 	}
 	for _, bad := range []string{`{"kind":"other"}`, `{"kind":"warden-plan","best":5}`,
-		`{"kind":"warden-plan","concurrency":4,"sessions":[4],"headroom_sessions":5,"candidates":[{"chosen":-1}]}`, `{"kind":"warden-plan","bogus":1}`, `{"kind":"warden-plan","timeline":{"candidate":3}}`, `[`} {
+		`{"kind":"warden-plan","concurrency":4,"sessions":[4],"headroom_sessions":5,"candidates":[{"chosen":-1}]}`, `{"kind":"warden-plan","bogus":1}`, `{"kind":"warden-plan","timeline":{"candidate":3}}`, `[`,
+		`{"kind":"warden-plan","routing_cards":[{"strategy":"llm-d","candidate":0,"config":0}]}`,
+		`{"kind":"warden-plan","candidates":[{"chosen":-1}],"routing_cards":[{"strategy":"llm-d","candidate":0,"config":-1}]}`} {
 		if _, err := ReadResult([]byte(bad)); err == nil {
 			t.Errorf("ReadResult(%s): no error", bad)
 		}

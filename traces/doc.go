@@ -25,7 +25,11 @@
 //   - fit.go: Fitter, a workload fitted to a trace's sessions (warden trace
 //     stats --workload-out, warden workload --journal).
 //   - import.go and import_*.go: Mooncake, Alibaba Bailian and Azure
-//     importers; infer.go infers sessions from prefix chains where a trace
+//     importers. Mooncake and Bailian share one skeleton, import_hashids.go
+//     (hashIDDecoder: the lines, the common fields checked, arrivals, the
+//     hash ids re-chained to the target block size); each format
+//     (import_mooncake.go, import_bailian.go) adds its own fields and
+//     sessions. infer.go infers sessions from prefix chains where a trace
 //     has none.
 //   - stats.go: Stats, the summary behind `warden trace stats`, including
 //     the infinite-cache upper bound of the prefix-cache hit rate and the

@@ -31,7 +31,7 @@ func TestPlanSkipNote(t *testing.T) {
 		t.Fatalf("note %q", note)
 	}
 	var sum bytes.Buffer
-	if err := writePlanSummary(&sum, res, "", false); err != nil {
+	if err := res.WriteText(&sum, planner.TextOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(unwrap(sum.String()), note) {
