@@ -224,11 +224,22 @@ func newXYChart(id, title string, x Axis, xs []float64, y Axis, series []Series,
 		edge(b.low)
 		edge(b.high)
 	}
-	markRows := 0
+	markRows, vertical := 0, false
 	for _, s := range series {
 		for _, mk := range s.Marks {
 			markRows = max(markRows, mk.Row)
+			vertical = vertical || mk.X != nil
 		}
+	}
+	if vertical {
+		// The labels of vertical marks sit on the plot's top edge, where
+		// the y axis's name is too ("prefix hit %" over "KV full: 1.8"
+		// near the axis): the name goes one row above the highest label.
+		markRows++
+		gap := 12 + markRows*markLabelHeight
+		c.patches = append(c.patches, func(m map[string]any) {
+			forEach(m, "yAxis", func(a map[string]any) { a["nameGap"] = gap })
+		})
 	}
 	c.fitLegend(seriesNames(series), markRows)
 	if len(bands) > 0 {
@@ -578,12 +589,28 @@ func (c *Chart) WithCategoryName(name string) *Chart {
 			x := xa[0].(map[string]any)
 			gap := 28
 			if al, ok := x["axisLabel"].(map[string]any); ok && al["rotate"] != nil && al["rotate"] != 0 {
-				gap = 52 // below the slanted labels
+				gap = slantedLabelsDepth(x["data"]) + 16 // below the slanted labels
 			}
 			x["name"], x["nameLocation"], x["nameGap"] = name, "middle", gap
 		}
 	})
 	return c
+}
+
+// slantedLabelsDepth is how far below the axis category labels slanted
+// by categoryAxis's 30 degrees reach, in pixels: the longest label's width
+// (about 6.5 px a character at echarts' 12 px default) times sin 30, and
+// the line's height. A fixed gap put the axis name in the middle of labels
+// such as "8 x H100 SXM (2 replicas at TP 4)".
+func slantedLabelsDepth(data any) int {
+	longest := 0
+	vs, _ := data.([]any) // the options' JSON, read back
+	for _, v := range vs {
+		if t, ok := v.(string); ok {
+			longest = max(longest, len([]rune(t)))
+		}
+	}
+	return max(36, int(float64(longest)*6.5*0.5)+14)
 }
 
 // commonOpts are the options every chart shares: fixed id, title, legend, tooltip, no animation

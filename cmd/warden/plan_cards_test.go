@@ -17,6 +17,7 @@ import (
 // meets the targets there; a strategy that meets them nowhere says so. The
 // README's line runs the same plan.
 func TestPlanRoutingCards(t *testing.T) {
+	simulationOnly(t)
 	js, err := runWarden(t, "plan", "--json", "--out", "", "--quiet", "--gpu", "RTX A4000", "--replicas", "2,4",
 		"--model", "Qwen/Qwen3-4B-Instruct-2507", "--sessions", "4,8", "--duration", "20s", "--strategies", "llm-d,dynamo,affinity")
 	if err != nil {
