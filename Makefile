@@ -32,7 +32,7 @@ test: test-deps vet ## vet, gofmt check, every test under -race (the README comm
 	$(GO) test -race -count=1 -p 1 -timeout 15m $(PKGS)
 	@# The pure-Go request scanner (no AVX2 block masks, no ASCII skip:
 	@# what every other architecture runs), through the proxy's own tests.
-	$(GO) test -count=1 -tags purego ./live/
+	$(GO) test -count=1 -tags purego ./live/ ./live/jsonscan/
 	@# The tree builds for macOS too (Linux-only code stays in _linux files).
 	GOOS=darwin $(GO) build ./...
 	@# Timing-sensitive checks (emulator vs simulator fidelity) run again

@@ -2,6 +2,7 @@ package live
 
 import (
 	"fmt"
+	"github.com/lm-warden/warden/live/upstream"
 	"math"
 	"net"
 	"net/url"
@@ -39,7 +40,7 @@ const (
 // one connection to a replica too. 384 at the common 1,024; 4,096 where
 // the limit cannot be read.
 func DefaultMaxConnections() int {
-	n := fdLimit()
+	n := upstream.FDLimit()
 	if n <= 0 {
 		return 4096
 	}

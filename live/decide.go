@@ -176,7 +176,7 @@ func (s *Server) Decide(in DecideInput) (*Decision, *Refusal) {
 	if s.journal == nil {
 		// The gateway sends the body itself: the call lets go of it now,
 		// not when the response ends (the journal reads it then).
-		c.rb.release()
+		c.rb.Release()
 	}
 	return d, nil
 }
@@ -415,20 +415,20 @@ func (s *Server) MaxBodyBytes() int { return int(s.state.Load().cfg.Limits.MaxBo
 // warden_request_body_bytes. False, counting nothing, when the bodies
 // held would pass it. GiveBodyBytes gives them back.
 func (s *Server) TakeBodyBytes(n int) bool {
-	return s.bodies.take(int64(n), int64(s.state.Load().cfg.Limits.MaxBodyBytesInFlight))
+	return s.bodies.Take(int64(n), int64(s.state.Load().cfg.Limits.MaxBodyBytesInFlight))
 }
 
 // GiveBodyBytes gives back n bytes that TakeBodyBytes counted.
 func (s *Server) GiveBodyBytes(n int) {
 	if n > 0 {
-		s.bodies.give(int64(n))
+		s.bodies.Give(int64(n))
 	}
 }
 
 // BodyBytes are the bytes of request body held now and their bound,
 // limits.max_body_bytes_in_flight.
 func (s *Server) BodyBytes() (held, limit int64) {
-	return s.bodies.held.Load(), int64(s.state.Load().cfg.Limits.MaxBodyBytesInFlight)
+	return s.bodies.Held(), int64(s.state.Load().cfg.Limits.MaxBodyBytesInFlight)
 }
 
 // Limits are the limits of the current configuration, defaults filled.

@@ -34,18 +34,18 @@
 //     SSE events only, so a stream that dies midway ends with the API's
 //     own error event (sse.go, apierr.go). models.go answers /v1/models.
 //     Request bodies and copy buffers are recycled through a free list
-//     that garbage collection does not empty (bodybuf.go); a body is read
+//     that garbage collection does not empty (upstream.Body); a body is read
 //     into a buffer sized by what has arrived on the client's socket
-//     (FIONREAD, rawconn_linux.go), and checked for UTF-8 with its ASCII
+//     (FIONREAD, upstream.WrapClient), and checked for UTF-8 with its ASCII
 //     runs passed over by AVX2 (jsonblock.go validUTF8).
-//   - upstream.go: the HTTP/1.1 client for the replicas. The body is in
+//   - package upstream: the HTTP/1.1 client for the replicas. The body is in
 //     memory, so an attempt is synchronous on the handler's goroutine: one
 //     writev of head and body, the response head read with
 //     http.ReadResponse, an idle pool per replica, a request that meets a
 //     connection the replica closed meanwhile sent again on a new one;
 //     https replicas go through net/http's Transport. Together with
 //     `warden proxy --procs auto` (internal/procs: GOMAXPROCS sized to the
-//     load) and rawconn_linux.go (client and replica sockets read and
+//     load) and upstream's rawConn (client and replica sockets read and
 //     written with RawSyscall, so that the runtime's sysmon thread is not
 //     woken at each busy stretch) it is what brought the CPU a request
 //     costs within 1.5 times HAProxy's (issue 13 item 12, `make speed`).
@@ -113,7 +113,7 @@
 // answer that stalls before is a 504, not an empty reply), else the
 // API's error event, or for a longer JSON body its
 // connection cut so that a torn answer is not taken for a whole one.
-// What a replica can make the proxy hold is bounded (upstream.go): a
+// What a replica can make the proxy hold is bounded (package upstream): a
 // reply head (status lines and headers, informational replies included)
 // of at most 64 KiB and at most 5 informational (1xx) replies, a status
 // within 100-599; beyond, the reply is a bad reply: the connection is
@@ -174,7 +174,7 @@
 // (out of file descriptors: logged at ERROR, retried with back-off). A
 // write to a client that makes no progress for timeouts.client_write
 // (default 60s: a client that stopped reading) ends the exchange and
-// cancels the replica's request (rawconn_linux.go), logged and counted
+// cancels the replica's request (upstream's rawConn), logged and counted
 // (warden_client_write_timeouts_total); on Linux a client's socket holds
 // at most 32 KiB the client has not taken (TCP_NOTSENT_LOWAT), so that the
 // wait begins when the client stops, not megabytes of send buffer later. A request with a
@@ -196,9 +196,9 @@
 // declared Content-Length up front, and limits.max_body_bytes_in_flight
 // bounds the bytes of the buffers all bodies hold at once, each from its
 // first byte until the replica answers (default an eighth of the
-// machine's memory, see DefaultMaxBodyBytesInFlight; bodybuf.go's
-// bodyBudget, which counts warden epp's bodies too: TakeBodyBytes, and
-// Decide reads its caller's body in place): a body that would pass it is refused the
+// machine's memory, see DefaultMaxBodyBytesInFlight; upstream.Budget,
+// which counts warden epp's bodies too: TakeBodyBytes, and Decide reads
+// its caller's body in place): a body that would pass it is refused the
 // same way (its rest read and dropped first, so that a client still
 // sending reads the answer), 413 when it is larger than the bound alone;
 // warden_request_body_bytes shows what is held.

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"github.com/lm-warden/warden/live/upstream"
 	"math"
 	"strconv"
 	"strings"
@@ -285,11 +286,11 @@ func (o *observer) clientConns(ln func() *clientListener) {
 
 // bodyBytes registers warden_request_body_bytes: the bytes of request
 // body buffers held now (limits.max_body_bytes_in_flight bounds them).
-func (o *observer) bodyBytes(b *bodyBudget) {
+func (o *observer) bodyBytes(b *upstream.Budget) {
 	o.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "warden_request_body_bytes",
 		Help: "Bytes of request body buffers the proxy holds now (bounded by limits.max_body_bytes_in_flight; beyond, requests get 429/529).",
-	}, func() float64 { return float64(b.held.Load()) }))
+	}, func() float64 { return float64(b.Held()) }))
 }
 
 // storeUp registers warden_session_store_up: 1 while the session store is

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/live/upstream"
 	"log"
 	"log/slog"
 	"net"
@@ -38,15 +39,15 @@ type Server struct {
 	store   sessionStore // session_store; nil: none
 	obs     *observer
 	tr      *transport
-	base    *http.Transport // to the backends
-	up      *upstream       // to the backends: the proxied calls (base for what it does not handle)
-	scrapeC *http.Client    // for /metrics and /health
-	journal *Journal        // nil: none
+	base    *http.Transport  // to the backends
+	up      *upstream.Client // to the backends: the proxied calls (base for what it does not handle)
+	scrapeC *http.Client     // for /metrics and /health
+	journal *Journal         // nil: none
 
 	state    atomic.Pointer[routing]
-	inFlight atomic.Int64 // client requests being served (limits.max_in_flight)
-	bodies   bodyBudget   // request body buffers held (limits.max_body_bytes_in_flight)
-	serving  atomic.Bool  // Serve started the scrape loops (see awaitFirstProbe)
+	inFlight atomic.Int64    // client requests being served (limits.max_in_flight)
+	bodies   upstream.Budget // request body buffers held (limits.max_body_bytes_in_flight)
+	serving  atomic.Bool     // Serve started the scrape loops (see awaitFirstProbe)
 
 	clientWrite atomic.Int64                   // timeouts.client_write in ns, read by the client connections
 	clientLn    atomic.Pointer[clientListener] // Serve's; nil before (healthz, metrics)
@@ -126,13 +127,13 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	s.base.IdleConnTimeout = 90 * time.Second
 	s.base.ExpectContinueTimeout = time.Second
 	s.base.DisableCompression = true // bodies pass through untouched: no transparent gzip
-	s.base.MaxResponseHeaderBytes = maxReplyHeadBytes
-	s.up = newUpstream(dial, s.base)
+	s.base.MaxResponseHeaderBytes = upstream.MaxReplyHeadBytes
+	s.up = upstream.New(dial, s.base)
 	s.scrapeC = &http.Client{Transport: &http.Transport{
 		DialContext:            dial,
 		MaxIdleConnsPerHost:    4,
 		IdleConnTimeout:        90 * time.Second,
-		MaxResponseHeaderBytes: maxReplyHeadBytes,
+		MaxResponseHeaderBytes: upstream.MaxReplyHeadBytes,
 	}}
 	s.tr = &transport{srv: s, up: s.up}
 	s.obs = newObserver(s.state.Load)
@@ -546,16 +547,16 @@ func (s *Server) clientServer(cfg *Config) *http.Server {
 }
 
 // connKey carries a client's connection in its requests' contexts, for
-// readBody to see how much of a body has arrived (arrivals).
+// upstream.ReadBody to see how much of a body has arrived (upstream.Arrivals).
 type connKey struct{}
 
 func withConn(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
 
-// connArrivals is the arrivals of r's connection, nil when it cannot tell.
-func connArrivals(r *http.Request) arrivals {
-	a, _ := r.Context().Value(connKey{}).(arrivals)
+// connArrivals is the upstream.Arrivals of r's connection, nil when it cannot tell.
+func connArrivals(r *http.Request) upstream.Arrivals {
+	a, _ := r.Context().Value(connKey{}).(upstream.Arrivals)
 	return a
 }
 

@@ -1,4 +1,4 @@
-package live
+package jsonscan
 
 import (
 	"math/bits"
@@ -141,7 +141,7 @@ func (s *scanner) strBlocks() (done bool) {
 	}
 }
 
-// validUTF8 is utf8.Valid(d). A prompt is mostly ASCII: its ASCII runs
+// ValidUTF8 is utf8.Valid(d). A prompt is mostly ASCII: its ASCII runs
 // are passed over 128 bytes at a time with AVX2 (asciiPrefix: about 160
 // GB/s on 256 KiB bodies here, utf8.Valid 56), and utf8.Valid checks each
 // stretch from a block holding a byte >= 0x80 to the next ASCII byte,
@@ -149,7 +149,7 @@ func (s *scanner) strBlocks() (done bool) {
 // runs go on. Where the block after such a stretch holds one too, the
 // text is dense in multi-byte characters and utf8.Valid takes the rest
 // at its own speed.
-func validUTF8(d []byte) bool {
+func ValidUTF8(d []byte) bool {
 	for first := true; ; first = false {
 		n := asciiPrefix(d)
 		if len(d)-n < 128 || !blockScan || n == 0 && !first {

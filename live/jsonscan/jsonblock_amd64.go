@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package live
+package jsonscan
 
 import (
 	"unsafe"

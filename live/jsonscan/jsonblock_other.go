@@ -1,6 +1,6 @@
 //go:build !amd64 || purego
 
-package live
+package jsonscan
 
 // blockScan is off without a vector unit to compute the block masks: the
 // word-at-a-time scanner is faster than blockMasksGo.

@@ -1,4 +1,4 @@
-package live
+package jsonscan
 
 import (
 	"bytes"
@@ -78,10 +78,10 @@ func TestBlockPathAgrees(t *testing.T) {
 		if n%5 == 0 { // cut short
 			doc = doc[:r.IntN(len(doc)+1)]
 		}
-		b1, err1 := scanBodyWith([]byte(doc), true)
-		b2, err2 := scanBodyWith([]byte(doc), false)
+		b1, err1 := scanWith([]byte(doc), true)
+		b2, err2 := scanWith([]byte(doc), false)
 		if errString(err1) != errString(err2) || b1.Model != b2.Model || b1.User != b2.User ||
-			string(b1.fallback[keyMessages-keySystem]) != string(b2.fallback[keyMessages-keySystem]) {
+			string(b1.fallback[KeyMessages-KeySystem]) != string(b2.fallback[KeyMessages-KeySystem]) {
 			t.Fatalf("%q:\nblocks: %+v, %v\nwords:  %+v, %v", doc, b1, err1, b2, err2)
 		}
 		if len(doc) > 200 {
@@ -101,7 +101,7 @@ func errString(err error) string {
 }
 
 // TestASCIIPrefix: asciiPrefix stops at the first 128-byte block holding
-// a byte >= 0x80, at every length and position, and validUTF8 agrees
+// a byte >= 0x80, at every length and position, and ValidUTF8 agrees
 // with utf8.Valid on ASCII runs ending in valid and invalid sequences.
 func TestASCIIPrefix(t *testing.T) {
 	ref := func(d []byte) int {
@@ -130,8 +130,8 @@ func TestASCIIPrefix(t *testing.T) {
 				if got != ref(e) && !(got == 0 && !blockScan) {
 					t.Fatalf("len %d, %#x at %d: asciiPrefix %d, want %d", n, hi, at, got, ref(e))
 				}
-				if validUTF8(e) != utf8.Valid(e) {
-					t.Fatalf("len %d, %#x at %d: validUTF8 %v, utf8.Valid %v", n, hi, at, validUTF8(e), utf8.Valid(e))
+				if ValidUTF8(e) != utf8.Valid(e) {
+					t.Fatalf("len %d, %#x at %d: ValidUTF8 %v, utf8.Valid %v", n, hi, at, ValidUTF8(e), utf8.Valid(e))
 				}
 			}
 		}
@@ -139,8 +139,8 @@ func TestASCIIPrefix(t *testing.T) {
 	for _, tail := range []string{"é", "\xc3", "€x", "\xe2\x82", "😀", "\xf0\x9f\x98", "\xed\xa0\x80"} {
 		for _, n := range []int{0, 100, 127, 128, 200, 256, 511} {
 			d := append(bytes.Repeat([]byte("x"), n), tail...)
-			if validUTF8(d) != utf8.Valid(d) {
-				t.Errorf("%d bytes of ASCII then %q: validUTF8 %v, utf8.Valid %v", n, tail, validUTF8(d), utf8.Valid(d))
+			if ValidUTF8(d) != utf8.Valid(d) {
+				t.Errorf("%d bytes of ASCII then %q: ValidUTF8 %v, utf8.Valid %v", n, tail, ValidUTF8(d), utf8.Valid(d))
 			}
 		}
 	}
@@ -151,8 +151,8 @@ func FuzzValidUTF8(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, d []byte) {
-		if validUTF8(d) != utf8.Valid(d) {
-			t.Fatalf("validUTF8 %v, utf8.Valid %v", validUTF8(d), utf8.Valid(d))
+		if ValidUTF8(d) != utf8.Valid(d) {
+			t.Fatalf("ValidUTF8 %v, utf8.Valid %v", ValidUTF8(d), utf8.Valid(d))
 		}
 		if n := asciiPrefix(d); n%128 != 0 || n > len(d) || bytes.IndexFunc(d[:n], func(r rune) bool { return r >= 0x80 }) >= 0 {
 			t.Fatalf("asciiPrefix %d of %d bytes: not an ASCII run of whole blocks", n, len(d))

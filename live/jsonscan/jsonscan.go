@@ -1,4 +1,4 @@
-package live
+package jsonscan
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 // The proxy must validate a request body as JSON and read a handful of its
 // top-level fields, without re-encoding it and without paying
 // encoding/json's byte-at-a-time scanner on prompts of hundreds of
-// kilobytes (about 1 ms per 256 KB). scanBody does both in one pass: a
+// kilobytes (about 1 ms per 256 KB). Scan does both in one pass: a
 // strict RFC 8259 validator whose string scanning takes 64 bytes at a time
 // with AVX2 (jsonblock.go) or 8 without, which hands only the values of
 // the wanted top-level keys to encoding/json. UTF-8 is checked by the
@@ -26,6 +26,32 @@ import (
 // another one would route by a model, or a session, that the backend does
 // not serve. Other keys may repeat: the proxy has no view of them to
 // disagree with.
+
+// Body is the part of a request body the proxy decodes (Scan); every
+// other field is skipped by the decoder without being stored.
+type Body struct {
+	Model          string    `json:"model"`
+	Stream         bool      `json:"stream"`
+	Metadata       *Metadata `json:"metadata"`
+	PromptCacheKey string    `json:"prompt_cache_key"`
+	User           string    `json:"user"`
+
+	// fallback holds the raw values (slices of the request body, nil when
+	// absent) of system, messages, instructions, input and prompt, in the
+	// order of the Key* constants from KeySystem: what the fallback
+	// session id hashes.
+	fallback [numReadKeys - KeySystem][]byte
+}
+
+// Fallback returns the raw value (a slice of the request body, nil when
+// absent) of one of the keys the fallback session id hashes: KeySystem,
+// KeyMessages, KeyInstructions, KeyInput or KeyPrompt.
+func (b *Body) Fallback(k int) []byte { return b.fallback[k-KeySystem] }
+
+// Metadata is the part of Anthropic's metadata the proxy reads.
+type Metadata struct {
+	UserID string `json:"user_id"`
+}
 
 // maxJSONDepth bounds nesting, as encoding/json does.
 const maxJSONDepth = 10000
@@ -64,19 +90,19 @@ func (s *scanner) ws() {
 	}
 }
 
-// Top-level keys the proxy reads: the fields of body and the raw values
-// the fallback session id hashes (promptParts). Each may appear once.
+// Top-level keys the proxy reads: the fields of Body and the raw values
+// the fallback session id hashes (Body.Fallback). Each may appear once.
 const (
 	keyModel = iota
 	keyStream
 	keyMetadata
-	keyPromptCacheKey
+	KeyPromptCacheKey
 	keyUser
-	keySystem       // Anthropic
-	keyMessages     // chat, Anthropic
-	keyInstructions // Responses
-	keyInput        // Responses
-	keyPrompt       // completions
+	KeySystem       // Anthropic
+	KeyMessages     // chat, Anthropic
+	KeyInstructions // Responses
+	KeyInput        // Responses
+	KeyPrompt       // completions
 	numReadKeys
 )
 
@@ -93,19 +119,19 @@ func keyIndex(k string) int {
 	case "metadata":
 		return keyMetadata
 	case "prompt_cache_key":
-		return keyPromptCacheKey
+		return KeyPromptCacheKey
 	case "user":
 		return keyUser
 	case "system":
-		return keySystem
+		return KeySystem
 	case "messages":
-		return keyMessages
+		return KeyMessages
 	case "instructions":
-		return keyInstructions
+		return KeyInstructions
 	case "input":
-		return keyInput
+		return KeyInput
 	case "prompt":
-		return keyPrompt
+		return KeyPrompt
 	}
 	return -1
 }
@@ -140,21 +166,21 @@ func unescapeKey(quoted []byte) string {
 	return k
 }
 
-// errDuplicateKey is wrapped by the error for a key the proxy reads given
+// ErrDuplicateKey is wrapped by the error for a key the proxy reads given
 // twice.
-var errDuplicateKey = errors.New("duplicate key")
+var ErrDuplicateKey = errors.New("duplicate key")
 
 func duplicateKey(name string) error {
-	return fmt.Errorf("%w %q: the proxy and the backend could read different values; send each key once", errDuplicateKey, name)
+	return fmt.Errorf("%w %q: the proxy and the backend could read different values; send each key once", ErrDuplicateKey, name)
 }
 
-// scanBody validates data as one JSON object and decodes the fields of
+// Scan validates data as one JSON object and decodes the fields of
 // body from it. A syntax error takes precedence over a field's error.
-func scanBody(data []byte) (body, error) { return scanBodyWith(data, blockScan) }
+func Scan(data []byte) (Body, error) { return scanWith(data, blockScan) }
 
-// scanBodyWith is scanBody with the block path on or off.
-func scanBodyWith(data []byte, blocks bool) (body, error) {
-	var b body
+// scanWith is Scan with the block path on or off.
+func scanWith(data []byte, blocks bool) (Body, error) {
+	var b Body
 	var fieldErr error
 	var seen [numReadKeys]bool
 	s := &scanner{data: data, blocks: blocks}
@@ -184,11 +210,11 @@ func scanBodyWith(data []byte, blocks bool) (body, error) {
 	return b, fieldErr
 }
 
-// memberValue returns the raw value of the top-level member name of the
+// MemberValue returns the raw value of the top-level member name of the
 // JSON object data (the last, if it is sent twice, as encoding/json reads
 // it), and false when data is not one valid object or has no such member.
 // It reads a response's usage without decoding the rest of the answer.
-func memberValue(data []byte, name string) ([]byte, bool) {
+func MemberValue(data []byte, name string) ([]byte, bool) {
 	s := &scanner{data: data, blocks: blockScan}
 	s.ws()
 	if s.pos >= len(data) || data[s.pos] != '{' {
@@ -256,7 +282,7 @@ func (s *scanner) members(depth int, visit func(quotedKey, val []byte)) error {
 }
 
 // set decodes the value of read key k into b.
-func (b *body) set(k int, raw []byte) error {
+func (b *Body) set(k int, raw []byte) error {
 	var dst any
 	switch k {
 	case keyModel:
@@ -267,14 +293,14 @@ func (b *body) set(k int, raw []byte) error {
 		m, err := decodeMetadata(raw)
 		b.Metadata = m
 		return err
-	case keyPromptCacheKey:
+	case KeyPromptCacheKey:
 		dst = &b.PromptCacheKey
 	case keyUser:
 		dst = &b.User
 	default:
 		// The fallback's fields are kept raw; promptParts reads them only
 		// when no explicit session id was found.
-		b.fallback[k-keySystem] = raw
+		b.fallback[k-KeySystem] = raw
 		return nil
 	}
 	return unmarshalField(readKeyNames[k], raw, dst)
@@ -320,7 +346,7 @@ func unmarshalField(name string, raw []byte, dst any) error {
 
 // decodeMetadata reads metadata.user_id from metadata's validated raw
 // value: null is no metadata; user_id matches exactly and only once.
-func decodeMetadata(raw []byte) (*metadata, error) {
+func decodeMetadata(raw []byte) (*Metadata, error) {
 	switch raw[0] {
 	case 'n':
 		return nil, nil
@@ -328,7 +354,7 @@ func decodeMetadata(raw []byte) (*metadata, error) {
 	default:
 		return nil, fmt.Errorf("field metadata: want an object, got a JSON %s", jsonKind(raw[0]))
 	}
-	m := &metadata{}
+	m := &Metadata{}
 	var err error
 	seen := false
 	s := &scanner{data: raw, blocks: blockScan}

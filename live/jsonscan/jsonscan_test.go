@@ -1,4 +1,4 @@
-package live
+package jsonscan
 
 import (
 	"bytes"
@@ -14,62 +14,62 @@ import (
 func TestScanBody(t *testing.T) {
 	for _, tc := range []struct {
 		in      string
-		want    body
+		want    Body
 		wantErr string
 	}{
 		{`{"model":"m","stream":true,"user":"u","prompt_cache_key":"k","metadata":{"user_id":"x"},"messages":[{"a":[1,2.5e-3,-0,true,false,null]}]}`,
-			body{Model: "m", Stream: true, User: "u", PromptCacheKey: "k", Metadata: &metadata{"x"}}, ""},
-		{` {"model" : "a\"b\u00e9\n" } `, body{Model: "a\"bé\n"}, ""},
-		{`{"Model":"case matters"}`, body{}, ""},
+			Body{Model: "m", Stream: true, User: "u", PromptCacheKey: "k", Metadata: &Metadata{"x"}}, ""},
+		{` {"model" : "a\"b\u00e9\n" } `, Body{Model: "a\"bé\n"}, ""},
+		{`{"Model":"case matters"}`, Body{}, ""},
 		// Raw non-ASCII, in the first 16 bytes of a string, past them, in a key.
-		{`{"model":"é"}`, body{Model: "é"}, ""},
-		{`{"model":"` + strings.Repeat("a", 50) + `é"}`, body{Model: strings.Repeat("a", 50) + "é"}, ""},
-		{`{"model":"` + strings.Repeat("a", 20) + `é` + strings.Repeat("b", 70) + `"}`, body{Model: strings.Repeat("a", 20) + "é" + strings.Repeat("b", 70)}, ""},
-		{`{"ké":1}`, body{}, ""},
-		{`{"model":"a","model":"b"}`, body{}, `duplicate key "model"`},
+		{`{"model":"é"}`, Body{Model: "é"}, ""},
+		{`{"model":"` + strings.Repeat("a", 50) + `é"}`, Body{Model: strings.Repeat("a", 50) + "é"}, ""},
+		{`{"model":"` + strings.Repeat("a", 20) + `é` + strings.Repeat("b", 70) + `"}`, Body{Model: strings.Repeat("a", 20) + "é" + strings.Repeat("b", 70)}, ""},
+		{`{"ké":1}`, Body{}, ""},
+		{`{"model":"a","model":"b"}`, Body{}, `duplicate key "model"`},
 		// Keys match after unescaping, exactly, as Python's json does.
-		{`{"mod\u0065l":"a"}`, body{Model: "a"}, ""},
-		{`{"\u006d\u006f\u0064\u0065\u006c":"a","stre\u0061m":true}`, body{Model: "a", Stream: true}, ""},
-		{`{"model":"a","mod\u0065l":"b"}`, body{}, `duplicate key "model"`},
-		{`{"mod\u0065l":"a","model":"b"}`, body{}, `duplicate key "model"`},
-		{`{"user":"a","us\u0065r":"b"}`, body{}, `duplicate key "user"`},
-		{`{"prompt_cache_key":"a","prompt\u005fcache_key":"b"}`, body{}, `duplicate key "prompt_cache_key"`},
-		{`{"metadata":null,"m\u0065tadata":{"user_id":"b"}}`, body{}, `duplicate key "metadata"`},
-		{`{"stream":false,"stream":true}`, body{}, `duplicate key "stream"`},
-		{`{"messages":[],"messages":[]}`, body{}, `duplicate key "messages"`},
-		{`{"metadata":{"user_id":"a","user\u005fid":"b"}}`, body{}, `duplicate key "metadata.user_id"`},
-		{`{"metadata":{"User_Id":"a","user_idx":"b"}}`, body{Metadata: &metadata{}}, ""},
-		{`{"metadata":{"x":1,"x":2,"user_id":"a"}}`, body{Metadata: &metadata{"a"}}, ""},
-		{`{"metadata":"u"}`, body{}, "field metadata: want an object, got a JSON string"},
-		{`{"x":1,"x":2,"\u0078":3}`, body{}, ""},
-		{`{"model\u0000":"a","MODEL":"b","model ":"c"}`, body{}, ""},
-		{`{"mod\u0065l":"a",}`, body{}, "malformed JSON"},
-		{`{"model":"a","model":7,}`, body{}, "malformed JSON"}, // syntax first
-		{`{"mod\u00G5l":"a"}`, body{}, "invalid \\u escape"},
-		{`{}`, body{}, ""},
-		{`{"model":`, body{}, "malformed JSON at byte 9"},
-		{`{"model":"m"`, body{}, "malformed JSON"},
-		{`{"model":"m"}x`, body{}, "after the top-level object"},
-		{`["model"]`, body{}, "want a JSON object"},
-		{`{"a":01}`, body{}, "want ',' or '}'"},
-		{`{"a":"\x"}`, body{}, "invalid escape"},
-		{"{\"a\":\"tab\there\"}", body{}, "control character"},
-		{`{"a":[1,]}`, body{}, "unexpected character"},
-		{`{"model":7}`, body{}, "field model: want a string, got a JSON number"},
-		{`{"metadata":{"user_id":1}}`, body{}, "field metadata.user_id: want a string"},
-		{strings.Repeat("[", 20000), body{}, "want a JSON object"},
-		{`{"a":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, body{}, "nested too deeply"},
+		{`{"mod\u0065l":"a"}`, Body{Model: "a"}, ""},
+		{`{"\u006d\u006f\u0064\u0065\u006c":"a","stre\u0061m":true}`, Body{Model: "a", Stream: true}, ""},
+		{`{"model":"a","mod\u0065l":"b"}`, Body{}, `duplicate key "model"`},
+		{`{"mod\u0065l":"a","model":"b"}`, Body{}, `duplicate key "model"`},
+		{`{"user":"a","us\u0065r":"b"}`, Body{}, `duplicate key "user"`},
+		{`{"prompt_cache_key":"a","prompt\u005fcache_key":"b"}`, Body{}, `duplicate key "prompt_cache_key"`},
+		{`{"metadata":null,"m\u0065tadata":{"user_id":"b"}}`, Body{}, `duplicate key "metadata"`},
+		{`{"stream":false,"stream":true}`, Body{}, `duplicate key "stream"`},
+		{`{"messages":[],"messages":[]}`, Body{}, `duplicate key "messages"`},
+		{`{"metadata":{"user_id":"a","user\u005fid":"b"}}`, Body{}, `duplicate key "metadata.user_id"`},
+		{`{"metadata":{"User_Id":"a","user_idx":"b"}}`, Body{Metadata: &Metadata{}}, ""},
+		{`{"metadata":{"x":1,"x":2,"user_id":"a"}}`, Body{Metadata: &Metadata{"a"}}, ""},
+		{`{"metadata":"u"}`, Body{}, "field metadata: want an object, got a JSON string"},
+		{`{"x":1,"x":2,"\u0078":3}`, Body{}, ""},
+		{`{"model\u0000":"a","MODEL":"b","model ":"c"}`, Body{}, ""},
+		{`{"mod\u0065l":"a",}`, Body{}, "malformed JSON"},
+		{`{"model":"a","model":7,}`, Body{}, "malformed JSON"}, // syntax first
+		{`{"mod\u00G5l":"a"}`, Body{}, "invalid \\u escape"},
+		{`{}`, Body{}, ""},
+		{`{"model":`, Body{}, "malformed JSON at byte 9"},
+		{`{"model":"m"`, Body{}, "malformed JSON"},
+		{`{"model":"m"}x`, Body{}, "after the top-level object"},
+		{`["model"]`, Body{}, "want a JSON object"},
+		{`{"a":01}`, Body{}, "want ',' or '}'"},
+		{`{"a":"\x"}`, Body{}, "invalid escape"},
+		{"{\"a\":\"tab\there\"}", Body{}, "control character"},
+		{`{"a":[1,]}`, Body{}, "unexpected character"},
+		{`{"model":7}`, Body{}, "field model: want a string, got a JSON number"},
+		{`{"metadata":{"user_id":1}}`, Body{}, "field metadata.user_id: want a string"},
+		{strings.Repeat("[", 20000), Body{}, "want a JSON object"},
+		{`{"a":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, Body{}, "nested too deeply"},
 	} {
-		got, err := scanBody([]byte(tc.in))
+		got, err := Scan([]byte(tc.in))
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("scanBody(%.40q) err = %v, want %q", tc.in, err, tc.wantErr)
+				t.Errorf("Scan(%.40q) err = %v, want %q", tc.in, err, tc.wantErr)
 			}
 			continue
 		}
 		got.fallback = tc.want.fallback
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("scanBody(%.40q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+			t.Errorf("Scan(%.40q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
 	}
 }
@@ -111,7 +111,7 @@ func TestScanEscapeRuns(t *testing.T) {
 	} {
 		for shift := range 64 {
 			in := `{"model":"` + strings.Repeat("x", shift) + tc.val
-			got, err := scanBody([]byte(in))
+			got, err := Scan([]byte(in))
 			if tc.wantAt < 0 {
 				var want struct{ Model string }
 				if jerr := json.Unmarshal([]byte(in), &want); jerr != nil {
@@ -133,7 +133,7 @@ func TestScanEscapeRuns(t *testing.T) {
 	}
 }
 
-// FuzzScanBody checks scanBody against encoding/json: the same inputs are
+// FuzzScanBody checks Scan against encoding/json: the same inputs are
 // valid JSON objects; a duplicate key is one that encoding/json decodes to
 // the same name twice, and only for the keys the proxy reads; without one,
 // the same fields come out of the same (exactly matched, unescaped) keys.
@@ -154,12 +154,12 @@ func FuzzScanBody(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := scanBody(data)
+		got, err := Scan(data)
 		// The block path and the word-at-a-time one agree, to the byte
 		// of a fault.
 		for _, blocks := range []bool{true, false} {
-			if b, e := scanBodyWith(data, blocks); errString(e) != errString(err) || !reflect.DeepEqual(b, got) {
-				t.Fatalf("blocks %v: %+v, %v; scanBody %+v, %v", blocks, b, e, got, err)
+			if b, e := scanWith(data, blocks); errString(e) != errString(err) || !reflect.DeepEqual(b, got) {
+				t.Fatalf("blocks %v: %+v, %v; Scan %+v, %v", blocks, b, e, got, err)
 			}
 		}
 		var se *syntaxError
@@ -167,7 +167,7 @@ func FuzzScanBody(f *testing.F) {
 		trimmed := bytes.TrimLeft(data, " \t\r\n")
 		stdOK := json.Valid(data) && len(trimmed) > 0 && trimmed[0] == '{'
 		if syntaxOK != stdOK {
-			t.Fatalf("scanBody syntax verdict %v (err %v), encoding/json %v", syntaxOK, err, stdOK)
+			t.Fatalf("Scan syntax verdict %v (err %v), encoding/json %v", syntaxOK, err, stdOK)
 		}
 		if !stdOK {
 			return
@@ -183,18 +183,18 @@ func FuzzScanBody(f *testing.F) {
 		}
 		if dup != "" {
 			if err == nil || !strings.Contains(err.Error(), "duplicate key") {
-				t.Fatalf("key %q given twice, scanBody err %v, want a duplicate-key error", dup, err)
+				t.Fatalf("key %q given twice, Scan err %v, want a duplicate-key error", dup, err)
 			}
 			return
 		}
 		if err != nil && strings.Contains(err.Error(), `duplicate key "`) && !strings.Contains(err.Error(), "metadata.user_id") {
-			t.Fatalf("scanBody found a duplicate (%v) in keys %q", err, keys)
+			t.Fatalf("Scan found a duplicate (%v) in keys %q", err, keys)
 		}
 		var top map[string]json.RawMessage
 		if stdErr := json.Unmarshal(data, &top); stdErr != nil {
-			t.Fatalf("scanBody accepted what encoding/json rejects: %v", stdErr)
+			t.Fatalf("Scan accepted what encoding/json rejects: %v", stdErr)
 		}
-		var want body
+		var want Body
 		var wantErr error
 		for name, raw := range top {
 			k := keyIndex(name)
@@ -206,7 +206,7 @@ func FuzzScanBody(f *testing.F) {
 				dst = &want.Model
 			case keyStream:
 				dst = &want.Stream
-			case keyPromptCacheKey:
+			case KeyPromptCacheKey:
 				dst = &want.PromptCacheKey
 			case keyUser:
 				dst = &want.User
@@ -219,7 +219,7 @@ func FuzzScanBody(f *testing.F) {
 					wantErr = e
 					continue
 				}
-				want.Metadata = &metadata{}
+				want.Metadata = &Metadata{}
 				n := 0
 				for _, k := range objectKeys(t, raw) {
 					if k == "user_id" {
@@ -236,7 +236,7 @@ func FuzzScanBody(f *testing.F) {
 				}
 				continue
 			default:
-				want.fallback[k-keySystem] = raw
+				want.fallback[k-KeySystem] = raw
 				continue
 			}
 			if e := json.Unmarshal(raw, dst); e != nil {
@@ -244,14 +244,14 @@ func FuzzScanBody(f *testing.F) {
 			}
 		}
 		if (err != nil) != (wantErr != nil) {
-			t.Fatalf("scanBody err %v, encoding/json err %v", err, wantErr)
+			t.Fatalf("Scan err %v, encoding/json err %v", err, wantErr)
 		}
 		if err != nil {
 			return
 		}
 		for i := range got.fallback {
 			if !bytes.Equal(got.fallback[i], want.fallback[i]) {
-				t.Fatalf("raw %s = %q, encoding/json %q", readKeyNames[keySystem+i], got.fallback[i], want.fallback[i])
+				t.Fatalf("raw %s = %q, encoding/json %q", readKeyNames[KeySystem+i], got.fallback[i], want.fallback[i])
 			}
 		}
 		got.fallback, want.fallback = [len(got.fallback)][]byte{}, [len(want.fallback)][]byte{}
@@ -301,12 +301,12 @@ func BenchmarkScanBody(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		data []byte
-	}{{"scanBody", data}, {"scanBody-code", []byte(code.String())}} {
+	}{{"Scan", data}, {"Scan-code", []byte(code.String())}} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(tc.data)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := scanBody(tc.data); err != nil {
+				if _, err := Scan(tc.data); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -321,8 +321,8 @@ func BenchmarkScanBody(b *testing.B) {
 		name  string
 		data  []byte
 		check func([]byte) bool
-	}{{"validUTF8", data, validUTF8}, {"utf8.Valid", data, utf8.Valid}, {"validUTF8-sparse", sparse, validUTF8},
-		{"utf8.Valid-sparse", sparse, utf8.Valid}, {"validUTF8-dense", dense, validUTF8}, {"utf8.Valid-dense", dense, utf8.Valid}} {
+	}{{"ValidUTF8", data, ValidUTF8}, {"utf8.Valid", data, utf8.Valid}, {"ValidUTF8-sparse", sparse, ValidUTF8},
+		{"utf8.Valid-sparse", sparse, utf8.Valid}, {"ValidUTF8-dense", dense, ValidUTF8}, {"utf8.Valid-dense", dense, utf8.Valid}} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(tc.data)))
 			for b.Loop() {
@@ -336,7 +336,7 @@ func BenchmarkScanBody(b *testing.B) {
 		b.SetBytes(int64(len(data)))
 		b.ReportAllocs()
 		for b.Loop() {
-			var v body
+			var v Body
 			if err := json.Unmarshal(data, &v); err != nil {
 				b.Fatal(err)
 			}
@@ -344,37 +344,7 @@ func BenchmarkScanBody(b *testing.B) {
 	})
 }
 
-func TestBodyUsage(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		api  API
-		in   string
-		want Usage
-	}{
-		{"openai", APIOpenAI, `{"id":"x","choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":16,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":8}}}`,
-			Usage{16, 2, 8}},
-		{"anthropic adds the cache reads", APIAnthropic, `{"type":"message","usage":{"input_tokens":3,"output_tokens":5,"cache_read_input_tokens":100}}`,
-			Usage{103, 5, 100}},
-		{"responses", APIResponses, `{"object":"response","usage":{"input_tokens":7,"output_tokens":1,"input_tokens_details":{"cached_tokens":4}}}`,
-			Usage{7, 1, 4}},
-		{"escaped key", APIOpenAI, `{"us\u0061ge":{"prompt_tokens":1,"completion_tokens":1}}`, Usage{1, 1, -1}},
-		{"the last of two, as encoding/json", APIOpenAI, `{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":9,"completion_tokens":2}}`, Usage{9, 2, -1}},
-		{"nested usage is not the answer's", APIOpenAI, `{"choices":[{"usage":{"prompt_tokens":5}}]}`, unknownUsage()},
-		{"case matters", APIOpenAI, `{"Usage":{"prompt_tokens":5}}`, unknownUsage()},
-		{"null", APIOpenAI, `{"usage":null}`, unknownUsage()},
-		{"none", APIOpenAI, `{"id":"x"}`, unknownUsage()},
-		{"wrong type", APIOpenAI, `{"usage":{"prompt_tokens":"5"}}`, unknownUsage()},
-		{"malformed", APIOpenAI, `{"usage":{"prompt_tokens":5}`, unknownUsage()},
-		{"trailing data", APIOpenAI, `{"usage":{"prompt_tokens":5}} x`, unknownUsage()},
-		{"not an object", APIOpenAI, `[{"usage":{"prompt_tokens":5}}]`, unknownUsage()},
-	} {
-		if got := bodyUsage(tc.api, []byte(tc.in)); got != tc.want {
-			t.Errorf("%s: bodyUsage = %+v, want %+v", tc.name, got, tc.want)
-		}
-	}
-}
-
-// FuzzMemberValue: memberValue finds what encoding/json finds under the
+// FuzzMemberValue: MemberValue finds what encoding/json finds under the
 // key at the top level, and nothing in what it refuses.
 func FuzzMemberValue(f *testing.F) {
 	for _, s := range []string{`{"usage":{"a":1}}`, `{"us\u0061ge":1,"usage":2}`, `{"x":{"usage":1}}`, `{"usage":[1,2]} `,
@@ -382,20 +352,20 @@ func FuzzMemberValue(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, ok := memberValue(data, "usage")
+		got, ok := MemberValue(data, "usage")
 		var m map[string]json.RawMessage
 		stdErr := json.Unmarshal(data, &m)
 		trimmed := bytes.TrimLeft(data, " \t\r\n")
 		isObject := len(trimmed) > 0 && trimmed[0] == '{'
 		if stdErr != nil || !isObject {
 			if ok {
-				t.Fatalf("memberValue found %q in what encoding/json refuses (%v)", got, stdErr)
+				t.Fatalf("MemberValue found %q in what encoding/json refuses (%v)", got, stdErr)
 			}
 			return
 		}
 		want, has := m["usage"]
 		if ok != has || !bytes.Equal(got, want) {
-			t.Fatalf("memberValue = %q, %v; encoding/json %q, %v", got, ok, want, has)
+			t.Fatalf("MemberValue = %q, %v; encoding/json %q, %v", got, ok, want, has)
 		}
 	})
 }
@@ -418,21 +388,5 @@ func TestUnmarshalFieldAsJSON(t *testing.T) {
 				t.Errorf("bool: got %v, %v; encoding/json %v, %v", gotB, gotErr, wantB, wantErr)
 			}
 		})
-	}
-}
-
-func TestJSONContentTypes(t *testing.T) {
-	for _, tc := range []struct {
-		values []string
-		want   bool
-	}{
-		{nil, true}, {[]string{""}, true}, {[]string{"application/json"}, true}, {[]string{"Application/JSON"}, true},
-		{[]string{"application/json; charset=utf-8"}, true}, {[]string{"application/vnd.api+json"}, true},
-		{[]string{"text/plain"}, false}, {[]string{"application/json", "application/json"}, false},
-		{[]string{"application/jsonx"}, false}, {[]string{"application/json;"}, true}, {[]string{" application/json"}, true},
-	} {
-		if got := isJSONContentType(tc.values); got != tc.want {
-			t.Errorf("isJSONContentType(%q) = %v, want %v", tc.values, got, tc.want)
-		}
 	}
 }

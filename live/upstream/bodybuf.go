@@ -1,4 +1,4 @@
-package live
+package upstream
 
 import (
 	"errors"
@@ -48,7 +48,7 @@ func bodyClass(n int) int {
 }
 
 // freeBodies keeps the buffers of finished calls for the next ones, up to
-// maxFreeBody bytes in all. Not a sync.Pool: a pool is emptied at every
+// MaxFreeBody bytes in all. Not a sync.Pool: a pool is emptied at every
 // other garbage collection, and with a small heap those come every few
 // hundred milliseconds under load, so each one put every request back to
 // fresh 64-256 KB allocations (zeroed, page-faulted in), which in turn
@@ -59,13 +59,13 @@ var freeBodies struct {
 	bytes int
 }
 
-// maxFreeBody bounds the bytes kept idle in freeBodies.
-const maxFreeBody = 32 << 20
+// MaxFreeBody bounds the bytes kept idle in freeBodies.
+const MaxFreeBody = 32 << 20
 
-// getBodyBuf returns an empty buffer with room for at least n bytes: a
+// GetBuf returns an empty buffer with room for at least n bytes: a
 // kept one of its class when there is one. The pointer is what goes back
-// (putBodyBuf), so that giving it back allocates nothing.
-func getBodyBuf(n int) *[]byte {
+// (PutBuf), so that giving it back allocates nothing.
+func GetBuf(n int) *[]byte {
 	k := bodyClass(n)
 	if k < 0 {
 		b := make([]byte, 0, n)
@@ -87,9 +87,9 @@ func getBodyBuf(n int) *[]byte {
 	return &b
 }
 
-// putBodyBuf gives a buffer from getBodyBuf back, to be kept if there is
+// PutBuf gives a buffer from GetBuf back, to be kept if there is
 // room.
-func putBodyBuf(bp *[]byte) {
+func PutBuf(bp *[]byte) {
 	c := cap(*bp)
 	k := bodyClass(c)
 	if k < 0 || c != 1<<(k+minBodyClassShift) {
@@ -98,14 +98,14 @@ func putBodyBuf(bp *[]byte) {
 	*bp = (*bp)[:0]
 	f := &freeBodies
 	f.mu.Lock()
-	if f.bytes+c <= maxFreeBody {
+	if f.bytes+c <= MaxFreeBody {
 		f.bufs[k] = append(f.bufs[k], bp)
 		f.bytes += c
 	}
 	f.mu.Unlock()
 }
 
-// initialBodyBuf is the most readBody takes before the bytes arrive.
+// initialBodyBuf is the most ReadBody takes before the bytes arrive.
 const initialBodyBuf = 64 << 10
 
 // bodyGrowth is the factor a full body buffer grows by. Each growth copies
@@ -114,43 +114,50 @@ const initialBodyBuf = 64 << 10
 // the bytes that have arrived (issue 13, items 5 and 12).
 const bodyGrowth = 4
 
-// headSlack is what net/http's server may hold of a body in its read
+// HeadSlack is what net/http's server may hold of a body in its read
 // buffer (4 KiB) beside what the socket reports queued.
-const headSlack = 4 << 10
+const HeadSlack = 4 << 10
 
-// arrivals reports how many bytes of a connection have arrived and wait
+// Arrivals reports how many bytes of a connection have arrived and wait
 // in the kernel to be read (rawConn, by FIONREAD).
-type arrivals interface{ queued() int }
+type Arrivals interface{ Queued() int }
 
-// reqBody is a request body read whole. data is valid until release.
-type reqBody struct {
+// Body is a request body read whole. data is valid until release.
+type Body struct {
 	data []byte
 
 	mu       sync.Mutex
-	buf      *[]byte     // the pooled buffer data lies in; nil once released or when not pooled
-	budget   *bodyBudget // what the buffer is counted against; nil: none
-	held     int64       // the buffer's bytes counted in budget
+	buf      *[]byte // the pooled buffer data lies in; nil once released or when not pooled
+	budget   *Budget // what the buffer is counted against; nil: none
+	held     int64   // the buffer's bytes counted in budget
 	released bool
 }
+
+// BodyOf is a Body over data that its caller owns (a body another front
+// end read): nothing pooled, nothing counted.
+func BodyOf(data []byte) *Body { return &Body{data: data} }
+
+// Bytes is the body; valid until Release.
+func (b *Body) Bytes() []byte { return b.data }
 
 // errBodyReleased is what a reader of a finished call's body gets.
 var errBodyReleased = errors.New("request body read after its request finished")
 
-// bodyBudget is limits.max_body_bytes_in_flight: the bytes of request
+// Budget is limits.max_body_bytes_in_flight: the bytes of request
 // body buffers the proxy holds at once (issue 46, item 5: 40 clients each
 // sending 16 MiB took the proxy from 47 MB to 707 MB). A body counts its
 // buffer's capacity from the moment it is taken until the call gives it
-// back (reqBody.release): once the replica has answered (forward), or
+// back (Body.release): once the replica has answered (forward), or
 // when the call ends for an https replica or with the journal on; a
 // growth counts the larger buffer only (both are held for the copy
 // between them). A request whose buffer would take
-// the bodies held past the limit is refused at once (errOverBudget):
+// the bodies held past the limit is refused at once (OverBudgetError):
 // 429/529 with Retry-After while other bodies hold the room, 413 when
 // its body alone is larger than the limit. The zero value holds nothing.
-type bodyBudget struct{ held atomic.Int64 }
+type Budget struct{ held atomic.Int64 }
 
 // take counts n more bytes if the bodies held stay within limit.
-func (b *bodyBudget) take(n, limit int64) bool {
+func (b *Budget) Take(n, limit int64) bool {
 	for {
 		cur := b.held.Load()
 		if cur+n > limit {
@@ -163,36 +170,39 @@ func (b *bodyBudget) take(n, limit int64) bool {
 }
 
 // give uncounts n bytes.
-func (b *bodyBudget) give(n int64) { b.held.Add(-n) }
+func (b *Budget) Give(n int64) { b.held.Add(-n) }
 
-// bodyLimits is what readBody may take: buffers counted against budget
+// Held is the bytes counted now.
+func (b *Budget) Held() int64 { return b.held.Load() }
+
+// BodyLimits is what ReadBody may take: buffers counted against budget
 // (nil: none) within inFlight bytes, and for a body of unknown length at
 // most max bytes (limits.max_body_bytes, which the front end's
 // http.MaxBytesReader enforces; 0: unbounded).
-type bodyLimits struct {
-	budget   *bodyBudget
-	inFlight int64
-	max      int64
+type BodyLimits struct {
+	Budget   *Budget
+	InFlight int64
+	Max      int64
 }
 
-// errOverBudget is a body that limits.max_body_bytes_in_flight has no
+// OverBudgetError is a body that limits.max_body_bytes_in_flight has no
 // room for: alone, it is larger than the limit itself.
-type errOverBudget struct {
-	alone bool
-	limit int64
+type OverBudgetError struct {
+	Alone bool  // the body alone is larger than the limit
+	Limit int64 // limits.max_body_bytes_in_flight
 }
 
-func (e *errOverBudget) Error() string {
-	if e.alone {
-		return fmt.Sprintf("request body is larger than the %d bytes the proxy holds of all bodies at once (limits.max_body_bytes_in_flight)", e.limit)
+func (e *OverBudgetError) Error() string {
+	if e.Alone {
+		return fmt.Sprintf("request body is larger than the %d bytes the proxy holds of all bodies at once (limits.max_body_bytes_in_flight)", e.Limit)
 	}
-	return fmt.Sprintf("the proxy holds %d bytes of request bodies, its limit (limits.max_body_bytes_in_flight); retry shortly", e.limit)
+	return fmt.Sprintf("the proxy holds %d bytes of request bodies, its limit (limits.max_body_bytes_in_flight); retry shortly", e.Limit)
 }
 
-// bodyBufs is the buffer of the body readBody is reading and what it
+// bodyBufs is the buffer of the body ReadBody is reading and what it
 // counts in the budget.
 type bodyBufs struct {
-	lim  bodyLimits
+	lim  BodyLimits
 	bp   *[]byte
 	held int64
 }
@@ -203,15 +213,15 @@ type bodyBufs struct {
 // over the limit and n is not.
 func (b *bodyBufs) grow(n int64) error {
 	c, exact := bodyClassCap(n), false
-	if b.lim.budget != nil {
-		if n > b.lim.inFlight {
-			return &errOverBudget{alone: true, limit: b.lim.inFlight}
+	if b.lim.Budget != nil {
+		if n > b.lim.InFlight {
+			return &OverBudgetError{Alone: true, Limit: b.lim.InFlight}
 		}
-		if c > b.lim.inFlight {
+		if c > b.lim.InFlight {
 			c, exact = n, true
 		}
-		if c > b.held && !b.lim.budget.take(c-b.held, b.lim.inFlight) {
-			return &errOverBudget{limit: b.lim.inFlight}
+		if c > b.held && !b.lim.Budget.Take(c-b.held, b.lim.InFlight) {
+			return &OverBudgetError{Limit: b.lim.InFlight}
 		}
 	}
 	var nbp *[]byte
@@ -219,16 +229,16 @@ func (b *bodyBufs) grow(n int64) error {
 		nb := make([]byte, 0, n)
 		nbp = &nb
 	} else {
-		nbp = getBodyBuf(int(n))
+		nbp = GetBuf(int(n))
 	}
 	if b.bp != nil {
 		*nbp = append(*nbp, *b.bp...)
-		putBodyBuf(b.bp)
+		PutBuf(b.bp)
 	}
 	b.bp = nbp
-	if b.lim.budget != nil {
+	if b.lim.Budget != nil {
 		if c < b.held {
-			b.lim.budget.give(b.held - c)
+			b.lim.Budget.Give(b.held - c)
 		}
 		b.held = c
 	}
@@ -238,16 +248,16 @@ func (b *bodyBufs) grow(n int64) error {
 // drop gives the buffer and its count back (a body that failed).
 func (b *bodyBufs) drop() {
 	if b.bp != nil {
-		putBodyBuf(b.bp)
+		PutBuf(b.bp)
 		b.bp = nil
 	}
-	if b.lim.budget != nil && b.held > 0 {
-		b.lim.budget.give(b.held)
+	if b.lim.Budget != nil && b.held > 0 {
+		b.lim.Budget.Give(b.held)
 		b.held = 0
 	}
 }
 
-// bodyClassCap is the capacity getBodyBuf gives for n bytes.
+// bodyClassCap is the capacity GetBuf gives for n bytes.
 func bodyClassCap(n int64) int64 {
 	if n > 1<<(minBodyClassShift+numBodyClasses-1) {
 		return n
@@ -255,28 +265,28 @@ func bodyClassCap(n int64) int64 {
 	return 1 << (bodyClass(int(n)) + minBodyClassShift)
 }
 
-// readBody reads a whole request body (net/http never returns more than
+// ReadBody reads a whole request body (net/http never returns more than
 // Content-Length). It takes buffers as the bytes come, never the declared
 // length up front: a client that declares 16 MiB and sends little costs
 // little. A buffer holds at most what conn (nil: unknown) reports arrived
-// and headSlack, or initialBodyBuf, and grows by bodyGrowth, or to what
+// and HeadSlack, or initialBodyBuf, and grows by bodyGrowth, or to what
 // has arrived, when full. A body that has arrived whole before it is read
 // (a client on a fast link sends it with its head) goes into one buffer
 // of its size, read in one syscall, not copied over at a growth (issue
 // 13, item 12). A body of unknown length (chunked) grows the same way up
-// to lim.max. Every buffer is counted against lim's budget before it is
-// taken (errOverBudget when there is no room).
-func readBody(r io.Reader, length int64, conn arrivals, lim bodyLimits) (*reqBody, error) {
+// to lim.Max. Every buffer is counted against lim's budget before it is
+// taken (OverBudgetError when there is no room).
+func ReadBody(r io.Reader, length int64, conn Arrivals, lim BodyLimits) (*Body, error) {
 	arrived := func(have int) int64 {
 		if conn == nil {
 			return 0
 		}
-		return int64(have + conn.queued() + headSlack)
+		return int64(have + conn.Queued() + HeadSlack)
 	}
 	// most is the size the buffer need not outgrow.
 	most := length
 	if length <= 0 {
-		most = lim.max
+		most = lim.Max
 		if most <= 0 {
 			most = math.MaxInt64
 		}
@@ -285,8 +295,8 @@ func readBody(r io.Reader, length int64, conn arrivals, lim bodyLimits) (*reqBod
 	if length > first {
 		first = max(first, arrived(0))
 	}
-	if lim.budget != nil && length > lim.inFlight {
-		return nil, &errOverBudget{alone: true, limit: lim.inFlight}
+	if lim.Budget != nil && length > lim.InFlight {
+		return nil, &OverBudgetError{Alone: true, Limit: lim.InFlight}
 	}
 	b := bodyBufs{lim: lim}
 	if err := b.grow(min(most, first)); err != nil {
@@ -295,7 +305,7 @@ func readBody(r io.Reader, length int64, conn arrivals, lim bodyLimits) (*reqBod
 	buf := *b.bp
 	for length <= 0 || int64(len(buf)) < length {
 		if room := int64(cap(buf)); int64(len(buf)) == min(room, most) {
-			if room >= most { // unknown length, at lim.max
+			if room >= most { // unknown length, at lim.Max
 				if err := atEnd(r); err != nil {
 					*b.bp = buf
 					b.drop()
@@ -330,10 +340,10 @@ func readBody(r io.Reader, length int64, conn arrivals, lim bodyLimits) (*reqBod
 		b.drop()
 		return nil, fmt.Errorf("body shorter than its Content-Length %d", length)
 	}
-	return &reqBody{data: buf, buf: b.bp, budget: lim.budget, held: b.held}, nil
+	return &Body{data: buf, buf: b.bp, budget: lim.Budget, held: b.held}, nil
 }
 
-// atEnd reads what follows a body of unknown length that filled lim.max:
+// atEnd reads what follows a body of unknown length that filled lim.Max:
 // nil at its end, else the error (http.MaxBytesReader's, past its limit).
 func atEnd(r io.Reader) error {
 	var one [1]byte
@@ -351,11 +361,11 @@ func atEnd(r io.Reader) error {
 }
 
 // reader returns a reader of the body for one attempt.
-func (b *reqBody) reader() io.ReadCloser { return &bodyReader{b: b} }
+func (b *Body) Reader() io.ReadCloser { return &bodyReader{b: b} }
 
 // release gives the buffer back; readers find the body gone from now on.
 // The caller must not use data after it.
-func (b *reqBody) release() {
+func (b *Body) Release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.released {
@@ -363,19 +373,19 @@ func (b *reqBody) release() {
 	}
 	b.released = true
 	if b.buf != nil {
-		putBodyBuf(b.buf)
+		PutBuf(b.buf)
 		b.buf = nil
 	}
 	if b.budget != nil {
-		b.budget.give(b.held)
+		b.budget.Give(b.held)
 		b.held = 0
 	}
 	b.data = nil
 }
 
-// bodyReader reads a reqBody from the start, under the body's lock.
+// bodyReader reads a Body from the start, under the body's lock.
 type bodyReader struct {
-	b   *reqBody
+	b   *Body
 	off int
 }
 
@@ -394,3 +404,26 @@ func (r *bodyReader) Read(p []byte) (int, error) {
 }
 
 func (r *bodyReader) Close() error { return nil }
+
+// CopyBufferSize is the size of the buffers that carry response bodies:
+// live's copy to the client and a stream's reads.
+const CopyBufferSize = 32 << 10
+
+// BufferPool hands out the copy buffers (32 KB a response otherwise),
+// kept with the request bodies' (freeBodies).
+type BufferPool struct{}
+
+func (BufferPool) Get() []byte {
+	bp := GetBuf(CopyBufferSize)
+	return (*bp)[:CopyBufferSize]
+}
+
+func (BufferPool) Put(buf []byte) {
+	if cap(buf) == CopyBufferSize {
+		buf = buf[:0]
+		PutBuf(&buf)
+	}
+}
+
+// CopyBuffers is the pool of copy buffers.
+var CopyBuffers BufferPool

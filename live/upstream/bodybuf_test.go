@@ -1,4 +1,4 @@
-package live
+package upstream
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -43,7 +42,7 @@ func TestReadBody(t *testing.T) {
 		{"read error", iotest.TimeoutReader(strings.NewReader(`{"a":1}`)), 100, nil, "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rb, err := readBody(tc.r, tc.length, nil, bodyLimits{})
+			rb, err := ReadBody(tc.r, tc.length, nil, BodyLimits{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -56,12 +55,12 @@ func TestReadBody(t *testing.T) {
 			if !bytes.Equal(rb.data, tc.want) {
 				t.Fatalf("read %d bytes, want %d", len(rb.data), len(tc.want))
 			}
-			got, err := io.ReadAll(rb.reader())
+			got, err := io.ReadAll(rb.Reader())
 			if err != nil || !bytes.Equal(got, tc.want) {
 				t.Fatalf("reader: %d bytes, %v", len(got), err)
 			}
-			rb.release()
-			rb.release() // twice is harmless
+			rb.Release()
+			rb.Release() // twice is harmless
 		})
 	}
 }
@@ -70,22 +69,22 @@ func TestReadBody(t *testing.T) {
 // of the request that took the buffer next.
 func TestBodyReaderAfterRelease(t *testing.T) {
 	a := bytes.Repeat([]byte("A"), 100<<10)
-	rb, err := readBody(bytes.NewReader(a), int64(len(a)), nil, bodyLimits{})
+	rb, err := ReadBody(bytes.NewReader(a), int64(len(a)), nil, BodyLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := rb.reader()
+	r := rb.Reader()
 	p := make([]byte, 4096)
 	if n, err := r.Read(p); n != len(p) || err != nil {
 		t.Fatalf("first read: %d, %v", n, err)
 	}
-	rb.release()
+	rb.Release()
 	b := bytes.Repeat([]byte("B"), 100<<10)
-	next, err := readBody(bytes.NewReader(b), int64(len(b)), nil, bodyLimits{}) // likely the same buffer, from the pool
+	next, err := ReadBody(bytes.NewReader(b), int64(len(b)), nil, BodyLimits{}) // likely the same buffer, from the pool
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer next.release()
+	defer next.Release()
 	for range 3 {
 		n, err := r.Read(p)
 		if n != 0 || !errors.Is(err, errBodyReleased) {
@@ -102,14 +101,14 @@ func TestBodyReaderAfterRelease(t *testing.T) {
 func TestBodyReleaseRacesReaders(t *testing.T) {
 	data := bytes.Repeat([]byte("x"), 300<<10)
 	for range 50 {
-		rb, err := readBody(bytes.NewReader(data), int64(len(data)), nil, bodyLimits{})
+		rb, err := ReadBody(bytes.NewReader(data), int64(len(data)), nil, BodyLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Go(func() {
-				r, p := rb.reader(), make([]byte, 32<<10)
+				r, p := rb.Reader(), make([]byte, 32<<10)
 				for {
 					n, err := r.Read(p)
 					if bytes.ContainsFunc(p[:n], func(c rune) bool { return c != 'x' }) {
@@ -121,106 +120,43 @@ func TestBodyReleaseRacesReaders(t *testing.T) {
 				}
 			})
 		}
-		rb.release()
+		rb.Release()
 		wg.Wait()
 		// The next body takes the buffer and overwrites it.
-		other, _ := readBody(bytes.NewReader(bytes.Repeat([]byte("y"), len(data))), int64(len(data)), nil, bodyLimits{})
-		other.release()
-	}
-}
-
-// Through the proxy, with bodies recycled at once: concurrent sessions of
-// 256 KB bodies, half of them answered by a backend before it reads the
-// body (so the proxy's handler ends while net/http's transport still
-// writes the body). Every body the backend reads is exactly the one its
-// request carried.
-func TestProxyBodiesNeverMix(t *testing.T) {
-	var mu sync.Mutex
-	var bad []string
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/chat/completions" {
-			return
-		}
-		want := r.Header.Get("X-Claude-Code-Session-Id")
-		check := func() {
-			b, err := io.ReadAll(r.Body)
-			if err != nil {
-				return // an early answer may find the rest of the body cut off: no bytes to mix
-			}
-			if !bytes.Contains(b, []byte(`"content":"`+want)) ||
-				bytes.Count(b, []byte(want)) != bytes.Count(b, []byte("session-")) {
-				mu.Lock()
-				bad = append(bad, fmt.Sprintf("session %s: the backend read a body of %d bytes that is not its own", want, len(b)))
-				mu.Unlock()
-			}
-		}
-		early := strings.HasSuffix(want, "-early")
-		if !early {
-			check()
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
-		if early {
-			w.(http.Flusher).Flush()
-			check()
-		}
-	}))
-	defer backend.Close()
-	h := startProxy(t, modelsYAML("limits: {max_body_bytes: 1MiB}\n", urlsModel(backend.URL)))
-	var wg sync.WaitGroup
-	for s := range 8 {
-		wg.Go(func() {
-			id := fmt.Sprintf("session-%d", s)
-			if s%2 == 1 {
-				id += "-early"
-			}
-			body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"%s"}]}`,
-				testModel, strings.Repeat(id+" ", (256<<10)/(len(id)+1)))
-			for range 15 {
-				if r := h.do("POST", "/v1/chat/completions", body, sessionHdr(id)); r.status != http.StatusOK {
-					t.Errorf("%s: status %d: %s", id, r.status, r.body)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	for _, b := range bad {
-		t.Error(b)
+		other, _ := ReadBody(bytes.NewReader(bytes.Repeat([]byte("y"), len(data))), int64(len(data)), nil, BodyLimits{})
+		other.Release()
 	}
 }
 
 // TestFreeBodies: a buffer given back is the next one of its class taken,
 // even after garbage collections (a sync.Pool would have dropped it), and
-// no more than maxFreeBody bytes are kept idle.
+// no more than MaxFreeBody bytes are kept idle.
 func TestFreeBodies(t *testing.T) {
 	const n = 256 << 10
-	bp := getBodyBuf(n)
+	bp := GetBuf(n)
 	*bp = append(*bp, "x"...)
-	putBodyBuf(bp)
+	PutBuf(bp)
 	runtime.GC()
 	runtime.GC()
-	if got := getBodyBuf(n); got != bp || len(*got) != 0 {
+	if got := GetBuf(n); got != bp || len(*got) != 0 {
 		t.Fatalf("after two collections: a fresh buffer (%p, len %d), want the kept %p, empty", got, len(*got), bp)
 	}
 	var held []*[]byte
-	for range 2 * maxFreeBody / n {
-		held = append(held, getBodyBuf(n))
+	for range 2 * MaxFreeBody / n {
+		held = append(held, GetBuf(n))
 	}
 	for _, b := range held {
-		putBodyBuf(b)
+		PutBuf(b)
 	}
 	freeBodies.mu.Lock()
 	kept := freeBodies.bytes
 	freeBodies.mu.Unlock()
-	if kept > maxFreeBody || kept < maxFreeBody-n {
-		t.Errorf("%d bytes kept, want at most %d and near it", kept, maxFreeBody)
+	if kept > MaxFreeBody || kept < MaxFreeBody-n {
+		t.Errorf("%d bytes kept, want at most %d and near it", kept, MaxFreeBody)
 	}
 	// A buffer of no class, or of a size not its class's, is not kept.
 	odd := make([]byte, 0, 5000)
-	putBodyBuf(&odd)
+	PutBuf(&odd)
 	freeBodies.mu.Lock()
 	for _, b := range freeBodies.bufs[1] {
 		if b == &odd {
@@ -231,10 +167,10 @@ func TestFreeBodies(t *testing.T) {
 }
 
 // boundReader gives n bytes in pieces of at most piece, then EOF, and
-// checks that the space readBody offers never makes its buffer more than
+// checks that the space ReadBody offers never makes its buffer more than
 // bodyGrowth times the bytes that have arrived (or initialBodyBuf), or
 // what has arrived and waits (ahead bytes past those read, reported as
-// queued: arrivals) rounded up to its buffer class.
+// queued: Arrivals) rounded up to its buffer class.
 type boundReader struct {
 	t             *testing.T
 	n, piece, got int
@@ -243,13 +179,13 @@ type boundReader struct {
 	last          *byte
 }
 
-func (r *boundReader) queued() int { return min(r.ahead, r.n-r.got) }
+func (r *boundReader) Queued() int { return min(r.ahead, r.n-r.got) }
 
 func (r *boundReader) Read(p []byte) (int, error) {
-	arrived := r.got + r.queued() + headSlack
+	arrived := r.got + r.Queued() + HeadSlack
 	bound := max(bodyGrowth*max(r.got, initialBodyBuf), 1<<(bodyClass(arrived)+minBodyClassShift))
 	if total := r.got + len(p); total > bound {
-		r.t.Fatalf("after %d bytes (%d more arrived) the buffer holds %d", r.got, r.queued(), total)
+		r.t.Fatalf("after %d bytes (%d more arrived) the buffer holds %d", r.got, r.Queued(), total)
 	}
 	if len(p) > 0 && &p[0] != r.last {
 		r.buffers++ // a new buffer, not the rest of the last one
@@ -272,8 +208,8 @@ func TestReadBodyGrowth(t *testing.T) {
 		name              string
 		declared, sent    int64
 		piece, maxBuffers int
-		ahead             int  // bytes arrived ahead of the reads (arrivals)
-		noConn            bool // the connection cannot tell (readBody's conn nil)
+		ahead             int  // bytes arrived ahead of the reads (Arrivals)
+		noConn            bool // the connection cannot tell (ReadBody's conn nil)
 	}{
 		{"256 KiB in one read after the first: one growth", 256 << 10, 256 << 10, 256 << 10, 2, 0, true},
 		{"1 MiB in 32 KiB pieces", 1 << 20, 1 << 20, 32 << 10, 3, 0, true},
@@ -288,11 +224,11 @@ func TestReadBodyGrowth(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &boundReader{t: t, n: int(tc.sent), piece: tc.piece, ahead: tc.ahead}
-			var conn arrivals = r
+			var conn Arrivals = r
 			if tc.noConn {
 				conn = nil
 			}
-			rb, err := readBody(r, tc.declared, conn, bodyLimits{})
+			rb, err := ReadBody(r, tc.declared, conn, BodyLimits{})
 			if tc.sent < tc.declared {
 				if err == nil {
 					t.Fatal("a short body was read without error")
@@ -307,16 +243,16 @@ func TestReadBodyGrowth(t *testing.T) {
 	}
 }
 
-// TestReadBodyBudget: readBody counts each body's buffer against its
+// TestReadBodyBudget: ReadBody counts each body's buffer against its
 // budget from the first byte (a growth counting the larger buffer only),
-// release gives it back, a body with no room is refused (alone: larger
-// than the whole limit), and a chunked body past lim.max fails with
+// release gives it back, a body with no room is refused (Alone: larger
+// than the whole limit), and a chunked body past lim.Max fails with
 // http.MaxBytesError, as the front end's reader would.
 func TestReadBodyBudget(t *testing.T) {
-	var b bodyBudget
-	lim := bodyLimits{budget: &b, inFlight: 1 << 20, max: 700 << 10}
+	var b Budget
+	lim := BodyLimits{Budget: &b, InFlight: 1 << 20, Max: 700 << 10}
 	small := bytes.Repeat([]byte("a"), 200<<10)
-	rb, err := readBody(bytes.NewReader(small[:100<<10]), 100<<10, nil, lim)
+	rb, err := ReadBody(bytes.NewReader(small[:100<<10]), 100<<10, nil, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +260,7 @@ func TestReadBodyBudget(t *testing.T) {
 		t.Errorf("held %d after a 100 KiB body, want its 128 KiB buffer", got)
 	}
 	// Chunked (unknown length), grown 64 KiB -> 256 KiB: the larger counts.
-	rb2, err := readBody(bytes.NewReader(small[:200<<10]), -1, nil, lim)
+	rb2, err := ReadBody(bytes.NewReader(small[:200<<10]), -1, nil, lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,45 +269,45 @@ func TestReadBodyBudget(t *testing.T) {
 	}
 	// 1.5 MiB would need more than the whole limit.
 	big := bytes.Repeat([]byte("b"), 1536<<10)
-	if _, err := readBody(bytes.NewReader(big), int64(len(big)), nil, lim); !isOverBudget(err, true) {
+	if _, err := ReadBody(bytes.NewReader(big), int64(len(big)), nil, lim); !isOverBudget(err, true) {
 		t.Errorf("a 1.5 MiB body under a 1 MiB budget: %v, want over the budget alone", err)
 	}
 	// 600 KiB needs a 1 MiB buffer: with 384 KiB held there is no room.
-	if _, err := readBody(bytes.NewReader(big[:600<<10]), 600<<10, nil, lim); !isOverBudget(err, false) {
+	if _, err := ReadBody(bytes.NewReader(big[:600<<10]), 600<<10, nil, lim); !isOverBudget(err, false) {
 		t.Errorf("a 600 KiB body with 640 KiB free: %v, want over the budget, not alone", err)
 	}
 	if got := b.held.Load(); got != (128+256)<<10 {
 		t.Errorf("held %d KiB after refusals, want 384: a refused body's buffers are given back", got>>10)
 	}
-	rb.release()
-	rb2.release()
-	rb2.release()
+	rb.Release()
+	rb2.Release()
+	rb2.Release()
 	if got := b.held.Load(); got != 0 {
 		t.Errorf("held %d after every body was released, want 0", got)
 	}
 	// A body whose size class is over the limit but which is not goes
 	// into a buffer of its own size.
-	var b2 bodyBudget
-	rb3, err := readBody(bytes.NewReader(big[:700<<10]), 700<<10, nil, bodyLimits{budget: &b2, inFlight: 800 << 10})
+	var b2 Budget
+	rb3, err := ReadBody(bytes.NewReader(big[:700<<10]), 700<<10, nil, BodyLimits{Budget: &b2, InFlight: 800 << 10})
 	if err != nil || cap(rb3.data) != 700<<10 || b2.held.Load() != 700<<10 {
 		t.Errorf("a 700 KiB body under an 800 KiB budget: %v, buffer %d, held %d; want one exact 700 KiB buffer", err, cap(rb3.data), b2.held.Load())
 	}
-	// Chunked past lim.max.
-	_, err = readBody(bytes.NewReader(bytes.Repeat([]byte("c"), 800<<10)), -1, nil, bodyLimits{max: 700 << 10})
+	// Chunked past lim.Max.
+	_, err = ReadBody(bytes.NewReader(bytes.Repeat([]byte("c"), 800<<10)), -1, nil, BodyLimits{Max: 700 << 10})
 	var mbe *http.MaxBytesError
 	if !errors.As(err, &mbe) {
 		t.Errorf("a chunked body past max: %v, want *http.MaxBytesError", err)
 	}
 	// ... and one exactly at it is whole.
-	if rb, err := readBody(bytes.NewReader(big), -1, nil, bodyLimits{max: int64(len(big))}); err != nil || len(rb.data) != len(big) {
+	if rb, err := ReadBody(bytes.NewReader(big), -1, nil, BodyLimits{Max: int64(len(big))}); err != nil || len(rb.data) != len(big) {
 		t.Errorf("a chunked body of exactly max: %v", err)
 	}
 }
 
-// isOverBudget reports an *errOverBudget with the given alone.
+// isOverBudget reports an *OverBudgetError with the given alone.
 func isOverBudget(err error, alone bool) bool {
-	var ob *errOverBudget
-	return errors.As(err, &ob) && ob.alone == alone
+	var ob *OverBudgetError
+	return errors.As(err, &ob) && ob.Alone == alone
 }
 
 // BenchmarkReadBody reads a body that has arrived whole into a pooled
@@ -382,18 +318,18 @@ func BenchmarkReadBody(b *testing.B) {
 	for _, size := range []int{64 << 10, 256 << 10} {
 		b.Run(fmt.Sprintf("%dK", size>>10), func(b *testing.B) {
 			data := bytes.Repeat([]byte("x"), size)
-			var budget bodyBudget
-			lim := bodyLimits{budget: &budget, inFlight: 1 << 30, max: 16 << 20}
+			var budget Budget
+			lim := BodyLimits{Budget: &budget, InFlight: 1 << 30, Max: 16 << 20}
 			r := bytes.NewReader(data)
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			for b.Loop() {
 				r.Reset(data)
-				rb, err := readBody(r, int64(size), nil, lim)
+				rb, err := ReadBody(r, int64(size), nil, lim)
 				if err != nil {
 					b.Fatal(err)
 				}
-				rb.release()
+				rb.Release()
 			}
 		})
 	}

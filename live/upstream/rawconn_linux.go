@@ -1,4 +1,4 @@
-package live
+package upstream
 
 import (
 	"errors"
@@ -43,7 +43,7 @@ type rawConn struct {
 	rd, wr rawOp
 	inq    inqOp
 
-	cl     *clientListener // nil: a connection to a replica
+	cl     Owner // nil: a connection to a replica
 	closed atomic.Bool
 }
 
@@ -89,14 +89,14 @@ func wrapRaw(c net.Conn) net.Conn {
 func (c *rawConn) Close() error {
 	err := c.TCPConn.Close()
 	if c.cl != nil && c.closed.CompareAndSwap(false, true) {
-		c.cl.release()
+		c.cl.Release()
 	}
 	return err
 }
 
 // queued reports the bytes that have arrived on the socket and wait to be
 // read (ioctl SIOCINQ, as FIONREAD), 0 when that cannot be told.
-func (c *rawConn) queued() int {
+func (c *rawConn) Queued() int {
 	op := &c.inq
 	op.mu.Lock()
 	defer op.mu.Unlock()
@@ -198,7 +198,7 @@ func (c *rawConn) writev(bufs ...[]byte) (int, error) {
 	op.vec = nil
 	if op.armed > 0 {
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-			c.cl.writeTimedOut()
+			c.cl.WriteTimedOut()
 		} else {
 			_ = c.TCPConn.SetWriteDeadline(time.Time{})
 		}
@@ -226,7 +226,7 @@ func (c *rawConn) writeFD(fd uintptr) bool {
 			// The send buffer is full: wait for room, for a client at
 			// most timeouts.client_write since the last progress.
 			if c.cl != nil && op.armed != op.n+1 {
-				if d := c.cl.writeTimeout(); d > 0 {
+				if d := c.cl.WriteTimeout(); d > 0 {
 					_ = c.TCPConn.SetWriteDeadline(time.Now().Add(d))
 					op.armed = op.n + 1
 				}
@@ -250,10 +250,10 @@ func (c *rawConn) writeFD(fd uintptr) bool {
 	return true
 }
 
-// fdLimit returns the file descriptors the process may open
+// FDLimit returns the file descriptors the process may open
 // (RLIMIT_NOFILE's soft limit, which Go's os package raises to the hard
 // limit at start), or 0 when it cannot be read.
-func fdLimit() int64 {
+func FDLimit() int64 {
 	var r unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r); err != nil || r.Cur == unix.RLIM_INFINITY {
 		return 0
@@ -261,16 +261,16 @@ func fdLimit() int64 {
 	return int64(min(r.Cur, 1<<40))
 }
 
-// wrapClient makes c a client connection of l: a rawConn with l's slot
+// WrapClient makes c a client connection of l: a rawConn with l's slot
 // and write timeout when it is a TCP connection, with its unsent bytes
 // bounded (clientNotSentLowat), else a clientConn.
-func wrapClient(c net.Conn, l *clientListener) net.Conn {
+func WrapClient(c net.Conn, o Owner) net.Conn {
 	if rc, ok := wrapRaw(c).(*rawConn); ok {
-		rc.cl = l
+		rc.cl = o
 		_ = rc.rc.Control(setNotSentLowat)
 		return rc
 	}
-	return &clientConn{Conn: c, cl: l}
+	return &clientConn{Conn: c, cl: o}
 }
 
 // clientNotSentLowat bounds the bytes a client's socket holds that the
@@ -286,7 +286,7 @@ func wrapClient(c net.Conn, l *clientListener) net.Conn {
 // bytes the network has in flight are not unsent: a client on a long,
 // fast path still gets a full window. One copy buffer: a whole one can
 // always be queued behind what the client is reading.
-const clientNotSentLowat = copyBufferSize
+const clientNotSentLowat = CopyBufferSize
 
 // setNotSentLowat sets TCP_NOTSENT_LOWAT on a client's socket (a failure,
 // a kernel before 3.12, leaves the send buffer as the kernel sizes it).

@@ -1,10 +1,10 @@
-package live
+package upstream
 
 import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
+	"github.com/lm-warden/warden/live/internal/rawbackend"
 	"io"
 	"net"
 	"net/http"
@@ -177,12 +177,12 @@ func TestRawConnErrors(t *testing.T) {
 // rawConns (a refactor that lost them would cost a context switch a
 // request, which only `make speed` would show).
 func TestRawConnUsed(t *testing.T) {
-	srv := startRawServer(t, func(w *bufio.Writer, _ *http.Request, _ []byte, _ int) bool {
-		writeOK(w, "")
+	srv := rawbackend.Start(t, func(w *bufio.Writer, _ *http.Request, _ []byte, _ int) bool {
+		rawbackend.WriteOK(w, "")
 		return true
 	})
 	u := testUpstream(t)
-	pc, err := u.get(t.Context(), srv.ln.Addr().String())
+	pc, err := u.get(t.Context(), srv.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,15 +254,15 @@ func TestRawConnConcurrent(t *testing.T) {
 // as the bytes come and as they are read.
 func TestRawConnQueued(t *testing.T) {
 	rc, peer := rawPair(t)
-	if n := rc.queued(); n != 0 {
+	if n := rc.Queued(); n != 0 {
 		t.Fatalf("nothing sent, queued %d", n)
 	}
 	data := pattern(100<<10, 3) // within a fresh socket's receive buffer (128 KiB)
 	go func() { _, _ = peer.Write(data) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for rc.queued() < len(data) {
+	for rc.Queued() < len(data) {
 		if time.Now().After(deadline) {
-			t.Fatalf("queued %d of %d bytes sent", rc.queued(), len(data))
+			t.Fatalf("queued %d of %d bytes sent", rc.Queued(), len(data))
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -270,63 +270,12 @@ func TestRawConnQueued(t *testing.T) {
 	if _, err := io.ReadFull(rc, buf); err != nil {
 		t.Fatal(err)
 	}
-	if n := rc.queued(); n != len(data)-len(buf) {
+	if n := rc.Queued(); n != len(data)-len(buf) {
 		t.Errorf("after reading %d of %d bytes, queued %d", len(buf), len(data), n)
 	}
 	rc.Close()
-	if n := rc.queued(); n != 0 {
+	if n := rc.Queued(); n != 0 {
 		t.Errorf("closed, queued %d", n)
-	}
-}
-
-// TestClientConnArrivals: a handler of the clients' server (as Serve
-// makes it, on a rawListener) can tell how much of a body has arrived, so
-// that readBody takes one buffer for a body that came with its head.
-func TestClientConnArrivals(t *testing.T) {
-	cfg, err := ParseConfig("t.yaml", []byte("listen: 127.0.0.1:0\n"+modelsYAML("", urlsModel("http://127.0.0.1:1"))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := srv.clientServer(srv.state.Load().cfg)
-	got := make(chan int, 1)
-	hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a := connArrivals(r)
-		if a == nil {
-			got <- -1
-			return
-		}
-		got <- a.queued()
-		_, _ = io.Copy(io.Discard, r.Body)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = hs.Serve(rawListener{ln}) }()
-	t.Cleanup(func() { _ = hs.Close() })
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	body := bytes.Repeat([]byte("x"), 60<<10)
-	req := fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	if _, err := c.Write([]byte(req)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case n := <-got:
-		// net/http's read buffer holds up to 4 KiB of the body; the rest
-		// waits in the socket.
-		if n < len(body)-headSlack || n > len(body) {
-			t.Errorf("the handler saw %d bytes queued, want the body's %d less net/http's buffer", n, len(body))
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no request reached the handler")
 	}
 }
 

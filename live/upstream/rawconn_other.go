@@ -1,6 +1,6 @@
 //go:build !linux
 
-package live
+package upstream
 
 import "net"
 
@@ -16,10 +16,10 @@ func writeBufs(c net.Conn, bufs ...[]byte) error {
 	return err
 }
 
-// fdLimit returns 0: the file descriptor limit is read on Linux only
+// FDLimit returns 0: the file descriptor limit is read on Linux only
 // (DefaultMaxConnections falls back to a fixed default elsewhere).
-func fdLimit() int64 { return 0 }
+func FDLimit() int64 { return 0 }
 
-// wrapClient makes c a client connection of l (a clientConn: raw
+// WrapClient makes c a client connection of l (a clientConn: raw
 // syscalls are used on Linux only).
-func wrapClient(c net.Conn, l *clientListener) net.Conn { return &clientConn{Conn: c, cl: l} }
+func WrapClient(c net.Conn, o Owner) net.Conn { return &clientConn{Conn: c, cl: o} }

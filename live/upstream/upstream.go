@@ -1,4 +1,4 @@
-package live
+package upstream
 
 import (
 	"bufio"
@@ -37,9 +37,9 @@ import (
 // body not in memory) goes to fallback, net/http's Transport.
 //
 // What a replica can make it hold is bounded (issue 35): a reply head by
-// maxReplyHeadBytes and maxInformational, and idle connections by
+// MaxReplyHeadBytes and maxInformational, and idle connections by
 // idleTimeout, closed by a reaper even when no request comes.
-type upstream struct {
+type Client struct {
 	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
 	fallback http.RoundTripper
 
@@ -73,18 +73,18 @@ type upConn struct {
 // (max_response_headers_kb 60), for a reply's status lines and headers
 // together, informational replies included, and 5 informational replies.
 // Beyond either, or with a status outside 100-599, the reply is a bad
-// reply (errBadReply): the connection is closed at once, the attempt is
+// reply (ErrBadReply): the connection is closed at once, the attempt is
 // retried once on another replica as a 502 is, and the replica takes a
 // strike towards ejection.
 const (
-	maxReplyHeadBytes = 64 << 10
+	MaxReplyHeadBytes = 64 << 10
 	maxInformational  = 5
 )
 
-// errBadReply is a reply head the proxy does not take from a replica:
-// over maxReplyHeadBytes, over maxInformational informational replies,
+// ErrBadReply is a reply head the proxy does not take from a replica:
+// over MaxReplyHeadBytes, over maxInformational informational replies,
 // malformed, or with a status outside 100-599.
-var errBadReply = errors.New("bad reply from the replica")
+var ErrBadReply = errors.New("bad reply from the replica")
 
 // headLimit is what an upstream connection's bufio.Reader reads from: the
 // connection, bounded to n more bytes while a reply head is read (the
@@ -97,7 +97,7 @@ type headLimit struct {
 
 func (l *headLimit) Read(p []byte) (int, error) {
 	if l.n <= 0 {
-		return 0, fmt.Errorf("%w: reply head over %d bytes", errBadReply, maxReplyHeadBytes)
+		return 0, fmt.Errorf("%w: reply head over %d bytes", ErrBadReply, MaxReplyHeadBytes)
 	}
 	if int64(len(p)) > l.n {
 		p = p[:l.n]
@@ -107,8 +107,8 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func newUpstream(dial func(ctx context.Context, network, addr string) (net.Conn, error), fallback http.RoundTripper) *upstream {
-	return &upstream{
+func New(dial func(ctx context.Context, network, addr string) (net.Conn, error), fallback http.RoundTripper) *Client {
+	return &Client{
 		dial:           dial,
 		fallback:       fallback,
 		maxIdlePerHost: 256,
@@ -120,7 +120,7 @@ func newUpstream(dial func(ctx context.Context, network, addr string) (net.Conn,
 }
 
 // get returns an idle connection to host, or dials one.
-func (u *upstream) get(ctx context.Context, host string) (*upConn, error) {
+func (u *Client) get(ctx context.Context, host string) (*upConn, error) {
 	now := time.Now()
 	u.mu.Lock()
 	list := u.idle[host]
@@ -146,7 +146,7 @@ func (u *upstream) get(ctx context.Context, host string) (*upConn, error) {
 	return u.dialConn(ctx, host)
 }
 
-func (u *upstream) dialConn(ctx context.Context, host string) (*upConn, error) {
+func (u *Client) dialConn(ctx context.Context, host string) (*upConn, error) {
 	nc, err := u.dial(ctx, "tcp", host)
 	if err != nil {
 		return nil, err
@@ -159,7 +159,7 @@ func (u *upstream) dialConn(ctx context.Context, host string) (*upConn, error) {
 
 // put gives a connection whose last response was read whole back to the
 // pool.
-func (u *upstream) put(pc *upConn) {
+func (u *Client) put(pc *upConn) {
 	pc.idleAt = time.Now()
 	u.mu.Lock()
 	if u.closed || len(u.idle[pc.host]) >= u.maxIdlePerHost {
@@ -192,7 +192,7 @@ func (u *upstream) put(pc *upConn) {
 
 // reap closes the connections idle past idleTimeout, and arms the reaper
 // again for the oldest left, if any.
-func (u *upstream) reap() {
+func (u *Client) reap() {
 	now := time.Now()
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -228,7 +228,7 @@ func (u *upstream) reap() {
 }
 
 // Close closes the idle connections, and every one given back later.
-func (u *upstream) Close() {
+func (u *Client) Close() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.closed = true
@@ -255,21 +255,21 @@ var headBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2<<10); return &
 
 // RoundTrip sends req and reads the response head. The response body
 // gives the connection back to the pool once it is read to its end.
-func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+func (u *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	br, ok := req.Body.(*bodyReader)
 	if req.Body != nil && req.Body != http.NoBody && !ok {
 		return u.fallback.RoundTrip(req)
 	}
-	var rb *reqBody
+	var rb *Body
 	if ok {
 		rb = br.b
 	}
-	return u.do(req, rb)
+	return u.Do(req, rb)
 }
 
-// do sends req with the body rb (nil: none), which req.Body reads too
+// Do sends req with the body rb (nil: none), which req.Body reads too
 // (for the fallback).
-func (u *upstream) do(req *http.Request, rb *reqBody) (*http.Response, error) {
+func (u *Client) Do(req *http.Request, rb *Body) (*http.Response, error) {
 	if req.URL.Scheme != "http" {
 		return u.fallback.RoundTrip(req)
 	}
@@ -310,7 +310,7 @@ func (u *upstream) do(req *http.Request, rb *reqBody) (*http.Response, error) {
 // send writes head and the body in one writev. The body's lock is held
 // while it is written, so that the call cannot give its buffer to another
 // request meanwhile.
-func send(nc net.Conn, head []byte, rb *reqBody) error {
+func send(nc net.Conn, head []byte, rb *Body) error {
 	if rb == nil {
 		_, err := nc.Write(head)
 		return err
@@ -328,8 +328,8 @@ func send(nc net.Conn, head []byte, rb *reqBody) error {
 var errNothingRead = errors.New("connection closed before any response byte")
 
 // exchange writes one request on pc and reads its response head, within
-// maxReplyHeadBytes and maxInformational.
-func (u *upstream) exchange(ctx context.Context, pc *upConn, req *http.Request, head []byte, rb *reqBody) (*http.Response, error) {
+// MaxReplyHeadBytes and maxInformational.
+func (u *Client) exchange(ctx context.Context, pc *upConn, req *http.Request, head []byte, rb *Body) (*http.Response, error) {
 	stop := context.AfterFunc(ctx, func() { _ = pc.nc.SetDeadline(aLongTimeAgo) })
 	fail := func(err error) (*http.Response, error) {
 		cancelled := !stop()
@@ -339,7 +339,7 @@ func (u *upstream) exchange(ctx context.Context, pc *upConn, req *http.Request, 
 		}
 		return nil, err
 	}
-	pc.lim.n = maxReplyHeadBytes
+	pc.lim.n = MaxReplyHeadBytes
 	if werr := send(pc.nc, head, rb); errors.Is(werr, errBodyReleased) {
 		return fail(werr)
 	} else if werr != nil {
@@ -371,7 +371,7 @@ func (u *upstream) exchange(ctx context.Context, pc *upConn, req *http.Request, 
 		if res.StatusCode >= 100 && res.StatusCode < 200 && res.StatusCode != http.StatusSwitchingProtocols {
 			// 100 Continue or 103 Early Hints: the answer follows.
 			if informational == maxInformational {
-				return fail(fmt.Errorf("%w: more than %d informational (1xx) replies", errBadReply, maxInformational))
+				return fail(fmt.Errorf("%w: more than %d informational (1xx) replies", ErrBadReply, maxInformational))
 			}
 			continue
 		}
@@ -383,16 +383,16 @@ func (u *upstream) exchange(ctx context.Context, pc *upConn, req *http.Request, 
 // headError classifies a failure to read a reply head: the connection's
 // own failures (a reset, an end midway: the replica may have restarted)
 // stay as they are; anything else is a head the replica got wrong
-// (errBadReply: over maxReplyHeadBytes, or malformed).
+// (ErrBadReply: over MaxReplyHeadBytes, or malformed).
 func headError(err error) error {
 	var ne net.Error
 	switch {
-	case errors.Is(err, errBadReply):
+	case errors.Is(err, ErrBadReply):
 		return err
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &ne), errors.Is(err, net.ErrClosed):
 		return fmt.Errorf("reading the response head: %w", err)
 	}
-	return fmt.Errorf("%w: malformed reply head: %v", errBadReply, err)
+	return fmt.Errorf("%w: malformed reply head: %v", ErrBadReply, err)
 }
 
 func isReset(err error) bool {
@@ -401,14 +401,14 @@ func isReset(err error) bool {
 }
 
 // response makes res's body give pc back (reusable) or close it.
-func (u *upstream) response(ctx context.Context, pc *upConn, res *http.Response, stop func() bool, reusable bool) *http.Response {
+func (u *Client) response(ctx context.Context, pc *upConn, res *http.Response, stop func() bool, reusable bool) *http.Response {
 	res.Body = &upBody{u: u, pc: pc, rc: res.Body, stop: stop, reusable: reusable, ctx: ctx}
 	return res
 }
 
 // upBody is a response body on an upstream connection.
 type upBody struct {
-	u        *upstream
+	u        *Client
 	pc       *upConn
 	rc       io.ReadCloser
 	ctx      context.Context

@@ -1,10 +1,11 @@
-package live
+package upstream
 
 import (
 	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"github.com/lm-warden/warden/live/internal/rawbackend"
 	"io"
 	"net"
 	"net/http"
@@ -16,97 +17,24 @@ import (
 	"time"
 )
 
-// rawServer is a backend on 127.0.0.1 that answers each request on a
-// connection with serve, which writes raw bytes (so that a test can send
-// what net/http's server would not: a torn body, an early close). It
-// counts the connections it accepted.
-type rawServer struct {
-	ln     net.Listener
-	conns  atomic.Int64
-	closed atomic.Int64 // connections ended (the peer closed, or a failure)
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	open   []net.Conn
-}
-
-// serve answers req, the n-th request (from 0) on its connection; false
-// closes the connection.
-type rawServe func(w *bufio.Writer, req *http.Request, body []byte, n int) bool
-
-func startRawServer(t *testing.T, serve rawServe) *rawServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &rawServer{ln: ln}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.conns.Add(1)
-			s.mu.Lock()
-			s.open = append(s.open, c)
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer s.closed.Add(1)
-				defer c.Close()
-				br, bw := bufio.NewReader(c), bufio.NewWriter(c)
-				for n := 0; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body, err := io.ReadAll(req.Body)
-					if err != nil {
-						return
-					}
-					keep := serve(bw, req, body, n)
-					if bw.Flush() != nil || !keep {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		s.mu.Lock()
-		for _, c := range s.open {
-			c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	})
-	return s
-}
-
-func (s *rawServer) url() string { return "http://" + s.ln.Addr().String() }
-
-func testUpstream(t *testing.T) *upstream {
+func testUpstream(t *testing.T) *Client {
 	t.Helper()
 	d := net.Dialer{Timeout: time.Second}
-	u := newUpstream(d.DialContext, http.DefaultTransport)
+	u := New(d.DialContext, http.DefaultTransport)
 	t.Cleanup(u.Close)
 	return u
 }
 
 // upReq is a POST of body to base+"/v1/chat/completions", its body read
-// through a reqBody as the proxy's calls are.
+// through a Body as the proxy's calls are.
 func upReq(t *testing.T, ctx context.Context, base, body string) *http.Request {
 	t.Helper()
-	rb, err := readBody(strings.NewReader(body), int64(len(body)), nil, bodyLimits{})
+	rb, err := ReadBody(strings.NewReader(body), int64(len(body)), nil, BodyLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rb.release)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", rb.reader())
+	t.Cleanup(rb.Release)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", rb.Reader())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +44,7 @@ func upReq(t *testing.T, ctx context.Context, base, body string) *http.Request {
 	return req
 }
 
-const okJSON = `{"ok":true}`
-
-func writeOK(w *bufio.Writer, extra string) {
-	w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n" + extra + "\r\n" + okJSON)
-}
-
-func roundTripBody(t *testing.T, u *upstream, req *http.Request) (*http.Response, string, error) {
+func roundTripBody(t *testing.T, u *Client, req *http.Request) (*http.Response, string, error) {
 	t.Helper()
 	res, err := u.RoundTrip(req)
 	if err != nil {
@@ -142,11 +64,11 @@ func TestUpstreamExchange(t *testing.T) {
 		want     string
 		reusable bool
 	}{
-		{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n" + okJSON, okJSON, true},
-		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"ok\"\r\n6\r\n:true}\r\n0\r\n\r\n", okJSON, true},
-		{"until close", "HTTP/1.1 200 OK\r\n\r\n" + okJSON, okJSON, false},
-		{"connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 11\r\n\r\n" + okJSON, okJSON, false},
-		{"100 continue first", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n" + okJSON, okJSON, true},
+		{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n" + rawbackend.OK, rawbackend.OK, true},
+		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"ok\"\r\n6\r\n:true}\r\n0\r\n\r\n", rawbackend.OK, true},
+		{"until close", "HTTP/1.1 200 OK\r\n\r\n" + rawbackend.OK, rawbackend.OK, false},
+		{"connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 11\r\n\r\n" + rawbackend.OK, rawbackend.OK, false},
+		{"100 continue first", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n" + rawbackend.OK, rawbackend.OK, true},
 		{"no body", "HTTP/1.1 204 No Content\r\n\r\n", "", true},
 	}
 	for _, tt := range tests {
@@ -156,7 +78,7 @@ func TestUpstreamExchange(t *testing.T) {
 				req  *http.Request
 				body []byte
 			}
-			srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
+			srv := rawbackend.Start(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
 				got.Lock()
 				got.req, got.body = req, body
 				got.Unlock()
@@ -165,7 +87,7 @@ func TestUpstreamExchange(t *testing.T) {
 			})
 			u := testUpstream(t)
 			for i := range 2 {
-				req := upReq(t, context.Background(), srv.url(), `{"model":"m"}`)
+				req := upReq(t, context.Background(), srv.URL(), `{"model":"m"}`)
 				req.Header.Set("Expect", "100-continue") // the proxy read the body: none is waited for
 				req.Header.Set("X-Claude-Code-Session-Id", "s1")
 				_, body, err := roundTripBody(t, u, req)
@@ -184,14 +106,14 @@ func TestUpstreamExchange(t *testing.T) {
 			if h := got.req.Header; h.Get("X-Claude-Code-Session-Id") != "s1" || h.Get("Expect") != "" || h.Get("User-Agent") != "" {
 				t.Errorf("replica got headers %v", h)
 			}
-			if got.req.Host != srv.ln.Addr().String() || got.req.URL.Path != "/v1/chat/completions" {
+			if got.req.Host != srv.Addr().String() || got.req.URL.Path != "/v1/chat/completions" {
 				t.Errorf("replica got Host %q path %q", got.req.Host, got.req.URL.Path)
 			}
 			wantConns := int64(2)
 			if tt.reusable {
 				wantConns = 1
 			}
-			if n := srv.conns.Load(); n != wantConns {
+			if n := srv.Conns(); n != wantConns {
 				t.Errorf("%d connections for 2 requests, want %d", n, wantConns)
 			}
 		})
@@ -202,18 +124,18 @@ func TestUpstreamExchange(t *testing.T) {
 // does after 5 s) costs the next request nothing: it goes out again on a
 // new connection.
 func TestUpstreamStaleIdle(t *testing.T) {
-	srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
-		writeOK(w, "")
+	srv := rawbackend.Start(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
+		rawbackend.WriteOK(w, "")
 		return false // closes after answering, without Connection: close
 	})
 	u := testUpstream(t)
 	for i := range 3 {
-		if _, body, err := roundTripBody(t, u, upReq(t, context.Background(), srv.url(), `{}`)); err != nil || body != okJSON {
+		if _, body, err := roundTripBody(t, u, upReq(t, context.Background(), srv.URL(), `{}`)); err != nil || body != rawbackend.OK {
 			t.Fatalf("request %d: %q, %v", i, body, err)
 		}
 		time.Sleep(20 * time.Millisecond) // the close reaches this side
 	}
-	if n := srv.conns.Load(); n != 3 {
+	if n := srv.Conns(); n != 3 {
 		t.Errorf("%d connections, want 3", n)
 	}
 }
@@ -223,7 +145,7 @@ func TestUpstreamStaleIdle(t *testing.T) {
 // a body closed before its end does not leave its rest to the next
 // request.
 func TestUpstreamBrokenBody(t *testing.T) {
-	srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
+	srv := rawbackend.Start(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
 		if string(body) == "torn" {
 			w.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\":")
 			return false
@@ -232,10 +154,10 @@ func TestUpstreamBrokenBody(t *testing.T) {
 		return true
 	})
 	u := testUpstream(t)
-	if _, _, err := roundTripBody(t, u, upReq(t, context.Background(), srv.url(), "torn")); !errors.Is(err, io.ErrUnexpectedEOF) {
+	if _, _, err := roundTripBody(t, u, upReq(t, context.Background(), srv.URL(), "torn")); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("torn body: err %v, want unexpected EOF", err)
 	}
-	res, err := u.RoundTrip(upReq(t, context.Background(), srv.url(), "big"))
+	res, err := u.RoundTrip(upReq(t, context.Background(), srv.URL(), "big"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,11 +165,11 @@ func TestUpstreamBrokenBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Body.Close() // 19,900 bytes unread
-	_, body, err := roundTripBody(t, u, upReq(t, context.Background(), srv.url(), "big"))
+	_, body, err := roundTripBody(t, u, upReq(t, context.Background(), srv.URL(), "big"))
 	if err != nil || len(body) != 20000 {
 		t.Fatalf("after a closed body: %d bytes, %v", len(body), err)
 	}
-	if n := srv.conns.Load(); n != 3 {
+	if n := srv.Conns(); n != 3 {
 		t.Errorf("%d connections, want 3 (none reused after a torn or unread body)", n)
 	}
 }
@@ -256,7 +178,7 @@ func TestUpstreamBrokenBody(t *testing.T) {
 // headers and a read of the body at once, with an error that says so.
 func TestUpstreamCancel(t *testing.T) {
 	release := make(chan struct{})
-	srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
+	srv := rawbackend.Start(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
 		if string(body) == "body" {
 			w.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nstart")
 			w.Flush()
@@ -269,12 +191,12 @@ func TestUpstreamCancel(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
-	if _, err := u.RoundTrip(upReq(t, ctx, srv.url(), "headers")); !errors.Is(err, context.Canceled) {
+	if _, err := u.RoundTrip(upReq(t, ctx, srv.URL(), "headers")); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled before the headers: %v", err)
 	}
 
 	ctx, cancel = context.WithCancel(context.Background())
-	res, err := u.RoundTrip(upReq(t, ctx, srv.url(), "body"))
+	res, err := u.RoundTrip(upReq(t, ctx, srv.URL(), "body"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,8 +243,8 @@ func TestUpstreamEarlyAnswer(t *testing.T) {
 // TestUpstreamHeaderInjection: a header value that would end the head is
 // refused, not sent.
 func TestUpstreamHeaderInjection(t *testing.T) {
-	srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
-		writeOK(w, "")
+	srv := rawbackend.Start(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
+		rawbackend.WriteOK(w, "")
 		return true
 	})
 	u := testUpstream(t)
@@ -331,7 +253,7 @@ func TestUpstreamHeaderInjection(t *testing.T) {
 		{"Bad Name": {"v"}},
 		{"X-Nul": {"a\x00b"}},
 	} {
-		req := upReq(t, context.Background(), srv.url(), "{}")
+		req := upReq(t, context.Background(), srv.URL(), "{}")
 		for k, v := range h {
 			req.Header[k] = v
 		}
@@ -339,7 +261,7 @@ func TestUpstreamHeaderInjection(t *testing.T) {
 			t.Errorf("%v: err %v, want errBadHeader", h, err)
 		}
 	}
-	if n := srv.conns.Load(); n != 0 {
+	if n := srv.Conns(); n != 0 {
 		t.Errorf("%d connections made for refused heads", n)
 	}
 }
@@ -369,7 +291,7 @@ func TestUpstreamClose(t *testing.T) {
 						return
 					}
 					io.Copy(io.Discard, req.Body)
-					writeOK(bw, "")
+					rawbackend.WriteOK(bw, "")
 					bw.Flush()
 				}
 			}()
@@ -404,7 +326,7 @@ func TestUpstreamClose(t *testing.T) {
 // in memory) goes to the fallback.
 func TestUpstreamFallback(t *testing.T) {
 	var n atomic.Int64
-	u := newUpstream(nil, roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	u := New(nil, roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		n.Add(1)
 		return nil, errors.New("fallback")
 	}))
@@ -464,19 +386,19 @@ func FuzzRequestHead(f *testing.F) {
 // TestUpstreamPrunesIdle: connections idle past the timeout are closed
 // when another is given back, not kept open until the next request.
 func TestUpstreamPrunesIdle(t *testing.T) {
-	srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
-		writeOK(w, "")
+	srv := rawbackend.Start(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
+		rawbackend.WriteOK(w, "")
 		return true
 	})
 	u := testUpstream(t)
 	u.idleTimeout = 50 * time.Millisecond
-	host := srv.ln.Addr().String()
+	host := srv.Addr().String()
 	// Two connections at once, both given back.
-	r1, err := u.RoundTrip(upReq(t, context.Background(), srv.url(), "{}"))
+	r1, err := u.RoundTrip(upReq(t, context.Background(), srv.URL(), "{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := u.RoundTrip(upReq(t, context.Background(), srv.url(), "{}"))
+	r2, err := u.RoundTrip(upReq(t, context.Background(), srv.URL(), "{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,10 +423,10 @@ func TestUpstreamReapsIdle(t *testing.T) {
 	const n = 8
 	var arrived sync.WaitGroup
 	arrived.Add(n)
-	srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, _ int) bool {
+	srv := rawbackend.Start(t, func(w *bufio.Writer, req *http.Request, body []byte, _ int) bool {
 		arrived.Done()
 		arrived.Wait() // n requests at once: n connections
-		writeOK(w, "")
+		rawbackend.WriteOK(w, "")
 		return true
 	})
 	u := testUpstream(t)
@@ -512,19 +434,19 @@ func TestUpstreamReapsIdle(t *testing.T) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			if _, _, err := roundTripBody(t, u, upReq(t, context.Background(), srv.url(), "{}")); err != nil {
+			if _, _, err := roundTripBody(t, u, upReq(t, context.Background(), srv.URL(), "{}")); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	if got := srv.conns.Load(); got != n {
+	if got := srv.Conns(); got != n {
 		t.Fatalf("%d connections, want %d", got, n)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for srv.closed.Load() < n {
+	for srv.Closed() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d idle connections still open long after the idle timeout", n-srv.closed.Load(), n)
+			t.Fatalf("%d of %d idle connections still open long after the idle timeout", n-srv.Closed(), n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
