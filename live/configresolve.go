@@ -2,6 +2,7 @@ package live
 
 import (
 	"fmt"
+	"github.com/lm-warden/warden/live/sessionstore"
 	"github.com/lm-warden/warden/live/upstream"
 	"math"
 	"net"
@@ -204,7 +205,7 @@ func (c *Config) resolveStore() error {
 	if c.SessionKey == "" && !c.keyLater {
 		return verr("session_key", "required with session_store (the same key on every proxy: ids are stored HMAC-hashed): give it with --session-key-file")
 	}
-	if _, _, err := parseStoreURL(c.SessionStore, c.SessionStorePasswordEnv); err != nil {
+	if _, _, err := sessionstore.ParseURL(c.SessionStore, c.SessionStorePasswordEnv); err != nil {
 		field := "session_store"
 		if strings.HasPrefix(err.Error(), "session_store_password_env") {
 			field = "session_store_password_env"

@@ -142,7 +142,7 @@
 // down new conversations go to the rendezvous choice of their id over the
 // replicas' names, so that proxies listing them in another order agree
 // (shared.go). What the store can make the proxy hold is bounded
-// (storereply.go: a reply's announced sizes; store.go: keys of the wrong
+// (package sessionstore: a reply's announced sizes; keys of the wrong
 // type or size skipped and counted, other proxies' counts trusted up to
 // limits.max_in_flight, the work of one sync capped).
 //

@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"fmt"
+	"github.com/lm-warden/warden/live/sessionstore"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -116,8 +117,8 @@ type model struct {
 
 	cancel context.CancelFunc // stops the scrapers; nil until started
 
-	store sessionStore // shared with other proxies; nil: this proxy's table only
-	hist  *history     // the last hour of token rates (history.go), fed by the scrapers
+	store sessionstore.Store // shared with other proxies; nil: this proxy's table only
+	hist  *history           // the last hour of token rates (history.go), fed by the scrapers
 
 	gpuSeqs int          // vLLM's default max_num_seqs on cfg.GPU; 0: no GPU given
 	warned  atomic.Bool  // the max_num_seqs warning was logged

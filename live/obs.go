@@ -1,6 +1,7 @@
 package live
 
 import (
+	"github.com/lm-warden/warden/live/sessionstore"
 	"github.com/lm-warden/warden/live/upstream"
 	"math"
 	"strconv"
@@ -295,7 +296,7 @@ func (o *observer) bodyBytes(b *upstream.Budget) {
 
 // storeUp registers warden_session_store_up: 1 while the session store is
 // up, 0 while it is not; and warden_session_store_bad_keys_total.
-func (o *observer) storeUp(st sessionStore) {
+func (o *observer) storeUp(st sessionstore.Store) {
 	o.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "warden_session_store_up",
 		Help: "1 while the session store (session_store) answers, 0 while the proxy serves from its own table without it.",

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/live/sessionstore"
 	"github.com/lm-warden/warden/live/upstream"
 	"log"
 	"log/slog"
@@ -36,7 +37,7 @@ type routing struct {
 type Server struct {
 	log     *slog.Logger
 	keyer   *Keyer
-	store   sessionStore // session_store; nil: none
+	store   sessionstore.Store // session_store; nil: none
 	obs     *observer
 	tr      *transport
 	base    *http.Transport  // to the backends
@@ -144,11 +145,10 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		s.hostname = strings.ToLower(h)
 	}
 	if cfg.SessionStore != "" {
-		st, err := openRedisStore(cfg.SessionStore, cfg.SessionStorePasswordEnv, cfg.SessionStoreTimeout.D())
+		st, err := sessionstore.OpenRedis(cfg.SessionStore, cfg.SessionStorePasswordEnv, cfg.SessionStoreTimeout.D(), s.log)
 		if err != nil {
 			return nil, err
 		}
-		st.log = s.log
 		s.store = st
 		s.obs.storeUp(st)
 	}

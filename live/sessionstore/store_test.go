@@ -1,4 +1,4 @@
-package live
+package sessionstore
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 
 // testStore opens a store on srv with a timeout generous enough for a
 // loaded test machine (the default few milliseconds is for production).
-func testStore(t *testing.T, srv *redistest.Server) *redisStore {
+func testStore(t *testing.T, srv *redistest.Server) *Redis {
 	t.Helper()
-	s, err := openRedisStore(srv.URL(0), "", 500*time.Millisecond)
+	s, err := OpenRedis(srv.URL(0), "", 500*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func testStore(t *testing.T, srv *redistest.Server) *redisStore {
 	return s
 }
 
-func TestParseStoreURL(t *testing.T) {
+func TestParseURL(t *testing.T) {
 	t.Setenv("WARDEN_TEST_REDIS_PW", "from-env")
 	for _, tc := range []struct {
 		raw, env   string
@@ -45,7 +45,7 @@ func TestParseStoreURL(t *testing.T) {
 		{raw: "redis://:p4ss@127.0.0.1:bad port/0", wantErr: "session_store", wantNoLeak: "p4ss"},
 	} {
 		t.Run(tc.raw+tc.env, func(t *testing.T) {
-			opt, red, err := parseStoreURL(tc.raw, tc.env)
+			opt, red, err := ParseURL(tc.raw, tc.env)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
@@ -114,8 +114,8 @@ func TestStoreSharesLoadUnderALease(t *testing.T) {
 	now := time.Now()
 	a.now = func() time.Time { return now }
 	b.now = func() time.Time { return now }
-	loads := func(inFlight int) []replicaLoad {
-		return []replicaLoad{
+	loads := func(inFlight int) []Load {
+		return []Load{
 			{Model: "m", Replica: "r0", InFlight: inFlight, TTL: time.Hour, Window: time.Minute},
 			{Model: "m", Replica: "r1", TTL: time.Hour, Window: time.Minute},
 		}
@@ -134,7 +134,7 @@ func TestStoreSharesLoadUnderALease(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		st           *redisStore
+		st           *Redis
 		replica      string
 		inFlight, hd int
 	}{
@@ -154,7 +154,7 @@ func TestStoreSharesLoadUnderALease(t *testing.T) {
 		}
 	}
 	// a dies without leaving: after its lease its 3 requests stop counting.
-	now = now.Add(storeLease + time.Second)
+	now = now.Add(Lease + time.Second)
 	if err := b.sync(ctx, loads(5)); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestStoreDownAndBack(t *testing.T) {
 	clock := time.Now()
 	s.now = func() time.Time { return clock }
 	ctx := context.Background()
-	loads := []replicaLoad{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
+	loads := []Load{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
 	if err := s.sync(ctx, loads); err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestStoreDownAndBack(t *testing.T) {
 }
 
 func TestStorePendingIsBounded(t *testing.T) {
-	s, err := openRedisStore("redis://127.0.0.1:1/0", "", time.Millisecond)
+	s, err := OpenRedis("redis://127.0.0.1:1/0", "", time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,17 +235,17 @@ func TestStorePendingIsBounded(t *testing.T) {
 	}
 }
 
-// FuzzParseStoreURL: any session_store value is accepted or refused with an
+// FuzzParseURL: any session_store value is accepted or refused with an
 // error, never a panic, and a password in it never reaches the error or
 // the redacted URL shown in /api/status.
-func FuzzParseStoreURL(f *testing.F) {
+func FuzzParseURL(f *testing.F) {
 	for _, s := range []string{"redis://127.0.0.1:6379/0", "rediss://:pw@h:1/2", "redis://u:pw@h/x", "redis://:pw@[::1", "http://h", "redis://:pw@h:1/0?dial_timeout=x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
 		const secret = "Zq9secretZq9"
 		withPw := strings.Replace(raw, "pw", secret, 1)
-		_, red, err := parseStoreURL(withPw, "")
+		_, red, err := ParseURL(withPw, "")
 		u, perr := url.Parse(withPw)
 		pw, hasPw := "", false
 		if perr == nil {

@@ -1,4 +1,4 @@
-package live
+package sessionstore
 
 import (
 	"context"

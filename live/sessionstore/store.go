@@ -1,4 +1,4 @@
-package live
+package sessionstore
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// sessionStore is the state several proxies share (config key
+// Store is the state several proxies share (config key
 // session_store): each conversation's home with its idle TTL, the
 // conversations held per replica, and every proxy's in-flight counts.
 // Without one (the default) a proxy keeps its own table (placement.Table),
@@ -31,7 +31,7 @@ import (
 // Replicas are named by their target (URL, plus "#rank" for a rank of a
 // data-parallel server), so proxies whose configs list them in another
 // order still agree.
-type sessionStore interface {
+type Store interface {
 	// Claim returns the home recorded for session, recording proposed
 	// (with the TTL) when there is none, and whether one was recorded
 	// before. It is atomic: proxies claiming one new session at once get
@@ -57,17 +57,17 @@ type sessionStore interface {
 	// than placing their conversations by rendezvous until its first sync.
 	Down() bool
 	// State describes the store for /api/status.
-	State() StoreStatus
+	State() Status
 	// Run syncs with the store until ctx is done: it publishes local's
 	// counts under a short lease, flushes touches and reads the others'
 	// counts, every interval after a good sync and with a growing back-off
 	// after failed ones.
-	Run(ctx context.Context, local func() []replicaLoad)
+	Run(ctx context.Context, local func() []Load)
 	Close() error
 }
 
-// replicaLoad is one replica's local figures, published to the store.
-type replicaLoad struct {
+// Load is one replica's local figures, published to the store.
+type Load struct {
 	Model, Replica string
 	InFlight       int
 	TTL, Window    time.Duration // the model's session TTL and active window
@@ -77,8 +77,8 @@ type replicaLoad struct {
 	Cap int
 }
 
-// StoreStatus is the session store's state in /api/status.
-type StoreStatus struct {
+// Status is the session store's state in /api/status.
+type Status struct {
 	URL       string    `json:"url"` // without credentials
 	Up        bool      `json:"up"`
 	LastError string    `json:"last_error,omitempty"`
@@ -96,7 +96,7 @@ type StoreStatus struct {
 	BadKeysTotal int64  `json:"bad_keys_total"`
 	BadKey       string `json:"bad_key,omitempty"`
 	// Capped is the other proxies' in-flight claims the last sync trusted
-	// only up to this proxy's cap (replicaLoad.Cap) or found unreadable.
+	// only up to this proxy's cap (Load.Cap) or found unreadable.
 	Capped int `json:"capped_claims"`
 	// Partial says what the last sync left out to stay within its bounds
 	// (maxTouchesPerSync, maxStorePeers, maxPeerBytes); empty when it did
@@ -113,19 +113,19 @@ type StoreStatus struct {
 
 // Session-store defaults.
 const (
-	// DefaultStoreTimeout bounds one exchange on the request path (a
+	// DefaultTimeout bounds one exchange on the request path (a
 	// claim): Redis on the same network answers in well under a
 	// millisecond, so a few milliseconds means it is down or swamped, and
 	// the proxy goes on without it.
-	DefaultStoreTimeout = 5 * time.Millisecond
+	DefaultTimeout = 5 * time.Millisecond
 	// storeInterval is how often counts are published and read. The
 	// in-flight counts of other proxies are at most this old (plus the
 	// exchange); a spill threshold sees a burst on the other proxy within
 	// it.
 	storeInterval = 100 * time.Millisecond
-	// storeLease is how long a proxy's published counts live without a
+	// Lease is how long a proxy's published counts live without a
 	// refresh: a dead proxy's in-flight requests stop counting after it.
-	storeLease = 2 * time.Second
+	Lease = 2 * time.Second
 	// storeBackoffMax caps the reconnect back-off while the store fails.
 	storeBackoffMax = 5 * time.Second
 	// The store goes down after storeFall failed exchanges (syncs and
@@ -155,7 +155,7 @@ const (
 	maxTouchesPerSync = 4096
 	// maxStorePeers bounds the other proxies whose counts one sync reads
 	// (100,000 leases timed the sync out, issue 46); the leases read are
-	// those ending first, and those that end more than storeLease after
+	// those ending first, and those that end more than Lease after
 	// a lease of this proxy's would (a clock that far ahead, or not a
 	// proxy's) are not read at all.
 	maxStorePeers = 64
@@ -168,18 +168,21 @@ const (
 	// maxPeerBytes bounds what one sync reads of the others' counts in
 	// all; the peers past it are left for later syncs (Partial).
 	maxPeerBytes = 16 << 20
-	// maxTrustedInFlight is replicaLoad.Cap's default: the ceiling of
+	// maxTrustedInFlight is Load.Cap's default: the ceiling of
 	// DefaultMaxInFlight.
 	maxTrustedInFlight = 16384
 )
 
-// redisStore is a sessionStore in Redis.
+// maxFails caps the count of failed exchanges in a row.
+const maxFails = 1 << 20
+
+// Redis is a Store in Redis.
 //
 // Keys (prefix warden:v1:):
 //
 //	home:<model>:<session>     string: the home replica's name; PX = session TTL
 //	held:<model>:<replica>     sorted set: session -> last seen (ms); counted over the active window
-//	load:<proxy>               hash: "<model>\x1f<replica>" -> in flight; PX = storeLease
+//	load:<proxy>               hash: "<model>\x1f<replica>" -> in flight; PX = Lease
 //	proxies                    sorted set: proxy -> lease deadline (ms)
 //
 // What the store answers is bounded twice: its scripts answer within
@@ -188,7 +191,7 @@ const (
 // fail the exchange; and every reply goes through replyGuard
 // (storereply.go), so that a server that is not the Redis it should be
 // cannot make the proxy hold more than maxStoreReply at once.
-type redisStore struct {
+type Redis struct {
 	rdb     *redis.Client
 	url     string // redacted
 	id      string // this proxy's id in the store
@@ -207,13 +210,13 @@ type redisStore struct {
 	last     syncReport // the last sync's figures
 	badTotal int64
 	badKey   string
-	mismatch string // see StoreStatus.Mismatch
+	mismatch string // see Status.Mismatch
 
 	// remote is the last sync's view of the others, read on every pick
 	// without the lock.
 	remote atomic.Pointer[remoteView]
 	state  atomic.Int32 // storeUnknown, storeUp or storeDown
-	fails  atomic.Int32 // failed exchanges in a row
+	fails  atomic.Int32 // failed exchanges in a row, up to maxFails
 
 	hmu      sync.Mutex // the hysteresis below, and state's changes
 	failedAt time.Time  // the first of the failures in a row
@@ -254,7 +257,8 @@ type remoteView struct {
 	loads map[string]remoteLoad
 }
 
-const storePrefix = "warden:v1:"
+// Prefix starts every key of the store (the layout is on Redis).
+const Prefix = "warden:v1:"
 
 // claimScript is Claim's atomic get-or-set: it returns {home, 0} when it
 // recorded ARGV[1], {home, 1} when one was recorded, {ARGV[1], 2, why}
@@ -344,17 +348,19 @@ end
 return out
 `)
 
-// openRedisStore connects to the store at raw (redis:// or rediss://,
+// OpenRedis connects to the store at raw (redis:// or rediss://,
 // database in the path, password in the URL or, when passwordEnv is set,
 // in that environment variable). It does not wait for the server: a store
 // that is down at start is retried by Run, and the proxy serves meanwhile.
-func openRedisStore(raw, passwordEnv string, timeout time.Duration) (*redisStore, error) {
-	opt, redacted, err := parseStoreURL(raw, passwordEnv)
+// log (nil: none) hears of the store going down and up, and of proxies
+// that list different replicas.
+func OpenRedis(raw, passwordEnv string, timeout time.Duration, log *slog.Logger) (*Redis, error) {
+	opt, redacted, err := ParseURL(raw, passwordEnv)
 	if err != nil {
 		return nil, err
 	}
 	if timeout <= 0 {
-		timeout = DefaultStoreTimeout
+		timeout = DefaultTimeout
 	}
 	// A claim is bounded by its context (timeout); a sync's round trip by
 	// syncPhase: the store is judged by syncs that a round trip of a few
@@ -374,11 +380,12 @@ func openRedisStore(raw, passwordEnv string, timeout time.Duration) (*redisStore
 	if err != nil {
 		return nil, err
 	}
-	return &redisStore{
+	return &Redis{
 		rdb:     redis.NewClient(opt),
 		url:     redacted,
 		id:      id,
 		timeout: timeout,
+		log:     log,
 		now:     time.Now,
 		pending: map[touchKey]touch{},
 	}, nil
@@ -393,9 +400,9 @@ type discardRedisLog struct{}
 
 func (discardRedisLog) Printf(context.Context, string, ...any) {}
 
-// parseStoreURL checks a session_store URL and returns the client options
+// ParseURL checks a session_store URL and returns the client options
 // and the URL without credentials.
-func parseStoreURL(raw, passwordEnv string) (*redis.Options, string, error) {
+func ParseURL(raw, passwordEnv string) (*redis.Options, string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, "", fmt.Errorf("session_store: %v", redactURLError(err))
@@ -441,16 +448,21 @@ func randomID() (string, error) {
 	return fmt.Sprintf("%s-%d-%x", host, os.Getpid(), b), nil
 }
 
-func homeKey(model, session string) string   { return storePrefix + "home:" + model + ":" + session }
-func heldKey(model, replica string) string   { return storePrefix + "held:" + model + ":" + replica }
-func loadField(model, replica string) string { return model + "\x1f" + replica }
+func homeKey(model, session string) string { return Prefix + "home:" + model + ":" + session }
 
-const proxiesKey = storePrefix + "proxies"
+// HeldKey is the sorted set of the sessions held on a model's replica.
+func HeldKey(model, replica string) string { return Prefix + "held:" + model + ":" + replica }
 
-func (s *redisStore) loadKey(id string) string { return storePrefix + "load:" + id }
+// LoadField is a replica's field in a proxy's load hash.
+func LoadField(model, replica string) string { return model + "\x1f" + replica }
 
-// Claim implements sessionStore.
-func (s *redisStore) Claim(ctx context.Context, model, session, proposed string, ttl time.Duration) (string, bool, error) {
+// ProxiesKey is the sorted set of the proxies' lease deadlines.
+const ProxiesKey = Prefix + "proxies"
+
+func (s *Redis) loadKey(id string) string { return Prefix + "load:" + id }
+
+// Claim implements Store.
+func (s *Redis) Claim(ctx context.Context, model, session, proposed string, ttl time.Duration) (string, bool, error) {
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -483,8 +495,8 @@ func (s *redisStore) Claim(ctx context.Context, model, session, proposed string,
 	return home, code == 1, nil
 }
 
-// Touch implements sessionStore.
-func (s *redisStore) Touch(model, session, home string, now time.Time) {
+// Touch implements Store.
+func (s *Redis) Touch(model, session, home string, now time.Time) {
 	k := touchKey{model, session}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -495,32 +507,32 @@ func (s *redisStore) Touch(model, session, home string, now time.Time) {
 	s.pending[k] = touch{home: home, seen: now}
 }
 
-// Remote implements sessionStore. inFlight is at most maxStorePeers
+// Remote implements Store. inFlight is at most maxStorePeers
 // times a replica's Cap.
-func (s *redisStore) Remote(model, replica string) (int, int, bool) {
+func (s *Redis) Remote(model, replica string) (int, int, bool) {
 	v := s.remote.Load()
-	if v == nil || !s.Up() || s.now().Sub(v.at) > storeLease {
+	if v == nil || !s.Up() || s.now().Sub(v.at) > Lease {
 		return 0, 0, false
 	}
-	r := v.loads[loadField(model, replica)]
+	r := v.loads[LoadField(model, replica)]
 	return r.inFlight, r.held, true
 }
 
-// Up implements sessionStore.
-func (s *redisStore) Up() bool { return s.state.Load() == storeUp }
+// Up implements Store.
+func (s *Redis) Up() bool { return s.state.Load() == storeUp }
 
-// Down implements sessionStore.
-func (s *redisStore) Down() bool { return s.state.Load() == storeDown }
+// Down implements Store.
+func (s *Redis) Down() bool { return s.state.Load() == storeDown }
 
-// State implements sessionStore.
-func (s *redisStore) State() StoreStatus {
+// State implements Store.
+func (s *Redis) State() Status {
 	s.hmu.Lock()
 	changes := s.changes
 	s.hmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.last
-	return StoreStatus{URL: s.url, Up: s.Up(), LastError: s.lastErr, LastSync: s.synced, Changes: changes,
+	return Status{URL: s.url, Up: s.Up(), LastError: s.lastErr, LastSync: s.synced, Changes: changes,
 		Proxies: l.proxies, Read: l.read, Pending: len(s.pending), Dropped: s.dropped,
 		BadKeys: len(l.bad), BadKeysTotal: s.badTotal, BadKey: s.badKey, Capped: l.capped,
 		Partial: strings.Join(l.partial, "; "), PublishMs: millis(l.publish), ReadMs: millis(l.readIn), Mismatch: s.mismatch}
@@ -530,7 +542,7 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // succeeded counts a good exchange: the store is up at once unless it is
 // down, then after storeRise good exchanges in a row spanning storeRiseFor.
-func (s *redisStore) succeeded() {
+func (s *Redis) succeeded() {
 	if s.state.Load() == storeUp && s.fails.Load() == 0 {
 		return // the request path's common case: no lock
 	}
@@ -554,14 +566,15 @@ func (s *redisStore) succeeded() {
 
 // failed counts a failed exchange: the store is down after storeFall
 // failures in a row spanning storeFallFor.
-func (s *redisStore) failed(err error) {
+func (s *Redis) failed(err error) {
 	s.hmu.Lock()
 	now := s.now()
 	s.oks = 0
 	if s.fails.Load() == 0 {
 		s.failedAt = now
 	}
-	n := saturatingInc(&s.fails)
+	n := min(s.fails.Load()+1, maxFails) // hmu held: fails' only writers do
+	s.fails.Store(n)
 	if s.state.Load() != storeDown && n >= storeFall && now.Sub(s.failedAt) >= storeFallFor {
 		s.setState(storeDown, err)
 	}
@@ -572,7 +585,7 @@ func (s *redisStore) failed(err error) {
 }
 
 // setState changes the store's state and logs it. Called with hmu held.
-func (s *redisStore) setState(to int32, err error) {
+func (s *Redis) setState(to int32, err error) {
 	if s.state.Swap(to) == to {
 		return
 	}
@@ -589,7 +602,7 @@ func (s *redisStore) setState(to int32, err error) {
 
 // skipped counts the keys of the wrong type or size an exchange left
 // alone (key -> what is wrong with it).
-func (s *redisStore) skipped(bad map[string]string) {
+func (s *Redis) skipped(bad map[string]string) {
 	if len(bad) == 0 {
 		return
 	}
@@ -600,8 +613,8 @@ func (s *redisStore) skipped(bad map[string]string) {
 	s.mu.Unlock()
 }
 
-// Run implements sessionStore.
-func (s *redisStore) Run(ctx context.Context, local func() []replicaLoad) {
+// Run implements Store.
+func (s *Redis) Run(ctx context.Context, local func() []Load) {
 	wait := time.Duration(0)
 	for {
 		select {
@@ -617,7 +630,7 @@ func (s *redisStore) Run(ctx context.Context, local func() []replicaLoad) {
 // step is one sync of Run; it returns the wait before
 // the next: storeInterval after a good sync, a growing back-off after a
 // failed one.
-func (s *redisStore) step(ctx context.Context, local func() []replicaLoad, wait time.Duration) time.Duration {
+func (s *Redis) step(ctx context.Context, local func() []Load, wait time.Duration) time.Duration {
 	switch err := s.sync(ctx, local()); {
 	case err != nil && ctx.Err() != nil:
 		return wait
@@ -629,23 +642,23 @@ func (s *redisStore) step(ctx context.Context, local func() []replicaLoad, wait 
 
 // leave withdraws this proxy's counts at shutdown, so the others stop
 // counting its requests at once rather than when its lease ends.
-func (s *redisStore) leave() {
+func (s *Redis) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*s.timeout)
 	defer cancel()
 	pipe := s.rdb.TxPipeline()
 	pipe.Del(ctx, s.loadKey(s.id))
-	pipe.ZRem(ctx, proxiesKey, s.id)
+	pipe.ZRem(ctx, ProxiesKey, s.id)
 	_, _ = pipe.Exec(ctx)
 }
 
 // sync is one sync with the store, counted as one exchange (succeeded,
 // failed), in two round trips off the request path, each under its own
-// deadline and timed (StoreStatus.PublishMs, ReadMs): publish records at
+// deadline and timed (Status.PublishMs, ReadMs): publish records at
 // most maxTouchesPerSync touches, publishes the local in-flight counts and
 // this proxy's lease, counts the held conversations and lists the other
 // proxies; read reads their counts. A key of the wrong type or size is
 // skipped and counted, not a failure.
-func (s *redisStore) sync(ctx context.Context, loads []replicaLoad) error {
+func (s *Redis) sync(ctx context.Context, loads []Load) error {
 	err := s.exchange(ctx, loads)
 	switch {
 	case err != nil && ctx.Err() != nil: // the proxy stopping says nothing of the store
@@ -657,7 +670,7 @@ func (s *redisStore) sync(ctx context.Context, loads []replicaLoad) error {
 	return err
 }
 
-func (s *redisStore) exchange(ctx context.Context, loads []replicaLoad) error {
+func (s *Redis) exchange(ctx context.Context, loads []Load) error {
 	now := s.now()
 	rep := syncReport{bad: map[string]string{}}
 	touches, left := s.takeTouches(maxTouchesPerSync)
@@ -681,7 +694,7 @@ func (s *redisStore) exchange(ctx context.Context, loads []replicaLoad) error {
 	remote := make(map[string]remoteLoad, len(loads))
 	caps := make(map[string]int, len(loads))
 	for i, l := range loads {
-		f := loadField(l.Model, l.Replica)
+		f := LoadField(l.Model, l.Replica)
 		remote[f] = remoteLoad{held: held[i]}
 		caps[f] = l.Cap
 		if l.Cap <= 0 {
@@ -738,7 +751,7 @@ func syncPhase(timeout time.Duration) time.Duration { return max(20*timeout, 250
 // publish is sync's first round trip, one transaction; it returns the ids
 // of the other proxies to read and the conversations held on each of
 // loads.
-func (s *redisStore) publish(ctx context.Context, d time.Duration, now time.Time, loads []replicaLoad, touches map[touchKey]touch, rep *syncReport) (peers []string, held []int, err error) {
+func (s *Redis) publish(ctx context.Context, d time.Duration, now time.Time, loads []Load, touches map[touchKey]touch, rep *syncReport) (peers []string, held []int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	ms := func(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
@@ -755,23 +768,23 @@ func (s *redisStore) publish(ctx context.Context, d time.Duration, now time.Time
 		hk := homeKey(k.model, k.session)
 		pipe.SetNX(ctx, hk, t.home, ttl)
 		pipe.PExpire(ctx, hk, ttl)
-		pipe.ZAdd(ctx, heldKey(k.model, t.home), redis.Z{Score: float64(t.seen.UnixMilli()), Member: k.session})
+		pipe.ZAdd(ctx, HeldKey(k.model, t.home), redis.Z{Score: float64(t.seen.UnixMilli()), Member: k.session})
 	}
 	lk := s.loadKey(s.id)
 	pipe.Del(ctx, lk)
 	fields := make([]any, 0, 2*len(loads))
 	for _, l := range loads {
-		fields = append(fields, loadField(l.Model, l.Replica), l.InFlight)
+		fields = append(fields, LoadField(l.Model, l.Replica), l.InFlight)
 	}
 	if len(fields) > 0 {
 		pipe.HSet(ctx, lk, fields...)
-		pipe.PExpire(ctx, lk, storeLease)
+		pipe.PExpire(ctx, lk, Lease)
 	}
-	presence := pipe.Eval(ctx, presenceScript, []string{proxiesKey},
-		s.id, ms(now.Add(storeLease)), ms(now), ms(now.Add(2*storeLease)), maxStorePeers+1, maxStoreName)
+	presence := pipe.Eval(ctx, presenceScript, []string{ProxiesKey},
+		s.id, ms(now.Add(Lease)), ms(now), ms(now.Add(2*Lease)), maxStorePeers+1, maxStoreName)
 	counts := make([]*redis.IntCmd, len(loads))
 	for i, l := range loads {
-		hk := heldKey(l.Model, l.Replica)
+		hk := HeldKey(l.Model, l.Replica)
 		pipe.ZRemRangeByScore(ctx, hk, "-inf", "("+ms(now.Add(-l.TTL)))
 		pipe.PExpire(ctx, hk, l.TTL)
 		counts[i] = pipe.ZCount(ctx, hk, ms(now.Add(-l.Window)), "+inf")
@@ -792,14 +805,14 @@ func (s *redisStore) publish(ctx context.Context, d time.Duration, now time.Time
 
 // peers reads presenceScript's answer into rep and returns the ids of the
 // other proxies to read.
-func (s *redisStore) peers(presence *redis.Cmd, rep *syncReport) ([]string, error) {
+func (s *Redis) peers(presence *redis.Cmd, rep *syncReport) ([]string, error) {
 	v, err := presence.Slice()
 	if err != nil {
 		return nil, nil // a WRONGTYPE, which wrongTypes counted
 	}
 	if len(v) == 2 && v[0] == "bad" {
 		why, _ := v[1].(string)
-		rep.bad[proxiesKey] = why
+		rep.bad[ProxiesKey] = why
 		rep.partial = append(rep.partial, "no proxy's counts read: the proxies set is unreadable")
 		return nil, nil
 	}
@@ -817,7 +830,7 @@ func (s *redisStore) peers(presence *redis.Cmd, rep *syncReport) ([]string, erro
 		}
 	}
 	if ahead > 0 {
-		rep.partial = append(rep.partial, fmt.Sprintf("not read: %d leases that end more than %s after this proxy's", ahead, storeLease))
+		rep.partial = append(rep.partial, fmt.Sprintf("not read: %d leases that end more than %s after this proxy's", ahead, Lease))
 	}
 	if long > 0 {
 		rep.partial = append(rep.partial, fmt.Sprintf("not read: %d proxy ids longer than %d bytes", long, maxStoreName))
@@ -831,7 +844,7 @@ func (s *redisStore) peers(presence *redis.Cmd, rep *syncReport) ([]string, erro
 
 // read is sync's second round trip: the counts the other proxies
 // published for the models of loads.
-func (s *redisStore) read(ctx context.Context, d time.Duration, peers []string, loads []replicaLoad, rep *syncReport) ([]map[string]string, error) {
+func (s *Redis) read(ctx context.Context, d time.Duration, peers []string, loads []Load, rep *syncReport) ([]map[string]string, error) {
 	if len(peers) == 0 || len(loads) == 0 {
 		return nil, nil
 	}
@@ -920,7 +933,7 @@ func satAdd(a, b int) int {
 
 // takeTouches takes at most n pending touches, and returns how many are
 // left.
-func (s *redisStore) takeTouches(n int) (map[touchKey]touch, int) {
+func (s *Redis) takeTouches(n int) (map[touchKey]touch, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.pending) <= n {
@@ -943,7 +956,7 @@ func (s *redisStore) takeTouches(n int) (map[touchKey]touch, int) {
 // proxy's, read from its published counts (fields "<model>\x1f<replica>"),
 // for the models both serve; "" when they agree, else the first model that
 // differs and what each lists that the other does not (sorted).
-func replicaMismatch(loads []replicaLoad, theirs map[string]string) string {
+func replicaMismatch(loads []Load, theirs map[string]string) string {
 	ours := map[string]map[string]bool{}
 	for _, l := range loads {
 		if ours[l.Model] == nil {
@@ -986,7 +999,7 @@ func replicaMismatch(loads []replicaLoad, theirs map[string]string) string {
 
 // requeue puts back the touches of a failed sync, unless a later touch of
 // the same session came meanwhile, within maxPendingTouches.
-func (s *redisStore) requeue(touches map[touchKey]touch) {
+func (s *Redis) requeue(touches map[touchKey]touch) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k, t := range touches {
@@ -1008,7 +1021,7 @@ func (s *redisStore) requeue(touches map[touchKey]touch) {
 // with round trips past half the timeout every claim failed once one had
 // (TestStoreClaimsStayWarm: 40 of 40). It opens a connection into the pool
 // and loads the claim's script there, bounded by syncPhase; one at a time.
-func (s *redisStore) rewarm() {
+func (s *Redis) rewarm() {
 	if !s.warming.CompareAndSwap(false, true) {
 		return
 	}
@@ -1020,9 +1033,9 @@ func (s *redisStore) rewarm() {
 	})
 }
 
-// Close implements sessionStore: it closes the connections and waits for
+// Close implements Store: it closes the connections and waits for
 // a rewarm still running.
-func (s *redisStore) Close() error {
+func (s *Redis) Close() error {
 	err := s.rdb.Close()
 	s.bg.Wait()
 	return err

@@ -1,14 +1,13 @@
-package live
+package sessionstore
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/live/redistest"
-	"github.com/lm-warden/warden/placement"
 )
 
 // stallRelay is a TCP relay in front of a Redis server that can hold the
@@ -68,9 +66,9 @@ func startDelayRelay(t *testing.T, to string, delay func() time.Duration) *stall
 
 // store opens a session store through r with timeout, on a clock the test
 // moves (clock), and closes it when the test ends.
-func (r *stallRelay) store(t *testing.T, timeout time.Duration) (s *redisStore, clock *time.Time) {
+func (r *stallRelay) store(t *testing.T, timeout time.Duration) (s *Redis, clock *time.Time) {
 	t.Helper()
-	s, err := openRedisStore("redis://"+r.ln.Addr().String()+"/0", "", timeout)
+	s, err := OpenRedis("redis://"+r.ln.Addr().String()+"/0", "", timeout, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +108,7 @@ func TestStoreSlowExchangeDoesNotFlap(t *testing.T) {
 			// 250 ms; a good sync never nears it.
 			s, clock := relay.store(t, 10*time.Millisecond)
 			ctx := context.Background()
-			loads := []replicaLoad{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
+			loads := []Load{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
 			got := ""
 			for i, step := range tc.script {
 				*clock = clock.Add(storeFallFor * 2 / 5)
@@ -155,9 +153,9 @@ func TestStoreSlowRoundTripsDoNotFlap(t *testing.T) {
 		defer mu.Unlock()
 		return 3500*time.Microsecond + time.Duration(rng.Int64N(int64(2500*time.Microsecond)))
 	})
-	s, clock := relay.store(t, DefaultStoreTimeout)
+	s, clock := relay.store(t, DefaultTimeout)
 	ctx := context.Background()
-	loads := []replicaLoad{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
+	loads := []Load{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
 	claims, failed, flaps := 0, 0, 0
 	state := stateLetter(s)
 	for i := range 300 {
@@ -211,7 +209,7 @@ func TestStoreClaimsStayWarm(t *testing.T) {
 }
 
 // stateLetter is the store's state: U up, D down, ? neither yet.
-func stateLetter(s sessionStore) string {
+func stateLetter(s Store) string {
 	switch {
 	case s.Up():
 		return "U"
@@ -221,100 +219,6 @@ func stateLetter(s sessionStore) string {
 	return "?"
 }
 
-// downStore is a session store that is down: every claim fails (the
-// store as two proxies see it while Redis is unreachable).
-type downStore struct{}
-
-func (downStore) Claim(context.Context, string, string, string, time.Duration) (string, bool, error) {
-	return "", false, errors.New("store down")
-}
-func (downStore) Touch(string, string, string, time.Time)         {}
-func (downStore) Remote(string, string) (int, int, bool)          { return 0, 0, false }
-func (downStore) Up() bool                                        { return false }
-func (downStore) Down() bool                                      { return true }
-func (downStore) State() StoreStatus                              { return StoreStatus{} }
-func (downStore) Run(ctx context.Context, _ func() []replicaLoad) { <-ctx.Done() }
-func (downStore) Close() error                                    { return nil }
-
-// TestRendezvousByReplicaName (issue 35, item 7): with the store down, two
-// proxies whose configurations list the same replicas in different orders
-// still place every new conversation on the same replica, the one
-// rendezvous hashing of its id and the replica's URL (and rank) gives.
-// Before: the weight was the replica's index, and two such proxies split
-// 40 of 40 new sessions. With a replica down, both still agree, elsewhere.
-func TestRendezvousByReplicaName(t *testing.T) {
-	urls := []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"}
-	for _, tc := range []struct {
-		name  string
-		a, b  ModelCfg
-		names func(ModelCfg) []string
-	}{
-		{"urls reversed", ModelCfg{Replicas: urls}, ModelCfg{Replicas: []string{urls[2], urls[1], urls[0]}}, nil},
-		{"urls rotated", ModelCfg{Replicas: urls}, ModelCfg{Replicas: []string{urls[1], urls[2], urls[0]}}, nil},
-		{"two replicas swapped", ModelCfg{Replicas: urls[:2]}, ModelCfg{Replicas: []string{urls[1], urls[0]}}, nil},
-		// strategy hash hashes by Replica.Key (the name), not list position.
-		{"hash: urls reversed", ModelCfg{Strategy: "hash", Replicas: urls}, ModelCfg{Strategy: "hash", Replicas: []string{urls[2], urls[1], urls[0]}}, nil},
-		{"hash: urls rotated", ModelCfg{Strategy: "hash", Replicas: urls}, ModelCfg{Strategy: "hash", Replicas: []string{urls[1], urls[2], urls[0]}}, nil},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			build := func(mc ModelCfg) *model {
-				mc.Name, mc.SessionTTL, mc.ActiveWindow, mc.MaxSessions = "m", Duration(time.Hour), Duration(time.Minute), 1000
-				mc.SpillThreshold = Spill{Auto: true}
-				m, err := newModel(mc, http.DefaultClient, time.Second, time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				m.store = downStore{}
-				return m
-			}
-			a, b := build(tc.a), build(tc.b)
-			now := time.Now()
-			place := func(m *model, session string) string {
-				r := placement.Request{Session: session, Model: "m", Pinned: placement.NoPin}
-				p, err := m.place(context.Background(), &r, now)
-				if err != nil {
-					t.Fatal(err)
-				}
-				p.rep.inFlight.Add(-1)
-				return p.rep.name
-			}
-			split, used := 0, map[string]bool{}
-			homes := map[string]string{}
-			for i := range 40 {
-				s := fmt.Sprintf("session-%02d", i)
-				ha, hb := place(a, s), place(b, s)
-				if ha != hb {
-					split++
-				}
-				homes[s] = ha
-				used[ha] = true
-			}
-			if split > 0 {
-				t.Errorf("the two proxies placed %d of 40 new sessions apart", split)
-			}
-			if len(used) != len(tc.a.Replicas) {
-				t.Errorf("new sessions on %d of %d replicas", len(used), len(tc.a.Replicas))
-			}
-			// The first replica goes down: both proxies agree on another.
-			down := tc.a.Replicas[0]
-			for _, m := range []*model{a, b} {
-				for _, rep := range m.replicas {
-					if rep.name == down {
-						rep.server.last.Store(&ScrapeResult{Seq: 1, Healthy: false})
-					}
-				}
-			}
-			for i := range 40 {
-				s := fmt.Sprintf("later-%02d", i) // new ones: the tables hold the first 40
-				ha, hb := place(a, s), place(b, s)
-				if ha != hb || ha == down {
-					t.Errorf("%s with %s down: %s and %s", s, down, ha, hb)
-				}
-			}
-		})
-	}
-}
-
 // TestStoreWarnsOfDifferentReplicaLists (issue 35, item 7): while the store
 // is up, a proxy that shares it with one listing other replicas for a
 // model it serves says so (a warning, and session_store.replica_mismatch
@@ -322,16 +226,16 @@ func TestRendezvousByReplicaName(t *testing.T) {
 // serves, are no mismatch.
 func TestStoreWarnsOfDifferentReplicaLists(t *testing.T) {
 	rs := redistest.Start(t)
-	loads := func(model string, reps ...string) []replicaLoad {
-		var out []replicaLoad
+	loads := func(model string, reps ...string) []Load {
+		var out []Load
 		for _, r := range reps {
-			out = append(out, replicaLoad{Model: model, Replica: r, TTL: time.Hour, Window: time.Minute})
+			out = append(out, Load{Model: model, Replica: r, TTL: time.Hour, Window: time.Minute})
 		}
 		return out
 	}
 	for _, tc := range []struct {
 		name   string
-		a, b   []replicaLoad
+		a, b   []Load
 		want   string // in a's mismatch; "" for none
 		logged bool
 	}{
@@ -343,7 +247,7 @@ func TestStoreWarnsOfDifferentReplicaLists(t *testing.T) {
 			ctx := context.Background()
 			a, b := testStore(t, rs), testStore(t, rs)
 			t.Cleanup(func() { a.leave(); b.leave() }) // the next case sees neither
-			logs := &syncBuffer{}
+			logs := &bytes.Buffer{}                    // a.sync runs on this goroutine only
 			a.log = slog.New(slog.NewTextHandler(logs, nil))
 			if err := b.sync(ctx, tc.b); err != nil {
 				t.Fatal(err)

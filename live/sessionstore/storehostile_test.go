@@ -1,4 +1,4 @@
-package live
+package sessionstore
 
 import (
 	"bufio"
@@ -154,15 +154,18 @@ func TestStoreReplyBounded(t *testing.T) {
 				}
 				return []byte("+OK\r\n")
 			})
-			s, err := openRedisStore(url, "", 2*time.Second)
+			s, err := OpenRedis(url, "", 2*time.Second, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
+			var ms runtime.MemStats
 			runtime.GC()
-			before := allocated()
+			runtime.ReadMemStats(&ms)
+			before := ms.TotalAlloc
 			_, _, cerr := s.Claim(context.Background(), "m", "s", "r0", time.Hour)
-			got := allocated() - before
+			runtime.ReadMemStats(&ms)
+			got := ms.TotalAlloc - before
 			if cerr == nil {
 				t.Fatal("the claim succeeded")
 			}
@@ -175,15 +178,6 @@ func TestStoreReplyBounded(t *testing.T) {
 			}
 		})
 	}
-}
-
-// hostileRedis is a real redis-server and a client to plant keys in it.
-func hostileRedis(t *testing.T) (*redistest.Server, *redis.Client) {
-	t.Helper()
-	rs := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: rs.Addr, Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { _ = c.Close() })
-	return rs, c
 }
 
 // TestStoreSkipsKeysOfTheWrongType: a key of the wrong type or size,
@@ -200,27 +194,27 @@ func TestStoreSkipsKeysOfTheWrongType(t *testing.T) {
 		bad   string // the key bad_key names
 	}{
 		{"held set a string", func(c *redis.Client, _ time.Time) error {
-			return c.Set(ctx, heldKey("m", "r0"), "x", 0).Err()
-		}, heldKey("m", "r0")},
+			return c.Set(ctx, HeldKey("m", "r0"), "x", 0).Err()
+		}, HeldKey("m", "r0")},
 		{"proxies set a list", func(c *redis.Client, _ time.Time) error {
-			return c.RPush(ctx, proxiesKey, "x").Err()
-		}, proxiesKey},
+			return c.RPush(ctx, ProxiesKey, "x").Err()
+		}, ProxiesKey},
 		{"another proxy's counts a string", func(c *redis.Client, now time.Time) error {
-			if err := c.ZAdd(ctx, proxiesKey, redis.Z{Score: float64(now.Add(storeLease).UnixMilli()), Member: "liar"}).Err(); err != nil {
+			if err := c.ZAdd(ctx, ProxiesKey, redis.Z{Score: float64(now.Add(Lease).UnixMilli()), Member: "liar"}).Err(); err != nil {
 				return err
 			}
-			return c.Set(ctx, storePrefix+"load:liar", "x", 0).Err()
-		}, storePrefix + "load:liar"},
+			return c.Set(ctx, Prefix+"load:liar", "x", 0).Err()
+		}, Prefix + "load:liar"},
 		{"another proxy's counts too many", func(c *redis.Client, now time.Time) error {
-			if err := c.ZAdd(ctx, proxiesKey, redis.Z{Score: float64(now.Add(storeLease).UnixMilli()), Member: "wide"}).Err(); err != nil {
+			if err := c.ZAdd(ctx, ProxiesKey, redis.Z{Score: float64(now.Add(Lease).UnixMilli()), Member: "wide"}).Err(); err != nil {
 				return err
 			}
 			fields := make([]any, 0, 2*(maxPeerFields+1))
 			for i := range maxPeerFields + 1 {
-				fields = append(fields, loadField("m", "r"+strconv.Itoa(i)), 1)
+				fields = append(fields, LoadField("m", "r"+strconv.Itoa(i)), 1)
 			}
-			return c.HSet(ctx, storePrefix+"load:wide", fields...).Err()
-		}, storePrefix + "load:wide"},
+			return c.HSet(ctx, Prefix+"load:wide", fields...).Err()
+		}, Prefix + "load:wide"},
 		{"a home a hash", func(c *redis.Client, _ time.Time) error {
 			return c.HSet(ctx, homeKey("m", "s-bad"), "f", "v").Err()
 		}, homeKey("m", "s-bad")},
@@ -229,30 +223,31 @@ func TestStoreSkipsKeysOfTheWrongType(t *testing.T) {
 		}, homeKey("m", "s-bad")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rs, c := hostileRedis(t)
+			rs := redistest.Start(t)
+			c := rs.Client(t)
 			a, b := testStore(t, rs), testStore(t, rs)
 			if err := tc.plant(c, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			loads := []replicaLoad{{Model: "m", Replica: "r0", InFlight: 2, TTL: time.Hour, Window: time.Minute}}
+			loads := []Load{{Model: "m", Replica: "r0", InFlight: 2, TTL: time.Hour, Window: time.Minute}}
 			a.Touch("m", "s-touched", "r0", time.Now())
 			failed := 0
 			for range 2 {
-				for _, s := range []*redisStore{a, b} {
+				for _, s := range []*Redis{a, b} {
 					if err := s.sync(ctx, loads); err != nil {
 						failed++
 						t.Errorf("sync: %v", err)
 					}
 				}
 			}
-			for _, s := range []*redisStore{a, b} {
+			for _, s := range []*Redis{a, b} {
 				for _, session := range []string{"s-bad", "s-good"} {
 					if _, _, err := s.Claim(ctx, "m", session, "r0", time.Hour); err != nil {
 						t.Errorf("claim %s: %v", session, err)
 					}
 				}
 			}
-			for i, s := range []*redisStore{a, b} {
+			for i, s := range []*Redis{a, b} {
 				st := s.State()
 				if !st.Up || st.BadKeysTotal == 0 || !strings.HasPrefix(st.BadKey, tc.bad+" is ") {
 					t.Errorf("proxy %d: up %v, bad keys %d, bad key %q; want up and %s named", i, st.Up, st.BadKeysTotal, st.BadKey, tc.bad)
@@ -261,7 +256,7 @@ func TestStoreSkipsKeysOfTheWrongType(t *testing.T) {
 			t.Logf("%d of 4 syncs failed; a: %+v", failed, a.State())
 			// What the bad key does not touch still works: b sees a's count
 			// (unless the proxies set is the bad key), a's touch is recorded.
-			if tc.bad != proxiesKey {
+			if tc.bad != ProxiesKey {
 				if n, _, ok := b.Remote("m", "r0"); !ok || n != 2 {
 					t.Errorf("b sees %d in flight from a (ok %v), want 2", n, ok)
 				}
@@ -281,22 +276,23 @@ func TestStoreSkipsKeysOfTheWrongType(t *testing.T) {
 // TestSharedStoreLyingProxies).
 func TestStoreTrustsOthersUpToTheCap(t *testing.T) {
 	noLeaks(t)
-	rs, c := hostileRedis(t)
+	rs := redistest.Start(t)
+	c := rs.Client(t)
 	ctx := context.Background()
 	now := time.Now()
 	for _, liar := range []string{"liar-1", "liar-2", "liar-3"} {
-		if err := c.ZAdd(ctx, proxiesKey, redis.Z{Score: float64(now.Add(storeLease).UnixMilli()), Member: liar}).Err(); err != nil {
+		if err := c.ZAdd(ctx, ProxiesKey, redis.Z{Score: float64(now.Add(Lease).UnixMilli()), Member: liar}).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	huge := strconv.FormatInt(math.MaxInt64, 10)
 	for key, value := range map[string]string{"liar-1": huge, "liar-2": huge, "liar-3": "-5"} {
-		if err := c.HSet(ctx, storePrefix+"load:"+key, loadField("m", "r0"), value, loadField("m", "r1"), "x").Err(); err != nil {
+		if err := c.HSet(ctx, Prefix+"load:"+key, LoadField("m", "r0"), value, LoadField("m", "r1"), "x").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	s := testStore(t, rs)
-	loads := []replicaLoad{
+	loads := []Load{
 		{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute, Cap: 1000},
 		{Model: "m", Replica: "r1", TTL: time.Hour, Window: time.Minute, Cap: 1000},
 	}
@@ -322,21 +318,22 @@ func TestStoreTrustsOthersUpToTheCap(t *testing.T) {
 // pipeline) and timed out at the default session_store_timeout.
 func TestStoreBoundsForeignLeases(t *testing.T) {
 	noLeaks(t)
-	rs, c := hostileRedis(t)
+	rs := redistest.Start(t)
+	c := rs.Client(t)
 	ctx := context.Background()
 	now := time.Now()
 	const leases = 100_000
 	for from := 0; from < leases; from += 10_000 {
 		zs := make([]redis.Z, 10_000)
 		for i := range zs {
-			zs[i] = redis.Z{Score: float64(now.Add(storeLease).UnixMilli()), Member: fmt.Sprintf("flood-%06d", from+i)}
+			zs[i] = redis.Z{Score: float64(now.Add(Lease).UnixMilli()), Member: fmt.Sprintf("flood-%06d", from+i)}
 		}
-		if err := c.ZAdd(ctx, proxiesKey, zs...).Err(); err != nil {
+		if err := c.ZAdd(ctx, ProxiesKey, zs...).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// And one more a whole lease ahead of any proxy's: not read.
-	if err := c.ZAdd(ctx, proxiesKey, redis.Z{Score: float64(now.Add(time.Hour).UnixMilli()), Member: "ahead"}).Err(); err != nil {
+	if err := c.ZAdd(ctx, ProxiesKey, redis.Z{Score: float64(now.Add(time.Hour).UnixMilli()), Member: "ahead"}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	s := testStore(t, rs)
@@ -344,7 +341,7 @@ func TestStoreBoundsForeignLeases(t *testing.T) {
 	if err := c.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	loads := []replicaLoad{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
+	loads := []Load{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
 	if err := s.sync(ctx, loads); err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +388,7 @@ func TestStoreBoundsTouchesPerSync(t *testing.T) {
 	for i := range n {
 		s.Touch("m", "t"+strconv.Itoa(i), "r0", time.Now())
 	}
-	loads := []replicaLoad{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
+	loads := []Load{{Model: "m", Replica: "r0", TTL: time.Hour, Window: time.Minute}}
 	for i, left := range []int{n - maxTouchesPerSync, n - 2*maxTouchesPerSync, 0} {
 		if err := s.sync(ctx, loads); err != nil {
 			t.Fatal(err)
