@@ -639,3 +639,83 @@ func (s *Server) stopLoops(stop context.CancelFunc, storeDone <-chan struct{}, e
 	}
 	return nil
 }
+
+// The lifecycle of a front end that brings its own listener (warden
+// epp): ClientListener, Run, and what it reads of the configuration.
+
+// Endpoints lists every configured replica's host:port, each once, in
+// the order of the models (sorted by name) and their replicas.
+func (s *Server) Endpoints() []string {
+	rt := s.state.Load()
+	var out []string
+	for _, name := range rt.names {
+		for _, rep := range rt.models[name].replicas {
+			if !slices.Contains(out, rep.target.Host) {
+				out = append(out, rep.target.Host)
+			}
+		}
+	}
+	return out
+}
+
+// Run serves what the proxy serves beside its client listener, for a
+// front end that brings its own (warden epp): the scrape and health loops
+// of every model, the session store's loop, and the admin handler on
+// adminLn (nil: none; bounded as Serve bounds it, adminListener), until
+// ctx is done. Decide may be called before Run
+// and after it returns; while Run runs, the first request of a model waits
+// for its first scrape (awaitFirstProbe).
+func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
+	stopLoops, storeDone, _, err := s.startLoops(ctx, "Run")
+	if err != nil {
+		return err
+	}
+
+	errc := make(chan error, 1)
+	var (
+		admin *http.Server
+		aln   *clientListener
+	)
+	if adminLn != nil {
+		admin, aln = s.adminServer(), s.adminListener(adminLn)
+		go func() { errc <- admin.Serve(aln) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	if admin != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), drainGrace)
+		_ = admin.Shutdown(sctx)
+		cancel()
+		if err == nil {
+			err = <-errc
+		}
+		aln.wait() // connections being refused over adminMaxConns: within refuseWait
+	}
+	s.endStreams()
+	return s.stopLoops(stopLoops, storeDone, err, "run")
+}
+
+// ClientListener wraps ln as Serve wraps the clients' listener, for a
+// front end that serves its own protocol on it (warden epp's gRPC): at
+// most limits.max_connections connections open at once, idle ones
+// included (at the bound Accept waits for one to close), an Accept that
+// fails for want of a descriptor retried with back-off, each counted and
+// shown on /healthz and warden_client_connections, and each connection's
+// writes bounded by timeouts.client_write (see clientListener). Call it
+// once, before Run.
+func (s *Server) ClientListener(ln net.Listener) net.Listener {
+	cl := newClientListener(ln, s.state.Load().cfg.Limits.MaxConnections, clientRole(s.obs, false), &s.clientWrite, s.log, s.obs)
+	s.clientLn.Store(cl)
+	return cl
+}
+
+// DrainTimeout is timeouts.drain of the current configuration.
+func (s *Server) DrainTimeout() time.Duration { return s.state.Load().cfg.Timeouts.Drain.D() }
+
+// Models names the configured models, sorted.
+func (s *Server) Models() []string { return slices.Clone(s.state.Load().names) }
+
+// Limits are the limits of the current configuration, defaults filled.
+func (s *Server) Limits() Limits { return s.state.Load().cfg.Limits }
