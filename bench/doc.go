@@ -28,6 +28,8 @@
 //     StepStats): the simulator's KPI reads warden_ttfb_seconds' native
 //     histogram, the exact quantile within 2 %, so that a prediction and a
 //     measurement are compared like with like.
+//   - text_out.go: Result.WriteText, the table `warden sim` writes plus
+//     what only a client sees (requests sent, finished, cut, failed).
 //   - compare.go: Compare matches a prediction's rows (sim.Report) with a
 //     measurement's by strategy and sessions and computes, per column, the
 //     relative error and, for percentages, the difference in points.

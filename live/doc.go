@@ -38,6 +38,11 @@
 //     into a buffer sized by what has arrived on the client's socket
 //     (FIONREAD, upstream.WrapClient), and checked for UTF-8 with its ASCII
 //     runs passed over by AVX2 (jsonblock.go validUTF8).
+//   - decide.go: Decider, the request path's one port for a front end
+//     that forwards nothing itself (warden epp): Decide runs admit and
+//     returns a Decision that holds the in-flight counts until Finish;
+//     Refuse, AnyEndpoint and the body budget (TakeBodyBytes) beside it.
+//     The lifecycle (NewServer, Serve, Run, Reload) is server.go's.
 //   - package upstream: the HTTP/1.1 client for the replicas. The body is in
 //     memory, so an attempt is synchronous on the handler's goroutine: one
 //     writev of head and body, the response head read with
@@ -56,6 +61,10 @@
 //     detection, back-off, warm-up) sit behind one mutex, the only lock of
 //     the request path. pick.go: fill builds the placement.Snapshot from
 //     the latest scrape, pick asks the router, as the simulator does.
+//     admission.go: a model's admission queue (admission: kv), where a
+//     new conversation that fits on no replica waits in arrival order.
+//     prefill.go: the priced spill's inputs, each replica's prompt tokens
+//     still to prefill and its prefill rate.
 //   - scrape.go: one loop per backend server reads /metrics (vLLM's text
 //     exposition, per engine label) and /health, and publishes an immutable
 //     ScrapeResult through an atomic.Pointer.
@@ -71,12 +80,19 @@
 //     models[].gpu (1024 on >= 70 GiB GPUs other than the A100, else 256),
 //     else 256; the last two are assumptions, logged once after the first
 //     scrape and listed in /api/status "warnings".
-//   - config.go (strict YAML, errors "file:line: key: ..."; sessionkey.go:
+//   - config.go (strict YAML, errors "file:line: key: ..."; configresolve.go:
+//     defaults and the checks across keys; configvalues.go: the values
+//     that read themselves, such as prefill_tokens_per_s; sessionkey.go:
 //     session_key from --session-key-file, placeholders refused), status.go
 //     (the dashboard's data), history.go (the last hour of token rates per
 //     model and replica, from vLLM's counters, for the stats page: GET
 //     /api/history), obs.go (Prometheus metrics), journal.go (request
 //     journal in the trace format).
+//
+// Packages below live, each a leaf it drives: upstream (the replica
+// client, request bodies, raw sockets), jsonscan (the request body's one
+// pass), sessionstore (the state shared between proxies, in Redis);
+// redistest and internal/rawbackend serve the tests.
 //
 // Session ids, in the order tried: X-Claude-Code-Session-Id, session-id
 // (Codex), x-session-id (OpenCode), Anthropic metadata.user_id (JSON form

@@ -24,9 +24,14 @@
 //     context, pauses, subagents, the histogram of prompt lengths).
 //   - fit.go: Fitter, a workload fitted to a trace's sessions (warden trace
 //     stats --workload-out, warden workload --journal).
-//   - import.go and import_*.go: Mooncake, Alibaba Bailian and Azure
-//     importers; infer.go infers sessions from prefix chains where a trace
+//   - import.go and import_*.go: Mooncake (import_mooncake.go), Alibaba
+//     Bailian (import_bailian.go) and Azure (import_azure.go) importers; infer.go infers sessions from prefix chains where a trace
 //     has none.
+//   - text.go: the canonical prompt text and its token blocks, the one
+//     rule by which the journal, the emulator and the bench client turn a
+//     request body into prefix-cache blocks without a tokenizer.
+//   - hist.go: logHist, a fixed-size log-bucket histogram (deterministic,
+//     its memory independent of the count) for the stats.
 //   - stats.go: Stats, the summary behind `warden trace stats`, including
 //     the infinite-cache upper bound of the prefix-cache hit rate and the
 //     working set to hold against a farm's KV capacity.
