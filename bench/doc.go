@@ -19,7 +19,7 @@
 //     metadata.user_id) the way Claude Code sends it.
 //   - stream.go: the two streaming APIs on the wire, and TTFB measured from
 //     the send to the first non-empty text delta.
-//   - scrape.go and prom.go: the farm's side: vLLM /metrics counters read at
+//   - scrape.go and prom.go: the farm's side: vLLM /metrics counters (metrics/vllm) read at
 //     each step's ends and sampled during it (prefix hit %, replicas busy,
 //     per-replica figures), a warden proxy's admin /metrics (stayed %), or a
 //     Prometheus server running the KPIs of metrics/kpi.promql (queried

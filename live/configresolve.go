@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"github.com/lm-warden/warden/live/sessionstore"
 	"github.com/lm-warden/warden/live/upstream"
+	"github.com/lm-warden/warden/metrics/vllm"
 	"math"
 	"net"
 	"net/url"
@@ -321,8 +322,8 @@ func (m *ModelCfg) resolve(p string, seen map[string]bool) error {
 			return verr(p+".gpu", "%v", err)
 		}
 	}
-	if m.MaxNumSeqs < 0 || m.MaxNumSeqs > maxServerNumSeqs {
-		return verr(p+".max_num_seqs", "want a positive integer up to %d (the bound a server's own value is taken within), got %d", maxServerNumSeqs, m.MaxNumSeqs)
+	if m.MaxNumSeqs < 0 || m.MaxNumSeqs > vllm.MaxServerNumSeqs {
+		return verr(p+".max_num_seqs", "want a positive integer up to %d (the bound a server's own value is taken within), got %d", vllm.MaxServerNumSeqs, m.MaxNumSeqs)
 	}
 	if err := m.KVEvents.check(p, m.NumReplicas(), m.kvRanks()); err != nil {
 		return err

@@ -66,8 +66,8 @@
 //     prefill.go: the priced spill's inputs, each replica's prompt tokens
 //     still to prefill and its prefill rate.
 //   - scrape.go: one loop per backend server reads /metrics (vLLM's text
-//     exposition, per engine label) and /health, and publishes an immutable
-//     ScrapeResult through an atomic.Pointer.
+//     exposition, per engine label, parsed by metrics/vllm) and /health,
+//     and publishes an immutable ScrapeResult through an atomic.Pointer.
 //   - kvevents.go: with models[].kv_events (configkvevents.go), one
 //     kvevents subscriber per replica (the proxy dials), or one listener
 //     the publishers connect to, told apart by topic and rank (kvRoutes),
@@ -150,7 +150,7 @@
 // every scrape (timeouts.health). A scrape that failed or is older than
 // three intervals is replaced by the proxy's own counts (see model.fill),
 // shown as "failed"/"stale" in /api/status; a max_num_seqs a server
-// exposes is capped at 16,384 (maxServerNumSeqs). When no replica can
+// exposes is capped at 16,384 (vllm.MaxServerNumSeqs). When no replica can
 // take a request the answer is 503 (OpenAI shape) or 529 overloaded_error
 // (Anthropic shape), at once. The session store is marked down after
 // failed exchanges with no success between them for 1 s, up again after

@@ -1,4 +1,4 @@
-package live
+package vllm
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 )
 
 // manyEnginesPage is a /metrics page with n engine labels on two series,
-// under maxMetricsBytes for n = 64k: what a replica that is not vLLM, or
+// under MaxPageBytes for n = 64k: what a replica that is not vLLM, or
 // a broken one, can serve.
 func manyEnginesPage(n int) []byte {
 	var b bytes.Buffer
@@ -20,20 +20,20 @@ func manyEnginesPage(n int) []byte {
 	return b.Bytes()
 }
 
-// BenchmarkParseVLLMMetrics64kEngines parses a page of 65,536 engines (issue
+// BenchmarkParse64kEngines parses a page of 65,536 engines (issue
 // 35 item 6: each engine used to be looked up by a linear search, 21 s of
 // CPU a scrape at this size).
 //
-//	go test -run '^$' -bench ParseVLLMMetrics64k -benchtime 3x ./live/
-func BenchmarkParseVLLMMetrics64kEngines(b *testing.B) {
+//	go test -run '^$' -bench Parse64k -benchtime 3x ./metrics/vllm/
+func BenchmarkParse64kEngines(b *testing.B) {
 	page := manyEnginesPage(1 << 16)
-	if len(page) > maxMetricsBytes {
-		b.Fatalf("page of %d bytes is over the %d-byte cap", len(page), maxMetricsBytes)
+	if len(page) > MaxPageBytes {
+		b.Fatalf("page of %d bytes is over the %d-byte cap", len(page), MaxPageBytes)
 	}
 	b.SetBytes(int64(len(page)))
 	b.ReportAllocs()
 	for b.Loop() {
-		got, err := ParseVLLMMetrics(bytes.NewReader(page))
+		got, err := Parse(bytes.NewReader(page), MaxPageBytes)
 		if err != nil || len(got) != 1<<16 {
 			b.Fatalf("%d engines, err %v", len(got), err)
 		}
