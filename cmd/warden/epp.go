@@ -234,13 +234,8 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 			return fmt.Sprintf("warden epp: ext_proc gRPC on %s (admin http://%s, gRPC health on %s)", lns[0].Addr(), lns[1].Addr(), health)
 		},
 		config: opts.Config,
-		reload: func() error {
-			next, err := loadEPPConfig(opts)
-			if err != nil {
-				return err
-			}
-			return rs.setConfig(next)
-		},
+		load:   func() (*live.Config, error) { return loadEPPConfig(opts) },
+		apply:  rs.setConfig,
 		serve: func(ctx context.Context, lns []net.Listener) error {
 			return epp.New(rs.ls, epp.WithLogger(logger)).Serve(ctx, epp.Listeners{ExtProc: lns[0], Admin: lns[1], Health: lns[2]})
 		},

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/lm-warden/warden/live"
 )
 
 // newLogger is the logger of warden proxy and warden epp: text lines on
@@ -35,10 +37,11 @@ type frontEnd struct {
 	// listener is open and SIGHUP is caught (a reload may follow it at
 	// once).
 	banner func(lns []net.Listener) string
-	// config is the file a reload reads again (for "reloaded FILE");
-	// reload reads it and swaps the running configuration.
+	// config is the file a reload reads again (for "reloaded FILE"):
+	// load reads it, apply swaps the running configuration for it.
 	config string
-	reload func() error
+	load   func() (*live.Config, error)
+	apply  func(*live.Config) error
 	// serve serves on the listeners until ctx is done.
 	serve func(ctx context.Context, lns []net.Listener) error
 }
@@ -84,7 +87,11 @@ func (f frontEnd) run(ctx context.Context, out io.Writer, log *slog.Logger) erro
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if err := f.reload(); err != nil {
+				next, err := f.load()
+				if err == nil {
+					err = f.apply(next)
+				}
+				if err != nil {
 					log.Error("reload failed; keeping the running configuration", "err", err)
 					continue
 				}

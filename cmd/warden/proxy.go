@@ -129,13 +129,8 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 			return fmt.Sprintf("warden proxy listening on http://%s (admin http://%s)", lns[0].Addr(), lns[1].Addr())
 		},
 		config: opts.Config,
-		reload: func() error {
-			next, err := loadProxyConfig(opts)
-			if err != nil {
-				return err
-			}
-			return srv.Reload(next)
-		},
+		load:   func() (*live.Config, error) { return loadProxyConfig(opts) },
+		apply:  srv.Reload,
 		serve: func(ctx context.Context, lns []net.Listener) error {
 			var governor sync.WaitGroup
 			ctx, cancel := context.WithCancel(ctx)
