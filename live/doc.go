@@ -19,7 +19,7 @@
 //     once (size-capped), validates it and decodes only model, stream,
 //     metadata.user_id, prompt_cache_key and user, keeping the raw values
 //     of system, messages, instructions, input and prompt for the fallback
-//     session id (jsonscan.go: keys compared after unescaping, exactly, as
+//     session id (package jsonscan: keys compared after unescaping, exactly, as
 //     vLLM's Python does; any of these given twice, "mod\u0065l" after
 //     "model" included, is refused with 400, since the proxy and vLLM
 //     would read different values), finds the session (session.go), asks
@@ -37,7 +37,7 @@
 //     that garbage collection does not empty (upstream.Body); a body is read
 //     into a buffer sized by what has arrived on the client's socket
 //     (FIONREAD, upstream.WrapClient), and checked for UTF-8 with its ASCII
-//     runs passed over by AVX2 (jsonblock.go validUTF8).
+//     runs passed over by AVX2 (jsonscan.ValidUTF8).
 //   - decide.go: Decider, the request path's one port for a front end
 //     that forwards nothing itself (warden epp): Decide runs admit and
 //     returns a Decision that holds the in-flight counts until Finish;

@@ -29,7 +29,7 @@ import (
 // stalls within those bytes (timeouts.stream_idle), is answered with 504
 // in the client's shape. A
 // client that stops reading is cut after timeouts.client_write (see
-// rawConn): the exchange ends and the replica's request is cancelled.
+// upstream.WrapClient): the exchange ends and the replica's request is cancelled.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	res, err := s.tr.roundTrip(c, s.outgoing(r, c))
 	if err != nil {

@@ -40,9 +40,10 @@ import (
 //     server's ErrorLog, which the proxy logs at DEBUG), counted
 //     (warden_accept_errors_total), and /healthz answers 503 until an
 //     Accept succeeds again;
-//   - each connection is upstream's rawConn (upstream.WrapClient) that gives its slot
-//     back when closed and cuts a write that makes no progress for
-//     timeouts.client_write (see rawConn.writev).
+//   - each connection is wrapped by upstream.WrapClient (a rawConn on
+//     Linux) so that it gives its slot back when closed and cuts a write
+//     that makes no progress for timeouts.client_write (see upstream's
+//     rawConn.writev).
 type clientListener struct {
 	net.Listener
 	log  *slog.Logger

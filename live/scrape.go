@@ -204,7 +204,7 @@ func (r *ScrapeResult) fresh(now time.Time, interval time.Duration) bool {
 }
 
 // engine returns the stats of engine e; false when the page had none.
-// Engines are sorted by engine label (ParseVLLMMetrics), and usually dense
+// Engines are sorted by engine label (vllm.Parse), and usually dense
 // from 0: e's own index is tried first, then a binary search, since a page
 // may hold 65,537 engines and fill asks once per replica and pick.
 func (r *ScrapeResult) engine(e int) (EngineStats, bool) {
