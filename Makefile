@@ -6,7 +6,7 @@ BIN := bin/warden
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help plan build run test test-deps vet lint fmt bench speed loop-order fuzz loop validate clean
+.PHONY: help plan build run test test-deps vet lint fmt bench speed loop-order fuzz loop validate compare-peers clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -33,6 +33,11 @@ test: test-deps vet ## vet, gofmt check, every test under -race (the README comm
 	@# The pure-Go request scanner (no AVX2 block masks, no ASCII skip:
 	@# what every other architecture runs), through the proxy's own tests.
 	$(GO) test -count=1 -tags purego ./live/ ./live/jsonscan/
+	@# Whole plans solved (pure simulation, ~13x slower under the race
+	@# detector: 600 s of the race run) skip themselves under -race
+	@# (simulationOnly) and run here; the solver's concurrency stays
+	@# under the detector (TestSolveDeterministicInParallel).
+	$(GO) test -count=1 -run '^(TestPlan|TestSolve)' ./planner/ ./cmd/warden/
 	@# The tree builds for macOS too (Linux-only code stays in _linux files).
 	GOOS=darwin $(GO) build ./...
 	@# Timing-sensitive checks (emulator vs simulator fidelity) run again
@@ -53,6 +58,9 @@ test: test-deps vet ## vet, gofmt check, every test under -race (the README comm
 
 validate: ## the simulator against real vLLM's published rows (sim/testdata/validation), side by side
 	@$(GO) test -count=1 -run '^TestValidationAgainstPublished$$' -v ./sim/ | grep -v '^=== RUN'
+
+compare-peers: ## warden's routings against the routers you could run instead (README): 3 loads x 3 seeds, a minute or two on 2 cores; SEEDS=1,2,3 LOADS=abc (d: the 5090 farm at 26 sessions alone)
+	$(GO) run ./scripts/comparepeers -seeds $${SEEDS:-1,2,3} -loads $${LOADS:-abc}
 
 loop: ## the whole loop on one machine: emulate, proxy, bench, sim, compare
 	scripts/loop.sh

@@ -72,6 +72,10 @@ var affinityStrategy = Strategy{
 	Reasons: []Reason{ReasonNew, ReasonSticky, ReasonSpill, ReasonPinned, ReasonParent, ReasonRehome},
 	Proxy:   true,
 	Spills:  true,
+	// Warden's best routings: plain; priced (turns and new conversations
+	// by expected TTFT); following the KV caches' contents; by KV
+	// headroom with the priced spill and admission.
+	HeadToHead: []string{StrategyAffinity, StrategyAffinity + "+priced", StrategyAffinity + "+prefix", StrategyAffinity + "+kv+priced+admit"},
 	Options: []Option{
 		{Name: "kv", Words: "the least-loaded replica is judged by its KV cache fill too",
 			set: func(s *Spec, _ time.Duration) { s.KV = true }},
@@ -167,6 +171,9 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 	i, home, failedHome := nilIndex, -1, -1
 	if remember {
 		i = t.find(key, at)
+		if i != nilIndex && len(r.Failed) == 0 {
+			t.noteGap(i, at) // a retry of a failed request is no new turn
+		}
 		if i != nilIndex {
 			switch h := int(t.entries[i].home); {
 			case usable(reps, h):
@@ -253,6 +260,9 @@ func (a *Affinity) Pick(r *Request, s *Snapshot, now time.Time) (Decision, error
 		}
 		target = tgt
 	}
+	if target < 0 && a.cfg.Spill.Priced() && a.cfg.Balance != BalanceKV {
+		target = a.pricedNew(r, s)
+	}
 	if target < 0 {
 		target = a.best(s, -1)
 	}
@@ -288,6 +298,7 @@ func (a *Affinity) keep(i int32, key uint64, home, to int, at int64, remember bo
 	case !remember:
 		return nilIndex
 	case i == nilIndex:
+		a.table.noteStart(at)
 		return a.table.insert(key, to, at)
 	default:
 		if home < 0 {

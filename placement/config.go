@@ -27,8 +27,11 @@ type Config struct {
 	// ("conversations held" are active ones). A finished conversation keeps
 	// its home for SessionTTL, so a returning one still goes home, but stops
 	// counting as load once it has been quiet for longer than the window.
-	// Zero means DefaultActiveWindow (two minutes: a few agent turn gaps, see
-	// there); a window longer than SessionTTL acts as SessionTTL.
+	// Zero means learned: from the gaps between each conversation's
+	// requests, from DefaultActiveWindow (two minutes: a few agent turn
+	// gaps, see there) up, so that a conversation whose user pauses for
+	// minutes still counts on its home (activity.go); a window longer than
+	// SessionTTL acts as SessionTTL.
 	ActiveWindow time.Duration
 	// Balance is what a new conversation is balanced on: BalanceSessions
 	// (the zero value: the load score, see Affinity) or BalanceKV (the

@@ -54,6 +54,9 @@
 //     caller reports with Start and Finish), whose KV admission counts.
 //     held.go keeps them: the conversations' footprints, their think-time
 //     gaps and return timeouts, and the heap of scheduled releases.
+//     activity.go: the active window learned from those gaps (unless
+//     Config.ActiveWindow fixes it), so that a paused conversation still
+//     counts on its home.
 //   - prompt.go: Prompt, what a prefix-aware policy knows of a request's
 //     prompt (its chained block ids and, from KV events or the
 //     simulator's block pools, how many of them each replica holds now);
@@ -107,10 +110,14 @@
 //     prefill rates and footprints; TraitAdmission: it may answer Wait),
 //     and if it keeps conversations it offers its table (SessionKeeper,
 //     TableAdopter); the Router feeds it, the callers never name its type.
+//     A peer's router sets Peer (it joins the head-to-head, the group
+//     "peers" of a strategy list); a strategy of warden's own that belongs
+//     there lists the specs to run in HeadToHead.
 //  2. placement/registry.go: one line, &nameStrategy, in registry.
 //
 // Its golden tests go next to it (NAME_test.go, testdata/scenarios). From
-// then on warden sim --strategies NAME, warden plan --strategies NAME,
+// then on warden sim --strategies NAME (and peers, if it is one),
+// warden plan --strategies NAME,
 // warden tune --variants NAME, a farm's routing.strategy, the plan's
 // glossary, calibrate's inference from the reasons and, with Proxy set,
 // the proxy's models[].strategy take it; TestSeamArchitecture fails if any

@@ -33,6 +33,21 @@ import (
 //     left behind keep it from flapping. A replica without a prefill rate
 //     cannot be priced: then the spill threshold (auto) decides.
 //
+//     A new conversation is priced too, unless the KV balance places it:
+//     among the replicas whose expected TTFT for its whole prompt is
+//     within the same margin of the lowest, the load score picks. The
+//     shared prefix is not discounted there: it would draw every new
+//     conversation to the replicas that already hold one (SGLang's
+//     cache-aware router's pile-up), and a shared prefix is computed once
+//     per replica however the conversations spread. A conversation
+//     places its first turn once, so a replica whose prefill queue would
+//     hold it back by more than the margin is no candidate however few
+//     conversations it holds: where most conversations are one or two
+//     long prompts (Mooncake's conversation_trace on 7 x RTX 5090), the
+//     count alone piled long cold prefills behind each other, TTFB p95
+//     39.8 s where NVIDIA Dynamo's router, which prices every request by
+//     its prefill blocks, had 25.6 s.
+//
 //   - Config.Admission AdmissionKV: a new conversation (not a subagent:
 //     sessions already admitted never wait) whose expected footprint,
 //     max(prompt, Table.TypicalFootprint), fits on no healthy replica
@@ -135,6 +150,37 @@ func (a *Affinity) placeNew(r *Request, s *Snapshot) (target int, wait bool) {
 		return -1, false
 	}
 	return best, false
+}
+
+// pricedNew places a new conversation by price (see above): the lowest
+// load score among the replicas whose expected TTFT is within the margin
+// of the lowest, ties to the lowest ID; -1 when no healthy replica has a
+// prefill rate.
+func (a *Affinity) pricedNew(r *Request, s *Snapshot) int {
+	reps := s.Replicas
+	u := max(r.PromptTokens, 1)
+	expect := func(o int) float64 { return ttft(&reps[o], u) }
+	lowest := math.Inf(1)
+	for o := range reps {
+		if reps[o].Healthy {
+			lowest = min(lowest, expect(o))
+		}
+	}
+	if math.IsInf(lowest, 1) {
+		return -1
+	}
+	limit := lowest + max(PricedMarginSec, PricedMarginFrac*lowest)
+	invIF, invSess := a.norms(reps)
+	best, bestScore := -1, 0.0
+	for o := range reps {
+		if !reps[o].Healthy || expect(o) > limit {
+			continue
+		}
+		if sc := newScore(&reps[o], a.table.activeOn(o), invIF, invSess); best < 0 || sc < bestScore {
+			best, bestScore = o, sc
+		}
+	}
+	return best
 }
 
 // cached is how many tokens of the prompt of the conversation in entry i

@@ -43,7 +43,9 @@ var leastLoadedStrategy = Strategy{
 	Words:   "every turn goes to the replica with the fewest requests in flight, wherever the conversation is cached",
 	Reasons: []Reason{ReasonLeastLoaded, ReasonPinned},
 	Proxy:   true,
-	New:     plain(func() Policy { return &LeastLoaded{} }),
+	// vLLM's own balancer: what a farm runs with no router in front.
+	HeadToHead: []string{StrategyLeastLoaded},
+	New:        plain(func() Policy { return &LeastLoaded{} }),
 }
 
 // Pick implements Policy.

@@ -39,6 +39,10 @@ type Strategy struct {
 	// Peer says it models a router people run instead of warden
 	// (notes/peer-routers.md; peers.go): PeerNames lists them.
 	Peer bool
+	// HeadToHead are the specs of it that the head-to-head runs (the
+	// group "peers" of a strategy list): warden's best routings, vLLM's
+	// own balancer. A peer's is its name, unless given.
+	HeadToHead []string
 	// New makes its policy from a configuration (defaults filled in by the
 	// caller, the spec's options applied).
 	New func(Config) (Policy, error)
@@ -157,7 +161,7 @@ func ParseSpec(s string) (Spec, error) {
 	name, opts, hasOpts := strings.Cut(s, "+")
 	st, ok := LookupStrategy(name)
 	if !ok {
-		return Spec{}, fmt.Errorf("unknown strategy %q (want one of %s%s)", s, strings.Join(Strategies(), ", "), optionsHelp(", or "))
+		return Spec{}, fmt.Errorf("unknown strategy %q (want one of %s%s%s)", s, strings.Join(Strategies(), ", "), optionsHelp(", or "), groupsHelp())
 	}
 	sp := Spec{Strategy: name}
 	if !hasOpts {
@@ -219,10 +223,24 @@ func optionsHelp(prefix string) string {
 }
 
 // OptionsHelp is the grammar of strategy specs in a line, for --help:
-// "hash, least-loaded, affinity, or affinity+OPTION... with options kv,
-// priced, admit, admit=TIMEOUT, rehome".
+// "hash, least-loaded, affinity, ..., or affinity+OPTION... with options
+// kv, priced, admit, admit=TIMEOUT, rehome, prefix; or peers (every peer's
+// router: llm-d, ...)".
 func OptionsHelp() string {
-	return strings.Join(Strategies(), ", ") + optionsHelp(", or ")
+	return strings.Join(Strategies(), ", ") + optionsHelp(", or ") + groupsHelp()
+}
+
+// groupsHelp is "; or peers (every peer's router: ...)" for the group
+// names a strategy list takes.
+func groupsHelp() string {
+	var parts []string
+	for _, g := range groups() {
+		parts = append(parts, g.Name+" ("+g.Words+")")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; or " + strings.Join(parts, ", ")
 }
 
 // optionList is "kv, priced, admit, admit=TIMEOUT, rehome".
@@ -235,6 +253,69 @@ func optionList(s *Strategy) string {
 		}
 	}
 	return strings.Join(ws, ", ")
+}
+
+// Group is a name that stands for several strategies in a strategy list
+// (warden sim --strategies, warden tune --variants): "peers" for the
+// head-to-head, every peer's router beside warden's best routings and
+// vLLM's own balancer (HeadToHead), so that one word runs the whole
+// comparison.
+type Group struct {
+	Name  string
+	Words string   // what it stands for, for --help and errors
+	specs []string // its members, resolved when the group is expanded
+}
+
+// GroupPeers is the group of the head-to-head (HeadToHead).
+const GroupPeers = "peers"
+
+// HeadToHead lists the specs of the head-to-head, in the registry's order:
+// each strategy's Strategy.HeadToHead, a peer's name when it gives none.
+func HeadToHead() []string {
+	var out []string
+	for _, s := range registry {
+		switch {
+		case len(s.HeadToHead) > 0:
+			out = append(out, s.HeadToHead...)
+		case s.Peer:
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// groups are the group names a strategy list takes, in display order.
+func groups() []Group {
+	return []Group{{Name: GroupPeers, Words: "warden's best routings, vLLM's own balancer and every peer's router: " + strings.Join(HeadToHead(), ", "), specs: HeadToHead()}}
+}
+
+// Groups returns the group names a strategy list takes.
+func Groups() []Group { return groups() }
+
+// ExpandSpecs resolves a strategy list: each item is a spec (ParseSpec)
+// or a group name, which stands for its members in the registry's order.
+// A spec given twice, by name or through a group, is kept once, where it
+// first appears. The error names the item that does not parse.
+func ExpandSpecs(list []string) ([]string, error) {
+	out := make([]string, 0, len(list))
+	add := func(s string) {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	for _, item := range list {
+		if i := slices.IndexFunc(groups(), func(g Group) bool { return g.Name == item }); i >= 0 {
+			for _, s := range groups()[i].specs {
+				add(s)
+			}
+			continue
+		}
+		if err := ValidSpec(item); err != nil {
+			return nil, err
+		}
+		add(item)
+	}
+	return out, nil
 }
 
 // ValidSpec reports what is wrong with spec s, nil when it parses.

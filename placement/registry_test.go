@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -186,3 +187,41 @@ func FuzzParseSpec(f *testing.F) {
 }
 
 func strconvQuote(s string) string { return strconv.Quote(s) }
+
+// TestExpandSpecs: a strategy list takes the group "peers" (the
+// head-to-head), keeps a spec given twice once, where it first appears,
+// and names the item that does not parse.
+func TestExpandSpecs(t *testing.T) {
+	h2h := HeadToHead()
+	if len(h2h) != len(PeerNames())+5 || h2h[0] != StrategyLeastLoaded || h2h[1] != StrategyAffinity {
+		t.Fatalf("HeadToHead = %v, want least-loaded, warden's four routings, then the %d peers", h2h, len(PeerNames()))
+	}
+	for _, tc := range []struct {
+		in      []string
+		want    []string
+		wantErr string
+	}{
+		{in: []string{"peers"}, want: h2h},
+		{in: []string{"affinity+rehome", "peers"}, want: append([]string{"affinity+rehome"}, h2h...)},
+		{in: []string{"dynamo", "peers", "dynamo"}, want: append([]string{"dynamo"}, slices.DeleteFunc(slices.Clone(h2h), func(s string) bool { return s == "dynamo" })...)},
+		{in: []string{"hash", "hash"}, want: []string{"hash"}},
+		{in: []string{"peers", "pears"}, wantErr: `unknown strategy "pears"`},
+		{in: []string{"affinity+warp"}, wantErr: "affinity+warp"},
+	} {
+		got, err := ExpandSpecs(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ExpandSpecs(%v) error %v, want one naming %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("ExpandSpecs(%v) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, s := range h2h {
+		if err := ValidSpec(s); err != nil {
+			t.Errorf("head-to-head spec %q: %v", s, err)
+		}
+	}
+}

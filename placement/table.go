@@ -160,19 +160,24 @@ type Table struct {
 	// sharedHit is the moving average of the cached tokens of first
 	// turns on a replica (observed.go): the shared prefix.
 	sharedHit float64
+	// learner learns the active window from the gaps between the
+	// conversations' requests, unless the window is fixed (activity.go).
+	learner activity
 }
 
 // NewTableWindow returns an empty table with an active window: a
 // conversation counts as active while at most window has passed since its
 // last request. A ttl or maxSessions of zero or less selects
-// DefaultSessionTTL or DefaultMaxSessions, a window of zero or less
-// DefaultActiveWindow; a window longer than the TTL is the TTL (a
-// forgotten conversation is not active).
+// DefaultSessionTTL or DefaultMaxSessions. A window of zero or less is
+// learned from the gaps between the conversations' requests
+// (activity.go), from DefaultActiveWindow up; a window longer than the
+// TTL is the TTL (a forgotten conversation is not active).
 func NewTableWindow(ttl time.Duration, maxSessions int, window time.Duration) *Table {
 	if ttl <= 0 {
 		ttl = DefaultSessionTTL
 	}
-	if window <= 0 {
+	learn := window <= 0
+	if learn {
 		window = DefaultActiveWindow
 	}
 	window = min(window, ttl)
@@ -183,14 +188,15 @@ func NewTableWindow(ttl time.Duration, maxSessions int, window time.Duration) *T
 		maxSessions = math.MaxInt32 - 1
 	}
 	return &Table{
-		ttl:    int64(ttl),
-		window: int64(window),
-		max:    maxSessions,
-		index:  make(map[uint64]int32),
-		head:   nilIndex,
-		tail:   nilIndex,
-		free:   nilIndex,
-		act:    nilIndex,
+		ttl:     int64(ttl),
+		window:  int64(window),
+		max:     maxSessions,
+		index:   make(map[uint64]int32),
+		head:    nilIndex,
+		tail:    nilIndex,
+		free:    nilIndex,
+		act:     nilIndex,
+		learner: activity{learn: learn, floor: int64(window)},
 	}
 }
 
@@ -198,7 +204,8 @@ func NewTableWindow(ttl time.Duration, maxSessions int, window time.Duration) *T
 func (t *Table) TTL() time.Duration { return time.Duration(t.ttl) }
 
 // ActiveWindow is how recently a conversation must have sent a request to
-// count as active.
+// count as active: the fixed window, or the one learned so far
+// (LearnsWindow).
 func (t *Table) ActiveWindow() time.Duration { return time.Duration(t.window) }
 
 // MaxSessions is the hard cap on remembered conversations.
@@ -554,6 +561,10 @@ func (t *Table) pushFront(i int32) {
 func (t *Table) Reconfigure(ttl time.Duration, maxSessions int, window time.Duration, now time.Time) (dropped int) {
 	n := NewTableWindow(ttl, maxSessions, window)
 	t.ttl, t.window, t.max = n.ttl, n.window, n.max
+	t.learner.learn, t.learner.floor = n.learner.learn, n.learner.floor
+	if w, ok := t.learner.window(t.ttl); ok && t.learner.learn {
+		t.window = w // what the gaps seen so far say, within the new bounds
+	}
 	at := t.clock(now)
 	// Take every active entry out of the Active counts, then count the
 	// prefix of the LRU list within the new window.

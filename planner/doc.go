@@ -8,7 +8,9 @@
 // levels to simulate and the targets (TTFB p95, prefix hit %, output tokens
 // per minute, sessions per hour), and the headroom (headroom.go: 20 % unless
 // given; its level, the concurrency plus the headroom, is added to the
-// levels). Solve (solve.go) expands the candidates, runs every simulation
+// levels). Solve (solve.go) expands the candidates, takes them in tiers of
+// equal cost, cheapest first, stopping once a farm meets the targets
+// (tiers.go: no dearer farm can be the answer), runs every simulation
 // in parallel through the simulator (package sim), each as a band (band.go:
 // the KV cache x0.85, x1, x1.10 by the engine's speed x0.8, x1, x1.2 by 3
 // seeds, every combination, less the axes a candidate has measured: its
@@ -35,6 +37,10 @@
 // concurrency (per-replica load and KV use, prompt tokens cached and
 // computed per second): the report's charts over time.
 //
+// With two strategies or more, routings.go gives each its own answer
+// (Result.RoutingCards): the cheapest farm on which it meets the targets,
+// "with llm-d you would need N cards", side by side.
+//
 // The answer names the vLLM release simulated (Result.VLLMReleases). When
 // it hangs on a marginal candidate whose KV cache or speed is estimated,
 // buyer.go says what to rent for an hour and run to decide it, or what
@@ -44,7 +50,14 @@
 // LoadJournal: rotated files oldest first, each file's times following on
 // from the previous one's) replayed session by session on a farm once per
 // routing variant (Tune), and the rule that recommends one (TuneRule,
-// Recommend).
+// Recommend); compression.go checks that the journal was recorded at the
+// farm's speed (a journal behind `warden emulate --speed N` finished its
+// turns N times faster than the farm could: JournalCompression).
+//
+// observed.go is `warden plan --prometheus`: the farm a Prometheus server
+// watches and its load, read through package calibrate, planned as a plan
+// file would be (SolveObserved), with the prediction set against what was
+// observed (Result.Observation).
 //
 // skip.go says which work Solve leaves out because it cannot change the
 // answer, and which it does once for two uses (the bisection's first probe
@@ -52,7 +65,13 @@
 // (Result.Skipped, SkipNote).
 //
 // A Result's JSON (result.go, json.go) round-trips exactly, so `warden
-// report --from` renders a saved result as `warden plan` did; package web
-// (PlanReport) turns a Result into the HTML report. DefaultPlan
-// (examples/default.yaml) is the built-in plan.
+// report --from` renders a saved result as `warden plan` did. A Result
+// writes its own terminal summary (Result.WriteText, text.go: the answer,
+// the buyer's check, the workload, then the plain words of glossary.go:
+// what each routing does, the band, the verdicts), as sim.Report and
+// bench.Result do: text_table.go is its table of candidates, fitted to
+// about 120 columns, text_routings.go the routing cards, text_wrap.go the
+// wrapping of sentences and shell commands. Package web (PlanReport) turns
+// a Result into the HTML report. DefaultPlan (examples.go,
+// examples/default.yaml) is the built-in plan.
 package planner

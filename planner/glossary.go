@@ -77,18 +77,32 @@ func (w WorkloadInfo) WorkloadLine() string {
 func (res *Result) RoutingWords() []string {
 	var out []string
 	seen := map[string]bool{}
+	say := func(c *Candidate, k int) {
+		cfg := &c.Configs[k]
+		if label := cfg.label(); !seen[label] {
+			seen[label] = true
+			out = append(out, label+": "+res.routingWords(cfg, c)+".")
+		}
+	}
 	for i := range res.Candidates {
 		c := &res.Candidates[i]
 		if !c.Fits || c.Chosen < 0 || c.Chosen >= len(c.Configs) {
 			continue
 		}
-		cfg := &c.Configs[c.Chosen]
-		label := cfg.label()
-		if seen[label] {
-			continue
+		say(c, c.Chosen)
+	}
+	// The routing cards' routings too; one that meets the targets nowhere
+	// as it ran on the dearest farm simulated.
+	for _, rc := range res.RoutingCards {
+		switch d := res.DearestSimulated(); {
+		case rc.Candidate >= 0:
+			say(&res.Candidates[rc.Candidate], rc.Config)
+		case d >= 0:
+			c := &res.Candidates[d]
+			if k := slices.IndexFunc(c.Configs, func(cfg Config) bool { return cfg.Strategy == rc.Strategy }); k >= 0 {
+				say(c, k)
+			}
 		}
-		seen[label] = true
-		out = append(out, label+": "+res.routingWords(cfg, c)+".")
 	}
 	return out
 }

@@ -54,6 +54,12 @@ func (res *Result) validate() error {
 			}
 		}
 	}
+	for k, rc := range res.RoutingCards {
+		if rc.Candidate < -1 || rc.Candidate >= len(res.Candidates) || (rc.Candidate < 0) != (rc.Config < 0) ||
+			(rc.Candidate >= 0 && rc.Config >= len(res.Candidates[rc.Candidate].Configs)) {
+			return fmt.Errorf("routing_cards[%d]: candidate %d, config %d: want a candidate and one of its configs, or both -1", k, rc.Candidate, rc.Config)
+		}
+	}
 	for _, m := range res.Marginal {
 		if m < 0 || m >= len(res.Candidates) {
 			return fmt.Errorf("marginal %d: want a candidate index below %d", m, len(res.Candidates))

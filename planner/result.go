@@ -65,6 +65,10 @@ type Result struct {
 	// and that are cheaper than Best (all marginal ones when Best is -1),
 	// cheapest first: the answer's sentence names the first.
 	Marginal []int `json:"marginal,omitempty"`
+	// RoutingCards are, when the plan tries two strategies or more, each
+	// one's cheapest farm that meets the targets (routings.go), in plan
+	// order: the answer per routing, side by side.
+	RoutingCards []RoutingCard `json:"routing_cards,omitempty"`
 	// BuyerCheck, when the answer names a marginal candidate whose KV
 	// cache or speed is estimated, says what to rent for an hour and run
 	// to decide it, or what margin to buy instead (buyer.go).

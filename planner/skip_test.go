@@ -41,6 +41,7 @@ func solveJSON(t *testing.T, p Plan) (*Result, []byte) {
 // result, byte for byte, that simulating every probe run from the first
 // level gives; and it did happen.
 func TestSolveSharedWarmUpsExact(t *testing.T) {
+	simulationOnly(t)
 	p := sharedWarmUpPlan()
 	p.noAhead = true
 	plain, want := solveJSON(t, p)

@@ -111,6 +111,7 @@ func Solve(ctx context.Context, p Plan) (*Result, error) {
 		res.Candidates[i].Reconcile = reconcile(res, &res.Candidates[i], p)
 	}
 	res.pick()
+	res.RoutingCards = res.routingCards()
 	res.BuyerCheck = buyerCheck(p, res)
 	if err := p.timeline(ctx, res, farms, trace); err != nil {
 		return nil, err

@@ -56,6 +56,7 @@ func kvBoundPlan() Plan {
 }
 
 func TestSolveKnownAnswer(t *testing.T) {
+	simulationOnly(t)
 	res, err := Solve(context.Background(), kvBoundPlan())
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +126,7 @@ func TestSolveKnownAnswer(t *testing.T) {
 // do not fit in their KV cache, so three are marginal now, their cliff
 // found by the bisection between 12 and 15, and the answer is not them.
 func TestSolveHeadroom(t *testing.T) {
+	simulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms[0].Replicas = []int{3}
 	var res [2]*Result
@@ -165,6 +167,7 @@ func TestSolveHeadroom(t *testing.T) {
 // runs are the other's runs at speed x1, and the speed axis can only widen
 // the band: its pessimistic edge takes the slower engine's TTFB.
 func TestSolveSpeedBand(t *testing.T) {
+	simulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms[0].Replicas = []int{2}
 	p.Sessions, p.Concurrency = []int{8}, 8
@@ -209,6 +212,7 @@ func TestSolveSpeedBand(t *testing.T) {
 // every run was made: the same plan with every run of every band
 // (fullBand) decides the same.
 func TestSolveSkipsOnlyDecided(t *testing.T) {
+	simulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms[0].VLLM.NumGPUBlocks = 0 // the KV axis too: 27 runs
 	p.Farms[0].VLLM.MaxNumSeqs = 8
@@ -282,6 +286,7 @@ func TestSolveSkipsOnlyDecided(t *testing.T) {
 // simulated as the variant (the simulator's rows carry its name) and
 // reported by its label.
 func TestSolveVariants(t *testing.T) {
+	simulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms[0].Replicas = []int{3}
 	p.Strategies = []string{"affinity", "affinity+kv+admit=30s"}
@@ -356,6 +361,7 @@ func TestSolveNoneMeets(t *testing.T) {
 }
 
 func TestSolveModelDoesNotFit(t *testing.T) {
+	simulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms = append(p.Farms, FarmSet{GPUs: []string{"RTX A4000"}, Replicas: []int{2}, Model: "meta-llama/Llama-3.1-70B-Instruct"})
 	p.Farms[0].Replicas = []int{3}
@@ -417,6 +423,7 @@ func cheapPlan() Plan {
 }
 
 func TestSolveDeterministic(t *testing.T) {
+	simulationOnly(t)
 	var out [2][]byte
 	for i, par := range []int{1, 3} {
 		p := cheapPlan()
@@ -470,7 +477,9 @@ func TestResultJSONRoundTrip(t *testing.T) {
 		t.Error("JSON -> ReadResult -> JSON changed the bytes")
 	}
 	for _, bad := range []string{`{"kind":"other"}`, `{"kind":"warden-plan","best":5}`,
-		`{"kind":"warden-plan","concurrency":4,"sessions":[4],"headroom_sessions":5,"candidates":[{"chosen":-1}]}`, `{"kind":"warden-plan","bogus":1}`, `{"kind":"warden-plan","timeline":{"candidate":3}}`, `[`} {
+		`{"kind":"warden-plan","concurrency":4,"sessions":[4],"headroom_sessions":5,"candidates":[{"chosen":-1}]}`, `{"kind":"warden-plan","bogus":1}`, `{"kind":"warden-plan","timeline":{"candidate":3}}`, `[`,
+		`{"kind":"warden-plan","routing_cards":[{"strategy":"llm-d","candidate":0,"config":0}]}`,
+		`{"kind":"warden-plan","candidates":[{"chosen":-1}],"routing_cards":[{"strategy":"llm-d","candidate":0,"config":-1}]}`} {
 		if _, err := ReadResult([]byte(bad)); err == nil {
 			t.Errorf("ReadResult(%s): no error", bad)
 		}

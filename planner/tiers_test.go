@@ -16,6 +16,7 @@ import (
 // result, its JSON and the skip note. (When none meets, nothing is left
 // out: TestSolveNoneMeets.)
 func TestSolveDearerNotSimulated(t *testing.T) {
+	simulationOnly(t)
 	p := sharedWarmUpPlan() // 2, 3 and 4 x H100, 15-second steps; 3 is the answer
 	all, _ := solveJSON(t, p)
 	p.EveryCandidate = false

@@ -13,6 +13,7 @@ import (
 // figures for the same step: the extra simulation must repeat that step
 // exactly, and the range queries must cover it.
 func TestSolveTimeline(t *testing.T) {
+	simulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms[0].Replicas = []int{3} // the answer of kvBoundPlan, alone (quicker)
 	res, err := Solve(context.Background(), p)

@@ -80,12 +80,13 @@
 //     the end of the last step cuts the requests in flight (reported
 //     unfinished); with Experiment.FreshSteps every step's end cuts them
 //     and the next step starts all its sessions at once, as warden bench
-//     (and the product's published benchmark) runs its steps. Sessions
-//     that start together on one replica stay in step, so each of their
-//     first turns waits for another's prefill: the TTFB tail of
-//     testdata/validation comes from it (tail_test.go). A request still waiting for its first token when a step
-//     closes counts in that step's TTFB with the wait it had (censored). A
-//     replay without a duration runs to its end.
+//     runs its steps. Sessions that start together on one replica stay in
+//     step, so each of their first turns waits for another's prefill
+//     (tail_test.go); carried on, as the published benchmark of
+//     testdata/validation ran, they do not, and affinity's TTFB tail at 8
+//     sessions is a known gap there. A request still waiting for its first
+//     token when a step closes counts in that step's TTFB with the wait it
+//     had (censored). A replay without a duration runs to its end.
 //   - Admission is vLLM 0.26's (vllm.version selects older behaviour):
 //     scheduler_reserve_full_isl admits a waiting request only if its whole
 //     sequence fits, and the waiting loop stops at the first that does not.

@@ -171,13 +171,11 @@ func (c *closedLoop) subagentDone(r *run, k int) {
 	}
 }
 
-// endSession tells the router (and the record of hashes ever cached) that
-// cl's session is over. A subagent that carried its parent's session id
-// is no conversation of its own: the router keeps its parent's.
+// endSession tells the record of hashes ever cached that cl's session is
+// over. The router is not told, as the proxy is not (no agent says its
+// conversation is over): it saw the last request end (Router.Ended) and
+// holds the conversation for its return timeout, as after any turn.
 func (c *closedLoop) endSession(r *run, cl *client) {
-	if r.kv != nil && (len(cl.sess.Turns) == 0 || cl.sess.Turns[0].Session == cl.sess.ID) {
-		r.kv.sessionEnded(r, cl.sess.ID)
-	}
 	r.sessionOver(&cl.sess)
 }
 
@@ -320,6 +318,9 @@ func newClosedLoopFor(e *Experiment, r *run) *closedLoop {
 // sessions at once, as warden bench does.
 func (c *closedLoop) steps(st *stepper, e *Experiment) error {
 	r := st.r
+	// As the proxy: the router sees each request leave and end
+	// (Table.Start and Finish), never the end of a conversation.
+	r.router.TurnEnds = true
 	levels := e.Sessions
 	if e.Trace != nil {
 		levels = levels[:1]

@@ -99,11 +99,11 @@ func (e Experiment) withDefaults() (Experiment, error) {
 	if len(e.Strategies) == 0 {
 		e.Strategies = DefaultStrategies
 	}
-	for _, s := range e.Strategies {
-		if err := placement.ValidSpec(s); err != nil {
-			return e, fmt.Errorf("sim: %w", err)
-		}
+	strategies, err := placement.ExpandSpecs(e.Strategies)
+	if err != nil {
+		return e, fmt.Errorf("sim: %w", err)
 	}
+	e.Strategies = strategies
 	if e.Spill == nil {
 		e.Spill = &e.Farm.Spill
 	}

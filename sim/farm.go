@@ -141,7 +141,7 @@ type RoutingSpec struct {
 	// the scraped counts, in front of one server per replica).
 	Balancer string `yaml:"balancer"`
 	// ActiveWindow: a session counts as load (conversations held) while
-	// seen within it; 0 means placement's default.
+	// seen within it; 0: learned from the sessions' gaps (placement).
 	ActiveWindow Duration `yaml:"active_window"`
 	MaxSessions  int      `yaml:"max_sessions"`
 	// Balance is what affinity balances new conversations on: sessions
@@ -496,7 +496,7 @@ func (r *RoutingSpec) resolve() (resolvedRouting, error) {
 		return out, bad("routing.balancer", "want %s or %s, got %q", BalancerVLLM, BalancerWarden, r.Balancer)
 	}
 	if r.ActiveWindow < 0 {
-		return out, bad("routing.active_window", "must be >= 0 (0 = default %s)", placement.DefaultActiveWindow)
+		return out, bad("routing.active_window", "must be >= 0 (0 = learned from the sessions' gaps, from %s up)", placement.DefaultActiveWindow)
 	}
 	if r.MaxSessions < 0 {
 		return out, bad("routing.max_sessions", "must be >= 0 (0 = default), got %d", r.MaxSessions)

@@ -151,7 +151,10 @@ func pct(a, b int64) float64 {
 }
 
 // WriteText writes the report as a table like the product's published one:
-// one line per step; with two strategies every cell reads "off -> on".
+// one line per step; with two or three strategies every cell reads
+// "off -> on", with more (a head-to-head, --strategies peers) one line per
+// step and strategy, the best of each step's hit %, TTFB p95 and output
+// tokens/min marked "*".
 func (rep *Report) WriteText(w io.Writer) error {
 	strategies := []string{}
 	steps := []int{}
@@ -163,37 +166,65 @@ func (rep *Report) WriteText(w io.Writer) error {
 			steps = append(steps, r.Sessions)
 		}
 	}
-	if _, err := fmt.Fprintf(w, "%s: %s\n\n", rep.Farm, strings.Join(strategies, " -> ")); err != nil {
+	long := len(strategies) > maxArrowStrategies
+	sep := " -> "
+	if long {
+		sep = ", "
+	}
+	if _, err := fmt.Fprintf(w, "%s: %s\n\n", rep.Farm, strings.Join(strategies, sep)); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, "sessions\tsessions/h\toutput tok/min\tTTFB p50 s\tTTFB p95 s\treplicas busy\tprefix hit %\tstayed %\tunfinished\t")
+	head := "sessions\tsessions/h\toutput tok/min\tTTFB p50 s\tTTFB p95 s\treplicas busy\tprefix hit %\tstayed %\tunfinished\t"
+	if long {
+		head = "sessions\tstrategy\t" + strings.TrimPrefix(head, "sessions\t")
+	}
+	fmt.Fprintln(tw, head)
 	for _, n := range steps {
-		var cells [9][]string
+		var rows []Row
 		for _, s := range strategies {
-			i := slices.IndexFunc(rep.Rows, func(r Row) bool { return r.Strategy == s && r.Sessions == n })
-			if i < 0 {
-				continue
+			if i := slices.IndexFunc(rep.Rows, func(r Row) bool { return r.Strategy == s && r.Sessions == n }); i >= 0 {
+				rows = append(rows, rep.Rows[i])
 			}
-			r := rep.Rows[i]
+		}
+		best := bestOf(rows)
+		var cells [8][]string
+		for k, r := range rows {
 			vals := []string{
 				fmtNum(float64(r.SessionsPerHour), 0), fmtNum(float64(r.OutputTokensPerMin), 0),
 				fmtNum(float64(r.TTFBP50), 2), fmtNum(float64(r.TTFBP95), 2),
 				fmtNum(float64(r.ReplicasBusy), 1), fmtNum(float64(r.PrefixHitPct), 1),
 				fmtNum(float64(r.StayedPct), 1), strconv.FormatInt(r.Unfinished, 10),
 			}
+			if long {
+				for _, j := range []int{1, 3, 5} {
+					if best[j][k] {
+						vals[j] += " *"
+					}
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t\n", n, r.Strategy, strings.Join(vals, "\t"))
+				continue
+			}
 			for j, v := range vals {
 				cells[j] = append(cells[j], v)
 			}
 		}
+		if long {
+			continue
+		}
 		line := strconv.Itoa(n)
-		for _, c := range cells[:8] {
+		for _, c := range cells {
 			line += "\t" + strings.Join(c, " -> ")
 		}
 		fmt.Fprintln(tw, line+"\t")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if long {
+		if _, err := fmt.Fprintln(w, "* the step's best output tok/min, TTFB p95 and prefix hit %"); err != nil {
+			return err
+		}
 	}
 	// Why prompt tokens missed, per step and strategy.
 	if _, err := fmt.Fprintln(w, "\nprompt tokens not served from cache (cold / evicted / elsewhere / partial):"); err != nil {
@@ -255,6 +286,37 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	return rep.writeTimelines(w)
 }
+
+// maxArrowStrategies is the most strategies whose cells WriteText joins
+// with arrows on one line per step.
+const maxArrowStrategies = 3
+
+// bestOf returns, for the columns of WriteText's vals, which of rows hold
+// the step's best: the highest output tokens/min (1) and prefix hit % (5),
+// the lowest TTFB p95 (3), compared as the table shows them (ties all
+// marked); nil for the other columns.
+func bestOf(rows []Row) [8][]bool {
+	var best [8][]bool
+	mark := func(j int, v func(Row) float64, higher bool) {
+		b := math.NaN()
+		for _, r := range rows {
+			if x := v(r); !math.IsNaN(x) && (math.IsNaN(b) || (higher && x > b) || (!higher && x < b)) {
+				b = x
+			}
+		}
+		best[j] = make([]bool, len(rows))
+		for k, r := range rows {
+			best[j][k] = v(r) == b
+		}
+	}
+	mark(1, func(r Row) float64 { return math.Round(float64(r.OutputTokensPerMin)) }, true)
+	mark(3, func(r Row) float64 { return math.Round(float64(r.TTFBP95)*100) / 100 }, false)
+	mark(5, func(r Row) float64 { return round1(float64(r.PrefixHitPct)) }, true)
+	return best
+}
+
+// round1 rounds v to one decimal, as the table shows a percentage.
+func round1(v float64) float64 { return math.Round(v*10) / 10 }
 
 // writeTimelines writes the timelines: the hit rate of every strategy over
 // time, then each strategy's KV-cache usage per replica.

@@ -198,14 +198,6 @@ func (k *kvRouter) prefilled(r *run, s *seq) {
 	s.uncached = 0
 }
 
-// sessionEnded forgets a conversation whose last turn is done (the
-// simulator knows exactly; the proxy waits for the active window) and
-// admits whoever now fits.
-func (k *kvRouter) sessionEnded(r *run, session string) {
-	r.router.Forget(session)
-	k.wake(r)
-}
-
 // wake makes admission look at the waiting requests again at the current
 // instant, after the events of this instant (a replica may be inside its
 // step's end): admission enqueues on replicas.

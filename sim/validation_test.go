@@ -78,13 +78,37 @@ var validationTolerance = map[string]struct {
 	// TTFB p95, the figure every verdict is gated on, with the tolerance of
 	// p50, stated before the comparison: a step of 3 minutes holds 100-150
 	// requests, so p95 is one of the 5-8 slowest and a single request
-	// moves it; tighter would check the seed, not the model.
+	// moves it; tighter would check the seed, not the model. The published
+	// table has no repeated runs to take a spread from; the model's own
+	// stated uncertainty is of the same size: the speed band a planner
+	// simulates for an uncalibrated card (FarmSpec.SpeedScale 0.8-1.2)
+	// moves affinity's 4-session p95 by +34 % and -16 %.
 	"ttfb_p95_s": {rel: 0.35},
 }
 
-// knownGaps are cells that the simulator's mechanisms do not bring within
-// tolerance, with the reason. They are printed, never closed by fitting.
-var knownGaps = map[string]string{
+// knownGap is a cell that the simulator's mechanisms do not bring within
+// tolerance: why, and how far off it was when it was listed (off, in the
+// column's unit: a fraction of the published figure, or points for the
+// percentage columns). It is printed, never closed by fitting, and the
+// test fails when the cell drifts further off than that by more than a
+// quarter of the column's tolerance (gapSlack): a gap may stay open, not
+// grow unnoticed.
+type knownGap struct {
+	reason string
+	off    float64
+}
+
+// gapSlack is how much further off than its listed figure a known gap may
+// drift before the test fails: a quarter of the column's tolerance (8.75
+// points of TTFB, 3.75 of output tokens, 1.25 hit points), stated here
+// and not chosen from the figures.
+func gapSlack(col string) float64 {
+	tol := validationTolerance[col]
+	return max(tol.abs, tol.rel) / 4
+}
+
+// knownGaps are the cells listed as gaps, by gapKey.
+var knownGaps = map[string]knownGap{
 	// vLLM's own balancer used to be a gap here (81-83 % hits simulated,
 	// 56 and 44 % published): the model published the engines' counts to
 	// the API servers, which sent a session's next turn back to its
@@ -97,30 +121,49 @@ var knownGaps = map[string]string{
 	// connection per request gives 55.0 and one per session 54.7, inside.
 	// How the published bench's connections reached vLLM's API servers
 	// is not known, and the connection model is not chosen to fit a row.
-	gapKey("least-loaded", 4, "prefix_hit_pct"): "rotation over the client's pooled connections: 51 % (session/request connections: 55 %); the bench's mapping is not known",
+	gapKey("least-loaded", 4, "prefix_hit_pct"): {off: -5.2,
+		reason: "rotation over the client's pooled connections: 51 % (session/request connections: 55 %); the bench's mapping is not known"},
 	// The roofline's default efficiencies (0.8 of bandwidth, 100 us per
 	// step) make an A4000 decode 256 tokens faster than the published run
 	// did; warden calibrate fits them from a farm's histograms, and fitting
 	// them to this table is what this test forbids.
-	gapKey("affinity", 4, "output_tokens_per_min"): "decode step time: default roofline efficiencies, not calibrated on an A4000",
-	gapKey("affinity", 8, "output_tokens_per_min"): "decode step time: default roofline efficiencies, not calibrated on an A4000",
-	// The TTFB tail at 8 sessions was a gap here (affinity's p95 2.49 s
-	// simulated, 5.03 published; p50 0.28 and 0.48), as long as the steps
-	// carried the load on. Its mechanism: a first turn that reaches an
-	// engine while another session's first turn is prefilling waits for
-	// that whole 7.3k-token prefill (vLLM's scheduler serves the running
-	// queue, the partial prefill first, before any waiting request:
-	// vllm/v1/core/sched/scheduler.py Scheduler.schedule), and two
-	// sessions that start together on one engine stay in step (the same
-	// turns on the same engine), so every first turn of one of them waits
-	// for the other's. Affinity homes 8 sessions two to an engine; the
-	// product's bench client starts each step's sessions together, after
-	// cutting the previous step's (bench/bench.go, runner.step), so every
-	// pair starts in step. Carried on, the 4 new sessions of the second step
-	// paired with old ones at unrelated phases and no first turn collided.
-	// Run as the bench runs its steps (Experiment.FreshSteps), p95 4.77 s
-	// and p50 0.39 s come within tolerance, and least-loaded's 8-session
-	// TTFB with them (p50 +18 % -> -2 %, p95 +20 % -> -6 %); nothing fitted.
+	gapKey("affinity", 4, "output_tokens_per_min"): {off: 0.174,
+		reason: "decode step time: default roofline efficiencies, not calibrated on an A4000"},
+	gapKey("affinity", 8, "output_tokens_per_min"): {off: 0.192,
+		reason: "decode step time: default roofline efficiencies, not calibrated on an A4000"},
+	// Affinity's TTFB at 8 sessions, the load carried on from the 4-session
+	// step as the published run did (testdata/validation/README.md): p50
+	// 0.28 s simulated against 0.48, p95 2.49 against 5.03. A 5 s TTFB is a
+	// first turn that waited for another first turn's whole 7.3k-token
+	// prefill on its engine: vLLM's scheduler gives the token budget (2048
+	// on a card under 70 GiB: vllm/engine/arg_utils.py, the batch defaults,
+	// get_batch_defaults) to the running requests first, the
+	// partial prefill included, and to waiting ones only with what is left
+	// (vllm/v1/core/sched/scheduler.py Scheduler.schedule, "First, schedule
+	// the RUNNING requests"). For p95 a quarter of the step's first turns
+	// must do so. In the model a pair of sessions on one engine is either
+	// in step (their turns start within one prefill of each other: every
+	// later first turn waits for the other's) or apart (more than a
+	// prefill: none ever waits, since the partner decodes a token a step
+	// while the prefill runs and ends its turn after it), and stays so; a
+	// pair is in step only if it started together. Every pair does when a
+	// step starts all its sessions at once (warden bench's steps,
+	// Experiment.FreshSteps: p95 4.77 s, printed below); carried on, each
+	// new session arrives while its partner decodes, and no pair does.
+	// Neither sessions doubled up on an engine (hash homes them blind to
+	// load: p95 2.5 s), nor forgetting ended conversations at once (the
+	// same bytes), nor the slow edge of the speed band (0.8, which brings
+	// output tokens per minute to the published figure: p95 3.1 s) changes
+	// it (TestCarriedOnTailStaysOnePrefill). The published replicas busy
+	// (2.83 at 4 sessions, 3.96 simulated) says the real sessions shared
+	// engines, which the proxy's score as modelled never makes them do (an
+	// idle replica has nothing in flight and the lowest score). What put
+	// the real first turns in step is not known; no constant is fitted to
+	// put them there.
+	gapKey("affinity", 8, "ttfb_p50_s"): {off: -0.421,
+		reason: "first turns do not meet carried on (0.28 s; started together 0.39 s)"},
+	gapKey("affinity", 8, "ttfb_p95_s"): {off: -0.505,
+		reason: "first turns do not meet carried on (2.49 s; started together 4.77 s)"},
 }
 
 func gapKey(strategy string, sessions int, col string) string {
@@ -161,12 +204,13 @@ func TestValidationAgainstPublished(t *testing.T) {
 		}
 		return sum
 	}
-	// The published run's steps are those of the product's bench client
-	// (bench/bench.go): each step's end cuts the requests in flight and the
-	// next starts its sessions afresh, all at once. The mechanism of the
-	// TTFB tail rides on it (knownGaps' note); the carried-on protocol is
-	// printed below for comparison.
-	sum, carried := mean(true), mean(false)
+	// The published run carried the load on from step to step, sessions
+	// not cut at a step's end (testdata/validation/README.md), which is
+	// what is checked. Run as warden bench runs its steps (each step's
+	// sessions cut, the next all started at once) the TTFB is printed
+	// below for comparison, not checked: it is not how the rows were
+	// measured.
+	sum, fresh := mean(false), mean(true)
 	var b strings.Builder
 	fmt.Fprintf(&b, "simulated (mean of %d seeds) vs published, %s\n", n, farm.Name())
 	fmt.Fprintf(&b, "%-14s %-3s %-22s %10s %10s %9s  %s\n", "strategy", "n", "column", "simulated", "published", "off by", "check")
@@ -177,32 +221,35 @@ func TestValidationAgainstPublished(t *testing.T) {
 				continue
 			}
 			got := sum[gapKey(p.strategy, p.sessions, c)]
-			off := fmt.Sprintf("%+.1f%%", 100*(got-want)/want)
+			off, offText := (got-want)/want, fmt.Sprintf("%+.1f%%", 100*(got-want)/want)
 			if c == "prefix_hit_pct" || c == "stayed_pct" {
-				off = fmt.Sprintf("%+.1f pt", got-want)
+				off, offText = got-want, fmt.Sprintf("%+.1f pt", got-want)
 			}
 			check := "-"
 			if tol, checked := validationTolerance[c]; checked {
 				in := (tol.abs > 0 && math.Abs(got-want) <= tol.abs) || (tol.rel > 0 && math.Abs(got-want) <= tol.rel*want)
-				reason, gap := knownGaps[gapKey(p.strategy, p.sessions, c)]
+				g, isGap := knownGaps[gapKey(p.strategy, p.sessions, c)]
 				switch {
-				case in && gap:
+				case in && isGap:
 					check = "ok (listed as a gap: remove it)"
 					t.Errorf("%s/%d %s: within tolerance but listed as a known gap", p.strategy, p.sessions, c)
 				case in:
 					check = "ok"
-				case gap:
-					check = "KNOWN GAP: " + reason
+				case isGap && math.Abs(off) > math.Abs(g.off)+gapSlack(c):
+					check = "GAP GREW: " + g.reason
+					t.Errorf("%s/%d %s: the known gap grew: off by %s, listed at %+.3g (slack %.3g)", p.strategy, p.sessions, c, offText, g.off, gapSlack(c))
+				case isGap:
+					check = "KNOWN GAP: " + g.reason
 				default:
 					check = "FAIL"
-					t.Errorf("%s/%d %s: simulated %.3g, published %.3g (%s)", p.strategy, p.sessions, c, got, want, off)
+					t.Errorf("%s/%d %s: simulated %.3g, published %.3g (%s)", p.strategy, p.sessions, c, got, want, offText)
 				}
 			}
-			fmt.Fprintf(&b, "%-14s %-3d %-22s %10.3g %10.3g %9s  %s\n", p.strategy, p.sessions, c, got, want, off, check)
+			fmt.Fprintf(&b, "%-14s %-3d %-22s %10.3g %10.3g %9s  %s\n", p.strategy, p.sessions, c, got, want, offText, check)
 		}
 	}
-	// The TTFB columns again with the load carried on from step to step.
-	fmt.Fprintf(&b, "\nTTFB with the load carried on from step to step (no session cut, 4 new ones at the 8-session step):\n")
+	// The TTFB columns again as warden bench runs its steps, for comparison.
+	fmt.Fprintf(&b, "\nTTFB with each step's sessions cut and the next step's started at once (warden bench; sim --fresh-steps), not checked:\n")
 	fmt.Fprintf(&b, "%-14s %-3s %-22s %10s %10s %9s\n", "strategy", "n", "column", "simulated", "published", "off by")
 	for _, p := range pub {
 		for _, c := range []string{"ttfb_p50_s", "ttfb_p95_s"} {
@@ -210,7 +257,7 @@ func TestValidationAgainstPublished(t *testing.T) {
 			if !ok {
 				continue
 			}
-			got := carried[gapKey(p.strategy, p.sessions, c)]
+			got := fresh[gapKey(p.strategy, p.sessions, c)]
 			fmt.Fprintf(&b, "%-14s %-3d %-22s %10.3g %10.3g %8.1f%%\n", p.strategy, p.sessions, c, got, want, 100*(got-want)/want)
 		}
 	}

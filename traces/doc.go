@@ -24,8 +24,13 @@
 //     context, pauses, subagents, the histogram of prompt lengths).
 //   - fit.go: Fitter, a workload fitted to a trace's sessions (warden trace
 //     stats --workload-out, warden workload --journal).
-//   - import.go and import_*.go: Mooncake (import_mooncake.go), Alibaba
-//     Bailian (import_bailian.go) and Azure (import_azure.go) importers; infer.go infers sessions from prefix chains where a trace
+//   - import.go and import_*.go: Mooncake, Alibaba Bailian and Azure
+//     (import_azure.go) importers. Mooncake and Bailian share one
+//     skeleton, import_hashids.go (hashIDDecoder: the lines, the common
+//     fields checked, arrivals, the hash ids re-chained to the target
+//     block size); each format
+//     (import_mooncake.go, import_bailian.go) adds its own fields and
+//     sessions. infer.go infers sessions from prefix chains where a trace
 //     has none.
 //   - text.go: the canonical prompt text and its token blocks, the one
 //     rule by which the journal, the emulator and the bench client turn a

@@ -45,9 +45,9 @@ func Import(format string, in io.Reader, name string, out *Writer, opts ImportOp
 	var dec importDecoder
 	switch format {
 	case "mooncake":
-		dec, err = newMooncakeDecoder(br, name, opts)
+		dec, err = newHashIDDecoder(br, name, opts, newMooncake(opts))
 	case "bailian":
-		dec, err = newBailianDecoder(br, name, opts)
+		dec, err = newHashIDDecoder(br, name, opts, newBailian())
 	case "azure":
 		dec, err = newAzureDecoder(br, name, opts)
 	default:

@@ -7,8 +7,18 @@
 // axis, bars, stacked areas, gauges), each with a fixed element id so that the same input gives
 // byte-identical HTML; golden files of every chart's options live in testdata/.
 //
+// PlanReport (planreport.go) fills a Report from the planner's answer (planner.Result), reading
+// its typed fields, one file per section: planreport_overview.go the candidates compared (table
+// and charts), planreport_routings.go the cards per routing, planreport_rule.go the rule of thumb
+// and its dials, planreport_timeline.go the answer's farm over time, planreport_candidate.go one
+// section per candidate; planreport_band.go reads the uncertainty band and says what it is,
+// planreport_format.go formats the figures, and planreport.go itself the buyer's check and the
+// settings. observedreport.go is the "prediction vs observation" section of a plan of a running
+// farm; CompareReport (comparereport.go) sets warden sim's prediction beside warden bench's
+// measurement.
+//
 // Pages never touch the network. A report inlines Apache ECharts 5.6.0 (embedded from
-// assets/echarts with its LICENSE and NOTICE) in a <script> element, so it opens offline and can
+// assets/echarts with its LICENSE and NOTICE, assets.go) in a <script> element, so it opens offline and can
 // be mailed. The dashboard (dashboard.go, its script in assets/dashboard.js, embedded and inlined
 // in each page) is served by the proxy's admin listener; its pages load echarts from the binary
 // and poll the proxy's /api/status (live.StatusReport, read as generic

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lm-warden/warden/planner"
+	"github.com/lm-warden/warden/sim"
 )
 
 // decodeOptions is a chart's options as generic JSON.
@@ -107,28 +108,32 @@ func TestLineChartBandAndMarks(t *testing.T) {
 	checkGolden(t, filepath.Join("testdata", "chart-band.json"), got)
 }
 
-// The band is read from the planner's JSON wherever it is: per level in a list beside the rows.
-func TestBandFromJSON(t *testing.T) {
-	var m map[string]any
-	js := `{"rows":[{"ttfb_p95_s":3},{"ttfb_p95_s":5}],
-		"bands":[{"ttfb_p95_s":{"low":4,"nominal":3,"high":2.5}},{"ttfb_p95_s":{"low":9,"nominal":5,"high":4}}]}`
-	if err := json.Unmarshal([]byte(js), &m); err != nil {
-		t.Fatal(err)
+// A routing's band is its Bands' low and high edges at each level; none where the result has
+// no band for the KPI, or where the band is one run (low = high everywhere).
+func TestKPIBand(t *testing.T) {
+	rng := func(low, high float64) planner.Range {
+		return planner.Range{Low: sim.Float(low), High: sim.Float(high)}
 	}
-	lo, hi := bandFromJSON(m, 2, "ttfb_p95_s")
+	cfg := &planner.Config{Rows: make([]sim.Row, 2), Bands: []planner.Band{
+		{TTFBP95: rng(4, 2.5), PrefixHitPct: rng(math.NaN(), math.NaN())},
+		{TTFBP95: rng(9, 4), PrefixHitPct: rng(math.NaN(), math.NaN())},
+	}}
+	lo, hi := kpiBand(cfg, ttfbP95)
 	if diff := cmp.Diff([]float64{4, 9}, lo); diff != "" {
 		t.Errorf("low (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]float64{2.5, 4}, hi); diff != "" {
 		t.Errorf("high (-want +got):\n%s", diff)
 	}
-	if lo, hi := bandFromJSON(m, 2, "prefix_hit_pct"); lo != nil || hi != nil {
+	if lo, hi := kpiBand(cfg, prefixHit); lo != nil || hi != nil {
 		t.Errorf("a KPI without a band: got %v %v, want nil", lo, hi)
 	}
-	// A band of one run (low = high everywhere) is no band.
-	json.Unmarshal([]byte(`{"rows":[{}],"bands":[{"ttfb_p95_s":{"low":3,"nominal":3,"high":3}}]}`), &m)
-	if lo, _ := bandFromJSON(m, 1, "ttfb_p95_s"); lo != nil {
+	flat := &planner.Config{Rows: make([]sim.Row, 1), Bands: []planner.Band{{TTFBP95: rng(3, 3)}}}
+	if lo, _ := kpiBand(flat, ttfbP95); lo != nil {
 		t.Errorf("a flat band: got %v, want nil", lo)
+	}
+	if lo, _ := kpiBand(&planner.Config{Rows: make([]sim.Row, 2)}, ttfbP95); lo != nil {
+		t.Errorf("a result from before bands: got %v, want nil", lo)
 	}
 }
 
@@ -198,7 +203,7 @@ func chartAttrs(dom string) map[string]map[string]string {
 }
 
 // units are the words an axis name must contain to say its unit.
-var units = []string{"%", "seconds", "tokens/s", "tokens/min", "requests", "replicas", "sessions", "tokens"}
+var units = []string{"%", "seconds", "tokens/s", "tokens/min", "requests", "replicas", "sessions", "tokens", "cards"}
 
 // checkChartsInDOM checks, for every chart of the report, what Chromium's echarts drew: a
 // canvas, the title, axis names with units and a legend (XY charts).
@@ -226,7 +231,7 @@ func checkChartsInDOM(t *testing.T, r *Report, dom string) {
 		}
 		for _, axis := range []string{"x-names", "y-names"} {
 			name := a[axis]
-			if !containsAny(name, units) && !(axis == "x-names" && (name == "candidate" || name == "replica")) {
+			if !containsAny(name, units) && !(axis == "x-names" && (name == "candidate" || name == "replica" || name == "routing")) {
 				t.Errorf("chart %s: %s %q: want an axis name with its unit", c.ID, axis, name)
 			}
 		}
@@ -244,44 +249,29 @@ func containsAny(s string, subs []string) bool {
 
 // A result that carries the planner's band, verdict and reconcile sentence shows them: the
 // band in the table and shaded in the first charts, "marginal" with its reason, and the
-// reconcile sentence beside the rule of thumb. The fields are read by their JSON names.
+// reconcile sentence beside the rule of thumb.
 func TestPlanReportShowsBand(t *testing.T) {
-	m := jsonOf(samplePlanResult())
-	m["band"] = map[string]any{"kv_scales": []any{1, 0.85, 1.1}, "speed_scales": []any{1, 0.8, 1.2}, "seeds": []any{1, 2, 3}}
-	cands := m["candidates"].([]any)
-	for _, cv := range cands {
-		c := cv.(map[string]any)
-		if c["fits"] != true {
+	res := samplePlanResult()
+	res.Band = planner.BandInfo{KVScales: []float64{1, 0.85, 1.1}, SpeedScales: []float64{1, 0.8, 1.2}, Seeds: []uint64{1, 2, 3}}
+	rng := func(low, nominal, high float64) planner.Range {
+		return planner.Range{Low: sim.Float(low), Nominal: sim.Float(nominal), High: sim.Float(high)}
+	}
+	for i := range res.Candidates {
+		c := &res.Candidates[i]
+		if !c.Fits {
 			continue
 		}
-		c["verdict"] = "marginal"
-		c["why"] = "meets at the nominal KV size; misses prefix hit >= 80 % if the KV cache is 15 % smaller than estimated"
-		c["reconcile"] = "the 3.5k system prompt is shared"
-		c["kpis"] = map[string]any{"ttfb_p95_s": map[string]any{"low": 9.5, "nominal": 6.0, "high": 5.0},
-			"prefix_hit_pct": map[string]any{"low": 70.0, "nominal": 85.0, "high": 88.0}}
-		for _, cfg := range c["configs"].([]any) {
-			var bands []any
-			for range cfg.(map[string]any)["rows"].([]any) {
-				bands = append(bands, map[string]any{"ttfb_p95_s": map[string]any{"low": 9.0, "nominal": 6.0, "high": 5.0},
-					"prefix_hit_pct": map[string]any{"low": 60.0, "nominal": 85.0, "high": 90.0}})
+		c.Verdict = planner.VerdictMarginal
+		c.Why = "meets at the nominal KV size; misses prefix hit >= 80 % if the KV cache is 15 % smaller than estimated"
+		c.Reconcile = "the 3.5k system prompt is shared"
+		c.KPIs = &planner.Band{TTFBP95: rng(9.5, 6, 5), PrefixHitPct: rng(70, 85, 88)}
+		for k := range c.Configs {
+			cfg := &c.Configs[k]
+			cfg.Bands = nil
+			for range cfg.Rows {
+				cfg.Bands = append(cfg.Bands, planner.Band{TTFBP95: rng(9, 6, 5), PrefixHitPct: rng(60, 85, 90)})
 			}
-			cfg.(map[string]any)["bands"] = bands
 		}
-	}
-	raw, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := planner.ReadResult(raw)
-	if err != nil && strings.Contains(err.Error(), "unknown field") {
-		t.Skipf("this planner.Result has no band fields yet: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if jsonPath(jsonOf(res), "band", "kv_scales") == nil || len(res.Candidates[1].Configs[0].Rows) == 0 ||
-		jsonPath(jsonOf(&res.Candidates[1].Configs[0]), "bands") == nil {
-		t.Skip("this planner.Result has no band fields yet")
 	}
 	r := PlanReport(res)
 	var buf bytes.Buffer

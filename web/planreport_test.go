@@ -372,3 +372,13 @@ func ruleDials(t *testing.T, r *Report) []ruleDial {
 	}
 	return opt.Series
 }
+
+// BenchmarkPlanReport builds the plan report of the sample result: what
+// `warden plan --out` and `warden report --from` do before rendering.
+func BenchmarkPlanReport(b *testing.B) {
+	res := samplePlanResult()
+	b.ReportAllocs()
+	for b.Loop() {
+		PlanReport(res)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lm-warden/warden/internal/num"
 	"github.com/lm-warden/warden/metrics"
+	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/sim"
 )
 
@@ -96,14 +97,21 @@ func SimReport(rep *sim.Report, o SimReportOptions) *Report {
 			return NewBarChart(id, fmt.Sprintf("%s at %d sessions", title, steps[0]), cats, y, Series{Name: title, Y: ys}).WithCategoryName("strategy")
 		}
 	}
-	summary.Charts = []*Chart{
-		chart("ttfb", "Time to first token, p50 and p95", sessions, xs, Axis{Name: "seconds", Log: true}, ttfb...),
-		chart("hit", "Prefix-cache hit rate", sessions, xs, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
-			perStrategy("", func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })...),
-		chart("tokens", "Output tokens per minute", sessions, xs, Axis{Name: "tokens/min"},
-			perStrategy("", func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) })...),
-		chart("busy", "Replicas busy (mean)", sessions, xs, Axis{Name: "replicas", Min: ptr(0.0)},
-			perStrategy("", func(r *sim.Row) float64 { return float64(r.ReplicasBusy) })...),
+	if len(strategies) > maxLineStrategies {
+		// A head-to-head (warden sim --strategies peers): a line per
+		// strategy is a tangle, so bars, one group per strategy, a bar per
+		// sessions level; the TTFB's p95 only.
+		summary.Charts = headToHeadCharts(strategies, steps, row)
+	} else {
+		summary.Charts = []*Chart{
+			chart("ttfb", "Time to first token, p50 and p95", sessions, xs, Axis{Name: "seconds", Log: true}, ttfb...),
+			chart("hit", "Prefix-cache hit rate", sessions, xs, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
+				perStrategy("", func(r *sim.Row) float64 { return float64(r.PrefixHitPct) })...),
+			chart("tokens", "Output tokens per minute", sessions, xs, Axis{Name: "tokens/min"},
+				perStrategy("", func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) })...),
+			chart("busy", "Replicas busy (mean)", sessions, xs, Axis{Name: "replicas", Min: ptr(0.0)},
+				perStrategy("", func(r *sim.Row) float64 { return float64(r.ReplicasBusy) })...),
+		}
 	}
 
 	// Why prompt tokens missed the cache.
@@ -141,6 +149,35 @@ func SimReport(rep *sim.Report, o SimReportOptions) *Report {
 	}
 	r.Sections = append(r.Sections, definitionsSection(o.KPIs))
 	return r
+}
+
+// maxLineStrategies is the most strategies the summary draws as lines
+// against the sessions; more are a head-to-head, drawn as bars.
+const maxLineStrategies = 4
+
+// headToHeadCharts draws a head-to-head: for TTFB p95, prefix hit %,
+// output tokens per minute and replicas busy, one group of bars per
+// strategy, one bar per sessions level.
+func headToHeadCharts(strategies []string, steps []int, row func(string, int) *sim.Row) []*Chart {
+	bars := func(id, title string, y Axis, f func(*sim.Row) float64) *Chart {
+		series := make([]Series, len(steps))
+		for i, n := range steps {
+			series[i] = Series{Name: fmt.Sprintf("%d sessions", n), Y: make([]float64, len(strategies))}
+			for j, s := range strategies {
+				series[i].Y[j] = math.NaN()
+				if r := row(s, n); r != nil {
+					series[i].Y[j] = f(r)
+				}
+			}
+		}
+		return NewBarChart(id, title, strategies, y, series...) // the slanted names say what the categories are
+	}
+	return []*Chart{
+		bars("ttfb", "Time to first token, p95, by strategy", Axis{Name: "seconds", Log: true}, func(r *sim.Row) float64 { return float64(r.TTFBP95) }),
+		bars("hit", "Prefix-cache hit rate, by strategy", Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, func(r *sim.Row) float64 { return float64(r.PrefixHitPct) }),
+		bars("tokens", "Output tokens per minute, by strategy", Axis{Name: "tokens/min"}, func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) }),
+		bars("busy", "Replicas busy (mean), by strategy", Axis{Name: "replicas", Min: ptr(0.0)}, func(r *sim.Row) float64 { return float64(r.ReplicasBusy) }),
+	}
 }
 
 // timelineSection draws the runs over time (warden sim --timeline): every
@@ -280,12 +317,63 @@ func simAnswer(rep *sim.Report, strategies []string, steps []int, row func(strin
 			others = append(others, fmt.Sprintf("%s %s s", s, fmtNum(float64(x.TTFBP95), 2)))
 		}
 	}
+	if len(strategies) > maxLineStrategies {
+		others = headToHeadOthers(strategies, best, func(s string) *sim.Row { return row(s, n) })
+	}
 	ans := fmt.Sprintf("At %d sessions on %s, %s routing gives the lowest TTFB p95, %s s, with a prefix-cache hit rate of %s %%",
 		n, rep.Farm, best.Strategy, fmtNum(float64(best.TTFBP95), 2), fmtNum(float64(best.PrefixHitPct), 1))
 	if len(others) > 0 {
 		ans += " (" + strings.Join(others, ", ") + ")"
 	}
 	return ans + "."
+}
+
+// headToHeadOthers names, beside the best, the lowest TTFB p95 of each
+// side of a head-to-head: warden's routings (affinity and its options),
+// the peers' routers, and vLLM's own balancer (least-loaded), each with
+// its hit rate. A strategy is placed by the registry name its label
+// begins with.
+func headToHeadOthers(strategies []string, best *sim.Row, row func(string) *sim.Row) []string {
+	side := func(label string) string {
+		name, _, _ := strings.Cut(label, " (")
+		st, _ := placement.LookupStrategy(name)
+		switch {
+		case st.Peer:
+			return "the best peer"
+		case name == placement.StrategyAffinity:
+			return "warden's best"
+		default:
+			return name
+		}
+	}
+	var order []string
+	bestOf := map[string]*sim.Row{}
+	for _, s := range strategies {
+		x := row(s)
+		if x == nil || x == best || !finite(float64(x.TTFBP95)) {
+			continue
+		}
+		k := side(s)
+		if b, ok := bestOf[k]; !ok || x.TTFBP95 < b.TTFBP95 {
+			if !ok {
+				order = append(order, k)
+			}
+			bestOf[k] = x
+		}
+	}
+	var out []string
+	for _, k := range order {
+		x := bestOf[k]
+		who := x.Strategy
+		if k != x.Strategy {
+			if side(best.Strategy) == k { // the best is on this side: its runner-up
+				k = strings.Replace(k, "best", "next best", 1)
+			}
+			who = k + ", " + x.Strategy + ","
+		}
+		out = append(out, fmt.Sprintf("%s %s s at %s %% hit", who, fmtNum(float64(x.TTFBP95), 2), fmtNum(float64(x.PrefixHitPct), 1)))
+	}
+	return out
 }
 
 // axes returns the strategies in order of first appearance and the session steps ascending.

@@ -160,3 +160,57 @@ func TestSimReportTimelines(t *testing.T) {
 		t.Error("no section for the timelines")
 	}
 }
+
+// TestSimReportHeadToHead: with more strategies than lines can show
+// (warden sim --strategies peers), the summary's charts are bars, one
+// group per strategy and a bar per sessions level, the TTFB's p95 only;
+// the answer names, beside the best, the best of warden's routings, of
+// the peers and vLLM's own balancer (golden: testdata/sim-h2h-*.json).
+func TestSimReportHeadToHead(t *testing.T) {
+	rep := &sim.Report{Farm: "4x RTX A4000, Qwen3-4B"}
+	strategies := []string{"least-loaded", "affinity", "affinity (kv, priced, admit)", "llm-d", "dynamo", "sglang"}
+	for _, n := range []int{8, 24} {
+		for i, s := range strategies {
+			rep.Rows = append(rep.Rows, sim.Row{Strategy: s, Sessions: n,
+				TTFBP95:            sim.Float(float64(n) * float64(1+(i*5)%7) / 4),
+				PrefixHitPct:       sim.Float(30 + 10*float64(i)),
+				OutputTokensPerMin: sim.Float(1000 * float64(n+i)),
+				ReplicasBusy:       sim.Float(2 + float64(i%3)),
+			})
+		}
+	}
+	r := SimReport(rep, SimReportOptions{})
+	want := "At 24 sessions on 4x RTX A4000, Qwen3-4B, least-loaded routing gives the lowest TTFB p95, 6.00 s, with a prefix-cache hit rate of 30.0 % " +
+		"(warden's best, affinity (kv, priced, admit), 24.00 s at 50.0 % hit, the best peer, llm-d, 12.00 s at 60.0 % hit)."
+	if r.Answer != want {
+		t.Errorf("Answer =\n%q\nwant\n%q", r.Answer, want)
+	}
+	var ids []string
+	for _, c := range r.Charts()[:4] {
+		ids = append(ids, c.ID)
+		got, err := c.OptionsJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(got), `"type": "bar"`) || !strings.Contains(string(got), `"name": "24 sessions"`) {
+			t.Errorf("chart %s is not bars per sessions level:\n%.300s", c.ID, got)
+		}
+		checkGolden(t, filepath.Join("testdata", "sim-h2h-"+c.ID+".json"), got)
+	}
+	if got := strings.Join(ids, " "); got != "ttfb hit tokens busy" {
+		t.Errorf("chart ids %q", got)
+	}
+	if err := r.Render(&bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	// When warden's routing is the best, the answer names its runner-up.
+	for i := range rep.Rows {
+		if rep.Rows[i].Strategy == "affinity" && rep.Rows[i].Sessions == 24 {
+			rep.Rows[i].TTFBP95 = 1
+		}
+	}
+	if got := SimReport(rep, SimReportOptions{}).Answer; !strings.Contains(got, "affinity routing gives the lowest TTFB p95, 1.00 s") ||
+		!strings.Contains(got, "warden's next best, affinity (kv, priced, admit), 24.00 s") {
+		t.Errorf("Answer = %q", got)
+	}
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,13 +9,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
-	"github.com/lm-warden/warden/calibrate"
 	"github.com/lm-warden/warden/hardware"
 	"github.com/lm-warden/warden/placement"
 	"github.com/lm-warden/warden/planner"
@@ -134,6 +130,9 @@ named in the table as the simulator names them, with the spill threshold:
 "affinity (kv, admit, spill auto)". They are opt-in: each variant is one more
 routing per spill threshold (a priced one runs once), simulated on every
 candidate at every level of the band, so the built-in plan does not try them.
+The routers people run instead (llm-d, dynamo, sglang, ...: warden sim --help)
+are strategies too. With two strategies or more the summary and the report
+give a card per routing: each one's cheapest farm that meets the targets.
 
 Candidates come from a YAML plan file (--plan; see planner/examples/default.yaml)
 or from --gpu, --replicas and --model. With neither, plan runs the built-in
@@ -155,6 +154,7 @@ that runs; --quiet silences both.`,
   warden plan --gpu h100 --replicas 1,2 --tensor-parallel-size 4 --model llama-3.1-70b --sessions 32,64
   warden plan --gpu "H100 SXM,L40S" --replicas 16,32,64 --model meta-llama/Llama-3.1-8B-Instruct \
       --sessions 64,128,256 --every-candidate    # also the farms dearer than the answer
+  warden plan --strategies llm-d,dynamo,affinity  # a card per routing: with llm-d, how many cards?
   warden plan --workload claude-code --sessions 8,16 --out claude.html   # Claude Code's sessions (presets: warden sim --help)
   warden plan --plan my-plan.yaml --out capacity.html --json > result.json
   warden report --from result.json --out capacity.html
@@ -210,6 +210,20 @@ that runs; --quiet silences both.`,
 // buildPlan makes the plan: the file, the flags, or the built-in example,
 // with the flags given on the command line applied.
 func (o *planOptions) buildPlan() (planner.Plan, error) {
+	p, changed, err := o.basePlan()
+	if err != nil {
+		return p, err
+	}
+	if err := o.checkFlags(changed); err != nil {
+		return p, err
+	}
+	return o.applyFlags(p, changed)
+}
+
+// basePlan is the plan before the flags apply: the file, the --gpu flags
+// or the built-in example, with whether each flag is to override it (for a
+// --gpu plan every one is: each setting comes from its flag).
+func (o *planOptions) basePlan() (planner.Plan, func(string) bool, error) {
 	changed := o.changed
 	if changed == nil {
 		changed = func(string) bool { return false }
@@ -230,15 +244,15 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 		}})
 	case len(o.GPUs) > 0:
 		if o.Model == "" {
-			return p, errors.New("--gpu needs --model (the model every candidate serves)")
+			return p, nil, errors.New("--gpu needs --model (the model every candidate serves)")
 		}
 		for _, g := range o.GPUs {
 			if _, err := hardware.LookupGPU(g); err != nil {
-				return p, fmt.Errorf("--gpu: %w", err)
+				return p, nil, fmt.Errorf("--gpu: %w", err)
 			}
 		}
 		if _, err := hardware.LookupModel(o.Model); err != nil {
-			return p, fmt.Errorf("--model: %w", err)
+			return p, nil, fmt.Errorf("--model: %w", err)
 		}
 		p = planner.Plan{
 			Farms: []planner.FarmSet{{
@@ -254,17 +268,18 @@ func (o *planOptions) buildPlan() (planner.Plan, error) {
 				continue // --prometheus takes them (plan_observed.go)
 			}
 			if o.changed != nil && o.changed(name) {
-				return p, fmt.Errorf("--%s needs --gpu", name)
+				return p, nil, fmt.Errorf("--%s needs --gpu", name)
 			}
 		}
 		p, err = planner.ParsePlan(planner.DefaultPlan, planner.DefaultPlanName)
 	}
-	if err != nil {
-		return p, err
-	}
-	if err := o.checkFlags(changed); err != nil {
-		return p, err
-	}
+	return p, changed, err
+}
+
+// applyFlags applies to p the flags that override it (changed) and those
+// that set every candidate (--vllm-version, the dtypes, --price,
+// --workload).
+func (o *planOptions) applyFlags(p planner.Plan, changed func(string) bool) (planner.Plan, error) {
 	if o.VLLMVersion != "" {
 		if _, err := sim.ParseVLLMVersion(o.VLLMVersion); err != nil {
 			return p, fmt.Errorf("--vllm-version: %w", err)
@@ -489,7 +504,7 @@ func runPlan(ctx context.Context, o *planOptions, out io.Writer) error {
 	if o.JSON {
 		return writeJSON(out, res)
 	}
-	return writePlanSummary(out, res, o.Out, o.Wide)
+	return res.WriteText(out, planner.TextOptions{Report: o.Out, Wide: o.Wide})
 }
 
 // solve is plan's usual mode: a plan file, the flags or the example.
@@ -505,389 +520,4 @@ func (o *planOptions) solve(ctx context.Context) (*planner.Result, error) {
 		defer pr.finish()
 	}
 	return planner.Solve(ctx, p)
-}
-
-// summaryWidth is the column the summary's sentences wrap at, and
-// tableWidth the widest its table may be without --wide: a terminal of
-// about 120 columns shows both unbroken.
-const (
-	summaryWidth = 110
-	tableWidth   = 120
-)
-
-// writePlanSummary prints the answer (with the sentence that reconciles
-// the rule of thumb when the farm it names is over it) and the workload it
-// assumed, one line per candidate within tableWidth columns (wide: every
-// column, however wide), what a candidate misses where it stops meeting
-// the targets and in which run of the band, what the routings, the band
-// and the verdicts mean in plain words, and the sentence that reconciles
-// the rule of thumb with the simulation. Sentences wrap at summaryWidth.
-func writePlanSummary(w io.Writer, res *planner.Result, reportPath string, wide bool) error {
-	var b bytes.Buffer
-	para := func(sentences ...string) {
-		var nonEmpty []string
-		for _, s := range sentences {
-			if s != "" {
-				nonEmpty = append(nonEmpty, s)
-			}
-		}
-		if len(nonEmpty) > 0 {
-			b.WriteString(wrapText(strings.Join(nonEmpty, " "), summaryWidth))
-		}
-	}
-	para(res.Answer)
-	if bc := res.BuyerCheck; bc != nil {
-		fmt.Fprintln(&b)
-		para(bc.Lead())
-		for i, st := range bc.Steps {
-			why := wrapText(fmt.Sprintf("%d. %s", i+1, st.Why), summaryWidth-3)
-			b.WriteString(strings.ReplaceAll(strings.TrimSuffix(why, "\n"), "\n", "\n   ") + "\n")
-			if st.Command != "" {
-				b.WriteString(wrapCommand(st.Command, summaryWidth, "   "))
-			}
-		}
-		para("Then " + bc.Then)
-		para(bc.Margin)
-	}
-	if wl := res.Workload.WorkloadLine(); wl != "" {
-		fmt.Fprintln(&b)
-		para(wl)
-	}
-	fmt.Fprintln(&b)
-	table, cliffs, err := planTable(res, wide)
-	if err != nil {
-		return err
-	}
-	b.WriteString(table)
-	if len(cliffs) > 0 {
-		fmt.Fprintln(&b)
-		for _, c := range cliffs {
-			para(c)
-		}
-	}
-	fmt.Fprintln(&b)
-	for _, r := range res.RoutingWords() {
-		para(r)
-	}
-	if band := res.BandWords(); band != "" {
-		para("[band]: " + band)
-	}
-	para(res.SkipNote()) // what was not simulated, and why ("" for none)
-	para("verdict: " + verdictRule(res))
-	upTo := "up to: the most sessions at which the band's worst run still meets every target (bisected)"
-	if wide {
-		upTo += "; misses at: the next"
-	}
-	para(upTo + "; demand/KV: the rule of thumb, sessions x typical context over the farm's KV cache (over 100 % is over, " +
-		"yet a farm over it can meet the targets: the simulation decides).")
-	if res.CostUnit == "cards" {
-		para(`cheapest by card count: one GPU kind, so the same order as by money (give --price "GPU=per GPU-hour,..." to see costs)`)
-	} else if w := res.PricesWords(); w != "" {
-		para(w)
-	}
-	if res.Reconcile != "" {
-		fmt.Fprintln(&b)
-		para(res.Reconcile)
-	}
-	for i := range res.Candidates {
-		if c := &res.Candidates[i]; !c.Fits {
-			fmt.Fprintln(&b)
-			para(c.Name + ": " + c.Error)
-		}
-	}
-	if ob := res.Observation; ob != nil {
-		fmt.Fprintf(&b, "\nprediction vs observation (%s, %s over %s):\n", ob.Source, ob.Strategy, ob.End.Sub(ob.Start))
-		if err := calibrate.WriteComparisons(&b, ob.KPIs); err != nil {
-			return err
-		}
-	}
-	if reportPath != "" {
-		fmt.Fprintf(&b, "\nreport: %s\n", reportPath)
-	}
-	_, err = w.Write(b.Bytes())
-	return err
-}
-
-// Columns of the summary's table that its default view may leave out.
-const (
-	colPer1k    = "per 1k turns"
-	colMissesAt = "misses at"
-	colRouting  = "routing"
-)
-
-// planTable is the summary's table, one line per candidate, and the
-// sentences that say what each candidate misses where it stops meeting the
-// targets. Wide keeps every column; else "misses at" is left out (the
-// cliffs below say it), then, while a line is wider than tableWidth, the
-// columns planTable's steps name.
-func planTable(res *planner.Result, wide bool) (string, []string, error) {
-	at := planner.Level(res.Sessions, res.Concurrency)
-	priced := res.CostUnit != "cards"
-	header := []string{"candidate"}
-	if priced {
-		header = append(header, "cost/h", colPer1k)
-	}
-	header = append(header, colRouting, "verdict", "TTFB p95 s [band]", "hit % [band]", "up to", colMissesAt, "demand/KV", "")
-	col := func(name string) int { return slices.Index(header, name) }
-	var rows [][]string
-	var routings, labels, cliffs []string
-	for i := range res.Candidates {
-		c := &res.Candidates[i]
-		row := make([]string, len(header))
-		for j := range row {
-			row[j] = "-"
-		}
-		row[0], row[len(row)-1] = c.Name, ""
-		switch i {
-		case res.Best:
-			row[len(row)-1] = "<- answer"
-		case res.Closest:
-			row[len(row)-1] = "<- closest"
-		}
-		if priced {
-			row[col("cost/h")] = strconv.FormatFloat(c.Cost, 'f', 2, 64)
-			if c.CostPer1kTurns != nil {
-				row[col(colPer1k)] = fmtFloat(float64(*c.CostPer1kTurns), 3)
-			}
-		}
-		if !c.Fits {
-			row[col("verdict")] = "does not fit"
-			rows = append(rows, row)
-			continue
-		}
-		if c.NotSimulated != "" {
-			row[col("verdict")] = "not simulated"
-			row[col("demand/KV")] = fmt.Sprintf("%.0f %%", 100*c.RuleOfThumb.Ratio)
-			rows = append(rows, row)
-			continue
-		}
-		cfg := &c.Configs[c.Chosen]
-		r := &cfg.Rows[at]
-		verdict := c.Verdict
-		if verdict == "" {
-			verdict = map[bool]string{true: "meets", false: "misses"}[c.Meets]
-		}
-		p95, hit := fmtFloat(float64(r.TTFBP95), 2), fmtFloat(float64(r.PrefixHitPct), 1)
-		if k := c.KPIs; k != nil && k.Runs > 1 {
-			p95 += " [" + fmtSpan(k.TTFBP95, 2) + "]"
-			hit += " [" + fmtSpan(k.PrefixHitPct, 1) + "]"
-		}
-		upTo := "-"
-		if c.MaxSessions > 0 {
-			upTo = strconv.Itoa(c.MaxSessions)
-			if c.FailsAt == 0 {
-				upTo = ">= " + upTo
-			}
-		}
-		if c.FailsAt > 0 {
-			row[col(colMissesAt)] = strconv.Itoa(c.FailsAt)
-			if len(c.FailsAtMisses) > 0 {
-				cliffs = append(cliffs, fmt.Sprintf("%s at %d sessions misses %s.", c.Name, c.FailsAt, res.BandMisses(c.FailsAtMisses)))
-			}
-		}
-		row[col(colRouting)] = cfg.Label()
-		routings = append(routings, c.Name+": "+cfg.Label())
-		labels = append(labels, cfg.Label())
-		row[col("verdict")], row[col("TTFB p95 s [band]")], row[col("hit % [band]")] = verdict, p95, hit
-		row[col("up to")], row[col("demand/KV")] = upTo, fmt.Sprintf("%.0f %%", 100*c.RuleOfThumb.Ratio)
-		rows = append(rows, row)
-	}
-	drop := map[string]bool{}
-	if !wide {
-		drop[colMissesAt] = true
-	}
-	text, err := renderTable(header, rows, drop)
-	if err != nil || wide || textWidth(text) <= tableWidth {
-		return text, cliffs, err
-	}
-	// Leave out, one after the other until the table fits: the routing when
-	// every candidate has the same (said once under the table), the cost per
-	// 1,000 turns, the band's brackets (the nominal figure stays; the band is
-	// in the report and with --wide), then the routing whatever it is.
-	same := len(slices.Compact(slices.Clone(labels))) == 1
-	steps := []func(){
-		func() { drop[colRouting] = same },
-		func() { drop[colPer1k] = true },
-		func() {
-			for _, name := range []string{"TTFB p95 s [band]", "hit % [band]"} {
-				j := col(name)
-				header[j] = strings.TrimSuffix(name, " [band]")
-				for _, row := range rows {
-					row[j], _, _ = strings.Cut(row[j], " [")
-				}
-			}
-		},
-		func() { drop[colRouting] = true },
-	}
-	for _, step := range steps {
-		step()
-		if text, err = renderTable(header, rows, drop); err != nil {
-			return "", nil, err
-		}
-		if textWidth(text) <= tableWidth {
-			break
-		}
-	}
-	if !drop[colRouting] {
-		return text, cliffs, nil
-	}
-	if same {
-		return text + wrapText("routing: "+labels[0]+" for every candidate", summaryWidth), cliffs, nil
-	}
-	var b strings.Builder
-	b.WriteString(text)
-	for _, r := range routings {
-		b.WriteString(wrapText("routing of "+r, summaryWidth))
-	}
-	return b.String(), cliffs, nil
-}
-
-// renderTable aligns the table's cells with two spaces between columns,
-// leaving out the columns named in drop, with no padding after the last
-// cell of a line.
-func renderTable(header []string, rows [][]string, drop map[string]bool) (string, error) {
-	var buf bytes.Buffer
-	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	for _, row := range append([][]string{header}, rows...) {
-		for j, cell := range row {
-			if !drop[header[j]] {
-				fmt.Fprint(tw, cell, "\t")
-			}
-		}
-		fmt.Fprintln(tw)
-	}
-	if err := tw.Flush(); err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	for line := range strings.Lines(buf.String()) {
-		b.WriteString(strings.TrimRight(line, " \n") + "\n")
-	}
-	return b.String(), nil
-}
-
-// textWidth is the widest line of s, in characters.
-func textWidth(s string) int {
-	n := 0
-	for line := range strings.Lines(s) {
-		n = max(n, utf8.RuneCountInString(strings.TrimRight(line, "\n")))
-	}
-	return n
-}
-
-// wrapText breaks s into lines of at most width characters at spaces (a
-// word longer than width, a path say, stands on a line of its own), each
-// ending in a newline; its own newlines are kept.
-func wrapText(s string, width int) string {
-	var b strings.Builder
-	for line := range strings.Lines(s) {
-		n := 0
-		var words []string
-		for _, w := range strings.Fields(line) {
-			if strings.HasPrefix(w, "%") && len(words) > 0 {
-				words[len(words)-1] += " " + w // "5 %" stays on one line
-				continue
-			}
-			words = append(words, w)
-		}
-		for _, word := range words {
-			wl := utf8.RuneCountInString(word)
-			switch {
-			case n == 0:
-			case n+1+wl > width:
-				b.WriteByte('\n')
-				n = 0
-			default:
-				b.WriteByte(' ')
-				n++
-			}
-			b.WriteString(word)
-			n += wl
-		}
-		b.WriteByte('\n')
-	}
-	return b.String()
-}
-
-// wrapCommand writes a shell command indented, broken at spaces outside
-// double quotes with a backslash at the end of each line but the last, so
-// that it stays within width and still pastes into a shell as one command.
-func wrapCommand(cmd string, width int, indent string) string {
-	var words []string
-	var cur strings.Builder
-	quoted := false
-	for _, r := range cmd {
-		switch {
-		case r == '"':
-			quoted = !quoted
-			cur.WriteRune(r)
-		case r == ' ' && !quoted:
-			if cur.Len() > 0 {
-				words = append(words, cur.String())
-				cur.Reset()
-			}
-		default:
-			cur.WriteRune(r)
-		}
-	}
-	if cur.Len() > 0 {
-		words = append(words, cur.String())
-	}
-	// A flag and its value stay on one line.
-	for i := 0; i+1 < len(words); i++ {
-		if strings.HasPrefix(words[i], "--") && !strings.Contains(words[i], "=") && !strings.HasPrefix(words[i+1], "-") {
-			words = slices.Replace(words, i, i+2, words[i]+" "+words[i+1])
-		}
-	}
-	var b strings.Builder
-	line := indent
-	for i, w := range words {
-		switch {
-		case i == 0:
-			line += w
-		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(w)+2 > width:
-			b.WriteString(line + " \\\n")
-			line = indent + "  " + w
-		default:
-			line += " " + w
-		}
-	}
-	b.WriteString(line + "\n")
-	return b.String()
-}
-
-// fmtSpan writes a band's edges in ascending order, "2.90-3.60".
-func fmtSpan(r planner.Range, d int) string {
-	lo, hi := float64(r.Low), float64(r.High)
-	if lo > hi {
-		lo, hi = hi, lo
-	}
-	return fmtFloat(lo, d) + "-" + fmtFloat(hi, d)
-}
-
-// verdictRule says what the verdicts mean, with the plan's headroom.
-func verdictRule(res *planner.Result) string {
-	if res.HeadroomSessions == 0 {
-		return "meets if the band's worst run meets every target, marginal if only the nominal run does, misses if that misses one."
-	}
-	n, h := res.Concurrency, res.HeadroomSessions
-	return fmt.Sprintf("meets if the band's worst run meets every target at %d and, with %s %% headroom, at %d sessions; "+
-		"marginal if only the nominal run does at %d, or the worst meets at %d but not at %d; misses if the nominal run misses one at %d.",
-		n, strconv.FormatFloat(100*res.Headroom, 'f', -1, 64), h, n, n, h, n)
-}
-
-// joinAnd joins "a", "a and b", "a, b and c".
-func joinAnd(items []string) string {
-	if len(items) < 2 {
-		return strings.Join(items, "")
-	}
-	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
-}
-
-// fmtFloat writes v with d decimals, "-" for NaN.
-func fmtFloat(v float64, d int) string {
-	if v != v {
-		return "-"
-	}
-	return strconv.FormatFloat(v, 'f', d, 64)
 }

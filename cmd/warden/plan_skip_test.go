@@ -14,6 +14,7 @@ import (
 // in the terminal's summary and in the HTML report, the sentence of the
 // result's "skipped" counts (planner's SkipNote).
 func TestPlanSkipNote(t *testing.T) {
+	simulationOnly(t)
 	js, err := runWarden(t, "plan", "--json", "--out", "", "--quiet")
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +31,7 @@ func TestPlanSkipNote(t *testing.T) {
 		t.Fatalf("note %q", note)
 	}
 	var sum bytes.Buffer
-	if err := writePlanSummary(&sum, res, "", false); err != nil {
+	if err := res.WriteText(&sum, planner.TextOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(unwrap(sum.String()), note) {

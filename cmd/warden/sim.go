@@ -77,8 +77,8 @@ Each strategy runs on its own copy of the farm, from cold caches; the sessions
 steps (--sessions) run back to back on the same warm replicas, --duration each,
 moving to the next level starts (or retires) sessions while the others carry on.
 With --fresh-steps each step instead cuts the requests in flight at its end and
-the next starts all its sessions at once, as warden bench runs its steps (and
-as the product's published benchmark did): sessions that start together on one
+the next starts all its sessions at once, as warden bench runs its steps (to
+compare with a warden bench run): sessions that start together on one
 replica stay in step, and each of their first turns waits for another's
 prefill, which lengthens the TTFB tail. A request still waiting for its first
 token when a step closes counts in that step's TTFB with the wait it had
@@ -204,12 +204,11 @@ func (o *simOptions) experiment() (sim.Experiment, error) {
 	if o.Timeline < 0 || (o.Timeline > 0 && o.Timeline < time.Duration(farm.Spec.ScrapeInterval)) {
 		return e, fmt.Errorf("--timeline %s: want a resolution of at least the farm's scrape interval (%s), e.g. 1m", o.Timeline, time.Duration(farm.Spec.ScrapeInterval))
 	}
-	e = sim.Experiment{Farm: farm, Strategies: o.Strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed, TimelineStep: o.Timeline, FreshSteps: o.FreshSteps}
-	for _, s := range o.Strategies {
-		if err := placement.ValidSpec(s); err != nil {
-			return e, fmt.Errorf("--strategies: %w", err)
-		}
+	strategies, err := placement.ExpandSpecs(o.Strategies)
+	if err != nil {
+		return e, fmt.Errorf("--strategies: %w", err)
 	}
+	e = sim.Experiment{Farm: farm, Strategies: strategies, Sessions: o.Sessions, Duration: o.Duration, Seed: o.Seed, TimelineStep: o.Timeline, FreshSteps: o.FreshSteps}
 	if o.Spill != "" {
 		t, err := placement.ParseSpillThreshold(o.Spill)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,29 @@ func TestSimText(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestSimPeersGolden: --strategies peers runs the head-to-head
+// (placement.HeadToHead: warden's best routings, vLLM's own balancer,
+// every peer) side by side, one line per strategy and step with each
+// step's best marked; the same seed prints the same bytes (golden:
+// testdata/sim_peers.txt, -update rewrites it). A routing change that
+// moves a figure shows here.
+func TestSimPeersGolden(t *testing.T) {
+	args := []string{"sim", "--strategies", "affinity,peers", "--sessions", "4,8", "--duration", "2m", "--seed", "3", "--quiet"}
+	out, err := execWarden(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range placement.HeadToHead() {
+		if !strings.Contains(out, "\n8          "+placement.SpecLabel(s)+" ") {
+			t.Errorf("no line of %s at 8 sessions", placement.SpecLabel(s))
+		}
+	}
+	if n := len(regexp.MustCompile(`(?m)^8 +affinity {2,}`).FindAllString(strings.Split(out, "\n\n")[1], -1)); n != 1 {
+		t.Errorf("affinity, given by name and in peers, has %d lines at 8 sessions, want 1", n)
+	}
+	golden(t, "sim_peers.txt", out)
 }
 
 func TestSimErrors(t *testing.T) {

@@ -130,11 +130,11 @@ func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for _, v := range o.Variants {
-		if err := placement.ValidSpec(v); err != nil {
-			return fmt.Errorf("--variants: %w", err)
-		}
+	variants, err := placement.ExpandSpecs(o.Variants)
+	if err != nil {
+		return fmt.Errorf("--variants: %w", err)
 	}
+	o.Variants = variants
 	if len(o.Variants) == 0 {
 		return errors.New("--variants: no variant given")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,4 +114,12 @@ func runWorkload(ctx context.Context, o *workloadOptions, out io.Writer) error {
 	}
 	_, err = io.WriteString(out, b.String())
 	return err
+}
+
+// fmtFloat writes v with d decimals, "-" for NaN.
+func fmtFloat(v float64, d int) string {
+	if v != v {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', d, 64)
 }
