@@ -226,7 +226,9 @@
 //
 // Tests run real HTTP servers on 127.0.0.1: fakevllm_test.go is a
 // hand-written vLLM (OpenAI and Anthropic streaming, per-engine prefix
-// caches, vLLM-style /metrics). NewServer and Serve(ctx, ln, adminLn)
+// caches, vLLM-style /metrics) whose load, answers and faults a test sets
+// at will and at once (setLoad, status, dieMidway, hold, healthDown,
+// restart), which the emulator's simulated engine cannot. NewServer and Serve(ctx, ln, adminLn)
 // accept 127.0.0.1:0 listeners for end-to-end tests from other packages.
 // prometheus_test.go has a real Prometheus server (metrics/promtest) scrape
 // the proxy and a fake, and checks the KPI PromQL of metrics/kpi.promql
