@@ -32,7 +32,7 @@ test: test-deps vet ## vet, gofmt check, every test under -race (the README comm
 	$(GO) test -race -count=1 -p 1 -timeout 15m $(PKGS)
 	@# The pure-Go request scanner (no AVX2 block masks, no ASCII skip:
 	@# what every other architecture runs), through the proxy's own tests.
-	$(GO) test -count=1 -tags purego ./live/
+	$(GO) test -count=1 -tags purego ./live/ ./live/jsonscan/
 	@# Whole plans solved (pure simulation, ~13x slower under the race
 	@# detector: 600 s of the race run) skip themselves under -race
 	@# (simulationOnly) and run here; the solver's concurrency stays

@@ -495,7 +495,7 @@ func (r *runner) row(n int, st *StepStats, start, end farm, smp *samples) sim.Ro
 			rr := sim.ReplicaRow{
 				Replica:     i,
 				Requests:    int64(b[i].Requests - a[i].Requests),
-				HitPct:      sim.Float(ratioPct(b[i].Hits-a[i].Hits, b[i].Queries-a[i].Queries)),
+				HitPct:      sim.Float(ratioPct(b[i].PrefixHits-a[i].PrefixHits, b[i].PrefixQueries-a[i].PrefixQueries)),
 				Preemptions: int64(b[i].Preemptions - a[i].Preemptions),
 				KVUsageMean: nan,
 				KVUsageMax:  nan,

@@ -208,23 +208,21 @@ func TestRunWithoutModelsEndpoint(t *testing.T) {
 }
 
 func TestRunBadMetricsURL(t *testing.T) {
-	f := newFakeServer(t, 1)
-	cfg := tinyConfig(f.URL())
-	cfg.MetricsURLs = []string{f.URL() + "/nope"}
+	url := emulated(t)
+	cfg := tinyConfig(url)
+	cfg.MetricsURLs = []string{url + "/nope"}
 	if _, err := Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "/nope") {
 		t.Fatalf("err = %v, want the metrics URL named", err)
 	}
 	cfg.MetricsURLs = nil
-	cfg.ProxyMetricsURL = f.URL() + "/metrics" // vLLM's page has no warden series
+	cfg.ProxyMetricsURL = url + "/metrics" // vLLM's page has no warden series
 	if _, err := Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "warden_later_turns_total") {
 		t.Fatalf("err = %v, want the proxy's missing series named", err)
 	}
 }
 
 func TestRunCancelled(t *testing.T) {
-	f := newFakeServer(t, 1)
-	f.tokenDelay = 5 * time.Millisecond
-	cfg := tinyConfig(f.URL())
+	cfg := tinyConfig(emulated(t))
 	cfg.Step = time.Hour
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg.Progress = func(done, total time.Duration) {

@@ -19,7 +19,7 @@
 //     metadata.user_id) the way Claude Code sends it.
 //   - stream.go: the two streaming APIs on the wire, and TTFB measured from
 //     the send to the first non-empty text delta.
-//   - scrape.go and prom.go: the farm's side: vLLM /metrics counters read at
+//   - scrape.go and prom.go: the farm's side: vLLM /metrics counters (metrics/vllm) read at
 //     each step's ends and sampled during it (prefix hit %, replicas busy,
 //     per-replica figures), a warden proxy's admin /metrics (stayed %), or a
 //     Prometheus server running the KPIs of metrics/kpi.promql (queried
@@ -28,6 +28,8 @@
 //     StepStats): the simulator's KPI reads warden_ttfb_seconds' native
 //     histogram, the exact quantile within 2 %, so that a prediction and a
 //     measurement are compared like with like.
+//   - text_out.go: Result.WriteText, the table `warden sim` writes plus
+//     what only a client sees (requests sent, finished, cut, failed).
 //   - compare.go: Compare matches a prediction's rows (sim.Report) with a
 //     measurement's by strategy and sessions and computes, per column, the
 //     relative error and, for percentages, the difference in points.

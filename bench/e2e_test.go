@@ -27,6 +27,44 @@ type loop struct {
 	engines      []string // the emulator's host:port, one per replica
 }
 
+// startEmulator serves farm (LayoutURLs, at speed) on 127.0.0.1 until
+// ctx is done (wg waits for it): the vLLM stand-in of these tests, one URL
+// per replica.
+func startEmulator(t *testing.T, ctx context.Context, wg *sync.WaitGroup, farm *sim.Farm, speed float64) (urls []string) {
+	t.Helper()
+	em, err := emulator.New(farm, emulator.Options{Layout: emulator.LayoutURLs, Speed: speed, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lns []net.Listener
+	for range em.Listeners() {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		urls = append(urls, "http://"+ln.Addr().String())
+	}
+	wg.Go(func() {
+		if err := em.Serve(ctx, lns); err != nil {
+			t.Errorf("emulator: %v", err)
+		}
+	})
+	return urls
+}
+
+// emulated is the example farm emulated 20 times faster than real time
+// until the test ends: a plain vLLM for the tests that need no fault and
+// no record of what the server received (those use fakeServer); its
+// first replica's URL.
+func emulated(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return startEmulator(t, ctx, &wg, exampleFarm(t), loopSpeed)[0]
+}
+
 // startLoop serves farm (LayoutURLs, at speed) behind a proxy whose
 // affinity is on or off, until the test ends.
 func startLoop(t *testing.T, farm *sim.Farm, speed float64, affinity bool) *loop {
@@ -41,24 +79,11 @@ func startLoop(t *testing.T, farm *sim.Farm, speed float64, affinity bool) *loop
 		}
 		return ln
 	}
-	em, err := emulator.New(farm, emulator.Options{Layout: emulator.LayoutURLs, Speed: speed, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	l := &loop{}
-	var lns []net.Listener
-	var urls []string
-	for range em.Listeners() {
-		ln := listen()
-		lns = append(lns, ln)
-		l.engines = append(l.engines, ln.Addr().String())
-		urls = append(urls, "http://"+ln.Addr().String())
+	urls := startEmulator(t, ctx, &wg, farm, speed)
+	for _, u := range urls {
+		l.engines = append(l.engines, strings.TrimPrefix(u, "http://"))
 	}
-	wg.Go(func() {
-		if err := em.Serve(ctx, lns); err != nil {
-			t.Errorf("emulator: %v", err)
-		}
-	})
 	onOff := "off"
 	if affinity {
 		onOff = "on"

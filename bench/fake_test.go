@@ -18,7 +18,10 @@ import (
 // for a vLLM farm of one or more engines. It computes each request's
 // canonical text independently of bench (from the JSON body), keeps a prefix
 // cache per engine (chained 64-byte blocks), exposes vLLM-style /metrics and
-// records what it received.
+// records what it received. It stays beside the emulator (emulated, in
+// e2e_test.go) for what the emulator cannot do: record each request as
+// sent, fail every n-th stream with an error event after its first token,
+// answer every request with one status, or lack /v1/models.
 type fakeServer struct {
 	srv     *httptest.Server
 	engines int

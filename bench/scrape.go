@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/lm-warden/warden/metrics/vllm"
 	"io"
 	"math"
 	"net/http"
@@ -17,7 +18,8 @@ import (
 	"github.com/lm-warden/warden/metrics/names"
 )
 
-// maxMetricsBytes bounds a /metrics page.
+// maxMetricsBytes bounds a /metrics page, vLLM's (metrics/vllm.Parse) or
+// a warden proxy's (ParseMetrics).
 const maxMetricsBytes = 16 << 20
 
 // Sample is one series' value on a /metrics page.
@@ -72,72 +74,6 @@ func labelMap(m *dto.Metric) map[string]string {
 	return l
 }
 
-// Engine is one vLLM engine's figures at one instant.
-type Engine struct {
-	Running, Waiting float64
-	KVUsage          float64 // 0..1
-	Queries, Hits    float64 // prefix cache, tokens
-	Requests         float64 // vllm:request_success_total, all finished reasons
-	Preemptions      float64
-}
-
-// engines sums a vLLM /metrics page's samples per engine label (a page
-// without engine labels is engine "0"), sorted by engine number.
-func engines(samples []Sample) []Engine {
-	type keyed struct {
-		id int
-		e  Engine
-	}
-	var list []keyed
-	get := func(l map[string]string) *Engine {
-		id := 0
-		if s, ok := l[names.LabelEngine]; ok {
-			n, err := strconv.Atoi(s)
-			if err != nil {
-				return nil
-			}
-			id = n
-		}
-		for i := range list {
-			if list[i].id == id {
-				return &list[i].e
-			}
-		}
-		list = append(list, keyed{id: id})
-		return &list[len(list)-1].e
-	}
-	for _, s := range samples {
-		var f func(*Engine) *float64
-		switch s.Name {
-		case names.VLLMNumRequestsRunning:
-			f = func(e *Engine) *float64 { return &e.Running }
-		case names.VLLMNumRequestsWaiting:
-			f = func(e *Engine) *float64 { return &e.Waiting }
-		case names.VLLMKVCacheUsagePerc:
-			f = func(e *Engine) *float64 { return &e.KVUsage }
-		case names.VLLMPrefixCacheQueries:
-			f = func(e *Engine) *float64 { return &e.Queries }
-		case names.VLLMPrefixCacheHits:
-			f = func(e *Engine) *float64 { return &e.Hits }
-		case names.VLLMRequestSuccess:
-			f = func(e *Engine) *float64 { return &e.Requests }
-		case names.VLLMNumPreemptions:
-			f = func(e *Engine) *float64 { return &e.Preemptions }
-		default:
-			continue
-		}
-		if e := get(s.Labels); e != nil {
-			*f(e) += s.Value
-		}
-	}
-	slices.SortFunc(list, func(a, b keyed) int { return a.id - b.id })
-	out := make([]Engine, len(list))
-	for i, k := range list {
-		out[i] = k.e
-	}
-	return out
-}
-
 // proxyCounts are a warden proxy's counters for one model.
 type proxyCounts struct {
 	LaterTurns, LaterHome float64
@@ -184,52 +120,56 @@ type scraper struct {
 // farm is every engine of every page at one instant, in replica order:
 // the pages in the order given, each page's engines by engine number.
 type farm struct {
-	engines  []Engine
+	engines  []vllm.Engine
 	proxy    proxyCounts
 	err      error // the first vLLM page that failed
 	proxyErr error // the proxy's page failed
 }
 
-func (s *scraper) page(ctx context.Context, url string) ([]Sample, error) {
+// page reads the page at url with parse.
+func (s *scraper) page(ctx context.Context, url string, parse func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	samples, err := ParseMetrics(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", url, err)
+	if err := parse(resp.Body); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
 	}
-	return samples, nil
+	return nil
 }
 
 // scrape reads every page at once.
 func (s *scraper) scrape(ctx context.Context, withProxy bool) farm {
-	pages := make([][]Engine, len(s.urls))
+	pages := make([][]vllm.Engine, len(s.urls))
 	errs := make([]error, len(s.urls))
 	var wg sync.WaitGroup
 	for i, u := range s.urls {
 		wg.Go(func() {
-			samples, err := s.page(ctx, u)
-			if err == nil {
-				pages[i] = engines(samples)
-				if len(pages[i]) == 0 {
-					err = fmt.Errorf("GET %s: no vllm:* series", u)
-				}
+			err := s.page(ctx, u, func(r io.Reader) (err error) {
+				pages[i], err = vllm.Parse(r, maxMetricsBytes)
+				return err
+			})
+			if err == nil && len(pages[i]) == 0 {
+				err = fmt.Errorf("GET %s: no vllm:* series", u)
 			}
 			errs[i] = err
 		})
 	}
 	var f farm
 	if withProxy && s.proxy != "" {
-		samples, err := s.page(ctx, s.proxy)
+		var samples []Sample
+		err := s.page(ctx, s.proxy, func(r io.Reader) (err error) {
+			samples, err = ParseMetrics(r)
+			return err
+		})
 		if err == nil {
 			f.proxy = proxyFigures(samples, s.model)
 			if !f.proxy.ok {
@@ -261,14 +201,14 @@ func (f *farm) busy() int {
 
 // hitPct is 100 x delta hits / delta queries between two instants, NaN
 // when nothing was asked or the farms differ.
-func hitPct(a, b []Engine) float64 {
+func hitPct(a, b []vllm.Engine) float64 {
 	if len(a) != len(b) || len(a) == 0 {
 		return math.NaN()
 	}
 	var q, h float64
 	for i := range a {
-		q += b[i].Queries - a[i].Queries
-		h += b[i].Hits - a[i].Hits
+		q += b[i].PrefixQueries - a[i].PrefixQueries
+		h += b[i].PrefixHits - a[i].PrefixHits
 	}
 	return ratioPct(h, q)
 }

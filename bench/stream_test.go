@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"github.com/lm-warden/warden/metrics/vllm"
 	"math"
 	"strings"
 	"testing"
@@ -117,15 +118,18 @@ vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 1
 			t.Errorf("kept %s", s.Name)
 		}
 	}
-	es := engines(samples)
-	if len(es) != 2 || es[0].Queries != 100 || es[1].Hits != 150 || es[1].Requests != 7 || es[1].Running != 2 {
+	es, err := vllm.Parse(strings.NewReader(page), maxMetricsBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 2 || es[0].PrefixQueries != 100 || es[1].PrefixHits != 150 || es[1].Requests != 7 || es[1].Running != 2 {
 		t.Fatalf("engines %+v", es)
 	}
 	f := farm{engines: es}
 	if f.busy() != 1 {
 		t.Errorf("busy %d, want 1", f.busy())
 	}
-	zero := []Engine{{}, {}}
+	zero := []vllm.Engine{{}, {}}
 	if got := hitPct(zero, es); got != 50 {
 		t.Errorf("hit %% %v, want 200/400 = 50", got)
 	}
@@ -146,7 +150,6 @@ func FuzzParseMetrics(f *testing.F) {
 		if err != nil {
 			return
 		}
-		_ = engines(samples)
 		_ = proxyFigures(samples, "m")
 	})
 }

@@ -24,7 +24,10 @@
 //
 // Where to start reading:
 //
-//   - server.go: Server, New, Serve (gRPC: ext_proc and the health
+//   - server.go: Router, what the picker needs of the proxy (live.Decider,
+//     the request path's one port, and the lifecycle: ClientListener,
+//     Run, DrainTimeout; *live.Server is one); Server, New, Serve (gRPC:
+//     ext_proc and the health
 //     services liveness, readiness, inference-extension and
 //     envoy.service.ext_proc.v3.ExternalProcessor, and the health
 //     services alone on a port of their own, 9003, where the llm-d chart

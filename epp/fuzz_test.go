@@ -139,7 +139,7 @@ func FuzzProcess(f *testing.F) {
 				t.Fatalf("stream ended with %v: want nil or InvalidArgument naming the fault", err)
 			}
 		}
-		for _, m := range s.live.Status().Models {
+		for _, m := range s.router.(*live.Server).Status().Models {
 			for _, r := range m.Replicas {
 				if r.InFlight != 0 {
 					t.Fatalf("replica %s: %d in flight after the stream ended", r.URL, r.InFlight)

@@ -54,11 +54,27 @@ const (
 	NamespaceSubset = "envoy.lb.subset_hint"
 )
 
+// Router is what the picker needs of the proxy: its decision port for
+// each request (live.Decider), and the lifecycle around it that a front
+// end with its own listener drives. *live.Server is one.
+type Router interface {
+	live.Decider
+	// ClientListener bounds the gateway's connections as the proxy's
+	// clients' are; Run serves the scrape, health and store loops and the
+	// admin handler until its context is done.
+	ClientListener(ln net.Listener) net.Listener
+	Run(ctx context.Context, adminLn net.Listener) error
+	// DrainTimeout is timeouts.drain, Limits the current limits.
+	DrainTimeout() time.Duration
+	Limits() live.Limits
+}
+
 // Server is the endpoint picker: live's decision step behind ext_proc.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	live       *live.Server
+	router     Router       // Serve's lifecycle
+	live       live.Decider // the request path's one port (process.go)
 	log        *slog.Logger
 	health     *health.Server
 	grpc       *grpc.Server        // ext_proc and health
@@ -72,10 +88,10 @@ type Option func(*Server)
 // WithLogger sets the logger (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 
-// New builds the picker over a live server built from the EPP's
-// configuration (see CheckConfig). It starts nothing.
-func New(ls *live.Server, opts ...Option) *Server {
-	s := &Server{live: ls, log: slog.Default(), health: health.NewServer()}
+// New builds the picker over a router (a *live.Server built from the
+// EPP's configuration, see CheckConfig). It starts nothing.
+func New(ls Router, opts ...Option) *Server {
+	s := &Server{router: ls, live: ls, log: slog.Default(), health: health.NewServer()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -179,10 +195,10 @@ type Listeners struct {
 // done. It then drains: readiness turns NOT_SERVING, streams in progress
 // get timeouts.drain to end, the rest are cut.
 func (s *Server) Serve(ctx context.Context, l Listeners) error {
-	ln := s.live.ClientListener(l.ExtProc)
+	ln := s.router.ClientListener(l.ExtProc)
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	runDone := make(chan error, 1)
-	go func() { runDone <- s.live.Run(runCtx, l.Admin) }()
+	go func() { runDone <- s.router.Run(runCtx, l.Admin) }()
 
 	for _, svc := range []string{ServiceReadiness, ServiceExtProc, ServiceInferenceExtension} {
 		s.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
@@ -208,7 +224,7 @@ func (s *Server) Serve(ctx context.Context, l Listeners) error {
 	case err = <-runDone:
 		runDone = nil
 	}
-	drain := s.live.DrainTimeout()
+	drain := s.router.DrainTimeout()
 	s.log.Info("draining", "deadline", drain)
 	for _, svc := range []string{ServiceReadiness, ServiceExtProc, ServiceInferenceExtension} {
 		s.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)

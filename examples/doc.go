@@ -4,6 +4,6 @@
 // datacenter farm (8 x H100 SXM, Llama-3.1-70B at tensor parallelism 4).
 //
 // Start with a4000-qwen3-4b.yaml, which `warden sim` runs when no --farm is
-// given (Default). The files are plain YAML read by sim.ParseFarm; copy one
+// given (Default; examples.go embeds them: FS). The files are plain YAML read by sim.ParseFarm; copy one
 // and edit it to describe your own farm.
 package examples

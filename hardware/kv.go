@@ -24,8 +24,22 @@ const (
 )
 
 // VLLMSchedulerDefaults returns vLLM's default max_num_seqs and
-// max_num_batched_tokens for online serving on g: 1024 and 8192 on GPUs with
-// at least 70 GiB that are not A100s, 256 and 2048 elsewhere.
+// max_num_batched_tokens for online serving (the OpenAI API server) on g:
+// 1024 and 8192 on GPUs with at least 70 GiB that are not A100s, 256 and
+// 2048 elsewhere. It is the one copy of the rule (the simulator's farm
+// defaults, KV sizing and the proxy's auto spill threshold all call it).
+//
+// vLLM: vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults (called by
+// _set_default_max_num_seqs_and_batched_tokens_args when neither flag is
+// given): device_memory >= 70 * GiB_bytes and "a100" not in device_name,
+// where device_memory is current_platform.get_device_total_memory() (on
+// CUDA, the device's total memory as torch reports it: g.MemoryBytes) and
+// device_name its lower-cased name; the A100 is left out because a large
+// max_num_batched_tokens lowered its throughput (vLLM pull request 17885).
+// Held there by tests/engine/test_arg_utils.py,
+// test_defaults_with_usage_context. The TPU and CPU platforms' own values
+// do not apply to the GPUs of this catalogue; vLLM then caps a defaulted
+// max_num_seqs at max_num_batched_tokens, which these pairs never reach.
 func VLLMSchedulerDefaults(g GPU) (maxNumSeqs, maxNumBatchedTokens int) {
 	if g.MemoryBytes >= 70*GiB && !strings.Contains(strings.ToUpper(g.Name), "A100") {
 		return 1024, 8192

@@ -71,5 +71,7 @@
 //     replay buffer, for the emulator).
 //   - ledger.go: Farm and its per-replica ledgers: blocks held, miss
 //     classes, each bounded; Snapshot reads what each ledger last
-//     published, without its lock.
+//     published, without its lock. held.go: Leading, how many of a
+//     prompt's block hashes a replica's prefix cache holds now, counted
+//     from the first, as vLLM's find_longest_cache_hit would find them.
 package kvevents

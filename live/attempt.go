@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/live/upstream"
 	"io"
 	"net"
 	"net/http"
@@ -44,7 +45,7 @@ func (a *attempt) release() {
 // byte once on another replica, and wraps the response body.
 type transport struct {
 	srv *Server
-	up  *upstream
+	up  *upstream.Client
 }
 
 // roundTrip sends c's attempt req, and once more on another replica when
@@ -144,11 +145,11 @@ func (t *transport) try(c *call, req *http.Request) (*http.Response, error) {
 	// then, unless the reply is the event stream a stream asked for, the
 	// reply's own timeout.
 	hdog := startWatchdog(phaseHeaders, to.ResponseHeader.D(), cancel)
-	res, err := t.up.do(req.WithContext(ctx), c.rb)
+	res, err := t.up.Do(req.WithContext(ctx), c.rb)
 	stopDown()
 	if err == nil && (res.StatusCode < 100 || res.StatusCode > 599) {
 		res.Body.Close()
-		err = fmt.Errorf("%w: status %d", errBadReply, res.StatusCode)
+		err = fmt.Errorf("%w: status %d", upstream.ErrBadReply, res.StatusCode)
 	}
 	if err != nil {
 		hdog.stop()
@@ -205,7 +206,7 @@ func (t *transport) failed(c *call, a *attempt, err error, dog, hdog *watchdog, 
 	case down:
 		kind = "down"
 		err = fmt.Errorf("replica %d: %w", a.rep.id, errReplicaDown)
-	case errors.Is(err, errBadReply):
+	case errors.Is(err, upstream.ErrBadReply):
 		kind = "protocol"
 		s.log.Warn("bad reply from a replica", "model", name, "replica", a.rep.id, "err", err)
 		t.strike(c, a.rep)

@@ -131,7 +131,7 @@ func pacedReplica(t testing.TB, overrun int) (url string, ended chan int) {
 // the proxy's writes make no progress for client_write, not once the
 // kernel's send buffer, which grows to megabytes (net.ipv4.tcp_wmem), is
 // full: the unsent bytes in the client's socket are bounded
-// (TCP_NOTSENT_LOWAT, rawconn_linux.go), so the proxy takes little more
+// (TCP_NOTSENT_LOWAT, upstream/rawconn_linux.go), so the proxy takes little more
 // than that from the replica before the cut. The client's receive buffer
 // is 4 KiB, so what it absorbs does not count. Before: the proxy passed
 // on megabytes (118 s of a stream at 2 ms a token) before client_write

@@ -16,7 +16,7 @@ import (
 // absolute figures). json: a 64 KB or 256 KB chat request answered with a small
 // JSON body; stream: a small request answered with 32 SSE events;
 // answer-1MB: a small request answered with 1 MiB of JSON, more than a
-// client's socket may hold unsent (clientNotSentLowat), so that the
+// client's socket may hold unsent (upstream's clientNotSentLowat), so that the
 // writes to the client wait for it as they do for a remote one.
 //
 //	go test -run '^$' -bench ProxyPath -benchmem -cpuprofile cpu.out ./live/

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"github.com/lm-warden/warden/live/upstream"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -17,8 +18,8 @@ type call struct {
 	m         *model
 	api       API
 	path      string
-	in        *http.Request // the client's request, for a retry's outgoing one (set by ServeHTTP)
-	rb        *reqBody      // the request body (rb.data), given back at finish
+	in        *http.Request  // the client's request, for a retry's outgoing one (set by ServeHTTP)
+	rb        *upstream.Body // the request body (rb.Bytes()), given back at finish
 	stream    bool
 	req       placement.Request // Session/Parent are keyed hashes
 	source    string            // where the session id came from
@@ -64,7 +65,7 @@ func (c *call) fillPrompt() {
 	if c.countTokens || !c.m.readsHeld || c.req.Prompt.Blocks != nil {
 		return
 	}
-	text := promptText(c.rb.data, c.api)
+	text := promptText(c.rb.Bytes(), c.api)
 	c.req.Prompt = placement.Prompt{
 		BlockTokens: traces.TextBlockTokens,
 		Blocks:      traces.TextBlockIDs([]byte(traces.EmulatorBlockKey), text, traces.TextTokens(text)),
@@ -78,7 +79,7 @@ func (c *call) finish() {
 		return
 	}
 	defer c.srv.inFlight.Add(-1)
-	defer c.rb.release() // after the journal's record, the body's last reader here
+	defer c.rb.Release() // after the journal's record, the body's last reader here
 	c.cur.release()
 	s, name := c.srv, c.m.cfg.Name
 	now := time.Now()

@@ -49,7 +49,7 @@ type Config struct {
 	// SessionStorePasswordEnv names. Empty: this proxy's own table. With a
 	// store session_key is required (the same on every proxy), since ids
 	// are stored HMAC-hashed. SessionStoreTimeout bounds one exchange on
-	// the request path; default 5ms (see DefaultStoreTimeout). A reload
+	// the request path; default 5ms (see sessionstore.DefaultTimeout). A reload
 	// does not change these (restart for that).
 	SessionStore            string   `yaml:"session_store"`
 	SessionStorePasswordEnv string   `yaml:"session_store_password_env"`

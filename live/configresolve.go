@@ -2,6 +2,9 @@ package live
 
 import (
 	"fmt"
+	"github.com/lm-warden/warden/live/sessionstore"
+	"github.com/lm-warden/warden/live/upstream"
+	"github.com/lm-warden/warden/metrics/vllm"
 	"math"
 	"net"
 	"net/url"
@@ -39,7 +42,7 @@ const (
 // one connection to a replica too. 384 at the common 1,024; 4,096 where
 // the limit cannot be read.
 func DefaultMaxConnections() int {
-	n := fdLimit()
+	n := upstream.FDLimit()
 	if n <= 0 {
 		return 4096
 	}
@@ -203,7 +206,7 @@ func (c *Config) resolveStore() error {
 	if c.SessionKey == "" && !c.keyLater {
 		return verr("session_key", "required with session_store (the same key on every proxy: ids are stored HMAC-hashed): give it with --session-key-file")
 	}
-	if _, _, err := parseStoreURL(c.SessionStore, c.SessionStorePasswordEnv); err != nil {
+	if _, _, err := sessionstore.ParseURL(c.SessionStore, c.SessionStorePasswordEnv); err != nil {
 		field := "session_store"
 		if strings.HasPrefix(err.Error(), "session_store_password_env") {
 			field = "session_store_password_env"
@@ -319,8 +322,8 @@ func (m *ModelCfg) resolve(p string, seen map[string]bool) error {
 			return verr(p+".gpu", "%v", err)
 		}
 	}
-	if m.MaxNumSeqs < 0 || m.MaxNumSeqs > maxServerNumSeqs {
-		return verr(p+".max_num_seqs", "want a positive integer up to %d (the bound a server's own value is taken within), got %d", maxServerNumSeqs, m.MaxNumSeqs)
+	if m.MaxNumSeqs < 0 || m.MaxNumSeqs > vllm.MaxServerNumSeqs {
+		return verr(p+".max_num_seqs", "want a positive integer up to %d (the bound a server's own value is taken within), got %d", vllm.MaxServerNumSeqs, m.MaxNumSeqs)
 	}
 	if err := m.KVEvents.check(p, m.NumReplicas(), m.kvRanks()); err != nil {
 		return err

@@ -3,7 +3,6 @@ package live
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -21,6 +20,34 @@ import (
 // response back. A Decision is one admitted call: its in-flight counts are
 // held until Finish, exactly as the proxy holds them until its response
 // ends.
+
+// Decider is the decision port: everything a front end asks of the router
+// for one request, and nothing of its lifecycle (NewServer, Serve or Run,
+// Reload: server.go). *Server is the one implementation. Its two front
+// ends are ServeHTTP, which runs the same step as Decide (admit) inline
+// and forwards the request itself, and warden epp (package epp), which
+// holds a Decider and lets the gateway forward.
+type Decider interface {
+	// Decide admits one request, or refuses it in the client's shape.
+	Decide(in DecideInput) (*Decision, *Refusal)
+	// Refuse is a refusal the front end makes itself, before Decide.
+	Refuse(path string, h http.Header, k RefusalKind, reason, msg string) *Refusal
+	// AnyEndpoint is the endpoint for a request that is no conversation
+	// turn; "" when none is healthy.
+	AnyEndpoint(allowed func(endpoint string) bool) string
+	// TakeBodyBytes, GiveBodyBytes and BodyBytes count the body bytes the
+	// front end holds itself against limits.max_body_bytes_in_flight;
+	// MaxBodyBytes is limits.max_body_bytes.
+	TakeBodyBytes(n int) bool
+	GiveBodyBytes(n int)
+	BodyBytes() (held, limit int64)
+	MaxBodyBytes() int
+	// Timeouts are the current configuration's timeouts (a front end
+	// bounds its own reads by timeouts.read).
+	Timeouts() Timeouts
+}
+
+var _ Decider = (*Server)(nil)
 
 // DecideInput is one client request as a front end that has no
 // http.ResponseWriter sees it.
@@ -176,7 +203,7 @@ func (s *Server) Decide(in DecideInput) (*Decision, *Refusal) {
 	if s.journal == nil {
 		// The gateway sends the body itself: the call lets go of it now,
 		// not when the response ends (the journal reads it then).
-		c.rb.release()
+		c.rb.Release()
 	}
 	return d, nil
 }
@@ -343,66 +370,6 @@ func (s *Server) AnyEndpoint(allowed func(endpoint string) bool) string {
 	return best
 }
 
-// Endpoints lists every configured replica's host:port, each once, in
-// the order of the models (sorted by name) and their replicas.
-func (s *Server) Endpoints() []string {
-	rt := s.state.Load()
-	var out []string
-	for _, name := range rt.names {
-		for _, rep := range rt.models[name].replicas {
-			if !slices.Contains(out, rep.target.Host) {
-				out = append(out, rep.target.Host)
-			}
-		}
-	}
-	return out
-}
-
-// Run serves what the proxy serves beside its client listener, for a
-// front end that brings its own (warden epp): the scrape and health loops
-// of every model, the session store's loop, and the admin handler on
-// adminLn (nil: none; bounded as Serve bounds it, adminListener), until
-// ctx is done. Decide may be called before Run
-// and after it returns; while Run runs, the first request of a model waits
-// for its first scrape (awaitFirstProbe).
-func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
-	stopLoops, storeDone, _, err := s.startLoops(ctx, "Run")
-	if err != nil {
-		return err
-	}
-
-	errc := make(chan error, 1)
-	var (
-		admin *http.Server
-		aln   *clientListener
-	)
-	if adminLn != nil {
-		admin, aln = s.adminServer(), s.adminListener(adminLn)
-		go func() { errc <- admin.Serve(aln) }()
-	}
-	select {
-	case <-ctx.Done():
-	case err = <-errc:
-	}
-	if admin != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), drainGrace)
-		_ = admin.Shutdown(sctx)
-		cancel()
-		if err == nil {
-			err = <-errc
-		}
-		aln.wait() // connections being refused over adminMaxConns: within refuseWait
-	}
-	s.endStreams()
-	return s.stopLoops(stopLoops, storeDone, err, "run")
-}
-
-// DrainTimeout is timeouts.drain of the current configuration.
-func (s *Server) DrainTimeout() time.Duration { return s.state.Load().cfg.Timeouts.Drain.D() }
-
-// Models names the configured models, sorted.
-func (s *Server) Models() []string { return slices.Clone(s.state.Load().names) }
-
 // MaxBodyBytes is limits.max_body_bytes of the current configuration: a
 // front end that gathers a body in pieces stops gathering past it (Decide
 // answers 413).
@@ -415,39 +382,22 @@ func (s *Server) MaxBodyBytes() int { return int(s.state.Load().cfg.Limits.MaxBo
 // warden_request_body_bytes. False, counting nothing, when the bodies
 // held would pass it. GiveBodyBytes gives them back.
 func (s *Server) TakeBodyBytes(n int) bool {
-	return s.bodies.take(int64(n), int64(s.state.Load().cfg.Limits.MaxBodyBytesInFlight))
+	return s.bodies.Take(int64(n), int64(s.state.Load().cfg.Limits.MaxBodyBytesInFlight))
 }
 
 // GiveBodyBytes gives back n bytes that TakeBodyBytes counted.
 func (s *Server) GiveBodyBytes(n int) {
 	if n > 0 {
-		s.bodies.give(int64(n))
+		s.bodies.Give(int64(n))
 	}
 }
 
 // BodyBytes are the bytes of request body held now and their bound,
 // limits.max_body_bytes_in_flight.
 func (s *Server) BodyBytes() (held, limit int64) {
-	return s.bodies.held.Load(), int64(s.state.Load().cfg.Limits.MaxBodyBytesInFlight)
+	return s.bodies.Held(), int64(s.state.Load().cfg.Limits.MaxBodyBytesInFlight)
 }
-
-// Limits are the limits of the current configuration, defaults filled.
-func (s *Server) Limits() Limits { return s.state.Load().cfg.Limits }
 
 // Timeouts are the timeouts of the current configuration, defaults
 // filled.
 func (s *Server) Timeouts() Timeouts { return s.state.Load().cfg.Timeouts }
-
-// ClientListener wraps ln as Serve wraps the clients' listener, for a
-// front end that serves its own protocol on it (warden epp's gRPC): at
-// most limits.max_connections connections open at once, idle ones
-// included (at the bound Accept waits for one to close), an Accept that
-// fails for want of a descriptor retried with back-off, each counted and
-// shown on /healthz and warden_client_connections, and each connection's
-// writes bounded by timeouts.client_write (see clientListener). Call it
-// once, before Run.
-func (s *Server) ClientListener(ln net.Listener) net.Listener {
-	cl := newClientListener(ln, s.state.Load().cfg.Limits.MaxConnections, clientRole(s.obs, false), &s.clientWrite, s.log, s.obs)
-	s.clientLn.Store(cl)
-	return cl
-}

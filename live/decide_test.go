@@ -113,7 +113,7 @@ func TestDecideHoldsNoBody(t *testing.T) {
 		t.Fatalf("refused: %d %s", ref.Status, ref.Body)
 	}
 	defer d.Finish()
-	if n := s.bodies.held.Load(); n != 0 {
+	if n := s.bodies.Held(); n != 0 {
 		t.Errorf("%d bytes of body held after Decide, want 0", n)
 	}
 }

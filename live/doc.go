@@ -19,7 +19,7 @@
 //     once (size-capped), validates it and decodes only model, stream,
 //     metadata.user_id, prompt_cache_key and user, keeping the raw values
 //     of system, messages, instructions, input and prompt for the fallback
-//     session id (jsonscan.go: keys compared after unescaping, exactly, as
+//     session id (package jsonscan: keys compared after unescaping, exactly, as
 //     vLLM's Python does; any of these given twice, "mod\u0065l" after
 //     "model" included, is refused with 400, since the proxy and vLLM
 //     would read different values), finds the session (session.go), asks
@@ -34,18 +34,23 @@
 //     SSE events only, so a stream that dies midway ends with the API's
 //     own error event (sse.go, apierr.go). models.go answers /v1/models.
 //     Request bodies and copy buffers are recycled through a free list
-//     that garbage collection does not empty (bodybuf.go); a body is read
+//     that garbage collection does not empty (upstream.Body); a body is read
 //     into a buffer sized by what has arrived on the client's socket
-//     (FIONREAD, rawconn_linux.go), and checked for UTF-8 with its ASCII
-//     runs passed over by AVX2 (jsonblock.go validUTF8).
-//   - upstream.go: the HTTP/1.1 client for the replicas. The body is in
+//     (FIONREAD, upstream.WrapClient), and checked for UTF-8 with its ASCII
+//     runs passed over by AVX2 (jsonscan.ValidUTF8).
+//   - decide.go: Decider, the request path's one port for a front end
+//     that forwards nothing itself (warden epp): Decide runs admit and
+//     returns a Decision that holds the in-flight counts until Finish;
+//     Refuse, AnyEndpoint and the body budget (TakeBodyBytes) beside it.
+//     The lifecycle (NewServer, Serve, Run, Reload) is server.go's.
+//   - package upstream: the HTTP/1.1 client for the replicas. The body is in
 //     memory, so an attempt is synchronous on the handler's goroutine: one
 //     writev of head and body, the response head read with
 //     http.ReadResponse, an idle pool per replica, a request that meets a
 //     connection the replica closed meanwhile sent again on a new one;
 //     https replicas go through net/http's Transport. Together with
 //     `warden proxy --procs auto` (internal/procs: GOMAXPROCS sized to the
-//     load) and rawconn_linux.go (client and replica sockets read and
+//     load) and upstream's rawConn (client and replica sockets read and
 //     written with RawSyscall, so that the runtime's sysmon thread is not
 //     woken at each busy stretch) it is what brought the CPU a request
 //     costs within 1.5 times HAProxy's (issue 13 item 12, `make speed`).
@@ -56,9 +61,13 @@
 //     detection, back-off, warm-up) sit behind one mutex, the only lock of
 //     the request path. pick.go: fill builds the placement.Snapshot from
 //     the latest scrape, pick asks the router, as the simulator does.
+//     admission.go: a model's admission queue (admission: kv), where a
+//     new conversation that fits on no replica waits in arrival order.
+//     prefill.go: the priced spill's inputs, each replica's prompt tokens
+//     still to prefill and its prefill rate.
 //   - scrape.go: one loop per backend server reads /metrics (vLLM's text
-//     exposition, per engine label) and /health, and publishes an immutable
-//     ScrapeResult through an atomic.Pointer.
+//     exposition, per engine label, parsed by metrics/vllm) and /health,
+//     and publishes an immutable ScrapeResult through an atomic.Pointer.
 //   - kvevents.go: with models[].kv_events (configkvevents.go), one
 //     kvevents subscriber per replica (the proxy dials), or one listener
 //     the publishers connect to, told apart by topic and rank (kvRoutes),
@@ -71,12 +80,19 @@
 //     models[].gpu (1024 on >= 70 GiB GPUs other than the A100, else 256),
 //     else 256; the last two are assumptions, logged once after the first
 //     scrape and listed in /api/status "warnings".
-//   - config.go (strict YAML, errors "file:line: key: ..."; sessionkey.go:
+//   - config.go (strict YAML, errors "file:line: key: ..."; configresolve.go:
+//     defaults and the checks across keys; configvalues.go: the values
+//     that read themselves, such as prefill_tokens_per_s; sessionkey.go:
 //     session_key from --session-key-file, placeholders refused), status.go
 //     (the dashboard's data), history.go (the last hour of token rates per
 //     model and replica, from vLLM's counters, for the stats page: GET
 //     /api/history), obs.go (Prometheus metrics), journal.go (request
 //     journal in the trace format).
+//
+// Packages below live, each a leaf it drives: upstream (the replica
+// client, request bodies, raw sockets), jsonscan (the request body's one
+// pass), sessionstore (the state shared between proxies, in Redis);
+// redistest and internal/rawbackend serve the tests.
 //
 // Session ids, in the order tried: X-Claude-Code-Session-Id, session-id
 // (Codex), x-session-id (OpenCode), Anthropic metadata.user_id (JSON form
@@ -113,7 +129,7 @@
 // answer that stalls before is a 504, not an empty reply), else the
 // API's error event, or for a longer JSON body its
 // connection cut so that a torn answer is not taken for a whole one.
-// What a replica can make the proxy hold is bounded (upstream.go): a
+// What a replica can make the proxy hold is bounded (package upstream): a
 // reply head (status lines and headers, informational replies included)
 // of at most 64 KiB and at most 5 informational (1xx) replies, a status
 // within 100-599; beyond, the reply is a bad reply: the connection is
@@ -134,7 +150,7 @@
 // every scrape (timeouts.health). A scrape that failed or is older than
 // three intervals is replaced by the proxy's own counts (see model.fill),
 // shown as "failed"/"stale" in /api/status; a max_num_seqs a server
-// exposes is capped at 16,384 (maxServerNumSeqs). When no replica can
+// exposes is capped at 16,384 (vllm.MaxServerNumSeqs). When no replica can
 // take a request the answer is 503 (OpenAI shape) or 529 overloaded_error
 // (Anthropic shape), at once. The session store is marked down after
 // failed exchanges with no success between them for 1 s, up again after
@@ -142,7 +158,7 @@
 // down new conversations go to the rendezvous choice of their id over the
 // replicas' names, so that proxies listing them in another order agree
 // (shared.go). What the store can make the proxy hold is bounded
-// (storereply.go: a reply's announced sizes; store.go: keys of the wrong
+// (package sessionstore: a reply's announced sizes; keys of the wrong
 // type or size skipped and counted, other proxies' counts trusted up to
 // limits.max_in_flight, the work of one sync capped).
 //
@@ -174,7 +190,7 @@
 // (out of file descriptors: logged at ERROR, retried with back-off). A
 // write to a client that makes no progress for timeouts.client_write
 // (default 60s: a client that stopped reading) ends the exchange and
-// cancels the replica's request (rawconn_linux.go), logged and counted
+// cancels the replica's request (upstream's rawConn), logged and counted
 // (warden_client_write_timeouts_total); on Linux a client's socket holds
 // at most 32 KiB the client has not taken (TCP_NOTSENT_LOWAT), so that the
 // wait begins when the client stops, not megabytes of send buffer later. A request with a
@@ -196,9 +212,9 @@
 // declared Content-Length up front, and limits.max_body_bytes_in_flight
 // bounds the bytes of the buffers all bodies hold at once, each from its
 // first byte until the replica answers (default an eighth of the
-// machine's memory, see DefaultMaxBodyBytesInFlight; bodybuf.go's
-// bodyBudget, which counts warden epp's bodies too: TakeBodyBytes, and
-// Decide reads its caller's body in place): a body that would pass it is refused the
+// machine's memory, see DefaultMaxBodyBytesInFlight; upstream.Budget,
+// which counts warden epp's bodies too: TakeBodyBytes, and Decide reads
+// its caller's body in place): a body that would pass it is refused the
 // same way (its rest read and dropped first, so that a client still
 // sending reads the answer), 413 when it is larger than the bound alone;
 // warden_request_body_bytes shows what is held.
@@ -210,7 +226,9 @@
 //
 // Tests run real HTTP servers on 127.0.0.1: fakevllm_test.go is a
 // hand-written vLLM (OpenAI and Anthropic streaming, per-engine prefix
-// caches, vLLM-style /metrics). NewServer and Serve(ctx, ln, adminLn)
+// caches, vLLM-style /metrics) whose load, answers and faults a test sets
+// at will and at once (setLoad, status, dieMidway, hold, healthDown,
+// restart), which the emulator's simulated engine cannot. NewServer and Serve(ctx, ln, adminLn)
 // accept 127.0.0.1:0 listeners for end-to-end tests from other packages.
 // prometheus_test.go has a real Prometheus server (metrics/promtest) scrape
 // the proxy and a fake, and checks the KPI PromQL of metrics/kpi.promql

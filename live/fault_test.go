@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/lm-warden/warden/live/upstream"
 	"io"
 	"net"
 	"net/http"
@@ -394,7 +395,7 @@ func TestBodiesInFlightBounded(t *testing.T) {
 	runtime.ReadMemStats(&during)
 	grew := int64(during.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("%d bodies held at the replica, %d clients answered; heap grew by %d MiB", nHeld, len(got), grew>>20)
-	if grew > budget+maxFreeBody+8<<20 {
+	if grew > budget+upstream.MaxFreeBody+8<<20 {
 		t.Errorf("the heap grew by %d MiB with %d bodies held: want at most the budget, 48 MiB, and the free buffers' 32 MiB", grew>>20, nHeld)
 	}
 	if nHeld == 0 || nHeld > 3 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/live/upstream"
 	"io"
 	"net"
 	"net/http"
@@ -28,7 +29,7 @@ import (
 // stalls within those bytes (timeouts.stream_idle), is answered with 504
 // in the client's shape. A
 // client that stops reading is cut after timeouts.client_write (see
-// rawConn): the exchange ends and the replica's request is cancelled.
+// upstream.WrapClient): the exchange ends and the replica's request is cancelled.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 	res, err := s.tr.roundTrip(c, s.outgoing(r, c))
 	if err != nil {
@@ -42,15 +43,15 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *call) {
 		// journal reads it when the call ends). Its buffer goes back now,
 		// not when a stream that may last minutes ends, and with it its
 		// share of limits.max_body_bytes_in_flight.
-		c.rb.release()
+		c.rb.Release()
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
 		res.Body.Close()
 		s.upstreamError(w, r, c, errors.New("replica switched protocols (101), which the proxy does not forward"))
 		return
 	}
-	buf := copyBuffers.Get()
-	defer copyBuffers.Put(buf)
+	buf := upstream.CopyBuffers.Get()
+	defer upstream.CopyBuffers.Put(buf)
 	sse := strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
 	n := 0
 	var rerr error
@@ -290,7 +291,7 @@ func (s *Server) outgoing(r *http.Request, c *call) *http.Request {
 	}
 	out := &http.Request{
 		Method: r.Method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: h, Body: c.rb.reader(), ContentLength: int64(len(c.rb.data)), Host: u.Host,
+		Header: h, Body: c.rb.Reader(), ContentLength: int64(len(c.rb.Bytes())), Host: u.Host,
 	}
 	return out.WithContext(r.Context())
 }
@@ -305,7 +306,7 @@ func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, c *call, 
 	switch {
 	case errors.Is(err, errStalled), errors.Is(err, errNoHeaders):
 		kind = errTimeout
-	case errors.Is(err, errBadReply):
+	case errors.Is(err, upstream.ErrBadReply):
 		// A replica broke HTTP (a reply head over the proxy's bounds, a
 		// status outside 100-599): 502, even when no other replica was
 		// there to retry on.
@@ -318,9 +319,9 @@ func (s *Server) upstreamError(w http.ResponseWriter, r *http.Request, c *call, 
 	switch {
 	case kind == errTimeout:
 		msg = strings.TrimPrefix(strings.TrimPrefix(err.Error(), errStalled.Error()+": "), errNoHeaders.Error()+": ")
-	case errors.Is(err, errBadReply):
+	case errors.Is(err, upstream.ErrBadReply):
 		msg = fmt.Sprintf("upstream replica sent a reply the proxy does not take (%d attempt(s)): %s", c.attempts,
-			strings.TrimPrefix(err.Error(), errBadReply.Error()+": "))
+			strings.TrimPrefix(err.Error(), upstream.ErrBadReply.Error()+": "))
 	}
 	writeError(w, c.api, kind, msg)
 }

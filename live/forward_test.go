@@ -2,6 +2,7 @@ package live
 
 import (
 	"bufio"
+	"github.com/lm-warden/warden/live/internal/rawbackend"
 	"io"
 	"net/http"
 	"strings"
@@ -36,17 +37,17 @@ func postChat(h *harness) (*http.Response, error) {
 func TestForwardHeaders(t *testing.T) {
 	var mu sync.Mutex
 	var got *http.Request
-	srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
+	srv := rawbackend.Start(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
 		if probeOK(w, req) {
 			return true
 		}
 		mu.Lock()
 		got = req
 		mu.Unlock()
-		w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nX-End: yes\r\nContent-Length: 11\r\n\r\n" + okJSON)
+		w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\nX-End: yes\r\nContent-Length: 11\r\n\r\n" + rawbackend.OK)
 		return true
 	})
-	h := startProxy(t, modelsYAML("", urlsModel(srv.url())))
+	h := startProxy(t, modelsYAML("", urlsModel(srv.URL())))
 	r := h.do("POST", "/v1/chat/completions?trace=1", chatBody(testModel, "s", 0, false), map[string]string{
 		"Connection":               "X-Client-Hop",
 		"X-Client-Hop":             "1",
@@ -58,7 +59,7 @@ func TestForwardHeaders(t *testing.T) {
 		"X-Forwarded-Host":         "evil.example",
 		"X-Claude-Code-Session-Id": "s",
 	})
-	if r.status != 200 || r.body != okJSON {
+	if r.status != 200 || r.body != rawbackend.OK {
 		t.Fatalf("got %d %q", r.status, r.body)
 	}
 	if r.header.Get("X-End") != "yes" || r.header.Get("X-Hop") != "" || r.header.Get("Keep-Alive") != "" {
@@ -90,28 +91,28 @@ func TestForwardHeaders(t *testing.T) {
 	if got.URL.RawQuery != "trace=1" || got.URL.Path != "/v1/chat/completions" {
 		t.Errorf("replica got %s", got.URL)
 	}
-	if got.Host != strings.TrimPrefix(srv.url(), "http://") {
+	if got.Host != strings.TrimPrefix(srv.URL(), "http://") {
 		t.Errorf("replica got Host %q", got.Host)
 	}
 }
 
 // TestForwardTrailers: a replica's trailers reach the client.
 func TestForwardTrailers(t *testing.T) {
-	srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
+	srv := rawbackend.Start(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
 		if probeOK(w, req) {
 			return true
 		}
-		w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTrailer: X-Checksum\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n" + okJSON + "\r\n0\r\nX-Checksum: abc\r\n\r\n")
+		w.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTrailer: X-Checksum\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n" + rawbackend.OK + "\r\n0\r\nX-Checksum: abc\r\n\r\n")
 		return true
 	})
-	h := startProxy(t, modelsYAML("", urlsModel(srv.url())))
+	h := startProxy(t, modelsYAML("", urlsModel(srv.URL())))
 	res, err := postChat(h)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
-	if err != nil || string(b) != okJSON {
+	if err != nil || string(b) != rawbackend.OK {
 		t.Fatalf("body %q, %v", b, err)
 	}
 	if res.Trailer.Get("X-Checksum") != "abc" {
@@ -131,14 +132,14 @@ func TestForwardTornBody(t *testing.T) {
 		{"chunked", "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nb\r\n{\"choices\":\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := startRawServer(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
+			srv := rawbackend.Start(t, func(w *bufio.Writer, req *http.Request, body []byte, n int) bool {
 				if probeOK(w, req) {
 					return true
 				}
 				w.WriteString(tc.answer)
 				return false
 			})
-			h := startProxy(t, modelsYAML("", urlsModel(srv.url())))
+			h := startProxy(t, modelsYAML("", urlsModel(srv.URL())))
 			res, err := postChat(h)
 			if err != nil {
 				return // the connection broke before the head: as good

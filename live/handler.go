@@ -5,6 +5,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/live/jsonscan"
+	"github.com/lm-warden/warden/live/upstream"
 	"io"
 	"mime"
 	"net"
@@ -136,8 +138,8 @@ type inbound struct {
 	// held by it until the call finishes: admit reads it in place.
 	whole  []byte
 	read   bool
-	length int64    // the declared Content-Length; -1: unknown (chunked)
-	conn   arrivals // what has arrived on the client's socket; nil: unknown
+	length int64             // the declared Content-Length; -1: unknown (chunked)
+	conn   upstream.Arrivals // what has arrived on the client's socket; nil: unknown
 }
 
 // refusal is a request the proxy answers itself: the error's kind (its
@@ -268,7 +270,7 @@ func (s *Server) admitCounted(rt *routing, in *inbound) (*call, *refusal) {
 		ref = s.placeCall(in, c)
 	}
 	if ref != nil {
-		rb.release()
+		rb.Release()
 		return nil, ref
 	}
 	return c, nil
@@ -277,11 +279,11 @@ func (s *Server) admitCounted(rt *routing, in *inbound) (*call, *refusal) {
 // readInbound reads in's body whole into a buffer counted against
 // limits.max_body_bytes_in_flight (budget), within limits.max_body_bytes
 // (limit), or takes the body a front end read (in.read) as it is.
-func (s *Server) readInbound(in *inbound, limit, budget int64) (*reqBody, *refusal) {
+func (s *Server) readInbound(in *inbound, limit, budget int64) (*upstream.Body, *refusal) {
 	if in.read {
-		return &reqBody{data: in.whole}, nil
+		return upstream.BodyOf(in.whole), nil
 	}
-	rb, err := readBody(in.body, in.length, in.conn, bodyLimits{budget: &s.bodies, inFlight: budget, max: limit})
+	rb, err := upstream.ReadBody(in.body, in.length, in.conn, upstream.BodyLimits{Budget: &s.bodies, InFlight: budget, Max: limit})
 	if err == nil {
 		return rb, nil
 	}
@@ -289,9 +291,9 @@ func (s *Server) readInbound(in *inbound, limit, budget int64) (*reqBody, *refus
 	if errors.As(err, &mbe) {
 		return nil, &refusal{kind: errTooLarge, reason: "too_large", msg: fmt.Sprintf("request body exceeds the limit of %d bytes", limit)}
 	}
-	var ob *errOverBudget
+	var ob *upstream.OverBudgetError
 	if errors.As(err, &ob) {
-		if ob.alone {
+		if ob.Alone {
 			return nil, &refusal{kind: errTooLarge, reason: "too_large", msg: ob.Error(), drain: true}
 		}
 		return nil, &refusal{kind: errOverloaded, reason: "body_budget", retryAfter: 1, msg: ob.Error(), drain: true}
@@ -302,15 +304,15 @@ func (s *Server) readInbound(in *inbound, limit, budget int64) (*reqBody, *refus
 }
 
 // newCall checks and decodes the body, finds the model and the session.
-func (s *Server) newCall(rt *routing, in *inbound, rb *reqBody, start time.Time) (*call, *refusal) {
-	data := rb.data
-	if !validUTF8(data) {
+func (s *Server) newCall(rt *routing, in *inbound, rb *upstream.Body, start time.Time) (*call, *refusal) {
+	data := rb.Bytes()
+	if !jsonscan.ValidUTF8(data) {
 		return nil, &refusal{kind: errInvalid, reason: "utf8", msg: "request body is not valid UTF-8"}
 	}
 	b, err := decodeBody(data)
 	if err != nil {
 		reason := "json"
-		if errors.Is(err, errDuplicateKey) {
+		if errors.Is(err, jsonscan.ErrDuplicateKey) {
 			reason = "duplicate_key"
 		}
 		return nil, &refusal{kind: errInvalid, reason: reason, msg: err.Error()}

@@ -502,3 +502,19 @@ func TestStartAnswersLikeLater(t *testing.T) {
 		})
 	}
 }
+
+func TestJSONContentTypes(t *testing.T) {
+	for _, tc := range []struct {
+		values []string
+		want   bool
+	}{
+		{nil, true}, {[]string{""}, true}, {[]string{"application/json"}, true}, {[]string{"Application/JSON"}, true},
+		{[]string{"application/json; charset=utf-8"}, true}, {[]string{"application/vnd.api+json"}, true},
+		{[]string{"text/plain"}, false}, {[]string{"application/json", "application/json"}, false},
+		{[]string{"application/jsonx"}, false}, {[]string{"application/json;"}, true}, {[]string{" application/json"}, true},
+	} {
+		if got := isJSONContentType(tc.values); got != tc.want {
+			t.Errorf("isJSONContentType(%q) = %v, want %v", tc.values, got, tc.want)
+		}
+	}
+}

@@ -271,7 +271,7 @@ func (j *Journal) begin() journalTicket {
 
 // record journals a finished call.
 func (j *Journal) record(c *call, _ time.Duration) {
-	text := promptText(c.rb.data, c.api)
+	text := promptText(c.rb.Bytes(), c.api)
 	promptTokens := traces.TextTokens(text)
 	if c.usage.PromptTokens > 0 {
 		promptTokens = c.usage.PromptTokens
@@ -314,7 +314,7 @@ func (j *Journal) record(c *call, _ time.Duration) {
 	}
 	if c.jt.n < j.flushAt {
 		// Given up on while it ran (the pending bound): written now,
-		// behind later arrivals.
+		// behind later upstream.Arrivals.
 		if j.obs != nil {
 			j.obs.journalLate.Inc()
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/live/upstream"
 	"io"
 	"log/slog"
 	"os"
@@ -98,7 +99,7 @@ func TestJournalRotates(t *testing.T) {
 	m := &model{cfg: ModelCfg{Name: "m"}}
 	rep := &replica{id: 1}
 	for i := range 40 {
-		c := &call{m: m, api: APIOpenAI, rb: &reqBody{data: []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("w", 400) + `"}]}`)},
+		c := &call{m: m, api: APIOpenAI, rb: upstream.BodyOf([]byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("w", 400) + `"}]}`)),
 			req: placementReq("s"), usage: Usage{PromptTokens: 100, OutputTokens: 5, CachedTokens: -1}, cur: &attempt{rep: rep}}
 		c.jt = j.begin()
 		if i%2 == 1 {
@@ -191,7 +192,7 @@ func testJournal(t *testing.T, cfg JournalCfg, clk *fakeClock, log *slog.Logger)
 // journalCall is a finished call of session with a prompt of n bytes.
 func journalCall(session string, n int) *call {
 	return &call{m: &model{cfg: ModelCfg{Name: "m"}}, api: APIOpenAI,
-		rb:    &reqBody{data: []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("w", n) + `"}]}`)},
+		rb:    upstream.BodyOf([]byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("w", n) + `"}]}`)),
 		req:   placementReq(session),
 		usage: Usage{PromptTokens: max(1, n/4), OutputTokens: 5, CachedTokens: -1}, cur: &attempt{rep: &replica{id: 0}}}
 }

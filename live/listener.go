@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/live/upstream"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,9 +40,10 @@ import (
 //     server's ErrorLog, which the proxy logs at DEBUG), counted
 //     (warden_accept_errors_total), and /healthz answers 503 until an
 //     Accept succeeds again;
-//   - each connection is a rawConn (rawconn_linux.go) that gives its slot
-//     back when closed and cuts a write that makes no progress for
-//     timeouts.client_write (see rawConn.writev).
+//   - each connection is wrapped by upstream.WrapClient (a rawConn on
+//     Linux) so that it gives its slot back when closed and cuts a write
+//     that makes no progress for timeouts.client_write (see upstream's
+//     rawConn.writev).
 type clientListener struct {
 	net.Listener
 	log  *slog.Logger
@@ -286,17 +287,17 @@ func (l *clientListener) Close() error {
 // wait returns once the refusals under way have ended.
 func (l *clientListener) wait() { l.refusals.Wait() }
 
-// release gives a closed connection's slot back.
-func (l *clientListener) release() {
+// Release gives a closed connection's slot back.
+func (l *clientListener) Release() {
 	l.open.Add(-1)
 	<-l.sem
 }
 
-// writeTimeout is timeouts.client_write, 0 for none.
-func (l *clientListener) writeTimeout() time.Duration { return time.Duration(l.wto.Load()) }
+// WriteTimeout is timeouts.client_write, 0 for none.
+func (l *clientListener) WriteTimeout() time.Duration { return time.Duration(l.wto.Load()) }
 
-// writeTimedOut counts a write cut by timeouts.client_write.
-func (l *clientListener) writeTimedOut() { l.obs.clientWriteTimeouts.Inc() }
+// WriteTimedOut counts a write cut by timeouts.client_write.
+func (l *clientListener) WriteTimedOut() { l.obs.clientWriteTimeouts.Inc() }
 
 // trouble says why the listener cannot take a new client now ("" when it
 // can), for /healthz.
@@ -314,34 +315,5 @@ func (l *clientListener) trouble() string {
 }
 
 // wrap makes c a client connection of l: a rawConn where it can be one
-// (wrapClient).
-func (l *clientListener) wrap(c net.Conn) net.Conn { return wrapClient(c, l) }
-
-// clientConn is a client's connection that is not a rawConn (another
-// kind of listener, another OS): it gives its slot back when closed, and
-// bounds each write by timeouts.client_write with a deadline.
-type clientConn struct {
-	net.Conn
-	cl     *clientListener
-	closed atomic.Bool
-}
-
-func (c *clientConn) Write(b []byte) (int, error) {
-	d := c.cl.writeTimeout()
-	if d > 0 {
-		_ = c.Conn.SetWriteDeadline(time.Now().Add(d))
-	}
-	n, err := c.Conn.Write(b)
-	if err != nil && d > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		c.cl.writeTimedOut()
-	}
-	return n, err
-}
-
-func (c *clientConn) Close() error {
-	err := c.Conn.Close()
-	if c.closed.CompareAndSwap(false, true) {
-		c.cl.release()
-	}
-	return err
-}
+// (upstream.WrapClient).
+func (l *clientListener) wrap(c net.Conn) net.Conn { return upstream.WrapClient(c, l) }

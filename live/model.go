@@ -3,11 +3,11 @@ package live
 import (
 	"context"
 	"fmt"
+	"github.com/lm-warden/warden/live/sessionstore"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,8 +116,8 @@ type model struct {
 
 	cancel context.CancelFunc // stops the scrapers; nil until started
 
-	store sessionStore // shared with other proxies; nil: this proxy's table only
-	hist  *history     // the last hour of token rates (history.go), fed by the scrapers
+	store sessionstore.Store // shared with other proxies; nil: this proxy's table only
+	hist  *history           // the last hour of token rates (history.go), fed by the scrapers
 
 	gpuSeqs int          // vLLM's default max_num_seqs on cfg.GPU; 0: no GPU given
 	warned  atomic.Bool  // the max_num_seqs warning was logged
@@ -139,7 +139,9 @@ func newModelAfter(cfg ModelCfg, client *http.Client, interval, timeout time.Dur
 		if err != nil {
 			return nil, fmt.Errorf("model %q: gpu: %w", cfg.Name, err)
 		}
-		m.gpuSeqs = vllmDefaultMaxNumSeqs(g)
+		// vLLM's default for the GPU: the rule is hardware's, the one the
+		// simulator and the planner size with.
+		m.gpuSeqs, _ = hardware.VLLMSchedulerDefaults(g)
 	}
 	switch cfg.Layout() {
 	case LayoutDP:
@@ -430,18 +432,6 @@ func (m *model) maxNumSeqs() (n int, source string) {
 		return m.gpuSeqs, "gpu"
 	}
 	return DefaultMaxNumSeqs, "default"
-}
-
-// vllmDefaultMaxNumSeqs is vLLM's default max_num_seqs for online serving
-// on g: 1024 on GPUs of at least 70 GiB other than the A100, else 256. It is
-// the rule of hardware's VLLMSchedulerDefaults and of sim's farm defaults
-// (hardware keeps it unexported; TestGPUDefaultMaxNumSeqs holds the three
-// to the same table).
-func vllmDefaultMaxNumSeqs(g hardware.GPU) int {
-	if g.MemoryBytes >= 70*hardware.GiB && !strings.Contains(strings.ToUpper(g.Name), "A100") {
-		return 1024
-	}
-	return DefaultMaxNumSeqs
 }
 
 // spillThreshold is the in-flight count on a home above which a later

@@ -144,7 +144,8 @@ func TestWarmUpKeepsStickySessions(t *testing.T) {
 	}
 }
 
-// TestGPUDefaultMaxNumSeqs holds live's default rule to hardware's (the one
+// TestGPUDefaultMaxNumSeqs: a model with gpu set and no max_num_seqs
+// anywhere takes vLLM's default for that GPU, by hardware's rule (the one
 // the simulator and the planner size with): 1024 on >= 70 GiB GPUs other
 // than the A100, else 256 (issue 13, fault 6).
 func TestGPUDefaultMaxNumSeqs(t *testing.T) {
@@ -153,19 +154,24 @@ func TestGPUDefaultMaxNumSeqs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]int{"RTX A4000": 256, "L40S": 256, "A100 80GB": 256, "H100 SXM": 1024, "H200": 1024} {
-		g, err := hardware.LookupGPU(name)
+		m, err := newModel(ModelCfg{Name: "m", Replicas: []string{"http://127.0.0.1:1"}, GPU: name,
+			SpillThreshold: Spill{Auto: true}, SessionTTL: Duration(time.Minute), MaxSessions: 10}, http.DefaultClient, time.Second, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := vllmDefaultMaxNumSeqs(g); got != want {
-			t.Errorf("%s: %d, want %d", name, got, want)
+		if got, src := m.maxNumSeqs(); got != want || src != "gpu" {
+			t.Errorf("%s: max_num_seqs %d from %s, want %d from gpu", name, got, src, want)
+		}
+		g, err := hardware.LookupGPU(name)
+		if err != nil {
+			t.Fatal(err)
 		}
 		kv, err := hardware.SizeKV(hardware.Deployment{GPU: g, Model: qwen})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if kv.MaxNumSeqs != vllmDefaultMaxNumSeqs(g) {
-			t.Errorf("%s: hardware.SizeKV resolves max_num_seqs %d, live %d: one rule, please", name, kv.MaxNumSeqs, vllmDefaultMaxNumSeqs(g))
+		if kv.MaxNumSeqs != want {
+			t.Errorf("%s: hardware.SizeKV resolves max_num_seqs %d, the proxy %d: one rule, please", name, kv.MaxNumSeqs, want)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package live
 
 import (
+	"github.com/lm-warden/warden/live/sessionstore"
+	"github.com/lm-warden/warden/live/upstream"
 	"math"
 	"strconv"
 	"strings"
@@ -285,16 +287,16 @@ func (o *observer) clientConns(ln func() *clientListener) {
 
 // bodyBytes registers warden_request_body_bytes: the bytes of request
 // body buffers held now (limits.max_body_bytes_in_flight bounds them).
-func (o *observer) bodyBytes(b *bodyBudget) {
+func (o *observer) bodyBytes(b *upstream.Budget) {
 	o.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "warden_request_body_bytes",
 		Help: "Bytes of request body buffers the proxy holds now (bounded by limits.max_body_bytes_in_flight; beyond, requests get 429/529).",
-	}, func() float64 { return float64(b.held.Load()) }))
+	}, func() float64 { return float64(b.Held()) }))
 }
 
 // storeUp registers warden_session_store_up: 1 while the session store is
 // up, 0 while it is not; and warden_session_store_bad_keys_total.
-func (o *observer) storeUp(st sessionStore) {
+func (o *observer) storeUp(st sessionstore.Store) {
 	o.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "warden_session_store_up",
 		Help: "1 while the session store (session_store) answers, 0 while the proxy serves from its own table without it.",

@@ -2,6 +2,7 @@ package live
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -589,5 +590,68 @@ func TestCountTokensIsNotATurn(t *testing.T) {
 	}
 	if met := h.metrics(); strings.Contains(met, `reason="least-loaded",replica="0"} 1`) || strings.Contains(met, `reason="least-loaded",replica="1"} 1`) {
 		t.Error("count_tokens was counted in warden_requests_total")
+	}
+}
+
+// Through the proxy, with bodies recycled at once: concurrent sessions of
+// 256 KB bodies, half of them answered by a backend before it reads the
+// body (so the proxy's handler ends while net/http's transport still
+// writes the body). Every body the backend reads is exactly the one its
+// request carried.
+func TestProxyBodiesNeverMix(t *testing.T) {
+	var mu sync.Mutex
+	var bad []string
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			return
+		}
+		want := r.Header.Get("X-Claude-Code-Session-Id")
+		check := func() {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				return // an early answer may find the rest of the body cut off: no bytes to mix
+			}
+			if !bytes.Contains(b, []byte(`"content":"`+want)) ||
+				bytes.Count(b, []byte(want)) != bytes.Count(b, []byte("session-")) {
+				mu.Lock()
+				bad = append(bad, fmt.Sprintf("session %s: the backend read a body of %d bytes that is not its own", want, len(b)))
+				mu.Unlock()
+			}
+		}
+		early := strings.HasSuffix(want, "-early")
+		if !early {
+			check()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+		if early {
+			w.(http.Flusher).Flush()
+			check()
+		}
+	}))
+	defer backend.Close()
+	h := startProxy(t, modelsYAML("limits: {max_body_bytes: 1MiB}\n", urlsModel(backend.URL)))
+	var wg sync.WaitGroup
+	for s := range 8 {
+		wg.Go(func() {
+			id := fmt.Sprintf("session-%d", s)
+			if s%2 == 1 {
+				id += "-early"
+			}
+			body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"%s"}]}`,
+				testModel, strings.Repeat(id+" ", (256<<10)/(len(id)+1)))
+			for range 15 {
+				if r := h.do("POST", "/v1/chat/completions", body, sessionHdr(id)); r.status != http.StatusOK {
+					t.Errorf("%s: status %d: %s", id, r.status, r.body)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range bad {
+		t.Error(b)
 	}
 }

@@ -3,6 +3,7 @@ package live
 import (
 	"context"
 	"fmt"
+	"github.com/lm-warden/warden/live/upstream"
 	"io"
 	"strconv"
 	"sync/atomic"
@@ -138,34 +139,12 @@ type streamBody struct {
 func newStreamBody(base bodyBase, idle time.Duration) *streamBody {
 	c := base.c
 	a := base.a
-	return &streamBody{bodyBase: base, idle: idle, rbuf: copyBuffers.Get(),
+	return &streamBody{bodyBase: base, idle: idle, rbuf: upstream.CopyBuffers.Get(),
 		watch: newStreamWatch(c.api, func() {
 			c.ttfb.CompareAndSwap(0, int64(max(time.Since(c.start), 1)))
 			a.prefilled()
 		})}
 }
-
-// copyBufferSize is the size of the buffers that carry response bodies:
-// forward's copy to the client and a stream's reads.
-const copyBufferSize = 32 << 10
-
-// bufferPool hands out the copy buffers (32 KB a response otherwise),
-// kept with the request bodies' (freeBodies).
-type bufferPool struct{}
-
-func (bufferPool) Get() []byte {
-	bp := getBodyBuf(copyBufferSize)
-	return (*bp)[:copyBufferSize]
-}
-
-func (bufferPool) Put(buf []byte) {
-	if cap(buf) == copyBufferSize {
-		buf = buf[:0]
-		putBodyBuf(&buf)
-	}
-}
-
-var copyBuffers bufferPool
 
 func (b *streamBody) Read(p []byte) (int, error) {
 	for {
@@ -266,7 +245,7 @@ func (b *streamBody) end(err error) {
 func (b *streamBody) Close() error {
 	err := b.close()
 	if b.rbuf != nil {
-		copyBuffers.Put(b.rbuf) // out may be a slice of it: nothing reads after Close
+		upstream.CopyBuffers.Put(b.rbuf) // out may be a slice of it: nothing reads after Close
 		b.rbuf, b.out = nil, nil
 	}
 	b.c.usage = b.watch.usage

@@ -3,170 +3,18 @@ package live
 import (
 	"context"
 	"fmt"
+	"github.com/lm-warden/warden/metrics/vllm"
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	pmodel "github.com/prometheus/common/model"
-
-	"github.com/lm-warden/warden/metrics/names"
 )
 
-// EngineStats are the figures of one vLLM engine (one data-parallel rank)
-// read from a /metrics page.
-type EngineStats struct {
-	Engine           int     // the engine label (DP rank); 0 when absent
-	Running          float64 // vllm:num_requests_running
-	Waiting          float64 // vllm:num_requests_waiting
-	KVUsage          float64 // vllm:kv_cache_usage_perc, 0..1
-	PrefixQueries    float64 // vllm:prefix_cache_queries_total (tokens)
-	PrefixHits       float64 // vllm:prefix_cache_hits_total (tokens)
-	PromptTokens     float64 // vllm:prompt_tokens_total
-	GenerationTokens float64 // vllm:generation_tokens_total
-	BlockSize        int     // from vllm:cache_config_info, 0 if absent
-	NumGPUBlocks     int     // from vllm:cache_config_info, 0 if absent
-	MaxNumSeqs       int     // a max_num_seqs label of any vllm:*_config_info, 0 if absent
-	// vllm:request_prefill_time_seconds: the sum and count of the
-	// histogram, and whether the server exposes it.
-	PrefillSeconds  float64
-	PrefillRequests float64
-	HasPrefill      bool
-}
-
-// maxMetricsBytes bounds a /metrics page the scraper reads.
-const maxMetricsBytes = 8 << 20
-
-// maxServerNumSeqs caps a max_num_seqs read from a server's
-// *_config_info labels: 16 times vLLM's largest default (1024), far above
-// any batch a GPU runs, so that a wrong or hostile page cannot make the
-// auto spill threshold (a quarter of it) unreachable. A configured
-// models[].max_num_seqs above it is refused (issue 46 item 8: 2^62 was
-// taken).
-const maxServerNumSeqs = 16384
-
-// ParseVLLMMetrics reads vLLM's text exposition and returns the figures of
-// each engine, sorted by engine. Series other than the ones EngineStats
-// holds (including the *_created gauges) are ignored; a series with
-// several label sets per engine (e.g. per model_name) is summed.
-func ParseVLLMMetrics(r io.Reader) ([]EngineStats, error) {
-	p := expfmt.NewTextParser(pmodel.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(io.LimitReader(r, maxMetricsBytes))
-	if err != nil {
-		return nil, fmt.Errorf("parse metrics: %w", err)
-	}
-	var out []EngineStats
-	// at indexes out by engine label: a page may carry up to 65,537 of
-	// them, and a search of out for each sample made a scrape quadratic
-	// (21 s of CPU for such a page, issue 35).
-	at := map[int]int{}
-	get := func(engine int) *EngineStats {
-		if i, ok := at[engine]; ok {
-			return &out[i]
-		}
-		at[engine] = len(out)
-		out = append(out, EngineStats{Engine: engine})
-		return &out[len(out)-1]
-	}
-	add := func(name string, field func(*EngineStats) *float64) {
-		f := fams[name]
-		if f == nil {
-			return
-		}
-		for _, m := range f.GetMetric() {
-			e, ok := engineOf(m)
-			if !ok {
-				continue
-			}
-			*field(get(e)) += sampleValue(m)
-		}
-	}
-	add(names.VLLMNumRequestsRunning, func(s *EngineStats) *float64 { return &s.Running })
-	add(names.VLLMNumRequestsWaiting, func(s *EngineStats) *float64 { return &s.Waiting })
-	add(names.VLLMKVCacheUsagePerc, func(s *EngineStats) *float64 { return &s.KVUsage })
-	add(names.VLLMPrefixCacheQueries, func(s *EngineStats) *float64 { return &s.PrefixQueries })
-	add(names.VLLMPrefixCacheHits, func(s *EngineStats) *float64 { return &s.PrefixHits })
-	add(names.VLLMPromptTokens, func(s *EngineStats) *float64 { return &s.PromptTokens })
-	add(names.VLLMGenerationTokens, func(s *EngineStats) *float64 { return &s.GenerationTokens })
-	if f := fams[names.VLLMRequestPrefillTime]; f != nil {
-		for _, m := range f.GetMetric() {
-			e, ok := engineOf(m)
-			if !ok || m.Histogram == nil {
-				continue
-			}
-			s := get(e)
-			s.PrefillSeconds += m.GetHistogram().GetSampleSum()
-			s.PrefillRequests += float64(m.GetHistogram().GetSampleCount())
-			s.HasPrefill = true
-		}
-	}
-	info := make([]string, 0, 4)
-	for name := range fams {
-		if strings.HasPrefix(name, "vllm:") && strings.HasSuffix(name, "_config_info") {
-			info = append(info, name)
-		}
-	}
-	slices.Sort(info) // map order must not decide which label wins
-	for _, name := range info {
-		for _, m := range fams[name].GetMetric() {
-			e, ok := engineOf(m)
-			if !ok {
-				continue
-			}
-			s := get(e)
-			for _, lp := range m.GetLabel() {
-				v, err := strconv.ParseFloat(lp.GetValue(), 64)
-				if err != nil || v < 0 || v > 1<<30 {
-					continue
-				}
-				switch lp.GetName() {
-				case names.LabelBlockSize:
-					s.BlockSize = int(v)
-				case names.LabelNumGPUBlocks:
-					s.NumGPUBlocks = int(v)
-				case "max_num_seqs":
-					// A server is not trusted with the spill threshold:
-					// 2^30 made it 268,435,456 (issue 35).
-					s.MaxNumSeqs = min(int(v), maxServerNumSeqs)
-				}
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b EngineStats) int { return a.Engine - b.Engine })
-	return out, nil
-}
-
-// engineOf returns the engine label of a sample (0 when absent); false for
-// a label that is not a small non-negative integer.
-func engineOf(m *dto.Metric) (int, bool) {
-	for _, lp := range m.GetLabel() {
-		if lp.GetName() == names.LabelEngine {
-			e, err := strconv.Atoi(lp.GetValue())
-			if err != nil || e < 0 || e > 1<<16 {
-				return 0, false
-			}
-			return e, true
-		}
-	}
-	return 0, true
-}
-
-func sampleValue(m *dto.Metric) float64 {
-	switch {
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	case m.Untyped != nil:
-		return m.GetUntyped().GetValue()
-	}
-	return 0
-}
+// EngineStats are the figures of one vLLM engine read from a /metrics
+// page (package metrics/vllm parses it).
+type EngineStats = vllm.Engine
 
 // ScrapeResult is one published observation of a backend server. It is
 // immutable once published.
@@ -335,7 +183,7 @@ func (s *scraper) fetchMetrics(ctx context.Context) ([]EngineStats, error) {
 		return nil, err
 	}
 	defer res.Body.Close()
-	return ParseVLLMMetrics(res.Body)
+	return vllm.Parse(res.Body, vllm.MaxPageBytes)
 }
 
 func (s *scraper) probeHealth(ctx context.Context) error {
@@ -356,7 +204,7 @@ func (r *ScrapeResult) fresh(now time.Time, interval time.Duration) bool {
 }
 
 // engine returns the stats of engine e; false when the page had none.
-// Engines are sorted by engine label (ParseVLLMMetrics), and usually dense
+// Engines are sorted by engine label (vllm.Parse), and usually dense
 // from 0: e's own index is tried first, then a binary search, since a page
 // may hold 65,537 engines and fill asks once per replica and pick.
 func (r *ScrapeResult) engine(e int) (EngineStats, bool) {

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/live/sessionstore"
+	"github.com/lm-warden/warden/live/upstream"
 	"log"
 	"log/slog"
 	"net"
@@ -35,18 +37,18 @@ type routing struct {
 type Server struct {
 	log     *slog.Logger
 	keyer   *Keyer
-	store   sessionStore // session_store; nil: none
+	store   sessionstore.Store // session_store; nil: none
 	obs     *observer
 	tr      *transport
-	base    *http.Transport // to the backends
-	up      *upstream       // to the backends: the proxied calls (base for what it does not handle)
-	scrapeC *http.Client    // for /metrics and /health
-	journal *Journal        // nil: none
+	base    *http.Transport  // to the backends
+	up      *upstream.Client // to the backends: the proxied calls (base for what it does not handle)
+	scrapeC *http.Client     // for /metrics and /health
+	journal *Journal         // nil: none
 
 	state    atomic.Pointer[routing]
-	inFlight atomic.Int64 // client requests being served (limits.max_in_flight)
-	bodies   bodyBudget   // request body buffers held (limits.max_body_bytes_in_flight)
-	serving  atomic.Bool  // Serve started the scrape loops (see awaitFirstProbe)
+	inFlight atomic.Int64    // client requests being served (limits.max_in_flight)
+	bodies   upstream.Budget // request body buffers held (limits.max_body_bytes_in_flight)
+	serving  atomic.Bool     // Serve started the scrape loops (see awaitFirstProbe)
 
 	clientWrite atomic.Int64                   // timeouts.client_write in ns, read by the client connections
 	clientLn    atomic.Pointer[clientListener] // Serve's; nil before (healthz, metrics)
@@ -126,13 +128,13 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 	s.base.IdleConnTimeout = 90 * time.Second
 	s.base.ExpectContinueTimeout = time.Second
 	s.base.DisableCompression = true // bodies pass through untouched: no transparent gzip
-	s.base.MaxResponseHeaderBytes = maxReplyHeadBytes
-	s.up = newUpstream(dial, s.base)
+	s.base.MaxResponseHeaderBytes = upstream.MaxReplyHeadBytes
+	s.up = upstream.New(dial, s.base)
 	s.scrapeC = &http.Client{Transport: &http.Transport{
 		DialContext:            dial,
 		MaxIdleConnsPerHost:    4,
 		IdleConnTimeout:        90 * time.Second,
-		MaxResponseHeaderBytes: maxReplyHeadBytes,
+		MaxResponseHeaderBytes: upstream.MaxReplyHeadBytes,
 	}}
 	s.tr = &transport{srv: s, up: s.up}
 	s.obs = newObserver(s.state.Load)
@@ -143,11 +145,10 @@ func NewServer(cfg *Config, opts ...Option) (*Server, error) {
 		s.hostname = strings.ToLower(h)
 	}
 	if cfg.SessionStore != "" {
-		st, err := openRedisStore(cfg.SessionStore, cfg.SessionStorePasswordEnv, cfg.SessionStoreTimeout.D())
+		st, err := sessionstore.OpenRedis(cfg.SessionStore, cfg.SessionStorePasswordEnv, cfg.SessionStoreTimeout.D(), s.log)
 		if err != nil {
 			return nil, err
 		}
-		st.log = s.log
 		s.store = st
 		s.obs.storeUp(st)
 	}
@@ -546,16 +547,16 @@ func (s *Server) clientServer(cfg *Config) *http.Server {
 }
 
 // connKey carries a client's connection in its requests' contexts, for
-// readBody to see how much of a body has arrived (arrivals).
+// upstream.ReadBody to see how much of a body has arrived (upstream.Arrivals).
 type connKey struct{}
 
 func withConn(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, c)
 }
 
-// connArrivals is the arrivals of r's connection, nil when it cannot tell.
-func connArrivals(r *http.Request) arrivals {
-	a, _ := r.Context().Value(connKey{}).(arrivals)
+// connArrivals is the upstream.Arrivals of r's connection, nil when it cannot tell.
+func connArrivals(r *http.Request) upstream.Arrivals {
+	a, _ := r.Context().Value(connKey{}).(upstream.Arrivals)
 	return a
 }
 
@@ -638,3 +639,83 @@ func (s *Server) stopLoops(stop context.CancelFunc, storeDone <-chan struct{}, e
 	}
 	return nil
 }
+
+// The lifecycle of a front end that brings its own listener (warden
+// epp): ClientListener, Run, and what it reads of the configuration.
+
+// Endpoints lists every configured replica's host:port, each once, in
+// the order of the models (sorted by name) and their replicas.
+func (s *Server) Endpoints() []string {
+	rt := s.state.Load()
+	var out []string
+	for _, name := range rt.names {
+		for _, rep := range rt.models[name].replicas {
+			if !slices.Contains(out, rep.target.Host) {
+				out = append(out, rep.target.Host)
+			}
+		}
+	}
+	return out
+}
+
+// Run serves what the proxy serves beside its client listener, for a
+// front end that brings its own (warden epp): the scrape and health loops
+// of every model, the session store's loop, and the admin handler on
+// adminLn (nil: none; bounded as Serve bounds it, adminListener), until
+// ctx is done. Decide may be called before Run
+// and after it returns; while Run runs, the first request of a model waits
+// for its first scrape (awaitFirstProbe).
+func (s *Server) Run(ctx context.Context, adminLn net.Listener) error {
+	stopLoops, storeDone, _, err := s.startLoops(ctx, "Run")
+	if err != nil {
+		return err
+	}
+
+	errc := make(chan error, 1)
+	var (
+		admin *http.Server
+		aln   *clientListener
+	)
+	if adminLn != nil {
+		admin, aln = s.adminServer(), s.adminListener(adminLn)
+		go func() { errc <- admin.Serve(aln) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	if admin != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), drainGrace)
+		_ = admin.Shutdown(sctx)
+		cancel()
+		if err == nil {
+			err = <-errc
+		}
+		aln.wait() // connections being refused over adminMaxConns: within refuseWait
+	}
+	s.endStreams()
+	return s.stopLoops(stopLoops, storeDone, err, "run")
+}
+
+// ClientListener wraps ln as Serve wraps the clients' listener, for a
+// front end that serves its own protocol on it (warden epp's gRPC): at
+// most limits.max_connections connections open at once, idle ones
+// included (at the bound Accept waits for one to close), an Accept that
+// fails for want of a descriptor retried with back-off, each counted and
+// shown on /healthz and warden_client_connections, and each connection's
+// writes bounded by timeouts.client_write (see clientListener). Call it
+// once, before Run.
+func (s *Server) ClientListener(ln net.Listener) net.Listener {
+	cl := newClientListener(ln, s.state.Load().cfg.Limits.MaxConnections, clientRole(s.obs, false), &s.clientWrite, s.log, s.obs)
+	s.clientLn.Store(cl)
+	return cl
+}
+
+// DrainTimeout is timeouts.drain of the current configuration.
+func (s *Server) DrainTimeout() time.Duration { return s.state.Load().cfg.Timeouts.Drain.D() }
+
+// Models names the configured models, sorted.
+func (s *Server) Models() []string { return slices.Clone(s.state.Load().names) }
+
+// Limits are the limits of the current configuration, defaults filled.
+func (s *Server) Limits() Limits { return s.state.Load().cfg.Limits }

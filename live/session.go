@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/live/jsonscan"
 	"hash"
 	"net/http"
 	"strings"
@@ -93,33 +94,13 @@ type Identity struct {
 	Source  string // one of the Source* constants
 }
 
-// body is the part of a request body the proxy decodes (scanBody); every
-// other field is skipped by the decoder without being stored.
-type body struct {
-	Model          string    `json:"model"`
-	Stream         bool      `json:"stream"`
-	Metadata       *metadata `json:"metadata"`
-	PromptCacheKey string    `json:"prompt_cache_key"`
-	User           string    `json:"user"`
-
-	// fallback holds the raw values (slices of the request body, nil when
-	// absent) of system, messages, instructions, input and prompt, in the
-	// order of the key* constants from keySystem: what promptParts hashes.
-	fallback [numReadKeys - keySystem][]byte
-}
-
-// metadata is the part of Anthropic's metadata the proxy reads.
-type metadata struct {
-	UserID string `json:"user_id"`
-}
-
 // ErrSessionTooLong is returned (wrapped) when a client's session id is
 // longer than the configured maximum.
 var ErrSessionTooLong = errors.New("session id too long")
 
 // decodeBody validates a request body and decodes the fields the proxy
-// needs (see scanBody).
-func decodeBody(data []byte) (body, error) { return scanBody(data) }
+// needs (see jsonscan.Scan).
+func decodeBody(data []byte) (jsonscan.Body, error) { return jsonscan.Scan(data) }
 
 // extractFrom finds the session id of a request whose body decoded to b,
 // trying in order: the headers X-Dynamo-Session-ID,
@@ -134,7 +115,7 @@ func decodeBody(data []byte) (body, error) { return scanBody(data) }
 // time. A Claude Code subagent (x-claude-code-agent-id) gets its own
 // session with the root conversation as Parent. An id longer than maxLen
 // bytes is an error.
-func extractFrom(h http.Header, b *body, api API, maxLen int) (Identity, error) {
+func extractFrom(h http.Header, b *jsonscan.Body, api API, maxLen int) (Identity, error) {
 	id := Identity{}
 	for _, name := range [...]string{SourceDynamo, SourceClaudeCode, SourceCodex, SourceOpenCode, SourceAffinity, SourceOpenCodeZen} {
 		if v := strings.TrimSpace(h.Get(name)); v != "" {
@@ -238,28 +219,28 @@ type message struct {
 
 // promptParts returns the system prompt and the first user message of a
 // request body b; only called when no explicit session id was found. It
-// reads the raw top-level values scanBody kept (exact keys, each once);
+// reads the raw top-level values jsonscan.Scan kept (exact keys, each once);
 // a value of another type than expected counts as absent.
-func promptParts(b *body, api API) (system, user string) {
-	raw := func(k int) []byte { return b.fallback[k-keySystem] }
+func promptParts(b *jsonscan.Body, api API) (system, user string) {
+	raw := b.Fallback
 	var messages []message
 	switch api {
 	case APIAnthropic:
-		system = content(raw(keySystem)).text(true)
+		system = content(raw(jsonscan.KeySystem)).text(true)
 	case APIResponses:
-		_ = json.Unmarshal(raw(keyInstructions), &system)
-		in := bytes.TrimSpace(raw(keyInput))
+		_ = json.Unmarshal(raw(jsonscan.KeyInstructions), &system)
+		in := bytes.TrimSpace(raw(jsonscan.KeyInput))
 		if len(in) > 0 && in[0] == '"' {
 			return system, content(in).text(false)
 		}
 		_ = json.Unmarshal(in, &messages)
 	}
-	if p := raw(keyPrompt); len(p) > 0 {
+	if p := raw(jsonscan.KeyPrompt); len(p) > 0 {
 		t := content(p).text(false)
 		return "", t[:min(len(t), fallbackPromptBytes)]
 	}
 	if api != APIResponses {
-		_ = json.Unmarshal(raw(keyMessages), &messages)
+		_ = json.Unmarshal(raw(jsonscan.KeyMessages), &messages)
 	}
 	var sys strings.Builder
 	sys.WriteString(system)
@@ -279,7 +260,7 @@ func promptParts(b *body, api API) (system, user string) {
 // the first user message, which stay the same on every turn. A body with
 // neither has nothing that tells its conversation from another: "", no
 // session (placed as new each time, not pinned anywhere).
-func promptHash(b *body, api API) string {
+func promptHash(b *jsonscan.Body, api API) string {
 	system, user := promptParts(b, api)
 	if system == "" && user == "" {
 		return ""

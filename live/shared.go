@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"github.com/lm-warden/warden/live/sessionstore"
 	"time"
 
 	"github.com/lm-warden/warden/placement"
@@ -24,10 +25,10 @@ import (
 //     lists them; its home is recorded in the store when it returns
 //     (unless one was recorded meanwhile). While the store is up, a proxy
 //     that sees another one list other replicas for a model says so (a
-//     warning in the log and in /api/status, see redisStore.sync).
+//     warning in the log and in /api/status, see sessionstore.Redis).
 //   - The other proxies' in-flight counts and the conversations held by
 //     all are added to the Snapshot before each pick (at most one sync,
-//     storeInterval, old), so a spill threshold counts every proxy's
+//     sessionstore's interval, old), so a spill threshold counts every proxy's
 //     requests.
 
 // shared reports whether picks of r go through the store: an affinity
@@ -205,14 +206,14 @@ func (m *model) addRemote(s *placement.Snapshot) {
 // in-flight count; and how far it trusts another proxy's: up to its own
 // limits.max_in_flight, which no proxy with the same configuration passes
 // on one replica.
-func (s *Server) storeLoads() []replicaLoad {
+func (s *Server) storeLoads() []sessionstore.Load {
 	rt := s.state.Load()
-	var out []replicaLoad
+	var out []sessionstore.Load
 	for _, name := range rt.names {
 		m := rt.models[name]
 		ttl, window := m.sessionTTL(), m.activeWindow()
 		for _, rep := range m.replicas {
-			out = append(out, replicaLoad{Model: name, Replica: rep.name, InFlight: int(rep.inFlight.Load()),
+			out = append(out, sessionstore.Load{Model: name, Replica: rep.name, InFlight: int(rep.inFlight.Load()),
 				TTL: ttl, Window: window, Cap: rt.cfg.Limits.MaxInFlight})
 		}
 	}

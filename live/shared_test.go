@@ -2,10 +2,14 @@ package live
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/live/sessionstore"
+	"github.com/lm-warden/warden/placement"
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -254,9 +258,9 @@ func TestSharedStoreBeforeFirstSync(t *testing.T) {
 
 // neverSyncs is a session store whose sync loop does not run until the
 // proxy stops: only the request path's claims reach the store.
-type neverSyncs struct{ sessionStore }
+type neverSyncs struct{ sessionstore.Store }
 
-func (neverSyncs) Run(ctx context.Context, _ func() []replicaLoad) { <-ctx.Done() }
+func (neverSyncs) Run(ctx context.Context, _ func() []sessionstore.Load) { <-ctx.Done() }
 
 // The store stops: requests keep succeeding, both proxies show it down and
 // still agree on new sessions' homes (rendezvous), and those homes reach
@@ -391,8 +395,8 @@ func BenchmarkSessionStore(b *testing.B) {
 // replica's in-flight term was 0 whatever ran there, and it got 9 of 30
 // here (30 of 30 in issue 46's run).
 func TestSharedStoreLyingProxies(t *testing.T) {
-	noLeaks(t)
-	rs, c := hostileRedis(t)
+	rs := redistest.Start(t)
+	c := rs.Client(t)
 	f := newFarm(t, 4)
 	for _, v := range f.fakes {
 		v.hold = make(chan struct{})
@@ -403,11 +407,11 @@ func TestSharedStoreLyingProxies(t *testing.T) {
 	lie := func() {
 		ctx := context.Background()
 		for _, liar := range []string{"liar-1", "liar-2"} {
-			lease := redis.Z{Score: float64(time.Now().Add(storeLease).UnixMilli()), Member: liar}
-			if err := c.ZAdd(ctx, proxiesKey, lease).Err(); err != nil {
+			lease := redis.Z{Score: float64(time.Now().Add(sessionstore.Lease).UnixMilli()), Member: liar}
+			if err := c.ZAdd(ctx, sessionstore.ProxiesKey, lease).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.HSet(ctx, storePrefix+"load:"+liar, loadField(testModel, target), strconv.FormatInt(math.MaxInt64, 10)).Err(); err != nil {
+			if err := c.HSet(ctx, sessionstore.Prefix+"load:"+liar, sessionstore.LoadField(testModel, target), strconv.FormatInt(math.MaxInt64, 10)).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -454,14 +458,14 @@ func TestSharedStoreLyingProxies(t *testing.T) {
 // failed on it with WRONGTYPE, and the store went down until it was
 // deleted.
 func TestSharedStoreSkipsBadKeys(t *testing.T) {
-	noLeaks(t)
-	rs, c := hostileRedis(t)
+	rs := redistest.Start(t)
+	c := rs.Client(t)
 	f := newFarm(t, 2)
 	cfg := modelsYAML(storeYAML(rs, ""), f.model)
 	a, b := startProxy(t, cfg), startProxy(t, cfg)
 	a.scraped()
 	b.scraped()
-	bad := heldKey(testModel, a.srv.state.Load().models[testModel].replicas[0].name)
+	bad := sessionstore.HeldKey(testModel, a.srv.state.Load().models[testModel].replicas[0].name)
 	if err := c.Set(context.Background(), bad, "not a sorted set", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -503,4 +507,98 @@ func metricValue(text, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// downStore is a session store that is down: every claim fails (the
+// store as two proxies see it while Redis is unreachable).
+type downStore struct{}
+
+func (downStore) Claim(context.Context, string, string, string, time.Duration) (string, bool, error) {
+	return "", false, errors.New("store down")
+}
+func (downStore) Touch(string, string, string, time.Time)               {}
+func (downStore) Remote(string, string) (int, int, bool)                { return 0, 0, false }
+func (downStore) Up() bool                                              { return false }
+func (downStore) Down() bool                                            { return true }
+func (downStore) State() sessionstore.Status                            { return sessionstore.Status{} }
+func (downStore) Run(ctx context.Context, _ func() []sessionstore.Load) { <-ctx.Done() }
+func (downStore) Close() error                                          { return nil }
+
+// TestRendezvousByReplicaName (issue 35, item 7): with the store down, two
+// proxies whose configurations list the same replicas in different orders
+// still place every new conversation on the same replica, the one
+// rendezvous hashing of its id and the replica's URL (and rank) gives.
+// Before: the weight was the replica's index, and two such proxies split
+// 40 of 40 new sessions. With a replica down, both still agree, elsewhere.
+func TestRendezvousByReplicaName(t *testing.T) {
+	urls := []string{"http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"}
+	for _, tc := range []struct {
+		name  string
+		a, b  ModelCfg
+		names func(ModelCfg) []string
+	}{
+		{"urls reversed", ModelCfg{Replicas: urls}, ModelCfg{Replicas: []string{urls[2], urls[1], urls[0]}}, nil},
+		{"urls rotated", ModelCfg{Replicas: urls}, ModelCfg{Replicas: []string{urls[1], urls[2], urls[0]}}, nil},
+		{"two replicas swapped", ModelCfg{Replicas: urls[:2]}, ModelCfg{Replicas: []string{urls[1], urls[0]}}, nil},
+		// strategy hash hashes by Replica.Key (the name), not list position.
+		{"hash: urls reversed", ModelCfg{Strategy: "hash", Replicas: urls}, ModelCfg{Strategy: "hash", Replicas: []string{urls[2], urls[1], urls[0]}}, nil},
+		{"hash: urls rotated", ModelCfg{Strategy: "hash", Replicas: urls}, ModelCfg{Strategy: "hash", Replicas: []string{urls[1], urls[2], urls[0]}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			build := func(mc ModelCfg) *model {
+				mc.Name, mc.SessionTTL, mc.ActiveWindow, mc.MaxSessions = "m", Duration(time.Hour), Duration(time.Minute), 1000
+				mc.SpillThreshold = Spill{Auto: true}
+				m, err := newModel(mc, http.DefaultClient, time.Second, time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.store = downStore{}
+				return m
+			}
+			a, b := build(tc.a), build(tc.b)
+			now := time.Now()
+			place := func(m *model, session string) string {
+				r := placement.Request{Session: session, Model: "m", Pinned: placement.NoPin}
+				p, err := m.place(context.Background(), &r, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.rep.inFlight.Add(-1)
+				return p.rep.name
+			}
+			split, used := 0, map[string]bool{}
+			homes := map[string]string{}
+			for i := range 40 {
+				s := fmt.Sprintf("session-%02d", i)
+				ha, hb := place(a, s), place(b, s)
+				if ha != hb {
+					split++
+				}
+				homes[s] = ha
+				used[ha] = true
+			}
+			if split > 0 {
+				t.Errorf("the two proxies placed %d of 40 new sessions apart", split)
+			}
+			if len(used) != len(tc.a.Replicas) {
+				t.Errorf("new sessions on %d of %d replicas", len(used), len(tc.a.Replicas))
+			}
+			// The first replica goes down: both proxies agree on another.
+			down := tc.a.Replicas[0]
+			for _, m := range []*model{a, b} {
+				for _, rep := range m.replicas {
+					if rep.name == down {
+						rep.server.last.Store(&ScrapeResult{Seq: 1, Healthy: false})
+					}
+				}
+			}
+			for i := range 40 {
+				s := fmt.Sprintf("later-%02d", i) // new ones: the tables hold the first 40
+				ha, hb := place(a, s), place(b, s)
+				if ha != hb || ha == down {
+					t.Errorf("%s with %s down: %s and %s", s, down, ha, hb)
+				}
+			}
+		})
+	}
 }

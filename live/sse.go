@@ -3,6 +3,7 @@ package live
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/lm-warden/warden/live/jsonscan"
 	"math"
 
 	"github.com/lm-warden/warden/internal/sse"
@@ -265,7 +266,7 @@ func sequenceNumber(data []byte) (int64, bool) {
 // bodyUsage reads the usage of a non-streamed JSON response.
 func bodyUsage(api API, data []byte) Usage {
 	u := unknownUsage()
-	raw, ok := memberValue(data, "usage")
+	raw, ok := jsonscan.MemberValue(data, "usage")
 	if !ok {
 		return u
 	}

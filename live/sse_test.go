@@ -107,3 +107,33 @@ func FuzzSequenceNumber(f *testing.F) {
 		}
 	})
 }
+
+func TestBodyUsage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		api  API
+		in   string
+		want Usage
+	}{
+		{"openai", APIOpenAI, `{"id":"x","choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":16,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":8}}}`,
+			Usage{16, 2, 8}},
+		{"anthropic adds the cache reads", APIAnthropic, `{"type":"message","usage":{"input_tokens":3,"output_tokens":5,"cache_read_input_tokens":100}}`,
+			Usage{103, 5, 100}},
+		{"responses", APIResponses, `{"object":"response","usage":{"input_tokens":7,"output_tokens":1,"input_tokens_details":{"cached_tokens":4}}}`,
+			Usage{7, 1, 4}},
+		{"escaped key", APIOpenAI, `{"us\u0061ge":{"prompt_tokens":1,"completion_tokens":1}}`, Usage{1, 1, -1}},
+		{"the last of two, as encoding/json", APIOpenAI, `{"usage":{"prompt_tokens":1},"usage":{"prompt_tokens":9,"completion_tokens":2}}`, Usage{9, 2, -1}},
+		{"nested usage is not the answer's", APIOpenAI, `{"choices":[{"usage":{"prompt_tokens":5}}]}`, unknownUsage()},
+		{"case matters", APIOpenAI, `{"Usage":{"prompt_tokens":5}}`, unknownUsage()},
+		{"null", APIOpenAI, `{"usage":null}`, unknownUsage()},
+		{"none", APIOpenAI, `{"id":"x"}`, unknownUsage()},
+		{"wrong type", APIOpenAI, `{"usage":{"prompt_tokens":"5"}}`, unknownUsage()},
+		{"malformed", APIOpenAI, `{"usage":{"prompt_tokens":5}`, unknownUsage()},
+		{"trailing data", APIOpenAI, `{"usage":{"prompt_tokens":5}} x`, unknownUsage()},
+		{"not an object", APIOpenAI, `[{"usage":{"prompt_tokens":5}}]`, unknownUsage()},
+	} {
+		if got := bodyUsage(tc.api, []byte(tc.in)); got != tc.want {
+			t.Errorf("%s: bodyUsage = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package live
 
 import (
 	"encoding/json"
+	"github.com/lm-warden/warden/live/sessionstore"
 	"math"
 	"net/http"
 	"time"
@@ -17,7 +18,7 @@ type StatusReport struct {
 	Time   time.Time `json:"time"`
 	Models []Status  `json:"models"`
 	// SessionStore is the shared session store's state; absent without one.
-	SessionStore *StoreStatus `json:"session_store,omitempty"`
+	SessionStore *sessionstore.Status `json:"session_store,omitempty"`
 }
 
 // Status is the routing state of one model.

@@ -25,12 +25,18 @@
 //   - fit.go: Fitter, a workload fitted to a trace's sessions (warden trace
 //     stats --workload-out, warden workload --journal).
 //   - import.go and import_*.go: Mooncake, Alibaba Bailian and Azure
-//     importers. Mooncake and Bailian share one skeleton, import_hashids.go
-//     (hashIDDecoder: the lines, the common fields checked, arrivals, the
-//     hash ids re-chained to the target block size); each format
+//     (import_azure.go) importers. Mooncake and Bailian share one
+//     skeleton, import_hashids.go (hashIDDecoder: the lines, the common
+//     fields checked, arrivals, the hash ids re-chained to the target
+//     block size); each format
 //     (import_mooncake.go, import_bailian.go) adds its own fields and
 //     sessions. infer.go infers sessions from prefix chains where a trace
 //     has none.
+//   - text.go: the canonical prompt text and its token blocks, the one
+//     rule by which the journal, the emulator and the bench client turn a
+//     request body into prefix-cache blocks without a tokenizer.
+//   - hist.go: logHist, a fixed-size log-bucket histogram (deterministic,
+//     its memory independent of the count) for the stats.
 //   - stats.go: Stats, the summary behind `warden trace stats`, including
 //     the infinite-cache upper bound of the prefix-cache hit rate and the
 //     working set to hold against a farm's KV capacity.

@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -155,9 +151,9 @@ func checkKubeFlags(opts *eppOptions) error {
 }
 
 func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(opts.LogLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	logger, err := newLogger(opts.LogLevel, logOut)
+	if err != nil {
+		return err
 	}
 	if err := checkKubeFlags(opts); err != nil {
 		return err
@@ -186,7 +182,6 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 		_, err := fmt.Fprintf(out, "%s: OK, %d model(s), %d endpoint(s)\n", opts.Config, len(cfg.Models), n)
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
 	var (
 		kc kubeClients
 		ns string
@@ -229,54 +224,20 @@ func runEPP(ctx context.Context, opts *eppOptions, out, logOut io.Writer) error 
 			}
 		}()
 	}
-	ls := rs.ls
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
-	adminLn, err := net.Listen("tcp", cfg.Admin)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	var healthLn net.Listener
-	health := "none"
-	if opts.HealthListen != "" {
-		if healthLn, err = net.Listen("tcp", opts.HealthListen); err != nil {
-			ln.Close()
-			adminLn.Close()
-			return fmt.Errorf("--health-listen: %w", err)
-		}
-		health = healthLn.Addr().String()
-	}
-	if _, err := fmt.Fprintf(out, "warden epp: ext_proc gRPC on %s (admin http://%s, gRPC health on %s)\n", ln.Addr(), adminLn.Addr(), health); err != nil {
-		for _, l := range []net.Listener{ln, adminLn, healthLn} {
-			if l != nil {
-				l.Close()
+	return frontEnd{
+		addrs: []listenAddr{{addr: cfg.Listen}, {addr: cfg.Admin}, {addr: opts.HealthListen, flag: "--health-listen"}},
+		banner: func(lns []net.Listener) string {
+			health := "none"
+			if lns[2] != nil {
+				health = lns[2].Addr().String()
 			}
-		}
-		return err
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				next, err := loadEPPConfig(opts)
-				if err == nil {
-					err = rs.setConfig(next)
-				}
-				if err != nil {
-					logger.Error("reload failed; keeping the running configuration", "err", err)
-					continue
-				}
-				fmt.Fprintf(out, "reloaded %s\n", opts.Config)
-			}
-		}
-	}()
-	return epp.New(ls, epp.WithLogger(logger)).Serve(ctx, epp.Listeners{ExtProc: ln, Admin: adminLn, Health: healthLn})
+			return fmt.Sprintf("warden epp: ext_proc gRPC on %s (admin http://%s, gRPC health on %s)", lns[0].Addr(), lns[1].Addr(), health)
+		},
+		config: opts.Config,
+		load:   func() (*live.Config, error) { return loadEPPConfig(opts) },
+		apply:  rs.setConfig,
+		serve: func(ctx context.Context, lns []net.Listener) error {
+			return epp.New(rs.ls, epp.WithLogger(logger)).Serve(ctx, epp.Listeners{ExtProc: lns[0], Admin: lns[1], Health: lns[2]})
+		},
+	}.run(ctx, out, logger)
 }

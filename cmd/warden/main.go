@@ -1,5 +1,3 @@
-// Command warden simulates, routes and reports on farms of vLLM replicas
-// serving coding agents. See the README and `warden --help`.
 package main
 
 import (

@@ -4,14 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
 	"sync"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -108,9 +104,9 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 		}
 		fixed = n
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(opts.LogLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	logger, err := newLogger(opts.LogLevel, logOut)
+	if err != nil {
+		return err
 	}
 	cfg, err := loadProxyConfig(opts)
 	if err != nil {
@@ -123,58 +119,30 @@ func runProxy(ctx context.Context, opts *proxyOptions, out, logOut io.Writer) er
 		_, err := fmt.Fprintf(out, "%s: OK, %d model(s)\n", opts.Config, len(cfg.Models))
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
 	srv, err := live.NewServer(cfg, live.WithLogger(logger), dashboard())
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
-	adminLn, err := net.Listen("tcp", cfg.Admin)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	// Print before the reload loop starts (both write to out) and after
-	// SIGHUP is caught (a reload may follow the line at once).
-	if _, err := fmt.Fprintf(out, "warden proxy listening on http://%s (admin http://%s)\n", ln.Addr(), adminLn.Addr()); err != nil {
-		ln.Close()
-		adminLn.Close()
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var governor sync.WaitGroup
-	defer func() { cancel(); governor.Wait() }()
-	if fixed > 0 {
-		runtime.GOMAXPROCS(fixed)
-	} else if opts.Procs == "auto" && procs.Auto() {
-		governor.Go(func() { procs.Run(ctx, procs.Options{Log: logger}) })
-	}
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				next, err := loadProxyConfig(opts)
-				if err == nil {
-					err = srv.Reload(next)
-				}
-				if err != nil {
-					logger.Error("reload failed; keeping the running configuration", "err", err)
-					continue
-				}
-				fmt.Fprintf(out, "reloaded %s\n", opts.Config)
+	return frontEnd{
+		addrs: []listenAddr{{addr: cfg.Listen}, {addr: cfg.Admin}},
+		banner: func(lns []net.Listener) string {
+			return fmt.Sprintf("warden proxy listening on http://%s (admin http://%s)", lns[0].Addr(), lns[1].Addr())
+		},
+		config: opts.Config,
+		load:   func() (*live.Config, error) { return loadProxyConfig(opts) },
+		apply:  srv.Reload,
+		serve: func(ctx context.Context, lns []net.Listener) error {
+			var governor sync.WaitGroup
+			ctx, cancel := context.WithCancel(ctx)
+			defer func() { cancel(); governor.Wait() }()
+			if fixed > 0 {
+				runtime.GOMAXPROCS(fixed)
+			} else if opts.Procs == "auto" && procs.Auto() {
+				governor.Go(func() { procs.Run(ctx, procs.Options{Log: logger}) })
 			}
-		}
-	}()
-	return srv.Serve(ctx, ln, adminLn)
+			return srv.Serve(ctx, lns[0], lns[1])
+		},
+	}.run(ctx, out, logger)
 }
 
 // loadProxyConfig reads the configuration, session_key from

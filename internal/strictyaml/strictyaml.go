@@ -5,8 +5,8 @@
 // farm specs and plans (sim, planner), the workload files (traces) and the
 // proxy's configuration (live).
 //
-// Its one value type, [Duration], is the duration of all of them, with
-// the rule for negative durations each kind of file has.
+// Its one value type, [Duration] (duration.go), is the duration of all of
+// them, with the rule for negative durations each kind of file has.
 //
 // yaml.v3 reports type errors and syntax errors as text only
 // ("line 4: field x not found in type T"); this package is the one place

@@ -5,7 +5,7 @@
 // free port of 127.0.0.1 ([FreePort]), its output kept ([Output]), and the
 // process ([Start]) stopped with SIGTERM then SIGKILL ([Proc.Stop]) and, on
 // Linux, killed with the test binary (a go test timeout, say), so that no
-// server outlives its test.
+// server outlives its test (procattr_linux.go; procattr_other.go elsewhere).
 package testproc
 
 import (

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"net"
 	"os/exec"
 	"strconv"
@@ -136,4 +137,14 @@ func (s *Server) Stop() {
 	if proc != nil {
 		proc.Stop(5 * time.Second)
 	}
+}
+
+// Client is a go-redis client of the server, closed when the test ends:
+// what a test plants keys with, a hostile peer's records or keys of the
+// wrong type (RESP2, no client name, as the session store speaks).
+func (s *Server) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

@@ -11,8 +11,8 @@
 // no classic _bucket, _sum or _count series for such a histogram); a target
 // with text exposition only, like vLLM, is scraped as before.
 //
-// Where to start reading: [Start] and [Options]; then [Server.WaitScraped],
-// [Server.Sync] and [Server.Query].
+// Where to start reading: promtest.go, [Start] and [Options]; then
+// [Server.WaitScraped], [Server.Sync] and [Server.Query].
 //
 // Typical use:
 //

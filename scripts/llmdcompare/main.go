@@ -18,6 +18,9 @@
 // placed on the EPP's history (model.go follow): a disagreement is the
 // model's logic or its view of the prompt. It is judged in two views of
 // the prompt (model.go): the EPP's own bytes, and warden's proxy view.
+// conv.go builds the conversations' request bodies, state.go reads each
+// replica's vLLM gauges, compare.go records each pick (-record, -replay)
+// and tallies where the two agree.
 //
 //	go run ./scripts/llmdcompare -epp 127.0.0.1:9002 -epp-log epp.log \
 //	    -replicas 127.0.0.1:8000,127.0.0.1:8001 -names r0,r1 -record run.json

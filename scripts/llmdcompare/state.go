@@ -5,12 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/lm-warden/warden/metrics/vllm"
 	"io"
 	"math"
 	"net/http"
 	"strings"
-
-	"github.com/lm-warden/warden/live"
 )
 
 // scrape reads one replica's vLLM gauges from its /metrics.
@@ -27,7 +26,7 @@ func scrape(ctx context.Context, c *http.Client, addr string) (replicaState, err
 	if res.StatusCode != http.StatusOK {
 		return replicaState{}, fmt.Errorf("scrape %s: HTTP %d", addr, res.StatusCode)
 	}
-	es, err := live.ParseVLLMMetrics(res.Body)
+	es, err := vllm.Parse(res.Body, vllm.MaxPageBytes)
 	if err != nil {
 		return replicaState{}, fmt.Errorf("scrape %s: %w", addr, err)
 	}
