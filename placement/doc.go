@@ -66,7 +66,9 @@
 //     built by NewPeer, with the hooks a caller looks for: Tracker (first
 //     token and end of each request it placed), Scraper (the interval at
 //     which it reads vLLM's gauges), HeldReader (it reads Prompt.Held).
-//     peer_llmd.go (llm-d, llm-d-precise), peer_dynamo.go,
+//     peer_llmd.go (llm-d, llm-d-precise), peer_dynamo.go (with
+//     peer_dynamo_blocks.go, its index of every worker's active blocks,
+//     on peer_idtable.go's open-addressing table of block ids),
 //     peer_sglang.go (sglang, vllm-router), peer_vllmrouter.go
 //     (vllm-router-hash), peer_prodstack.go, peer_ray.go, peer_aibrix.go,
 //     peer_litellm.go, peer_nginx.go; radixtree.go is the character tree

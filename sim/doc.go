@@ -27,13 +27,16 @@
 //     first miss, capped so that one token is always computed. finishStep
 //     is update_from_output: a token for every request whose prefill is
 //     done, finished requests freed. Misses of first lookups are classified
-//     (cold, evicted, elsewhere, partial).
+//     (cold, evicted, elsewhere, partial) against everset.go, the blocks
+//     each replica ever cached.
 //  5. steptime.go: how long a step takes: a roofline of the GPU (compute
 //     bound prefill, memory bound decode), the all-reduces of tensor
 //     parallelism (two per layer, over the GPU's interconnect from
 //     hardware's catalogue; steptime_tp_test.go holds them against a
 //     published vLLM measurement) and a per-step overhead, with
-//     efficiency factors that a farm spec may override.
+//     efficiency factors that a farm spec may override. floor.go: the
+//     least time a replica can take to decode a token (planner's check of
+//     a journal recorded on a faster clock).
 //  6. run.go: one strategy on one farm: the event loop and a request's
 //     life. routing.go: the router side (placement.Router, the one the
 //     proxy drives too; an instant in-flight count, scraped fields
