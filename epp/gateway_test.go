@@ -367,8 +367,16 @@ func (g *gateway) try(r request) (answer, error) {
 	default: // FULL_DUPLEX_STREAMED: the body follows without waiting
 		for off := 0; off < len(r.body); off += g.chunk {
 			end := min(off+g.chunk, len(r.body))
-			if err := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
-				RequestBody: &extprocv3.HttpBody{Body: r.body[off:end], EndOfStream: end == len(r.body)}}}); err != nil {
+			err := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{
+				RequestBody: &extprocv3.HttpBody{Body: r.body[off:end], EndOfStream: end == len(r.body)}}})
+			if errors.Is(err, io.EOF) {
+				// The picker answered (an ImmediateResponse, such as 413
+				// over the body budget) and ended the stream while the
+				// body was still going: gRPC's Send says so with io.EOF,
+				// the answer waits in Recv. Envoy stops sending then too.
+				break
+			}
+			if err != nil {
 				return answer{}, err
 			}
 		}
