@@ -119,15 +119,13 @@ func TestActiveWindowConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Models[0].ActiveWindow.D(); got != DefaultActiveWindow {
-		t.Errorf("default active_window %v, want %v", got, DefaultActiveWindow)
+	// Unset stays unset: the table learns it, from DefaultActiveWindow
+	// (or session_ttl, when shorter) up (TestActiveWindowLearnedWhenUnset).
+	if got := cfg.Models[0].ActiveWindow.D(); got != 0 {
+		t.Errorf("default active_window %v, want 0 (learned)", got)
 	}
-	cfg, err = ParseConfig("t.yaml", []byte(base+"    session_ttl: 1m\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := cfg.Models[0].ActiveWindow.D(); got != time.Minute {
-		t.Errorf("default active_window under session_ttl 1m = %v, want 1m", got)
+	if w := placement.NewTableWindow(time.Minute, 0, cfg.Models[0].ActiveWindow.D()).ActiveWindow(); w != time.Minute {
+		t.Errorf("learned active_window under session_ttl 1m starts at %v, want 1m", w)
 	}
 	cfg, err = ParseConfig("t.yaml", []byte(base+"    active_window: 45s\n"))
 	if err != nil {
@@ -145,5 +143,33 @@ func TestActiveWindowConfig(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want it to contain %q", tc.yaml, err, tc.want)
 		}
+	}
+}
+
+// TestActiveWindowLearnedWhenUnset: a model without active_window learns
+// it from the gaps between its conversations' requests, as the simulator
+// does for a farm that leaves routing.active_window unset (issue 47: paused
+// agent sessions kept counting on their home in the simulator while the
+// proxy fixed 2 minutes); one that sets it keeps it fixed.
+func TestActiveWindowLearnedWhenUnset(t *testing.T) {
+	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	tests := []struct {
+		name    string
+		keys    string
+		learned bool
+		window  time.Duration
+	}{
+		{"unset", "", true, placement.DefaultActiveWindow},
+		{"set", "    active_window: 5m\n", false, 5 * time.Minute},
+		{"set below the floor", "    active_window: 30s\n", false, 30 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())+tt.keys))
+			st := h.status().Models[0]
+			if st.ActiveWindowLearned != tt.learned || st.ActiveWindowSec != tt.window.Seconds() {
+				t.Errorf("active window %vs, learned %v; want %vs, %v", st.ActiveWindowSec, st.ActiveWindowLearned, tt.window.Seconds(), tt.learned)
+			}
+		})
 	}
 }

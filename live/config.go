@@ -162,7 +162,9 @@ type ModelCfg struct {
 	// ActiveWindow is how recently a conversation must have sent a request
 	// to count as active: new conversations are balanced by the active
 	// conversations a replica holds, while a quiet one keeps its home for
-	// session_ttl. Default 2m (a few agent turn gaps), at most session_ttl.
+	// session_ttl. Unset, it is learned from the gaps between the
+	// conversations' requests (placement/activity.go): at least 2m, longer
+	// when sessions pause for minutes and come back; at most session_ttl.
 	ActiveWindow Duration `yaml:"active_window"`
 	// Balance is what affinity places new conversations by: sessions (the
 	// default: the load score) or kv (the most KV headroom, capacity from

@@ -302,7 +302,9 @@ func (m *ModelCfg) resolve(p string, seen map[string]bool) error {
 		m.SpillThreshold.Auto = true
 	}
 	defaultDuration(&m.SessionTTL, DefaultSessionTTL)
-	defaultDuration(&m.ActiveWindow, min(DefaultActiveWindow, m.SessionTTL.D()))
+	// active_window unset stays 0: the table learns it from the gaps
+	// between the conversations' requests (placement/activity.go), as the
+	// simulator's does for a farm that leaves it unset.
 	defaultDuration(&m.AdmissionTimeout, DefaultAdmissionTimeout)
 	if m.MaxSessions == 0 {
 		m.MaxSessions = DefaultMaxSessions

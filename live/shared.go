@@ -175,13 +175,12 @@ func (m *model) sessionTTL() time.Duration {
 	return placement.DefaultSessionTTL
 }
 
-// activeWindow is the model's active window, as the table applies it.
+// activeWindow is the model's active window as the table applies it: the
+// configured one, or the one it has learned so far.
 func (m *model) activeWindow() time.Duration {
-	d := m.cfg.ActiveWindow.D()
-	if d <= 0 {
-		d = placement.DefaultActiveWindow
-	}
-	return min(d, m.sessionTTL())
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.table.ActiveWindow()
 }
 
 // addRemote adds the other proxies' in-flight requests and the

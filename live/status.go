@@ -37,15 +37,16 @@ type Status struct {
 	MaxNumSeqsSource string `json:"max_num_seqs_source"` // config, server, gpu or default
 	// Warnings are the assumptions routing makes that an operator should
 	// know of, e.g. a max_num_seqs nobody stated (see maxNumSeqsWarning).
-	Warnings        []string `json:"warnings,omitempty"`
-	InFlight        int64    `json:"in_flight"`
-	Sessions        int      `json:"sessions"`        // conversations remembered (homes kept for the TTL)
-	ActiveSessions  int      `json:"active_sessions"` // of those, seen within the active window: what placement balances
-	ActiveWindowSec float64  `json:"active_window_s"` // the active window
-	SessionCap      int      `json:"session_cap"`
-	LaterTurns      int64    `json:"later_turns"`      // requests of known sessions since start
-	LaterTurnsHome  int64    `json:"later_turns_home"` // of those, served by the session's first replica (placement.Stay)
-	StickyPct       *float64 `json:"sticky_pct"`       // 100*home/later; null before any later turn
+	Warnings            []string `json:"warnings,omitempty"`
+	InFlight            int64    `json:"in_flight"`
+	Sessions            int      `json:"sessions"`              // conversations remembered (homes kept for the TTL)
+	ActiveSessions      int      `json:"active_sessions"`       // of those, seen within the active window: what placement balances
+	ActiveWindowSec     float64  `json:"active_window_s"`       // the active window
+	ActiveWindowLearned bool     `json:"active_window_learned"` // active_window unset: learned from the conversations' gaps
+	SessionCap          int      `json:"session_cap"`
+	LaterTurns          int64    `json:"later_turns"`      // requests of known sessions since start
+	LaterTurnsHome      int64    `json:"later_turns_home"` // of those, served by the session's first replica (placement.Stay)
+	StickyPct           *float64 `json:"sticky_pct"`       // 100*home/later; null before any later turn
 	// Admission is the admission: kv queue; absent when admission is off.
 	Admission *AdmissionStatus `json:"admission,omitempty"`
 	// SpillReasons are the last few later turns that left their home and
@@ -203,6 +204,7 @@ func (m *model) status(now time.Time) Status {
 	counts := m.table.Counters()
 	st.Sessions, st.SessionCap = m.table.Len(), m.table.MaxSessions()
 	st.ActiveWindowSec = m.table.ActiveWindow().Seconds()
+	st.ActiveWindowLearned = m.table.LearnsWindow()
 	for _, c := range counts {
 		st.ActiveSessions += c.Active
 	}

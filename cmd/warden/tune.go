@@ -161,7 +161,8 @@ func runTune(ctx context.Context, o *tuneOptions, out io.Writer) error {
 
 // farmRouting is what the farm's routing block gives every variant and the
 // proxy config must say too: the spill threshold, the session TTL and the
-// active window (resolved as placement and the proxy resolve them).
+// active window (resolved as placement and the proxy resolve them; a
+// window of 0 is learned).
 type farmRouting struct {
 	spill       placement.SpillThreshold
 	ttl, window time.Duration
@@ -170,8 +171,11 @@ type farmRouting struct {
 func routingOf(f *sim.Farm) farmRouting {
 	r := f.Spec.Routing
 	ttl := cmp.Or(time.Duration(r.SessionTTL), placement.DefaultSessionTTL)
-	window := cmp.Or(time.Duration(r.ActiveWindow), placement.DefaultActiveWindow)
-	return farmRouting{spill: f.Spill, ttl: ttl, window: min(window, ttl)}
+	window := time.Duration(r.ActiveWindow) // 0: learned, as the proxy learns it
+	if window > 0 {
+		window = min(window, ttl)
+	}
+	return farmRouting{spill: f.Spill, ttl: ttl, window: window}
 }
 
 // routingYAML is the recommended routing as the model's entry under
@@ -193,7 +197,12 @@ func routingYAML(model string, v placement.Spec, fr farmRouting) string {
 			// stands for the farm's.
 			b.WriteString("    prefill_tokens_per_s: metrics\n")
 		}
-		fmt.Fprintf(&b, "    session_ttl: %s\n    active_window: %s\n", fr.ttl, fr.window)
+		fmt.Fprintf(&b, "    session_ttl: %s\n", fr.ttl)
+		if fr.window > 0 {
+			fmt.Fprintf(&b, "    active_window: %s\n", fr.window)
+		} else {
+			b.WriteString("    # active_window unset: learned from the conversations' gaps, as simulated\n")
+		}
 		balance := placement.BalanceSessions
 		if v.KV {
 			balance = placement.BalanceKV
