@@ -83,7 +83,7 @@ func NewAIBrix(cfg AIBrixConfig) *AIBrix {
 	orDefault(&cfg.IdleTTL, 20*time.Minute)
 	orDefault(&cfg.ImbalanceAbs, 8)
 	orDefault(&cfg.StdDevFactor, 1)
-	return &AIBrix{cfg: cfg, rng: newRand(cfg.Seed), store: aibStore{idx: make(map[uint64]int32), head: -1, tail: -1}}
+	return &AIBrix{cfg: cfg, rng: newRand(cfg.Seed), store: aibStore{head: -1, tail: -1}}
 }
 
 // Pick implements Policy.
@@ -155,7 +155,7 @@ func (a *AIBrix) match(r *Request) bool {
 	cum, last := 0, -1 // last: the percentage of the last block held
 	for j, id := range p.Blocks {
 		cum += p.blockLen(j, total)
-		k, ok := a.store.idx[aibKey(id, salt)]
+		k, ok := a.store.idx.get(aibKey(id, salt))
 		if !ok {
 			break
 		}
@@ -289,7 +289,7 @@ func sortStable(xs []int, less func(a, b int) bool) {
 // each weighing its 4-byte blocks, dropped from the tail past capacity
 // or idle past the TTL.
 type aibStore struct {
-	idx        map[uint64]int32
+	idx        idTable // key -> entry (peer_idtable.go: one cache miss a lookup, no tombstones)
 	ents       []aibEntry
 	head, tail int32
 	free       []int32
@@ -364,7 +364,7 @@ func (s *aibStore) pushFront(i int32) {
 
 func (s *aibStore) drop(i int32) {
 	s.unlink(i)
-	delete(s.idx, s.ents[i].key)
+	s.idx.del(s.ents[i].key)
 	s.weight -= int(s.ents[i].w)
 	s.ents[i].pods.reset()
 	s.free = append(s.free, i)
@@ -373,7 +373,7 @@ func (s *aibStore) drop(i int32) {
 // put adds pod to key's entry (weight w), makes it the most recent, and
 // trims the store to capacity.
 func (s *aibStore) put(key uint64, pod, w int32, at int64, capacity int) {
-	if i, ok := s.idx[key]; ok {
+	if i, ok := s.idx.get(key); ok {
 		s.refresh(i, pod, at)
 		return
 	}
@@ -387,7 +387,7 @@ func (s *aibStore) put(key uint64, pod, w int32, at int64, capacity int) {
 		s.ents = append(s.ents, aibEntry{key: key, at: at, w: w})
 	}
 	s.ents[i].pods.add(pod)
-	s.idx[key] = i
+	s.idx.put(key, i)
 	s.weight += int(w)
 	s.pushFront(i)
 	for s.weight > capacity && s.tail >= 0 && s.tail != i {

@@ -20,7 +20,7 @@ func plainMatch(a *AIBrix, r *Request, ready []bool, pct []int) bool {
 	salt, cum, found := fnv1a64(r.Model), 0, false
 	for j, id := range r.Prompt.Blocks {
 		cum += r.Prompt.blockLen(j, total)
-		k, ok := a.store.idx[aibKey(id, salt)]
+		k, ok := a.store.idx.get(aibKey(id, salt))
 		if !ok {
 			break
 		}

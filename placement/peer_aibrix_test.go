@@ -73,8 +73,8 @@ func TestAIBrix_StoreCapacityAndIdle(t *testing.T) {
 	s := farm(1, 32)
 	pick(t, a, preq("a", tokenPrompt(1, 2, 3)), s, t0)
 	pick(t, a, preq("b", tokenPrompt(9, 8)), s, t0.Add(time.Second))
-	if a.store.weight != 4 || len(a.store.idx) != 4 {
-		t.Fatalf("store weight %d with %d entries, want 4 of 4", a.store.weight, len(a.store.idx))
+	if a.store.weight != 4 || a.store.idx.len() != 4 {
+		t.Fatalf("store weight %d with %d entries, want 4 of 4", a.store.weight, a.store.idx.len())
 	}
 	a.ready[0], a.pct[0] = true, -1
 	if a.match(&Request{PromptTokens: 3, Prompt: tokenPrompt(1, 2, 3), Model: "test-model"}) {
@@ -86,7 +86,7 @@ func TestAIBrix_StoreCapacityAndIdle(t *testing.T) {
 		t.Errorf("[9 8] matches %d%%, want 100", a.pct[0])
 	}
 	pick(t, a, preq("c", tokenPrompt(7)), s, t0.Add(21*time.Minute+time.Second))
-	if len(a.store.idx) != 1 {
-		t.Errorf("after 20 idle minutes %d entries, want 1 (the new one)", len(a.store.idx))
+	if a.store.idx.len() != 1 {
+		t.Errorf("after 20 idle minutes %d entries, want 1 (the new one)", a.store.idx.len())
 	}
 }
