@@ -35,7 +35,7 @@ test: test-deps vet ## vet, gofmt check, every test under -race (the README comm
 	$(GO) test -count=1 -tags purego ./live/ ./live/jsonscan/
 	@# Whole plans solved (pure simulation, ~13x slower under the race
 	@# detector: 600 s of the race run) skip themselves under -race
-	@# (simulationOnly) and run here; the solver's concurrency stays
+	@# (racetest.SimulationOnly) and run here; the solver's concurrency stays
 	@# under the detector (TestSolveDeterministicInParallel).
 	$(GO) test -count=1 -run '^(TestPlan|TestSolve)' ./planner/ ./cmd/warden/
 	@# The tree builds for macOS too (Linux-only code stays in _linux files).

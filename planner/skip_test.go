@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lm-warden/warden/internal/racetest"
 	"github.com/lm-warden/warden/sim"
 )
 
@@ -41,7 +42,7 @@ func solveJSON(t *testing.T, p Plan) (*Result, []byte) {
 // result, byte for byte, that simulating every probe run from the first
 // level gives; and it did happen.
 func TestSolveSharedWarmUpsExact(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	p := sharedWarmUpPlan()
 	p.noAhead = true
 	plain, want := solveJSON(t, p)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/internal/racetest"
 	"github.com/lm-warden/warden/sim"
 	"github.com/lm-warden/warden/traces"
 )
@@ -56,7 +57,7 @@ func kvBoundPlan() Plan {
 }
 
 func TestSolveKnownAnswer(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	res, err := Solve(context.Background(), kvBoundPlan())
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +127,7 @@ func TestSolveKnownAnswer(t *testing.T) {
 // do not fit in their KV cache, so three are marginal now, their cliff
 // found by the bisection between 12 and 15, and the answer is not them.
 func TestSolveHeadroom(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms[0].Replicas = []int{3}
 	var res [2]*Result
@@ -167,7 +168,7 @@ func TestSolveHeadroom(t *testing.T) {
 // runs are the other's runs at speed x1, and the speed axis can only widen
 // the band: its pessimistic edge takes the slower engine's TTFB.
 func TestSolveSpeedBand(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms[0].Replicas = []int{2}
 	p.Sessions, p.Concurrency = []int{8}, 8
@@ -212,7 +213,7 @@ func TestSolveSpeedBand(t *testing.T) {
 // every run was made: the same plan with every run of every band
 // (fullBand) decides the same.
 func TestSolveSkipsOnlyDecided(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms[0].VLLM.NumGPUBlocks = 0 // the KV axis too: 27 runs
 	p.Farms[0].VLLM.MaxNumSeqs = 8
@@ -286,7 +287,7 @@ func TestSolveSkipsOnlyDecided(t *testing.T) {
 // simulated as the variant (the simulator's rows carry its name) and
 // reported by its label.
 func TestSolveVariants(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms[0].Replicas = []int{3}
 	p.Strategies = []string{"affinity", "affinity+kv+admit=30s"}
@@ -361,7 +362,7 @@ func TestSolveNoneMeets(t *testing.T) {
 }
 
 func TestSolveModelDoesNotFit(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms = append(p.Farms, FarmSet{GPUs: []string{"RTX A4000"}, Replicas: []int{2}, Model: "meta-llama/Llama-3.1-70B-Instruct"})
 	p.Farms[0].Replicas = []int{3}
@@ -423,7 +424,7 @@ func cheapPlan() Plan {
 }
 
 func TestSolveDeterministic(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	var out [2][]byte
 	for i, par := range []int{1, 3} {
 		p := cheapPlan()

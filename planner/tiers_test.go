@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/lm-warden/warden/internal/racetest"
 )
 
 // TestSolveDearerNotSimulated: by default a plan leaves out the candidates
@@ -16,7 +18,7 @@ import (
 // result, its JSON and the skip note. (When none meets, nothing is left
 // out: TestSolveNoneMeets.)
 func TestSolveDearerNotSimulated(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	p := sharedWarmUpPlan() // 2, 3 and 4 x H100, 15-second steps; 3 is the answer
 	all, _ := solveJSON(t, p)
 	p.EveryCandidate = false

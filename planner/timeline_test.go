@@ -7,13 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/internal/racetest"
 )
 
 // TestSolveTimeline checks the answer's time series against the sweep's own
 // figures for the same step: the extra simulation must repeat that step
 // exactly, and the range queries must cover it.
 func TestSolveTimeline(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	p := kvBoundPlan()
 	p.Farms[0].Replicas = []int{3} // the answer of kvBoundPlan, alone (quicker)
 	res, err := Solve(context.Background(), p)

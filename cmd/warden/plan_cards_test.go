@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lm-warden/warden/internal/racetest"
 	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/web"
 )
@@ -17,7 +18,7 @@ import (
 // meets the targets there; a strategy that meets them nowhere says so. The
 // README's line runs the same plan.
 func TestPlanRoutingCards(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	js, err := runWarden(t, "plan", "--json", "--out", "", "--quiet", "--gpu", "RTX A4000", "--replicas", "2,4",
 		"--model", "Qwen/Qwen3-4B-Instruct-2507", "--sessions", "4,8", "--duration", "20s", "--strategies", "llm-d,dynamo,affinity")
 	if err != nil {

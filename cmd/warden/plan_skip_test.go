@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lm-warden/warden/internal/racetest"
 	"github.com/lm-warden/warden/planner"
 	"github.com/lm-warden/warden/web"
 )
@@ -14,7 +15,7 @@ import (
 // in the terminal's summary and in the HTML report, the sentence of the
 // result's "skipped" counts (planner's SkipNote).
 func TestPlanSkipNote(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	js, err := runWarden(t, "plan", "--json", "--out", "", "--quiet")
 	if err != nil {
 		t.Fatal(err)

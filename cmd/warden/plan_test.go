@@ -17,11 +17,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/lm-warden/warden/hardware"
+	"github.com/lm-warden/warden/internal/racetest"
 	"github.com/lm-warden/warden/planner"
 )
 
 func TestPlanBuiltInExample(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "plan.html")
 	stdout, err := runWarden(t, "plan", "--out", out)
@@ -59,7 +60,7 @@ func TestPlanBuiltInExample(t *testing.T) {
 // TestPlanJSONRoundTrip: what --json prints, report --from renders into the very report that
 // plan --out wrote.
 func TestPlanJSONRoundTrip(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	dir := t.TempDir()
 	a, b, js := filepath.Join(dir, "a.html"), filepath.Join(dir, "b.html"), filepath.Join(dir, "result.json")
 	stdout, err := runWarden(t, "plan", "--json", "--out", a, "--sessions", "4,8", "--duration", "20s")
@@ -115,7 +116,7 @@ func TestPlanFromFlags(t *testing.T) {
 // routing of every candidate, named as warden sim names it with its spill
 // threshold, in the JSON and the HTML report's tables.
 func TestPlanVariants(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	out := filepath.Join(t.TempDir(), "plan.html")
 	stdout, err := runWarden(t, "plan", "--gpu", "RTX A4000", "--replicas", "4", "--model", "Qwen/Qwen3-4B-Instruct-2507",
 		"--sessions", "8", "--duration", "20s", "--strategies", "least-loaded,affinity+kv+admit=30s,affinity+kv+priced+admit",
@@ -230,7 +231,7 @@ func TestPlanErrors(t *testing.T) {
 // every update: progressEvery is tiny), none with --quiet or
 // --progress=false.
 func TestPlanProgress(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	line := regexp.MustCompile(`^simulating: \d+% \(\S+ of \S+ simulated\), \S+ elapsed(, about \S+ left)?; now \d+ x RTX A4000( \(bisection\))?, .*, KV x[\d.]+, speed x[\d.]+, seed \d+, [\d-]+ sessions$`)
 	for _, tt := range []struct {
 		name           string
@@ -318,7 +319,7 @@ func TestReportFromSimJSON(t *testing.T) {
 // the cheaper A4000 wins (by card count the faster 4090 used to: one card
 // each, the same headroom, lower TTFB).
 func TestPlanPriceChangesAnswer(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	args := []string{"plan", "--gpu", "RTX A4000,RTX 4090", "--replicas", "1", "--model", "qwen3-4b", "--sessions", "2", "--duration", "10s",
 		"--strategies", "affinity", "--target-ttfb-p95", "30s", "--target-hit-pct", "0", "--out", ""}
 	// Two kinds mix: they rank by money, and the A4000 has no list price.
@@ -522,7 +523,7 @@ func unwrap(s string) string { return strings.Join(strings.Fields(s), " ") }
 // workload is said in one line, and the routing and the band are explained
 // once, in plain words.
 func TestPlanSummaryWidth(t *testing.T) {
-	simulationOnly(t)
+	racetest.SimulationOnly(t)
 	tests := []struct {
 		name     string
 		args     []string

@@ -1,6 +1,0 @@
-//go:build !race
-
-package planner
-
-// raceEnabled is true under the race detector.
-const raceEnabled = false
