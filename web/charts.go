@@ -400,10 +400,7 @@ func NewBarChart(id, title string, categories []string, y Axis, series ...Series
 	bar.SetXAxis(categories)
 	if len(categories) > 6 {
 		// Slanted labels reach left of their bar: the first one's start would be cut off.
-		longest := 0
-		for _, c := range categories[:1] {
-			longest = len(c)
-		}
+		longest := len(categories[0])
 		c.patches = append(c.patches, func(m map[string]any) {
 			forEach(m, "grid", func(g map[string]any) { g["left"] = strconv.Itoa(max(60, 6*longest-20)) })
 		})
@@ -438,13 +435,17 @@ const (
 	legendWidthPx   = 800 // 80 % of a report's chart, about 1,000 px wide
 )
 
+// labelCharPx is the width of a character of a legend or axis label at
+// echarts' 12 px default font, about.
+const labelCharPx = 7
+
 // legendRows is how many rows a legend of names takes when it wraps
-// within legendWidthPx (about 7 px a character, and 35 for the symbol and
-// the gap).
+// within legendWidthPx (labelCharPx a character, and 35 for the symbol
+// and the gap).
 func legendRows(names []string) int {
 	rows, used := 1, 0
 	for _, n := range names {
-		w := 35 + 7*len(n)
+		w := 35 + labelCharPx*len(n)
 		if used > 0 && used+w > legendWidthPx {
 			rows, used = rows+1, 0
 		}
@@ -599,7 +600,7 @@ func (c *Chart) WithCategoryName(name string) *Chart {
 
 // slantedLabelsDepth is how far below the axis category labels slanted
 // by categoryAxis's 30 degrees reach, in pixels: the longest label's width
-// (about 6.5 px a character at echarts' 12 px default) times sin 30, and
+// (labelCharPx a character) times sin 30, and
 // the line's height. A fixed gap put the axis name in the middle of labels
 // such as "8 x H100 SXM (2 replicas at TP 4)".
 func slantedLabelsDepth(data any) int {
@@ -610,7 +611,7 @@ func slantedLabelsDepth(data any) int {
 			longest = max(longest, len([]rune(t)))
 		}
 	}
-	return max(36, int(float64(longest)*6.5*0.5)+14)
+	return max(36, longest*labelCharPx/2+14)
 }
 
 // commonOpts are the options every chart shares: fixed id, title, legend, tooltip, no animation
