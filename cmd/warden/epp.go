@@ -107,11 +107,8 @@ manifests.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Config, "config", "", "configuration (YAML, the proxy's format) (required)")
-	f.BoolVar(&opts.Check, "check", false, "validate the configuration and exit")
-	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+	addFrontEndFlags(f, &opts.Config, &opts.Check, &opts.LogLevel, &opts.SessionKeyFile, "configuration (YAML, the proxy's format)")
 	f.StringVar(&opts.HealthListen, "health-listen", epp.DefaultHealthListen, "the gRPC health port's address (\"\": none)")
-	f.StringVar(&opts.SessionKeyFile, "session-key-file", "", "read session_key from this file (a Kubernetes Secret's key mounted as a file); the configuration then carries none")
 	f.StringVar(&opts.Service, "service", "", "with --kubernetes: the picker's own Service, whose names the admin address answers")
 	f.BoolVar(&opts.Kubernetes, "kubernetes", false, "the endpoints are the ready pods of the InferencePool --pool, found through the Kubernetes API")
 	f.StringVar(&opts.Pool, "pool", "", "with --kubernetes: the InferencePool's name")

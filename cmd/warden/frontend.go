@@ -11,7 +11,18 @@ import (
 	"syscall"
 
 	"github.com/lm-warden/warden/live"
+	"github.com/spf13/pflag"
 )
+
+// addFrontEndFlags declares the flags warden proxy and warden epp share,
+// once: --config (required; configWords says what it is), --check,
+// --log-level and --session-key-file.
+func addFrontEndFlags(f *pflag.FlagSet, config *string, check *bool, logLevel, sessionKeyFile *string, configWords string) {
+	f.StringVar(config, "config", "", configWords+" (required)")
+	f.BoolVar(check, "check", false, "validate the configuration and exit")
+	f.StringVar(logLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+	f.StringVar(sessionKeyFile, "session-key-file", "", "read session_key from this file (a Kubernetes Secret's key mounted as a file); the configuration then carries none")
+}
 
 // newLogger is the logger of warden proxy and warden epp: text lines on
 // logOut at --log-level.

@@ -77,10 +77,7 @@ See live/testdata/proxy.yaml for every configuration key.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&opts.Config, "config", "", "proxy configuration (YAML) (required)")
-	f.BoolVar(&opts.Check, "check", false, "validate the configuration and exit")
-	f.StringVar(&opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
-	f.StringVar(&opts.SessionKeyFile, "session-key-file", "", "read session_key from this file (a Kubernetes Secret's key mounted as a file); the configuration then carries none")
+	addFrontEndFlags(f, &opts.Config, &opts.Check, &opts.LogLevel, &opts.SessionKeyFile, "proxy configuration (YAML)")
 	f.StringVar(&opts.Procs, "procs", "auto", "threads running Go code at once (GOMAXPROCS): auto sizes them to the load, from 1 up to the CPUs (idle ones cost CPU to wake); N fixes them; auto leaves a GOMAXPROCS environment variable as it is")
 	_ = cmd.MarkFlagRequired("config")
 	return cmd
