@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lm-warden/warden/internal/num"
@@ -78,6 +79,19 @@ type Config struct {
 	// IgnoreEOS sends vLLM's ignore_eos with OpenAI requests, so answers
 	// have the workload's lengths.
 	IgnoreEOS bool
+	// FreshSteps cuts the requests in flight at every step's end and
+	// starts the next step's sessions all at once. false carries the load
+	// on, as warden sim does by default and as the product's published
+	// benchmark ran: a step's end cuts nothing, the next step adds clients
+	// (or, with fewer sessions, retires clients as their sessions end),
+	// and only the last step's end cuts. Which one decides the TTFB tail:
+	// sessions that start together on one engine stay in step.
+	FreshSteps bool
+	// Requests, when set, receives one JSON line per request in the shape
+	// of warden sim --requests (sim.RequestRecord), as each request ends
+	// (finished, failed or cut). Replica is -1: a client does not see which
+	// replica served it. Session is the bench's own synthetic UUID.
+	Requests io.Writer
 
 	Client *http.Client // nil: a client of bench's own
 	// Progress, when set, is called about twice a second with the wall time
@@ -209,7 +223,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		client = newClient(maxOf(cfg.Sessions))
 		defer client.CloseIdleConnections()
 	}
-	r := &runner{cfg: cfg, client: client, res: &Result{}}
+	r := &runner{cfg: cfg, client: client, res: &Result{}, log: newRequestLog(cfg.Requests)}
+	defer r.stopClients()
 	if err := r.preflight(ctx); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -226,7 +241,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	start := r.snapshot(ctx, true)
 	for i, n := range r.cfg.Sessions {
-		row, st, end, err := r.step(ctx, n, start, time.Duration(i)*r.cfg.wall(r.cfg.Step))
+		row, st, end, err := r.step(ctx, i, n, start, time.Duration(i)*r.cfg.wall(r.cfg.Step))
 		if err != nil {
 			return nil, fmt.Errorf("bench: step %d (%d sessions): %w", i+1, n, err)
 		}
@@ -262,6 +277,57 @@ type runner struct {
 	src      *source
 	scr      *scraper // nil: no vLLM metrics
 	progress func(done time.Duration)
+
+	// cur is the step whose window is open: every event counts there,
+	// when it happens (a TTFB at its first token, as the simulator counts
+	// it), whichever step sent the request.
+	cur   atomic.Pointer[stepAcc]
+	began time.Time // the first step's start: ArrivalS counts from it
+	log   *requestLog
+
+	// The clients, which outlive a step when the load carries on.
+	mu        sync.Mutex
+	level     int    // the open step's sessions: client k retires at a session's end when k >= level
+	alive     []bool // client k is running
+	clients   sync.WaitGroup
+	cutAll    context.CancelFunc // ends every client (nil: none started)
+	clientCtx context.Context    // the clients' context, ended by cutAll
+}
+
+// stepAcc is one step's counts. Closed once its step's row is taken: a
+// client that still held it records in the step that followed.
+type stepAcc struct {
+	mu       sync.Mutex
+	sessions int
+	closed   bool
+	c        clientStats
+}
+
+// record counts an event in the open step.
+func (r *runner) record(f func(c *clientStats)) {
+	for {
+		a := r.cur.Load()
+		a.mu.Lock()
+		if !a.closed {
+			f(&a.c)
+			a.mu.Unlock()
+			return
+		}
+		a.mu.Unlock()
+	}
+}
+
+// openStep makes a fresh window for the next step, of n sessions, and
+// closes the open one, whose counts it returns.
+func (r *runner) openStep(n int) clientStats {
+	prev := r.cur.Swap(&stepAcc{sessions: n})
+	if prev == nil {
+		return clientStats{}
+	}
+	prev.mu.Lock()
+	defer prev.mu.Unlock()
+	prev.closed = true
+	return prev.c
 }
 
 func (r *runner) warn(format string, args ...any) {
@@ -387,7 +453,6 @@ func (s *source) next() traces.Session {
 type clientStats struct {
 	sent, finished, cut, failed int64
 	firstErr                    string
-	firstErrAt                  time.Time
 	completed, outputTokens     int64
 	promptTokens, cachedTokens  int64
 	ttfbs                       []float64 // target time, s
@@ -402,17 +467,27 @@ type samples struct {
 	failed int
 }
 
-// step runs one step of n clients starting from the farm's state start; at
-// is the wall time of the run before it (for progress).
-func (r *runner) step(ctx context.Context, n int, start farm, at time.Duration) (sim.Row, StepStats, farm, error) {
+// step runs step i, of n sessions, starting from the farm's state start;
+// at is the wall time of the run before it (for progress). With the load
+// carried on (not Config.FreshSteps) the clients of the previous step go on
+// and the step adds or retires clients; only the last step's end cuts.
+func (r *runner) step(ctx context.Context, i, n int, start farm, at time.Duration) (sim.Row, StepStats, farm, error) {
 	st := StepStats{Sessions: n, Start: time.Now()}
-	stepCtx, cut := context.WithCancel(ctx)
-	defer cut()
-	stats := make([]clientStats, n)
-	var wg sync.WaitGroup
-	for k := range n {
-		wg.Go(func() { r.client1(stepCtx, &stats[k]) })
+	last := i == len(r.cfg.Sessions)-1
+	if i == 0 {
+		r.began = st.Start
 	}
+	if i == 0 || r.cfg.FreshSteps {
+		r.cur.Store(&stepAcc{sessions: n})
+	} else {
+		a := r.cur.Load() // the window the last step's end opened
+		a.mu.Lock()
+		a.sessions = n
+		a.mu.Unlock()
+	}
+	r.startClients(ctx, n, i == 0 || r.cfg.FreshSteps)
+	stepCtx, endStep := context.WithCancel(ctx)
+	defer endStep()
 	var smp samples
 	var sampler sync.WaitGroup
 	if len(r.scr.urls) > 0 {
@@ -436,34 +511,85 @@ wait:
 	timer.Stop()
 	tick.Stop()
 	st.End = time.Now()
-	cut()
-	wg.Wait()
+	endStep()
 	sampler.Wait()
+	if last || r.cfg.FreshSteps || ctx.Err() != nil {
+		r.stopClients()
+	}
+	// The window closes here: what happens from now counts in the next
+	// step (the last step's clients have ended).
+	next := n
+	if !last {
+		next = r.cfg.Sessions[i+1]
+	}
+	c := r.openStep(next)
+	if err := r.log.failed(); err != nil {
+		return sim.Row{}, st, farm{}, fmt.Errorf("--requests: %w", err)
+	}
 	r.progress(at + wall)
 	if err := ctx.Err(); err != nil {
 		return sim.Row{}, st, farm{}, err
 	}
 	end := r.snapshot(ctx, true)
-
-	var ttfbs []float64
-	var firstAt time.Time
-	for i := range stats {
-		c := &stats[i]
-		st.Sent += c.sent
-		st.Finished += c.finished
-		st.Cut += c.cut
-		st.Failed += c.failed
-		st.SessionsCompleted += c.completed
-		st.OutputTokens += c.outputTokens
-		st.PromptTokens += c.promptTokens
-		st.CachedTokens += c.cachedTokens
-		if c.firstErr != "" && (firstAt.IsZero() || c.firstErrAt.Before(firstAt)) {
-			st.FirstError, firstAt = c.firstErr, c.firstErrAt
-		}
-		ttfbs = append(ttfbs, c.ttfbs...)
-	}
-	st.TTFBExactP50, st.TTFBExactP95 = num.QuantileOf(ttfbs, 0.5), num.QuantileOf(ttfbs, 0.95)
+	st.Sent, st.Finished, st.Cut, st.Failed = c.sent, c.finished, c.cut, c.failed
+	st.SessionsCompleted, st.OutputTokens = c.completed, c.outputTokens
+	st.PromptTokens, st.CachedTokens = c.promptTokens, c.cachedTokens
+	st.FirstError = c.firstErr
+	st.TTFBExactP50, st.TTFBExactP95 = num.QuantileOf(c.ttfbs, 0.5), num.QuantileOf(c.ttfbs, 0.95)
 	return r.row(n, &st, start, end, &smp), st, end, nil
+}
+
+// startClients sets the open step's level to n and starts the clients
+// below it that are not running; fresh ends every client first (a fresh
+// step's sessions all start at once).
+func (r *runner) startClients(ctx context.Context, n int, fresh bool) {
+	if fresh {
+		r.stopClients()
+		cctx, cut := context.WithCancel(ctx)
+		r.mu.Lock()
+		r.cutAll = cut
+		r.clientCtx = cctx
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.level = n
+	for len(r.alive) < n {
+		r.alive = append(r.alive, false)
+	}
+	for k := range n {
+		if !r.alive[k] {
+			r.alive[k] = true
+			r.clients.Go(func() { r.client1(r.clientCtx, k) })
+		}
+	}
+}
+
+// stopClients cuts every client and waits for them to end.
+func (r *runner) stopClients() {
+	r.mu.Lock()
+	cut := r.cutAll
+	r.cutAll = nil
+	r.mu.Unlock()
+	if cut != nil {
+		cut()
+	}
+	r.clients.Wait()
+	r.mu.Lock()
+	clear(r.alive)
+	r.mu.Unlock()
+}
+
+// retire reports whether client k ends now, between two sessions: the
+// open step holds fewer sessions than k+1.
+func (r *runner) retire(k int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if k < r.level {
+		return false
+	}
+	r.alive[k] = false
+	return true
 }
 
 // row computes the step's row.
@@ -549,35 +675,45 @@ func (r *runner) sample(ctx context.Context, s *samples) {
 	}
 }
 
-// client1 is one closed-loop client: sessions one after another, each turn
-// sent when the previous answer has ended plus the turn's think time, until
-// ctx (the step) ends.
-func (r *runner) client1(ctx context.Context, c *clientStats) {
+// client1 is closed-loop client k: sessions one after another, each turn
+// sent when the previous answer has ended plus the turn's think time,
+// until ctx ends or, between two sessions, the open step holds fewer than
+// k+1 sessions.
+func (r *runner) client1(ctx context.Context, k int) {
+	defer func() {
+		r.mu.Lock()
+		r.alive[k] = false
+		r.mu.Unlock()
+	}()
 	spec := &requestSpec{target: r.cfg.Target, api: r.cfg.API, model: r.cfg.Model, apiKey: r.cfg.APIKey, ignoreEOS: r.cfg.IgnoreEOS}
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !r.retire(k) {
 		s := r.src.next()
 		conv := NewConversation(s, r.cfg.Workload.SystemPromptTokens, r.cfg.Seed, r.cfg.API)
 		completed := true
-		for k := range s.Turns {
-			t := &s.Turns[k]
+		for turn := range s.Turns {
+			t := &s.Turns[turn]
 			if t.ThinkMs > 0 && !sleep(ctx, r.cfg.wall(time.Duration(t.ThinkMs)*time.Millisecond)) {
 				return
 			}
-			msgs := conv.Prompt(k)
+			msgs := conv.Prompt(turn)
+			r.record(func(c *clientStats) { c.sent++ })
 			o, err := r.send(ctx, spec, conv, msgs, t.OutputTokens)
-			c.sent++
-			if o.TTFB >= 0 {
-				c.ttfbs = append(c.ttfbs, o.TTFB.Seconds()*r.cfg.Speed)
-			}
+			r.log.add(r, conv.UUID, turn, o, err == nil)
 			if err != nil {
-				c.outputTokens += int64(o.Deltas)
-				if ctx.Err() != nil {
-					c.cut++
+				cut := ctx.Err() != nil
+				r.record(func(c *clientStats) {
+					c.outputTokens += int64(o.Deltas)
+					if cut {
+						c.cut++
+						return
+					}
+					c.failed++
+					if c.firstErr == "" {
+						c.firstErr = err.Error()
+					}
+				})
+				if cut {
 					return
-				}
-				c.failed++
-				if c.firstErr == "" {
-					c.firstErr, c.firstErrAt = err.Error(), time.Now()
 				}
 				completed = false
 				if !sleep(ctx, r.cfg.wall(failBackoff)) {
@@ -585,18 +721,20 @@ func (r *runner) client1(ctx context.Context, c *clientStats) {
 				}
 				break
 			}
-			c.finished++
-			c.outputTokens += int64(o.Tokens)
-			if o.PromptTokens >= 0 {
-				c.promptTokens += int64(o.PromptTokens)
-			}
-			if o.CachedTokens >= 0 {
-				c.cachedTokens += int64(o.CachedTokens)
-			}
+			r.record(func(c *clientStats) {
+				c.finished++
+				c.outputTokens += int64(o.Tokens)
+				if o.PromptTokens >= 0 {
+					c.promptTokens += int64(o.PromptTokens)
+				}
+				if o.CachedTokens >= 0 {
+					c.cachedTokens += int64(o.CachedTokens)
+				}
+			})
 			conv.Answer(o.Text)
 		}
 		if completed {
-			c.completed++
+			r.record(func(c *clientStats) { c.completed++ })
 		}
 	}
 }
@@ -611,6 +749,8 @@ func (r *runner) send(ctx context.Context, spec *requestSpec, conv *Conversation
 		return o, err
 	}
 	sent := time.Now()
+	o.sent = sent
+	level := 0 // the open step's sessions at the first token
 	resp, err := r.client.Do(req)
 	if err != nil {
 		return o, timeoutErr(ctx, r.cfg.Timeout, err)
@@ -619,7 +759,16 @@ func (r *runner) send(ctx context.Context, spec *requestSpec, conv *Conversation
 	if resp.StatusCode != http.StatusOK {
 		return o, statusError(resp)
 	}
-	o, err = readStream(resp.Body, spec.api, sent, time.Now)
+	// readStream asks the time once, at the first text delta: the TTFB
+	// counts in the step open then.
+	o, err = readStream(resp.Body, spec.api, sent, func() time.Time {
+		now := time.Now()
+		ttfb := now.Sub(sent).Seconds() * r.cfg.Speed
+		r.record(func(c *clientStats) { c.ttfbs = append(c.ttfbs, ttfb) })
+		level = r.openSessions()
+		return now
+	})
+	o.sent, o.elapsed, o.level = sent, time.Since(sent), level
 	if err != nil {
 		return o, timeoutErr(ctx, r.cfg.Timeout, err)
 	}

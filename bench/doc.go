@@ -11,8 +11,15 @@
 //     the same sessions as `warden sim`), sending each turn when the
 //     previous answer has ended plus its think time; a failed request ends
 //     its session (a new one starts after a second, as in the simulator).
-//     At the step's end the requests in flight are cut (unfinished) and the
-//     next step starts fresh sessions on the warm farm.
+//     As in the simulator the load carries on from step to step: a step's
+//     end cuts nothing, the next step starts the clients it adds (a client
+//     beyond a smaller step's level retires when its session ends), and
+//     every event counts in the step open when it happens (a TTFB at its
+//     first token); only the last step's end cuts the requests in flight
+//     (unfinished). Config.FreshSteps cuts at every step's end and starts
+//     the next step's sessions all at once.
+//   - requests.go: Config.Requests, one sim.RequestRecord per request (the
+//     lines of warden sim --requests), replica -1: a client cannot see it.
 //   - text.go: how token counts become text (4 bytes per token of the
 //     canonical text of traces/text.go, role markers accounted for), and the
 //     session's UUID, sent as X-Claude-Code-Session-Id (and in Anthropic's

@@ -150,6 +150,9 @@ func setAuth(h http.Header, api API, key string) {
 
 // outcome is what one streamed answer gave.
 type outcome struct {
+	sent         time.Time     // when the request was sent (zero: not sent)
+	elapsed      time.Duration // sent to the stream's end
+	level        int           // the open step's sessions at the first token (0: none came)
 	TTFB         time.Duration // send to the first non-empty text delta; -1 if none came
 	Text         string        // the answer's text, as streamed
 	Tokens       int           // output tokens: usage when reported, else text deltas counted
@@ -168,7 +171,8 @@ var ErrStream = errors.New("bad answer")
 const maxEventBytes = 4 << 20
 
 // readStream reads a streamed answer of api from r. sent is when the
-// request was sent; now tells the time (time.Now). It returns what it read even when it
+// request was sent; now tells the time (time.Now), asked once, at the
+// first text delta. It returns what it read even when it
 // fails: the error says why the stream did not finish properly.
 func readStream(r io.Reader, api API, sent time.Time, now func() time.Time) (outcome, error) {
 	o := outcome{TTFB: -1, PromptTokens: -1, CachedTokens: -1}

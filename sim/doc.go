@@ -83,7 +83,7 @@
 //     the end of the last step cuts the requests in flight (reported
 //     unfinished); with Experiment.FreshSteps every step's end cuts them
 //     and the next step starts all its sessions at once, as warden bench
-//     runs its steps. Sessions that start together on one replica stay in
+//     --fresh-steps runs its steps. Sessions that start together on one replica stay in
 //     step, so each of their first turns waits for another's prefill
 //     (tail_test.go); carried on, as the published benchmark of
 //     testdata/validation ran, they do not, and affinity's TTFB tail at 8

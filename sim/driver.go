@@ -315,7 +315,7 @@ func newClosedLoopFor(e *Experiment, r *run) *closedLoop {
 // replicas (a trace's closed loop: one, until its sessions are done); only
 // the last step's end cuts the requests in flight, unless e.FreshSteps:
 // then every step's end cuts them and the next step starts all its
-// sessions at once, as warden bench does.
+// sessions at once, as warden bench --fresh-steps does.
 func (c *closedLoop) steps(st *stepper, e *Experiment) error {
 	r := st.r
 	// As the proxy: the router sees each request leave and end

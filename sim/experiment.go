@@ -48,8 +48,8 @@ type Experiment struct {
 	Duration time.Duration   // per step; 0: DefaultDuration (replay: until the trace is done)
 	Seed     uint64
 	// FreshSteps starts every step's sessions afresh, all at once, the
-	// previous step's requests cut (unfinished), as warden bench runs its
-	// steps (bench/bench.go); false carries the load on from step to step,
+	// previous step's requests cut (unfinished), as warden bench
+	// --fresh-steps runs its steps (bench.Config.FreshSteps); false carries the load on from step to step,
 	// as the product's published benchmark describes its steps. It decides
 	// the TTFB tail: sessions that start together on one engine stay in
 	// step, and each of their first turns queues behind another's prefill.

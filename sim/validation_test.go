@@ -147,7 +147,7 @@ var knownGaps = map[string]knownGap{
 	// prefill: none ever waits, since the partner decodes a token a step
 	// while the prefill runs and ends its turn after it), and stays so; a
 	// pair is in step only if it started together. Every pair does when a
-	// step starts all its sessions at once (warden bench's steps,
+	// step starts all its sessions at once (warden bench --fresh-steps,
 	// Experiment.FreshSteps: p95 4.77 s, printed below); carried on, each
 	// new session arrives while its partner decodes, and no pair does.
 	// Neither sessions doubled up on an engine (hash homes them blind to
@@ -206,7 +206,7 @@ func TestValidationAgainstPublished(t *testing.T) {
 	}
 	// The published run carried the load on from step to step, sessions
 	// not cut at a step's end (testdata/validation/README.md), which is
-	// what is checked. Run as warden bench runs its steps (each step's
+	// what is checked. Run as warden bench --fresh-steps runs its steps (each step's
 	// sessions cut, the next all started at once) the TTFB is printed
 	// below for comparison, not checked: it is not how the rows were
 	// measured.
@@ -248,8 +248,8 @@ func TestValidationAgainstPublished(t *testing.T) {
 			fmt.Fprintf(&b, "%-14s %-3d %-22s %10.3g %10.3g %9s  %s\n", p.strategy, p.sessions, c, got, want, offText, check)
 		}
 	}
-	// The TTFB columns again as warden bench runs its steps, for comparison.
-	fmt.Fprintf(&b, "\nTTFB with each step's sessions cut and the next step's started at once (warden bench; sim --fresh-steps), not checked:\n")
+	// The TTFB columns again as warden bench --fresh-steps runs its steps, for comparison.
+	fmt.Fprintf(&b, "\nTTFB with each step's sessions cut and the next step's started at once (warden bench and sim --fresh-steps), not checked:\n")
 	fmt.Fprintf(&b, "%-14s %-3s %-22s %10s %10s %9s\n", "strategy", "n", "column", "simulated", "published", "off by")
 	for _, p := range pub {
 		for _, c := range []string{"ttfb_p50_s", "ttfb_p95_s"} {

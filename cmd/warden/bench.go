@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,6 +32,8 @@ type benchOptions struct {
 	Timeout         time.Duration
 	SampleInterval  time.Duration
 	IgnoreEOS       bool
+	FreshSteps      bool
+	Requests        string
 	JSON            bool
 	Progress        bool
 
@@ -47,8 +51,19 @@ func newBenchCmd() *cobra.Command {
 		Long: `Run the synthetic agent sessions of 'warden sim' (same --seed, same sessions)
 closed-loop against any OpenAI- or Anthropic-compatible streaming endpoint: a
 warden proxy, vLLM itself, or 'warden emulate'. Each step holds N concurrent
-sessions for --step; at its end the requests in flight are cut (unfinished)
-and the next step starts fresh sessions on the warm farm.
+sessions for --step. As in 'warden sim', the load carries on from step to
+step: a step's end cuts nothing, the next step starts the sessions it adds
+(or retires clients as their sessions end) while the others go on, and only
+the last step's end cuts the requests in flight (unfinished). With
+--fresh-steps every step's end cuts them and the next step starts all its
+sessions at once (compare it with 'warden sim --fresh-steps'): sessions that
+start together on one replica stay in step, and each of their first turns
+waits for another's prefill, which lengthens the TTFB tail.
+
+--requests FILE writes one JSON line per request as it ends, in the shape of
+'warden sim --requests' (session, turn, the step its TTFB counts in, arrival,
+TTFB and finish in seconds since the run began, tokens); replica is -1, since
+a client does not see which replica served it.
 
 Prompts are text of 4 bytes per token (the canonical-text rule shared with
 the proxy's journal and the emulator): one system prompt for every session, a
@@ -93,6 +108,8 @@ With --json the result is a 'warden sim --json' report: 'warden compare' and
 	f.DurationVar(&opts.Timeout, "timeout", bench.DefaultTimeout, "timeout of one request, wall time")
 	f.DurationVar(&opts.SampleInterval, "sample-interval", bench.DefaultSampleInterval, "wall time between samples of the replicas' load")
 	f.BoolVar(&opts.IgnoreEOS, "ignore-eos", true, "send vLLM's ignore_eos (openai), so answers have the workload's lengths")
+	f.BoolVar(&opts.FreshSteps, "fresh-steps", false, "cut each step at its end and start the next step's sessions all at once (default: the load carries on from step to step, as warden sim runs it)")
+	f.StringVar(&opts.Requests, "requests", "", "write one JSON line per request to this file (the shape of warden sim --requests)")
 	f.BoolVar(&opts.JSON, "json", false, "print the result as JSON (the shape of warden sim --json)")
 	f.BoolVar(&opts.Progress, "progress", true, "draw a progress bar on stderr (only when stderr is a terminal)")
 	_ = cmd.MarkFlagRequired("target")
@@ -124,6 +141,7 @@ func (o *benchOptions) config() (bench.Config, error) {
 		Sessions: o.Sessions, Step: o.Step, Seed: o.Seed, Speed: o.Speed,
 		MetricsURLs: o.MetricsURLs, ProxyMetricsURL: o.ProxyMetricsURL, PrometheusURL: o.Prometheus,
 		Label: o.Label, Timeout: o.Timeout, SampleInterval: o.SampleInterval, IgnoreEOS: o.IgnoreEOS,
+		FreshSteps: o.FreshSteps,
 	}
 	if o.Workload != "" {
 		if cfg.Workload, err = traces.LoadWorkload(o.Workload); err != nil {
@@ -145,7 +163,32 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		cfg.Progress = bar.set
 		defer bar.finish()
 	}
+	flush := func() error { return nil }
+	if err := checkOutPath("--requests", o.Requests); err != nil {
+		return err
+	}
+	if o.Requests != "" {
+		f, err := os.Create(o.Requests)
+		if err != nil {
+			return fmt.Errorf("--requests: %w", outError(o.Requests, err))
+		}
+		defer f.Close() // after a failure; the records written so far stay
+		w := bufio.NewWriter(f)
+		cfg.Requests = w
+		flush = func() error {
+			if err := w.Flush(); err != nil {
+				return fmt.Errorf("--requests: %w", outError(o.Requests, err))
+			}
+			if err := f.Close(); err != nil {
+				return fmt.Errorf("--requests: %w", outError(o.Requests, err))
+			}
+			return nil
+		}
+	}
 	res, err := bench.Run(ctx, cfg)
+	if ferr := flush(); err == nil {
+		err = ferr
+	}
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/sim"
 )
 
 // lineWriter is an io.Writer safe for concurrent use that hands each
@@ -105,10 +108,11 @@ func TestREADMELoop(t *testing.T) {
 		target, admin := proxy(affinity)
 		out, err := execWarden(t, "bench", "--target", target, "--metrics-url", strings.Join(metricsURLs, ","),
 			"--proxy-metrics-url", admin, "--label", label, "--sessions", "2,4", "--step", "40s", "--speed", "20",
-			"--sample-interval", "50ms", "--json")
+			"--sample-interval", "50ms", "--json", "--requests", filepath.Join(dir, label+".requests.jsonl"))
 		if err != nil {
 			t.Fatalf("bench %s: %v", label, err)
 		}
+		checkRequestLines(t, filepath.Join(dir, label+".requests.jsonl"), label)
 		path := filepath.Join(dir, label+".json")
 		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
 			t.Fatal(err)
@@ -156,5 +160,34 @@ func TestREADMELoop(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Error("emulate did not stop within a minute of its context ending")
+	}
+}
+
+// checkRequestLines checks a --requests file of warden bench: one
+// sim.RequestRecord per line, of the run's strategy label, each session's
+// turns in order from 0, and at least one answered.
+func checkRequestLines(t *testing.T, path, label string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns := map[string]int{}
+	finished := 0
+	for i, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r sim.RequestRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%s:%d: %v", path, i+1, err)
+		}
+		if r.Strategy != label || r.Turn != turns[r.Session] || r.Replica != -1 {
+			t.Fatalf("%s:%d: strategy %q turn %d replica %d, want %q, turn %d, -1", path, i+1, r.Strategy, r.Turn, r.Replica, label, turns[r.Session])
+		}
+		turns[r.Session]++
+		if r.Finished {
+			finished++
+		}
+	}
+	if finished == 0 {
+		t.Errorf("%s: no request answered", path)
 	}
 }

@@ -51,7 +51,7 @@ type simOptions struct {
 	Requests string // per-request records (JSON lines), "": none
 
 	Timeline   time.Duration // > 0: each strategy's run over time, a point every Timeline
-	FreshSteps bool          // every step cuts and starts its sessions afresh, as warden bench does
+	FreshSteps bool          // every step cuts and starts its sessions afresh, as warden bench --fresh-steps does
 
 	// changed reports whether a flag was given on the command line.
 	changed func(name string) bool
@@ -77,7 +77,7 @@ Each strategy runs on its own copy of the farm, from cold caches; the sessions
 steps (--sessions) run back to back on the same warm replicas, --duration each,
 moving to the next level starts (or retires) sessions while the others carry on.
 With --fresh-steps each step instead cuts the requests in flight at its end and
-the next starts all its sessions at once, as warden bench runs its steps (to
+the next starts all its sessions at once, as warden bench --fresh-steps does (to
 compare with a warden bench run): sessions that start together on one
 replica stay in step, and each of their first turns waits for another's
 prefill, which lengthens the TTFB tail. A request still waiting for its first
@@ -110,7 +110,7 @@ the Anthropic and OpenAI SDKs do.`,
   warden sim --farm examples/h100-llama31-70b-tp4.yaml --workload claude-code --sessions 16   # presets: bench, claude-code, codex, 5090-farm
   warden sim --farm examples/rtx5090-gemma3-27b-int4.yaml --workload 5090-farm --sessions 26 \
       --strategies hash,affinity --duration 40m --timeline 5m   # hit %, KV and load per replica over time
-  warden sim --sessions 4,8 --fresh-steps             # each step's sessions start together, as warden bench runs them`,
+  warden sim --sessions 4,8 --fresh-steps             # each step's sessions start together, as warden bench --fresh-steps runs them`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.changed, opts.stderr = cmd.Flags().Changed, cmd.ErrOrStderr()
@@ -138,7 +138,7 @@ the Anthropic and OpenAI SDKs do.`,
 	f.BoolVar(&opts.SessionReplay, "session-replay", false, "replay the trace's sessions from their recorded starts, each turn after the previous answer and its think time")
 	f.StringVar(&opts.Requests, "requests", "", "write one JSON line per request to this file (session, turn, step, replica, times, tokens, reason)")
 	f.DurationVar(&opts.Timeline, "timeline", 0, "follow each strategy's run from its cold start, a point every DURATION (e.g. 5m): the prefix-cache hit rate and each replica's KV-cache usage and requests in flight over time (text, JSON, and charts in warden report)")
-	f.BoolVar(&opts.FreshSteps, "fresh-steps", false, "cut each step at its end and start the next step's sessions all at once, as warden bench runs its steps (default: the load carries on from step to step)")
+	f.BoolVar(&opts.FreshSteps, "fresh-steps", false, "cut each step at its end and start the next step's sessions all at once, as warden bench --fresh-steps does (default: the load carries on from step to step, as warden bench runs it)")
 	return cmd
 }
 
