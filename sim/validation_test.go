@@ -157,9 +157,11 @@ var knownGaps = map[string]knownGap{
 	// it (TestCarriedOnTailStaysOnePrefill). The published replicas busy
 	// (2.83 at 4 sessions, 3.96 simulated) says the real sessions shared
 	// engines, which the proxy's score as modelled never makes them do (an
-	// idle replica has nothing in flight and the lowest score). What put
-	// the real first turns in step is not known; no constant is fitted to
-	// put them there.
+	// idle replica has nothing in flight and the lowest score), nor the
+	// real proxy in front of warden emulate with this farm (p95 2.46 s at
+	// 8 carried on, 4.11 with fresh steps: testdata/validation/README.md).
+	// What put the real first turns in step is not known; no constant is
+	// fitted to put them there.
 	gapKey("affinity", 8, "ttfb_p50_s"): {off: -0.421,
 		reason: "first turns do not meet carried on (0.28 s; started together 0.39 s)"},
 	gapKey("affinity", 8, "ttfb_p95_s"): {off: -0.505,
