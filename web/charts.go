@@ -91,6 +91,10 @@ type Axis struct {
 	Log  bool   // logarithmic scale (y axes only; values <= 0 become gaps)
 	Min  *float64
 	Max  *float64
+	// Seconds says the values are seconds and Name says so ("seconds"):
+	// bars on a log axis then draw milliseconds when a bar or mark is
+	// under a second (NewBarChart).
+	Seconds bool
 }
 
 // Gauge is one dial of a gauge chart, e.g. the rule-of-thumb ratio of one candidate farm.
@@ -392,6 +396,9 @@ func NewBarChart(id, title string, categories []string, y Axis, series ...Series
 		c.err = err
 		return c
 	}
+	if y.Log {
+		y, series = logBars(y, series)
+	}
 	bar := charts.NewBar()
 	bar.SetGlobalOptions(append(commonOpts(id, title),
 		charts.WithXAxisOpts(categoryAxis(len(categories))),
@@ -419,6 +426,53 @@ func NewBarChart(id, title string, categories []string, y Axis, series ...Series
 	c.fitLegend(seriesNames(series), 0)
 	c.opt = bar
 	return c
+}
+
+// logBars readies bars for a log axis. echarts grows every bar on a log
+// axis from 1 (barGrid's value axis start), so a value under 1 hung down
+// from it, the fastest strategy's bar the longest. Seconds under one are
+// drawn as milliseconds instead (values, horizontal marks and the axis
+// name), and the axis starts at the power of ten at or below the smallest
+// value, where the bars, clipped to the grid, then begin.
+func logBars(y Axis, series []Series) (Axis, []Series) {
+	lo := math.Inf(1)
+	for _, s := range series {
+		for _, v := range s.Y {
+			if finite(v) && v > 0 {
+				lo = min(lo, v)
+			}
+		}
+		for _, m := range s.Marks {
+			if m.Y != nil && finite(*m.Y) && *m.Y > 0 {
+				lo = min(lo, *m.Y)
+			}
+		}
+	}
+	if math.IsInf(lo, 1) {
+		return y, series
+	}
+	if lo < 1 && y.Seconds {
+		y.Name = strings.Replace(y.Name, "seconds", "milliseconds", 1)
+		scaled := make([]Series, len(series))
+		for i, s := range series {
+			s.Y = slices.Clone(s.Y)
+			for k := range s.Y {
+				s.Y[k] *= 1000
+			}
+			s.Marks = slices.Clone(s.Marks)
+			for k, m := range s.Marks {
+				if m.Y != nil {
+					s.Marks[k].Y = ptr(*m.Y * 1000)
+				}
+			}
+			scaled[i] = s
+		}
+		series, lo = scaled, lo*1000
+	}
+	if y.Min == nil {
+		y.Min = ptr(math.Pow(10, math.Floor(math.Log10(lo))))
+	}
+	return y, series
 }
 
 func seriesNames(series []Series) []string {

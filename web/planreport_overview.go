@@ -178,7 +178,7 @@ func overviewCharts(res *planner.Result, bars overviewBars) []*Chart {
 			sessions, xs, Axis{Name: "prefix hit %", Min: ptr(0.0), Max: ptr(100.0)}, hitLines...),
 		NewLineChart("overview-ttfb-lines", "TTFB p95 against sessions, each candidate with its routing",
 			sessions, xs, Axis{Name: "TTFB p95, seconds", Log: true}, p95Lines...),
-		NewBarChart("overview-ttfb", fmt.Sprintf("TTFB p95 at %d sessions", res.Concurrency), bars.names, Axis{Name: "seconds", Log: true},
+		NewBarChart("overview-ttfb", fmt.Sprintf("TTFB p95 at %d sessions", res.Concurrency), bars.names, Axis{Name: "seconds", Log: true, Seconds: true},
 			barsWithEdge(banded(res), Series{Name: "TTFB p95", Y: bars.p95s, Marks: targetMarks(res, "ttfb")}, bars.p95Edge)...).WithCategoryName(candidates),
 		NewBarChart("overview-hit", fmt.Sprintf("Prefix-cache hit rate at %d sessions", res.Concurrency), bars.names, Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)},
 			barsWithEdge(banded(res), Series{Name: "prefix hit %", Y: bars.hits, Marks: targetMarks(res, "hit")}, bars.hitEdge)...).WithCategoryName(candidates),

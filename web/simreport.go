@@ -173,7 +173,7 @@ func headToHeadCharts(strategies []string, steps []int, row func(string, int) *s
 		return NewBarChart(id, title, strategies, y, series...) // the slanted names say what the categories are
 	}
 	return []*Chart{
-		bars("ttfb", "Time to first token, p95, by strategy", Axis{Name: "seconds", Log: true}, func(r *sim.Row) float64 { return float64(r.TTFBP95) }),
+		bars("ttfb", "Time to first token, p95, by strategy", Axis{Name: "seconds", Log: true, Seconds: true}, func(r *sim.Row) float64 { return float64(r.TTFBP95) }),
 		bars("hit", "Prefix-cache hit rate, by strategy", Axis{Name: "%", Min: ptr(0.0), Max: ptr(100.0)}, func(r *sim.Row) float64 { return float64(r.PrefixHitPct) }),
 		bars("tokens", "Output tokens per minute, by strategy", Axis{Name: "tokens/min"}, func(r *sim.Row) float64 { return float64(r.OutputTokensPerMin) }),
 		bars("busy", "Replicas busy (mean), by strategy", Axis{Name: "replicas", Min: ptr(0.0)}, func(r *sim.Row) float64 { return float64(r.ReplicasBusy) }),
