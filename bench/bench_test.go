@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,8 +12,20 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/lm-warden/warden/emulator"
+	"github.com/lm-warden/warden/internal/fakevllm"
 	"github.com/lm-warden/warden/traces"
 )
+
+// newFakeServer is a fake vLLM farm of engines for bench: sticky on the
+// session header, as the proxy keeps a session home, and answering each
+// request its max_tokens, as vLLM does with ignore_eos.
+func newFakeServer(t *testing.T, engines int) *fakevllm.Server {
+	f := fakevllm.New(t, engines)
+	f.SessionHeader = HeaderSessionID
+	f.MaxTokens = true
+	return f
+}
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
@@ -37,8 +48,8 @@ func TestRunAgainstFakeServer(t *testing.T) {
 	for _, api := range []API{OpenAI, Anthropic} {
 		t.Run(string(api), func(t *testing.T) {
 			f := newFakeServer(t, 2)
-			f.ttft = 5 * time.Millisecond
-			f.tokenDelay = time.Millisecond
+			f.TTFT = 5 * time.Millisecond
+			f.TokenDelay = time.Millisecond
 			cfg := tinyConfig(f.URL())
 			cfg.API = api
 			cfg.Label = "affinity"
@@ -60,7 +71,8 @@ func TestRunAgainstFakeServer(t *testing.T) {
 				if st.Finished == 0 || row.Finished != st.Finished || st.Failed != 0 {
 					t.Errorf("row %d: finished %d (stats %d), failed %d", i, row.Finished, st.Finished, st.Failed)
 				}
-				// TTFB includes the fake's 5 ms before the first token.
+				// TTFB includes the fake's 5 ms (and a token delay) before
+				// the first token.
 				if !(row.TTFBP50 > 0.005) || !(row.TTFBP95 >= row.TTFBP50) || !(st.TTFBExactP50 >= 0.005) {
 					t.Errorf("row %d: TTFB p50 %v p95 %v exact p50 %v: want >= 5ms and ordered", i, row.TTFBP50, row.TTFBP95, st.TTFBExactP50)
 				}
@@ -88,7 +100,7 @@ func TestRunAgainstFakeServer(t *testing.T) {
 // checkPrompts checks what the server received: the session header of
 // every request, the prompt sizes of the generator (4 bytes per token of
 // canonical text), and that each turn's prompt extends the previous one.
-func checkPrompts(t *testing.T, f *fakeServer, cfg Config, api API) {
+func checkPrompts(t *testing.T, f *fakevllm.Server, cfg Config, api API) {
 	t.Helper()
 	gen := traces.NewGenerator(cfg.Workload, 16, cfg.Seed)
 	want := map[string][]int{} // session uuid -> prompt tokens per turn
@@ -100,13 +112,15 @@ func checkPrompts(t *testing.T, f *fakeServer, cfg Config, api API) {
 	}
 	uuid := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	turn := map[string]int{}
-	for i, r := range f.requests() {
+	bySess := map[string][]string{} // session -> canonical texts, in order
+	for i, r := range f.Requests() {
 		sess := r.Header.Get(HeaderSessionID)
 		if !uuid.MatchString(sess) {
 			t.Fatalf("request %d: %s %q, want a UUID", i, HeaderSessionID, sess)
 		}
 		k := turn[sess]
 		turn[sess]++
+		bySess[sess] = append(bySess[sess], r.Text)
 		if w := want[sess]; k >= len(w) || w[k] != r.PromptTokens {
 			t.Errorf("request %d (session %s turn %d): %d prompt tokens of canonical text, want the generator's %v", i, sess, k, r.PromptTokens, w)
 		}
@@ -132,9 +146,7 @@ func checkPrompts(t *testing.T, f *fakeServer, cfg Config, api API) {
 			}
 		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for sess, texts := range f.bySess {
+	for sess, texts := range bySess {
 		for k := 1; k < len(texts); k++ {
 			if !strings.HasPrefix(texts[k], texts[k-1]) {
 				t.Errorf("session %s turn %d does not extend turn %d's prompt", sess, k, k-1)
@@ -147,7 +159,7 @@ func TestRunCountsMidStreamErrorsAsFailed(t *testing.T) {
 	for _, api := range []API{OpenAI, Anthropic} {
 		t.Run(string(api), func(t *testing.T) {
 			f := newFakeServer(t, 1)
-			f.failEvery = 3
+			f.FailEvery = 3
 			cfg := tinyConfig(f.URL())
 			cfg.API = api
 			cfg.Sessions = []int{2}
@@ -169,25 +181,19 @@ func TestRunCountsMidStreamErrorsAsFailed(t *testing.T) {
 	}
 }
 
+// TestRunAllFailedIsAnError runs against an emulated farm whose every
+// request is answered 503 (warden emulate --fault error-503=1).
 func TestRunAllFailedIsAnError(t *testing.T) {
-	f := newFakeServer(t, 1)
-	f.status = 503
-	cfg := tinyConfig(f.URL())
+	cfg := tinyConfig(emulatedWith(t, emulator.Faults{Error503: 1}))
 	cfg.Sessions = []int{2}
 	_, err := Run(context.Background(), cfg)
-	if err == nil || !strings.Contains(err.Error(), "all") || !strings.Contains(err.Error(), "fake overload") {
+	if err == nil || !strings.Contains(err.Error(), "all") || !strings.Contains(err.Error(), "injected by warden emulate --fault error-503") {
 		t.Fatalf("err = %v, want every request failed, with the server's message", err)
 	}
 }
 
 func TestRunUnreachableTarget(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, err = Run(context.Background(), tinyConfig("http://"+addr))
+	_, err := Run(context.Background(), tinyConfig(fakevllm.RefusingURL(t)))
 	if err == nil || !strings.Contains(err.Error(), "unreachable") {
 		t.Fatalf("err = %v, want the target unreachable", err)
 	}
@@ -195,13 +201,13 @@ func TestRunUnreachableTarget(t *testing.T) {
 
 func TestRunWithoutModelsEndpoint(t *testing.T) {
 	f := newFakeServer(t, 1)
-	f.noModels = true
+	f.NoModels = true
 	cfg := tinyConfig(f.URL())
 	cfg.Sessions = []int{1}
 	if _, err := Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "--model") {
 		t.Fatalf("err = %v, want a request for --model", err)
 	}
-	cfg.Model = "fake-model"
+	cfg.Model = f.Model
 	if _, err := Run(context.Background(), cfg); err != nil {
 		t.Fatalf("with --model: %v", err)
 	}

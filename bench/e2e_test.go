@@ -30,9 +30,9 @@ type loop struct {
 // startEmulator serves farm (LayoutURLs, at speed) on 127.0.0.1 until
 // ctx is done (wg waits for it): the vLLM stand-in of these tests, one URL
 // per replica.
-func startEmulator(t *testing.T, ctx context.Context, wg *sync.WaitGroup, farm *sim.Farm, speed float64) (urls []string) {
+func startEmulator(t *testing.T, ctx context.Context, wg *sync.WaitGroup, farm *sim.Farm, speed float64, faults emulator.Faults) (urls []string) {
 	t.Helper()
-	em, err := emulator.New(farm, emulator.Options{Layout: emulator.LayoutURLs, Speed: speed, Seed: 1})
+	em, err := emulator.New(farm, emulator.Options{Layout: emulator.LayoutURLs, Speed: speed, Seed: 1, Faults: faults})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,15 +54,19 @@ func startEmulator(t *testing.T, ctx context.Context, wg *sync.WaitGroup, farm *
 }
 
 // emulated is the example farm emulated 20 times faster than real time
-// until the test ends: a plain vLLM for the tests that need no fault and
-// no record of what the server received (those use fakeServer); its
-// first replica's URL.
-func emulated(t *testing.T) string {
+// until the test ends: a plain vLLM for the tests that need no record of
+// what the server received and no fault but the emulator's (those use
+// internal/fakevllm); its first replica's URL.
+func emulated(t *testing.T) string { return emulatedWith(t, emulator.Faults{}) }
+
+// emulatedWith is emulated with the emulator's faults (warden emulate
+// --fault).
+func emulatedWith(t *testing.T, faults emulator.Faults) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return startEmulator(t, ctx, &wg, exampleFarm(t), loopSpeed)[0]
+	return startEmulator(t, ctx, &wg, exampleFarm(t), loopSpeed, faults)[0]
 }
 
 // startLoop serves farm (LayoutURLs, at speed) behind a proxy whose
@@ -80,7 +84,7 @@ func startLoop(t *testing.T, farm *sim.Farm, speed float64, affinity bool) *loop
 		return ln
 	}
 	l := &loop{}
-	urls := startEmulator(t, ctx, &wg, farm, speed)
+	urls := startEmulator(t, ctx, &wg, farm, speed, emulator.Faults{})
 	for _, u := range urls {
 		l.engines = append(l.engines, strings.TrimPrefix(u, "http://"))
 	}

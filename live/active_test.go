@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lm-warden/warden/internal/fakevllm"
 	"github.com/lm-warden/warden/placement"
 )
 
@@ -21,7 +22,7 @@ import (
 // it to replica 1.
 func TestFinishedSessionsDoNotPushNewOnes(t *testing.T) {
 	const window = 500 * time.Millisecond
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("trusted_pin_header: X-Warden-Replica\n",
 		urlsModel(a.URL(), b.URL())+"    session_ttl: 1h\n    active_window: 500ms\n"))
 	h.scraped()
@@ -48,15 +49,15 @@ func TestFinishedSessionsDoNotPushNewOnes(t *testing.T) {
 	if st.Sessions != 4 || st.ActiveSessions != 1 || st.ActiveWindowSec != window.Seconds() {
 		t.Errorf("model: %d sessions, %d active, window %vs; want 4, 1, %v", st.Sessions, st.ActiveSessions, st.ActiveWindowSec, window.Seconds())
 	}
-	before := []int{sum(a.served()), sum(b.served())}
+	before := []int{sum(a.Served()), sum(b.Served())}
 	send("newcomer", "")
-	after := []int{sum(a.served()), sum(b.served())}
+	after := []int{sum(a.Served()), sum(b.Served())}
 	if after[0]-before[0] != 1 {
 		t.Fatalf("per replica %v -> %v: the new conversation went to replica 1, want replica 0 (its conversations all finished)", before, after)
 	}
 	// A finished conversation still goes home within the TTL.
 	send("done-2", "")
-	if got := sum(a.served()); got != after[0]+1 {
+	if got := sum(a.Served()); got != after[0]+1 {
 		t.Errorf("done-2 did not return home to replica 0 (%d requests there, want %d)", got, after[0]+1)
 	}
 	h.waitMetrics(`warden_active_sessions{model="qwen",replica="0"} 2`, `warden_sessions{model="qwen",replica="0"} 4`)
@@ -152,7 +153,7 @@ func TestActiveWindowConfig(t *testing.T) {
 // agent sessions kept counting on their home in the simulator while the
 // proxy fixed 2 minutes); one that sets it keeps it fixed.
 func TestActiveWindowLearnedWhenUnset(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 	tests := []struct {
 		name    string
 		keys    string

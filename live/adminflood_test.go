@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/internal/fakevllm"
 )
 
 // TestAdminConnectionsCapped: the admin address, served by Serve (warden
@@ -24,7 +26,7 @@ import (
 func TestAdminConnectionsCapped(t *testing.T) {
 	for _, mode := range []string{"Serve", "Run"} {
 		t.Run(mode, func(t *testing.T) {
-			good := newFakeVLLM(t, 1)
+			good := fakevllm.New(t, 1)
 			admin := startAdmin(t, mode, modelsYAML("", urlsModel(good.URL())))
 			base := openFDs(t)
 			// The bound, filled with keep-alive connections that were

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/internal/fakevllm"
 )
 
 // waiters returns how many requests of model wait for admission.
@@ -41,8 +43,8 @@ func admissionModel(url, extra string) string {
 // (active_window), and is then served; a later turn of an admitted
 // conversation never waits.
 func TestAdmissionWaitsForHeadroom(t *testing.T) {
-	a := newFakeVLLM(t, 1)
-	a.gpuBlocks = 60
+	a := fakevllm.New(t, 1)
+	a.GPUBlocks = 60
 	h := startProxy(t, modelsYAML("", admissionModel(a.URL(), "    active_window: 1500ms\n")))
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "first", 0, false), sessionHdr("first")); r.status != 200 {
 		t.Fatalf("first conversation: status %d %s", r.status, r.body)
@@ -53,7 +55,7 @@ func TestAdmissionWaitsForHeadroom(t *testing.T) {
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "first", 1, false), sessionHdr("first")); r.status != 200 {
 		t.Fatalf("later turn while another waits: status %d %s", r.status, r.body)
 	}
-	if n := a.hits.Load(); n != 2 || h.waiters(testModel) != 1 {
+	if n := a.Hits.Load(); n != 2 || h.waiters(testModel) != 1 {
 		t.Fatalf("backend hits %d, waiters %d while the second waits: want 2 and 1", n, h.waiters(testModel))
 	}
 	// The first conversation goes idle 1.5 s after its last request: the
@@ -62,7 +64,7 @@ func TestAdmissionWaitsForHeadroom(t *testing.T) {
 	if r.status != 200 || !strings.Contains(r.body, "[DONE]") {
 		t.Fatalf("second conversation after the first went idle: status %d body %q", r.status, r.body)
 	}
-	if n, w := a.hits.Load(), h.waiters(testModel); n != 3 || w != 0 {
+	if n, w := a.Hits.Load(), h.waiters(testModel); n != 3 || w != 0 {
 		t.Errorf("backend hits %d, waiters %d after admission: want 3 and 0", n, w)
 	}
 }
@@ -72,8 +74,8 @@ func TestAdmissionWaitsForHeadroom(t *testing.T) {
 // rate_limit_error (OpenAI) or 529 overloaded_error (Anthropic), with
 // Retry-After, and never reaches the backend.
 func TestAdmissionTimeout(t *testing.T) {
-	a := newFakeVLLM(t, 1)
-	a.gpuBlocks = 60
+	a := fakevllm.New(t, 1)
+	a.GPUBlocks = 60
 	h := startProxy(t, modelsYAML("", admissionModel(a.URL(), "    admission_timeout: 200ms\n")))
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "first", 0, false), sessionHdr("first")); r.status != 200 {
 		t.Fatalf("first conversation: status %d %s", r.status, r.body)
@@ -90,7 +92,7 @@ func TestAdmissionTimeout(t *testing.T) {
 	if r.status != 529 || anthropicErrorType(r.body) != "overloaded_error" || r.header.Get("Retry-After") == "" {
 		t.Errorf("Anthropic after the admission timeout: status %d Retry-After %q body %s, want 529 overloaded_error with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
 	}
-	if n, w := a.hits.Load(), h.waiters(testModel); n != 1 || w != 0 {
+	if n, w := a.Hits.Load(), h.waiters(testModel); n != 1 || w != 0 {
 		t.Errorf("backend hits %d, waiters %d: want only the first conversation and an empty queue", n, w)
 	}
 }
@@ -115,8 +117,8 @@ func TestAdmissionAfterConversationsGoQuiet(t *testing.T) {
 		{"think time 1s", time.Second, time.Second, 8 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
-			a.gpuBlocks, b.gpuBlocks = 60, 60 // 960 tokens each: one conversation of the test, not two
+			a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
+			a.GPUBlocks, b.GPUBlocks = 60, 60 // 960 tokens each: one conversation of the test, not two
 			h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())+"    balance: kv\n    admission: kv\n    admission_timeout: 15s\n"))
 			h.scraped()
 			var wg sync.WaitGroup
@@ -133,7 +135,7 @@ func TestAdmissionAfterConversationsGoQuiet(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			if sa, sb := a.served(), b.served(); sa[0] != 3 || sb[0] != 3 {
+			if sa, sb := a.Served(), b.Served(); sa[0] != 3 || sb[0] != 3 {
 				t.Fatalf("served %v and %v, want each conversation's 3 turns on a replica of its own", sa, sb)
 			}
 			start := time.Now()

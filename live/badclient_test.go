@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/internal/fakevllm"
 )
 
 // Issue 35: the proxy survives clients that misbehave, or too many of
@@ -167,7 +169,7 @@ func TestClientThatStopsReadingAtTokenPaceIsCut(t *testing.T) {
 // waited in the kernel's backlog until one closed (30 s during a flood of
 // idle connections), unanswered.
 func TestConnectionsCapped(t *testing.T) {
-	good := newFakeVLLM(t, 1)
+	good := fakevllm.New(t, 1)
 	// read_header far above the test's length: the idle connections stay.
 	h := startProxy(t, "limits: {max_connections: 2}\n"+timedYAML("read_header: 5m", urlsModel(good.URL())))
 	h.scraped()
@@ -232,7 +234,7 @@ func TestConnectionsCapped(t *testing.T) {
 // them, each for at most refuseWait; the rest are closed at once, so the
 // flood fills no backlog and a client that comes after it is answered.
 func TestConnectionFloodOverTheCap(t *testing.T) {
-	good := newFakeVLLM(t, 1)
+	good := fakevllm.New(t, 1)
 	h := startProxy(t, "limits: {max_connections: 1}\n"+timedYAML("read_header: 5m", urlsModel(good.URL())))
 	h.scraped()
 	addr := strings.TrimPrefix(h.url, "http://")
@@ -332,7 +334,7 @@ func (l *emfileListener) Accept() (net.Conn, error) {
 // DEBUG), counted, retried with a back-off, and /healthz answers 503
 // until accepting works again. Before: DEBUG only, /healthz 200.
 func TestAcceptFailuresAreLoudAndHealthzTellsTheTruth(t *testing.T) {
-	good := newFakeVLLM(t, 1)
+	good := fakevllm.New(t, 1)
 	cfg, err := ParseConfig("test.yaml", []byte("listen: 127.0.0.1:0\n"+modelsYAML("", urlsModel(good.URL()))))
 	if err != nil {
 		t.Fatal(err)
@@ -384,7 +386,7 @@ func TestAcceptFailuresAreLoudAndHealthzTellsTheTruth(t *testing.T) {
 // took for the rest of its body are not served as a request of their own.
 // Before: the smuggled request was answered.
 func TestBothContentLengthAndChunkedClosesTheConnection(t *testing.T) {
-	good := newFakeVLLM(t, 1)
+	good := fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(good.URL())))
 	h.scraped()
 	body := chatBody(testModel, "s", 0, false)
@@ -431,7 +433,7 @@ func TestBothContentLengthAndChunkedClosesTheConnection(t *testing.T) {
 // cannot read /api/status through DNS rebinding. Before: every Host was
 // served.
 func TestAdminChecksHost(t *testing.T) {
-	good := newFakeVLLM(t, 1)
+	good := fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("admin_hosts: [warden.internal, Metrics.Example.]\n", urlsModel(good.URL())))
 	hostname, _ := os.Hostname()
 	port := h.admin[strings.LastIndex(h.admin, ":"):]

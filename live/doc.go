@@ -224,11 +224,13 @@
 // before any handler, as a backstop. Slow clients are bounded by
 // timeouts.read_header and timeouts.read.
 //
-// Tests run real HTTP servers on 127.0.0.1: fakevllm_test.go is a
+// Tests run real HTTP servers on 127.0.0.1: internal/fakevllm is a
 // hand-written vLLM (OpenAI and Anthropic streaming, per-engine prefix
 // caches, vLLM-style /metrics) whose load, answers and faults a test sets
-// at will and at once (setLoad, status, dieMidway, hold, healthDown,
-// restart), which the emulator's simulated engine cannot. NewServer and Serve(ctx, ln, adminLn)
+// at will and at once (SetLoad, Status, Hold, Stall, HealthDown,
+// Restart), which the emulator's simulated engine cannot; a fault the
+// emulator injects (warden emulate --fault: die-mid-stream,
+// stall-after-headers) is tested on it. NewServer and Serve(ctx, ln, adminLn)
 // accept 127.0.0.1:0 listeners for end-to-end tests from other packages.
 // prometheus_test.go has a real Prometheus server (metrics/promtest) scrape
 // the proxy and a fake, and checks the KPI PromQL of metrics/kpi.promql

@@ -4,71 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/lm-warden/warden/internal/fakevllm"
 	"github.com/lm-warden/warden/live/upstream"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
-
-// stallBackend is a hand-written replica that misbehaves the way a wedged
-// vLLM does: /health and /metrics answer, inference requests get their
-// headers (or not) and then nothing more until the proxy gives up.
-type stallBackend struct {
-	srv      *httptest.Server
-	mode     string      // "headers": SSE headers then silence; "token": headers, one token, silence; "noheaders": silence
-	down     atomic.Bool // /health answers 503
-	hits     atomic.Int64
-	arrived  chan struct{} // receives when an inference request came in
-	canceled chan struct{} // receives when an inference request's context ended
-}
-
-func newStallBackend(t testing.TB, mode string) *stallBackend {
-	b := &stallBackend{mode: mode, arrived: make(chan struct{}, 64), canceled: make(chan struct{}, 64)}
-	b.srv = httptest.NewServer(b)
-	t.Cleanup(b.srv.Close)
-	return b
-}
-
-func (b *stallBackend) URL() string { return b.srv.URL }
-
-func (b *stallBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/health":
-		if b.down.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		return
-	case "/metrics":
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_, _ = io.WriteString(w, "vllm:num_requests_running{engine=\"0\",model_name=\"qwen\"} 0\n")
-		return
-	}
-	b.hits.Add(1)
-	_, _ = io.Copy(io.Discard, r.Body)
-	b.arrived <- struct{}{}
-	defer func() { b.canceled <- struct{}{} }()
-	if b.mode != "noheaders" {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		if b.mode == "token" {
-			if strings.HasPrefix(r.URL.Path, "/v1/messages") {
-				_, _ = io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":0}}}\n\n")
-				_, _ = io.WriteString(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"t0\"}}\n\n")
-			} else {
-				_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t0\"}}]}\n\n")
-			}
-		}
-		w.(http.Flusher).Flush()
-	}
-	<-r.Context().Done()
-}
 
 // TestStalledReplicaTimesOutAndIsEjected: a replica that sent its headers
 // (and for stream_idle one token) then went silent, /health still OK. The
@@ -77,22 +23,25 @@ func (b *stallBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // so that new sessions go to the good one.
 func TestStalledReplicaTimesOutAndIsEjected(t *testing.T) {
 	for _, tc := range []struct {
-		name, mode, path string
+		name             string
+		stall            fakevllm.Stall
+		path             string
 		body             func(s string) string
 		wantErr, mustNot string
 		wantStatus       int
 	}{
-		{"first_token/openai", "headers", "/v1/chat/completions", func(s string) string { return chatBody(testModel, s, 0, true) },
+		{"first_token/openai", fakevllm.StallAfterHeaders, "/v1/chat/completions", func(s string) string { return chatBody(testModel, s, 0, true) },
 			`data: {"error":{`, "[DONE]", 200},
-		{"stream_idle/openai", "token", "/v1/chat/completions", func(s string) string { return chatBody(testModel, s, 0, true) },
+		{"stream_idle/openai", fakevllm.StallAfterToken, "/v1/chat/completions", func(s string) string { return chatBody(testModel, s, 0, true) },
 			`data: {"error":{`, "[DONE]", 200},
-		{"stream_idle/anthropic", "token", "/v1/messages", func(s string) string { return anthropicBody(testModel, s, 0, true) },
+		{"stream_idle/anthropic", fakevllm.StallAfterToken, "/v1/messages", func(s string) string { return anthropicBody(testModel, s, 0, true) },
 			"event: error\ndata: {\"type\":\"error\"", "message_stop", 200},
-		{"first_token/no-headers", "noheaders", "/v1/chat/completions", func(s string) string { return chatBody(testModel, s, 0, true) },
+		{"first_token/no-headers", fakevllm.StallNoHeaders, "/v1/chat/completions", func(s string) string { return chatBody(testModel, s, 0, true) },
 			`"code":"upstream_timeout"`, "[DONE]", 504},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bad, good := newStallBackend(t, tc.mode), newFakeVLLM(t, 1)
+			bad, good := fakevllm.New(t, 1), fakevllm.New(t, 1)
+			bad.Stall = tc.stall
 			h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 50ms\n"+
 				"timeouts: {drain: 5s, health: 1s, first_token: 300ms, stream_idle: 300ms}\nmodels:\n"+urlsModel(bad.URL(), good.URL()))
 			h.scraped()
@@ -108,7 +57,7 @@ func TestStalledReplicaTimesOutAndIsEjected(t *testing.T) {
 					t.Fatalf("stalled request: status %d body %q, want %d, an error event and no %s", r.status, r.body, tc.wantStatus, tc.mustNot)
 				}
 				select {
-				case <-bad.canceled:
+				case <-bad.Canceled:
 				case <-time.After(10 * time.Second):
 					t.Fatal("the stalled backend request was not cancelled")
 				}
@@ -119,14 +68,14 @@ func TestStalledReplicaTimesOutAndIsEjected(t *testing.T) {
 			h.waitFor("the stalled replica ejected", func(st StatusReport) bool {
 				return st.Models[0].Replicas[0].State == "ejected"
 			})
-			hits := bad.hits.Load()
+			hits := bad.Hits.Load()
 			for i := range 4 {
 				s := fmt.Sprintf("after%d", i)
 				if r := h.do("POST", tc.path, tc.body(s), sessionHdr(s)); r.status != 200 || strings.Contains(r.body, tc.wantErr) {
 					t.Fatalf("after ejection: status %d body %q, want a good answer", r.status, r.body)
 				}
 			}
-			if bad.hits.Load() != hits {
+			if bad.Hits.Load() != hits {
 				t.Errorf("new sessions still reach the ejected replica")
 			}
 			h.waitMetrics(`kind="timeout",model="qwen",replica="0"}`, `warden_ejections_total{model="qwen",replica="0"} 1`)
@@ -138,19 +87,22 @@ func TestStalledReplicaTimesOutAndIsEjected(t *testing.T) {
 // on a replica that /health then marks down; no byte reached the client, so
 // it is retried on the other replica and succeeds.
 func TestHealthDownWhileWaitingForHeadersRetries(t *testing.T) {
-	bad, good := newStallBackend(t, "noheaders"), newFakeVLLM(t, 1)
+	bad, good := fakevllm.New(t, 1), fakevllm.New(t, 1)
+	bad.Stall = fakevllm.StallNoHeaders
 	h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 50ms\ntrusted_pin_header: X-Warden-Replica\n"+
 		"timeouts: {drain: 5s, health: 1s}\nmodels:\n"+urlsModel(bad.URL(), good.URL()))
 	h.scraped()
 	hdr := sessionHdr("hd")
 	hdr["X-Warden-Replica"] = "0"
 	done := h.doAsync("/v1/chat/completions", chatBody(testModel, "hd", 0, true), hdr)
-	select {
-	case <-bad.arrived:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request never reached replica 0")
+	deadline := time.Now().Add(10 * time.Second)
+	for bad.Hits.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never reached replica 0")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	bad.down.Store(true)
+	bad.HealthDown.Store(true)
 	var r resp
 	select {
 	case r = <-done:
@@ -160,8 +112,8 @@ func TestHealthDownWhileWaitingForHeadersRetries(t *testing.T) {
 	if r.status != 200 || !strings.Contains(r.body, "[DONE]") {
 		t.Fatalf("status %d body %q, want success on the other replica", r.status, r.body)
 	}
-	if sum(good.served()) != 1 {
-		t.Errorf("good replica served %d, want 1", sum(good.served()))
+	if sum(good.Served()) != 1 {
+		t.Errorf("good replica served %d, want 1", sum(good.Served()))
 	}
 	h.waitMetrics(`warden_requests_total{model="qwen",reason="retried",replica="1"} 1`)
 }
@@ -171,8 +123,8 @@ func TestHealthDownWhileWaitingForHeadersRetries(t *testing.T) {
 // API's shape: 429 rate_limit_error (OpenAI) and 529 overloaded_error
 // (Anthropic), with Retry-After (issue 13, fault 5).
 func TestOverloadAnswersAtOnce(t *testing.T) {
-	a := newFakeVLLM(t, 1)
-	a.hold = make(chan struct{})
+	a := fakevllm.New(t, 1)
+	a.Hold = make(chan struct{})
 	h := startProxy(t, modelsYAML("limits: {max_in_flight: 2}\n", urlsModel(a.URL())))
 	var held [2]<-chan resp
 	for i := range held {
@@ -180,9 +132,9 @@ func TestOverloadAnswersAtOnce(t *testing.T) {
 		held[i] = h.doAsync("/v1/chat/completions", chatBody(testModel, s, 0, true), sessionHdr(s))
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for a.hits.Load() < 2 {
+	for a.Hits.Load() < 2 {
 		if time.Now().After(deadline) {
-			close(a.hold)
+			close(a.Hold)
 			t.Fatal("the held requests never reached the backend")
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -203,10 +155,10 @@ func TestOverloadAnswersAtOnce(t *testing.T) {
 			}
 		}
 	}
-	if n := a.hits.Load(); n != 2 {
+	if n := a.Hits.Load(); n != 2 {
 		t.Errorf("backend got %d requests, want only the 2 held", n)
 	}
-	close(a.hold)
+	close(a.Hold)
 	for _, c := range held {
 		if r := <-c; r.status != 200 || !strings.Contains(r.body, "[DONE]") {
 			t.Errorf("held request: status %d body %q, want a whole stream", r.status, r.body)
@@ -222,7 +174,7 @@ func TestOverloadAnswersAtOnce(t *testing.T) {
 // TestDeclaredLengthIsNotAllocatedUpFront: a request that declares a
 // 16 MiB body and sends 1 KiB must not make the proxy allocate 16 MiB.
 func TestDeclaredLengthIsNotAllocatedUpFront(t *testing.T) {
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
 	addr := strings.TrimPrefix(h.url, "http://")
 	once := func() string {
@@ -294,12 +246,12 @@ func TestDrainDeadlineEndsStreamsWithErrorEvent(t *testing.T) {
 		{"/v1/messages", anthropicBody(testModel, "dd", 0, true), "event: error\ndata: {\"type\":\"error\"", "message_stop"},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			a := newFakeVLLM(t, 1)
-			a.hold = make(chan struct{})
-			defer close(a.hold)
+			a := fakevllm.New(t, 1)
+			a.Hold = make(chan struct{})
+			defer close(a.Hold)
 			h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 50ms\ntimeouts: {drain: 200ms, health: 1s}\nmodels:\n"+urlsModel(a.URL()))
 			got := h.doAsync(tc.path, tc.body, sessionHdr("dd"))
-			h.waitFor("a stream at the backend", func(StatusReport) bool { return a.hits.Load() == 1 })
+			h.waitFor("a stream at the backend", func(StatusReport) bool { return a.Hits.Load() == 1 })
 			if err := h.stop(); err != nil {
 				t.Logf("Serve: %v", err)
 			}
@@ -430,7 +382,7 @@ func sizedChat(prefix string, size int) []byte {
 // client's shape, whether its Content-Length says so (before it is read)
 // or it is chunked and grows past the budget. Before: no budget.
 func TestBodyAloneOverBudget(t *testing.T) {
-	good := newFakeVLLM(t, 1)
+	good := fakevllm.New(t, 1)
 	h := startProxy(t, "limits: {max_body_bytes_in_flight: 1MiB}\n"+modelsYAML("", urlsModel(good.URL())))
 	body := sizedChat(`{"model":"`+testModel+`","messages":[{"role":"user","content":"`, 2<<20)
 	for _, chunked := range []bool{false, true} {

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/lm-warden/warden/internal/fakevllm"
 )
 
 // TestGrafanaDashboard checks that every query of grafana/warden.json is
@@ -30,7 +32,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err := json.Unmarshal(data, &dash); err != nil {
 		t.Fatal(err)
 	}
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
 	h.do("POST", "/v1/chat/completions", chatBody(testModel, "g", 0, true), sessionHdr("g"))
 	h.waitMetrics(`warden_ttfb_seconds_count{model="qwen"} 1`)

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/internal/fakevllm"
 )
 
 // histModel is a model of n replicas in the URL layout, for history.report.
@@ -235,7 +237,7 @@ func TestHistoryAdopt(t *testing.T) {
 // no negative rate.
 func TestHistoryEndpoint(t *testing.T) {
 	start := time.Now()
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("trusted_pin_header: X-Warden-Replica\n", urlsModel(a.URL(), b.URL())))
 	h.scraped() // the first scrapes are the baselines: nothing counted yet
 	pinned := func(s string, replica int) map[string]string {
@@ -261,10 +263,11 @@ func TestHistoryEndpoint(t *testing.T) {
 			h.do("POST", "/v1/chat/completions", chatBody(testModel, fmt.Sprint("s", s), turn, s%2 == 0), pinned(fmt.Sprint("s", s), s%2))
 		}
 	}
-	fakes := []*fakeVLLM{a, b}
+	fakes := []*fakevllm.Server{a, b}
 	var want [2][4]float64
 	for i, f := range fakes {
-		want[i][0], want[i][1], want[i][2], want[i][3] = f.counters()
+		c := f.Counters()
+		want[i] = [4]float64{c.Prompt, c.Queries, c.Hits, c.Gen}
 	}
 	// A scrape after the last request carries the final counters.
 	var rep HistoryReport
@@ -316,13 +319,13 @@ func TestHistoryEndpoint(t *testing.T) {
 	}
 
 	// Server a restarts: counters back to zero, then counting again.
-	a.restart()
+	a.Restart()
 	seq := func(st StatusReport) bool {
 		return st.Models[0].Replicas[0].PrefixQueries != nil && *st.Models[0].Replicas[0].PrefixQueries == 0
 	}
 	h.waitFor("the restarted server scraped", seq)
 	h.do("POST", "/v1/chat/completions", chatBody(testModel, "s0", 3, false), pinned("s0", 0))
-	after, _, _, _ := a.counters()
+	after := a.Counters().Prompt
 	if after == 0 {
 		t.Fatal("the restarted server counted nothing")
 	}
@@ -344,11 +347,11 @@ func TestHistoryEndpoint(t *testing.T) {
 // TestHistoryKeptOnReload checks that a reload that rebuilds a model (here:
 // a replica added) keeps the hour of token rates the stats page draws.
 func TestHistoryKeptOnReload(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
 	h.scraped()
 	h.do("POST", "/v1/chat/completions", chatBody(testModel, "a", 0, false), sessionHdr("a"))
-	p, _, _, _ := a.counters()
+	p := a.Counters().Prompt
 	waitPrompt := func(want float64) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -374,8 +377,8 @@ func TestHistoryKeptOnReload(t *testing.T) {
 		t.Fatalf("after reload: %v prompt tokens on %d replicas, want %v on 2", rep.Models[0].Total.PromptTokens, len(rep.Models[0].Replicas), p)
 	}
 	h.do("POST", "/v1/chat/completions", chatBody(testModel, "a", 1, false), sessionHdr("a"))
-	pa, _, _, _ := a.counters()
-	pb, _, _, _ := b.counters()
+	pa := a.Counters().Prompt
+	pb := b.Counters().Prompt
 	waitPrompt(pa + pb)
 }
 
@@ -514,15 +517,16 @@ func TestHistoryScrapeGap(t *testing.T) {
 // TestHistoryDataParallel checks the data-parallel layout: one server, one
 // row per engine (rank), each with its own engine's counters.
 func TestHistoryDataParallel(t *testing.T) {
-	f := newFakeVLLM(t, 2)
+	f := fakevllm.New(t, 2)
 	h := startProxy(t, modelsYAML("", "  - name: "+testModel+"\n    url: "+f.URL()+"\n    data_parallel_size: 2\n"))
 	h.scraped()
 	for s := range 4 {
 		h.do("POST", "/v1/chat/completions", chatBody(testModel, fmt.Sprint("s", s), 0, false), sessionHdr(fmt.Sprint("s", s)))
 	}
-	f.mu.Lock()
-	want := append([]float64(nil), f.prompts...)
-	f.mu.Unlock()
+	var want []float64
+	for _, c := range f.PerEngine() {
+		want = append(want, c.Prompt)
+	}
 	if want[0] == 0 || want[1] == 0 {
 		t.Fatalf("prompt tokens per engine %v: the test wants both engines used", want)
 	}

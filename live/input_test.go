@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/internal/fakevllm"
 )
 
 // Hostile and odd input (issue 13, items 7 to 9): each answer is checked in
@@ -80,7 +82,7 @@ func checkAPIError(t *testing.T, a API, r resp, status int, anthropicType, openA
 // sees it: the proxy would route by one value while vLLM reads the other
 // (issue 13, item 7).
 func TestDuplicateKeysRefused(t *testing.T) {
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())+"  - name: other\n    replicas: ["+a.URL()+"]\n"))
 	for _, body := range []string{
 		`{"model":"qwen","mod\u0065l":"other"}`,
@@ -118,7 +120,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 			t.Errorf("%s: status %d %s, want 200", body, r.status, r.body)
 		}
 	}
-	if n := a.hits.Load(); n != 2 {
+	if n := a.Hits.Load(); n != 2 {
 		t.Errorf("the backend received %d inference requests, want only the 2 valid ones", n)
 	}
 }
@@ -127,7 +129,7 @@ func TestDuplicateKeysRefused(t *testing.T) {
 // the client's shape, wherever the bad byte is, and before any syntax
 // error it has; raw UTF-8 passes.
 func TestInvalidUTF8Refused(t *testing.T) {
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
 	long := strings.Repeat("x", 100)
 	for _, body := range []string{
@@ -153,7 +155,7 @@ func TestInvalidUTF8Refused(t *testing.T) {
 			t.Errorf("%.40q: status %d %s, want 200", body, r.status, r.body)
 		}
 	}
-	if n := a.hits.Load(); n != 2 {
+	if n := a.Hits.Load(); n != 2 {
 		t.Errorf("the backend received %d inference requests, want only the 2 valid ones", n)
 	}
 }
@@ -254,7 +256,7 @@ func TestNoSessionIDIsNoSession(t *testing.T) {
 // 405 with Allow; an unknown path is 404 with a not-found code (not
 // model_not_found); both in the client's shape (issue 13, item 9).
 func TestWrongMethodAndUnknownPath(t *testing.T) {
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
 	for _, c := range apiCases {
 		for _, method := range []string{"GET", "PUT", "DELETE", "PATCH", "OPTIONS"} {
@@ -284,7 +286,7 @@ func TestWrongMethodAndUnknownPath(t *testing.T) {
 			})
 		}
 	}
-	if n := a.hits.Load(); n != 0 {
+	if n := a.Hits.Load(); n != 0 {
 		t.Errorf("the backend received %d inference requests, want 0", n)
 	}
 }
@@ -294,7 +296,7 @@ func TestWrongMethodAndUnknownPath(t *testing.T) {
 // absent (what FastAPI, which vLLM runs on, reads as JSON too); anything
 // else is 415 in the client's shape (issue 13, item 9).
 func TestContentType(t *testing.T) {
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
 	body := `{"model":"qwen","messages":[{"role":"user","content":"hi"}],"input":"hi","max_tokens":4}`
 	for _, tc := range []struct {
@@ -360,7 +362,7 @@ func rawRequest(t *testing.T, addr, path string, hdr map[string]string, closeWri
 // whether the client half-closes or stalls until timeouts.read, gets an
 // error in its shape that names no socket address (issue 13, item 9).
 func TestShortBodyNamesNoAddress(t *testing.T) {
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 50ms\ntimeouts: {read: 300ms, drain: 5s, health: 1s}\nmodels:\n"+urlsModel(a.URL()))
 	addr := strings.TrimPrefix(h.url, "http://")
 	for _, c := range apiCases {
@@ -388,7 +390,7 @@ func TestShortBodyNamesNoAddress(t *testing.T) {
 			})
 		}
 	}
-	if n := a.hits.Load(); n != 0 {
+	if n := a.Hits.Load(); n != 0 {
 		t.Errorf("the backend received %d inference requests, want 0", n)
 	}
 }
@@ -471,8 +473,8 @@ func TestStartAnswersLikeLater(t *testing.T) {
 		{"everything 503", func(t *testing.T) []string { return []string{unavailableURL(t), unavailableURL(t)} }},
 		{"slow health, connections reset", func(t *testing.T) []string { return []string{slowDownURL(t, "reset"), slowDownURL(t, "reset")} }},
 		{"slow health, everything 503", func(t *testing.T) []string { return []string{slowDownURL(t, "503"), slowDownURL(t, "503")} }},
-		{"connections refused", func(t *testing.T) []string { return []string{refusingURL(t), refusingURL(t)} }},
-		{"one reset one refused", func(t *testing.T) []string { return []string{resettingURL(t), refusingURL(t)} }},
+		{"connections refused", func(t *testing.T) []string { return []string{fakevllm.RefusingURL(t), fakevllm.RefusingURL(t)} }},
+		{"one reset one refused", func(t *testing.T) []string { return []string{resettingURL(t), fakevllm.RefusingURL(t)} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := startProxy(t, modelsYAML("", urlsModel(tc.urls(t)...)))

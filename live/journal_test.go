@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/internal/fakevllm"
 	"github.com/lm-warden/warden/live/upstream"
 	"io"
 	"log/slog"
@@ -24,7 +25,7 @@ import (
 )
 
 func TestJournalRecordsTraces(t *testing.T) {
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
 	h := startProxy(t, modelsYAML("journal: {path: "+path+"}\n", urlsModel(a.URL())))
 	for turn := range 3 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lm-warden/warden/emulator"
+	"github.com/lm-warden/warden/internal/fakevllm"
 	"github.com/lm-warden/warden/kvevents"
 )
 
@@ -87,8 +88,8 @@ func TestReloadKVEventsOnly(t *testing.T) {
 		t.Cleanup(func() { p.Close() })
 		pubs[i] = p
 	}
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
-	b.hold = make(chan struct{})
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
+	b.Hold = make(chan struct{})
 	kv := func(p, q *kvevents.Publisher) string {
 		return "    kv_events:\n      endpoints: [" + p.Endpoint() + ", " + q.Endpoint() + "]\n"
 	}
@@ -108,7 +109,7 @@ func TestReloadKVEventsOnly(t *testing.T) {
 		t.Fatalf("first turn: %d %s", r.status, r.body)
 	}
 	got := h.doAsync("/v1/chat/completions", chatBody(testModel, "s", 0, true), sessionHdr("s"))
-	h.waitFor("the stream on b", func(st StatusReport) bool { return b.hits.Load() == 1 && st.Models[0].InFlight == 1 })
+	h.waitFor("the stream on b", func(st StatusReport) bool { return b.Hits.Load() == 1 && st.Models[0].InFlight == 1 })
 
 	h.reload(modelsYAML("", urlsModel(a.URL(), b.URL())+kv(pubs[2], pubs[3])))
 	st := h.status().Models[0]
@@ -130,10 +131,10 @@ func TestReloadKVEventsOnly(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "w", 1, false), sessionHdr("w")); r.status != 200 || a.hits.Load() != 2 {
-		t.Errorf("the next turn of the conversation homed on a: %d, a served %d; want it home", r.status, a.hits.Load())
+	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "w", 1, false), sessionHdr("w")); r.status != 200 || a.Hits.Load() != 2 {
+		t.Errorf("the next turn of the conversation homed on a: %d, a served %d; want it home", r.status, a.Hits.Load())
 	}
-	close(b.hold)
+	close(b.Hold)
 	if r := <-got; r.status != 200 || !strings.HasSuffix(r.body, "data: [DONE]\n\n") {
 		t.Fatalf("the stream across the reload: %d %q", r.status, r.body)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lm-warden/warden/internal/fakevllm"
 	"github.com/lm-warden/warden/kvevents"
 )
 
@@ -19,7 +20,7 @@ import (
 // the blocks each replica holds and the listener: the publishers
 // connected and the topic no replica has.
 func TestStatusKVEventsListen(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 2)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 2)
 	cases := []struct {
 		name   string
 		model  string
@@ -164,7 +165,7 @@ func TestKVEventsListenReload(t *testing.T) {
 	}
 	ep := "tcp://" + free.Addr().String()
 	free.Close()
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 	kv := "    kv_events:\n      listen: " + ep + "\n"
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())+kv))
 	bound := func(r StatusReport) bool {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/lm-warden/warden/internal/fakevllm"
 )
 
 // TestStatusKVAndAdmission: with vllm:cache_config_info exposed and
@@ -15,8 +17,8 @@ import (
 // warden_kv_headroom_tokens, warden_admission_waiting and
 // warden_admission_timeouts_total.
 func TestStatusKVAndAdmission(t *testing.T) {
-	a := newFakeVLLM(t, 1)
-	a.gpuBlocks = 60 // 960 tokens: one conversation of the test fits, two do not
+	a := fakevllm.New(t, 1)
+	a.GPUBlocks = 60 // 960 tokens: one conversation of the test fits, two do not
 	h := startProxy(t, modelsYAML("", admissionModel(a.URL(), "    admission_timeout: 300ms\n")))
 	h.scraped()
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "first", 0, false), sessionHdr("first")); r.status != 200 {
@@ -53,8 +55,8 @@ func TestStatusKVAndAdmission(t *testing.T) {
 // TestStatusWithoutKV: admission off and no cache size exposed: no
 // admission block, a null capacity and headroom, no headroom series.
 func TestStatusWithoutKV(t *testing.T) {
-	a := newFakeVLLM(t, 1)
-	a.gpuBlocks = -1 // num_gpu_blocks not exposed
+	a := fakevllm.New(t, 1)
+	a.GPUBlocks = -1 // num_gpu_blocks not exposed
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
 	h.scraped()
 	st := h.status().Models[0]
@@ -69,8 +71,8 @@ func TestStatusWithoutKV(t *testing.T) {
 // TestStatusSpillReasons: a later turn that leaves its overloaded home is
 // recorded with the reason, newest first, without the session id.
 func TestStatusSpillReasons(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
-	a.hold = make(chan struct{})
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
+	a.Hold = make(chan struct{})
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())+"    spill_threshold: 1\n"))
 	h.scraped()
 	var wg sync.WaitGroup
@@ -78,7 +80,7 @@ func TestStatusSpillReasons(t *testing.T) {
 		wg.Go(func() {
 			h.do("POST", "/v1/chat/completions", chatBody(testModel, "secret-session", turn, true), sessionHdr("secret-session"))
 		})
-		h.waitFor("turns at home", func(StatusReport) bool { return sum(a.served()) == turn+1 })
+		h.waitFor("turns at home", func(StatusReport) bool { return sum(a.Served()) == turn+1 })
 	}
 	if st := h.status().Models[0]; len(st.SpillReasons) != 0 {
 		t.Errorf("spill reasons before any spill: %+v", st.SpillReasons)
@@ -86,7 +88,7 @@ func TestStatusSpillReasons(t *testing.T) {
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "secret-session", 2, false), sessionHdr("secret-session")); r.status != 200 {
 		t.Fatalf("spill turn: %d %s", r.status, r.body)
 	}
-	close(a.hold)
+	close(a.Hold)
 	wg.Wait()
 	st := h.status().Models[0]
 	if len(st.SpillReasons) != 1 {

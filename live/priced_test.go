@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/internal/fakevllm"
 )
 
 // TestPricedSpill: spill_threshold: priced in the proxy, against real HTTP
@@ -40,14 +42,14 @@ func TestPricedSpill(t *testing.T) {
 		{"metrics, no histogram: not priced, stays", "metrics", 0, 0, 4, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
-			a.prefillRate, b.prefillRate = tt.rateA, tt.rateB
-			a.holdFirst = make(chan struct{})
+			a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
+			a.PrefillRate, b.PrefillRate = tt.rateA, tt.rateB
+			a.HoldFirst = make(chan struct{})
 			released := false
 			release := func() {
 				if !released {
 					released = true
-					close(a.holdFirst)
+					close(a.HoldFirst)
 				}
 			}
 			defer release()
@@ -58,7 +60,7 @@ func TestPricedSpill(t *testing.T) {
 					t.Fatalf("%s turn 0: status %d %s", s, r.status, r.body)
 				}
 			}
-			if sa, sb := a.served()[0], b.served()[0]; sa != 1 || sb != 1 {
+			if sa, sb := a.Served()[0], b.Served()[0]; sa != 1 || sb != 1 {
 				t.Fatalf("served %d and %d, want x on replica 0 and w on replica 1", sa, sb)
 			}
 			if tt.rateA > 0 {
@@ -73,7 +75,7 @@ func TestPricedSpill(t *testing.T) {
 					}
 				}
 			}
-			b.healthDown.Store(true)
+			b.HealthDown.Store(true)
 			h.waitFor("replica 1 down", func(st StatusReport) bool { return st.Models[0].Replicas[1].State == "down" })
 			var held []<-chan resp
 			for i := range tt.queued {
@@ -82,16 +84,16 @@ func TestPricedSpill(t *testing.T) {
 			}
 			h.waitFor("the new conversations in replica 0's prefill queue", func(st StatusReport) bool {
 				r0 := st.Models[0].Replicas[0]
-				return r0.InFlight == int64(tt.queued) && r0.PrefillQueueTokens > 0 && a.served()[0] == 1+tt.queued
+				return r0.InFlight == int64(tt.queued) && r0.PrefillQueueTokens > 0 && a.Served()[0] == 1+tt.queued
 			})
-			b.healthDown.Store(false)
+			b.HealthDown.Store(false)
 			h.waitFor("replica 1 back", func(st StatusReport) bool { return st.Models[0].Replicas[1].State == "healthy" })
 			if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "x", 1, false), sessionHdr("x")); r.status != 200 {
 				t.Fatalf("x turn 1: status %d %s", r.status, r.body)
 			}
-			spilled := b.served()[0] == 2
-			if stayed := a.served()[0] == 2+tt.queued; spilled == stayed {
-				t.Fatalf("x's turn served by both or neither: replica 0 %d, replica 1 %d", a.served()[0], b.served()[0])
+			spilled := b.Served()[0] == 2
+			if stayed := a.Served()[0] == 2+tt.queued; spilled == stayed {
+				t.Fatalf("x's turn served by both or neither: replica 0 %d, replica 1 %d", a.Served()[0], b.Served()[0])
 			}
 			st := h.status().Models[0]
 			if spilled != tt.wantSpill {

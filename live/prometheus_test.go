@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	pmodel "github.com/prometheus/common/model"
 
+	"github.com/lm-warden/warden/internal/fakevllm"
 	"github.com/lm-warden/warden/metrics"
 	"github.com/lm-warden/warden/metrics/names"
 	"github.com/lm-warden/warden/metrics/promtest"
@@ -30,11 +31,12 @@ import (
 // proxy's TTFBs (Prometheus runs with native histograms, as promtest
 // starts it; see ttfbExactBounds).
 func TestPrometheusEvaluatesKPIs(t *testing.T) {
-	const name = "m" // the fake exposes model_name="m"
-	f := newFakeVLLM(t, 2)
-	f.tokens = 2
-	f.tokenDelay = 25 * time.Millisecond // every streamed TTFB is at least this
-	f.hold = make(chan struct{})         // streams pause after their first token until closed
+	const name = "m"
+	f := fakevllm.New(t, 2)
+	f.Model = name // its model_name label, which the KPIs select on
+	f.Tokens = 2
+	f.TokenDelay = 25 * time.Millisecond // every streamed TTFB is at least this
+	f.Hold = make(chan struct{})         // streams pause after their first token until closed
 	h := startProxy(t, modelsYAML("", "  - name: "+name+"\n    url: "+f.URL()+"\n    data_parallel_size: 2\n    spill_threshold: 1\n"))
 	// Prometheus applies its targets about 5 s after it starts: start it
 	// first and let the traffic below run meanwhile.
@@ -58,17 +60,17 @@ func TestPrometheusEvaluatesKPIs(t *testing.T) {
 		}
 	}
 	post("sp", 0, false)
-	home := onlyOne(t, f.served(), 1)
+	home := onlyOne(t, f.Served(), 1)
 	var wg sync.WaitGroup
 	for turn := 1; turn <= 2; turn++ {
 		wg.Go(func() { post("sp", turn, true) })
-		h.waitFor("turns in flight at home", func(StatusReport) bool { return f.served()[home] == turn+1 })
+		h.waitFor("turns in flight at home", func(StatusReport) bool { return f.Served()[home] == turn+1 })
 	}
 	post("sp", 3, false)
-	if got := f.served(); got[1-home] != 1 {
+	if got := f.Served(); got[1-home] != 1 {
 		t.Fatalf("per engine %v: turn 3 did not spill from %d", got, home)
 	}
-	close(f.hold)
+	close(f.Hold)
 	wg.Wait()
 	h.waitFor("home drained", func(st StatusReport) bool { return st.Models[0].InFlight == 0 })
 	post("sp", 4, false)
@@ -88,9 +90,10 @@ func TestPrometheusEvaluatesKPIs(t *testing.T) {
 	prom.Sync(t)
 
 	// What the fake and the proxy counted directly.
-	f.mu.Lock()
-	queries, cached := append([]float64(nil), f.queries...), append([]float64(nil), f.cached...)
-	f.mu.Unlock()
+	var queries, cached []float64
+	for _, c := range f.PerEngine() {
+		queries, cached = append(queries, c.Queries), append(cached, c.Hits)
+	}
 	st := h.status().Models[0]
 	if st.LaterTurns != later || st.LaterTurnsHome != laterHome {
 		t.Fatalf("proxy counted %d later turns, %d home; want %d, %d", st.LaterTurns, st.LaterTurnsHome, later, laterHome)
@@ -148,7 +151,7 @@ func TestPrometheusEvaluatesKPIs(t *testing.T) {
 		}
 		t.Logf("%s = %v; exact quantile in [%v, %v]", c.kpi, got, lo, hi)
 		if lo < 0.02 && c.q == 0.95 {
-			t.Errorf("%s exact quantile [%v, %v] is below the fake's %v token delay", c.kpi, lo, hi, f.tokenDelay)
+			t.Errorf("%s exact quantile [%v, %v] is below the fake's %v token delay", c.kpi, lo, hi, f.TokenDelay)
 		}
 	}
 	reasons := map[string]float64{}

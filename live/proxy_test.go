@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lm-warden/warden/internal/fakevllm"
 )
 
 const testModel = "qwen"
@@ -46,7 +49,7 @@ func onlyOne(t *testing.T, counts []int, want int) int {
 func TestFourTurnsStayHome(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(map[bool]string{false: "json", true: "stream"}[stream], func(t *testing.T) {
-			a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+			a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 			h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())))
 			h.scraped()
 			for turn := range 4 {
@@ -58,7 +61,7 @@ func TestFourTurnsStayHome(t *testing.T) {
 					t.Fatalf("turn %d: stream does not end with [DONE]: %q", turn, r.body)
 				}
 			}
-			onlyOne(t, []int{sum(a.served()), sum(b.served())}, 4)
+			onlyOne(t, []int{sum(a.Served()), sum(b.Served())}, 4)
 			st := h.status().Models[0]
 			if st.LaterTurns != 3 || st.LaterTurnsHome != 3 || st.StickyPct == nil || *st.StickyPct != 100 {
 				t.Errorf("later turns %d, home %d, sticky %v; want 3, 3, 100", st.LaterTurns, st.LaterTurnsHome, st.StickyPct)
@@ -77,7 +80,7 @@ func TestFourTurnsStayHome(t *testing.T) {
 }
 
 func TestDataParallelLayout(t *testing.T) {
-	f := newFakeVLLM(t, 2)
+	f := fakevllm.New(t, 2)
 	h := startProxy(t, modelsYAML("", "  - name: qwen\n    url: "+f.URL()+"\n    data_parallel_size: 2\n"))
 	st := h.scraped()
 	if st.Models[0].Layout != "data-parallel" || len(st.Models[0].Replicas) != 2 {
@@ -91,48 +94,48 @@ func TestDataParallelLayout(t *testing.T) {
 			t.Fatalf("turn %d: %d %s", turn, r.status, r.body)
 		}
 	}
-	home := onlyOne(t, f.served(), 4)
+	home := onlyOne(t, f.Served(), 4)
 	if home != 0 {
 		t.Errorf("first session homed on rank %d, want 0 (lowest ID on a tie)", home)
 	}
-	if got := f.header().Get("X-data-parallel-rank"); got != "0" {
+	if got := f.Header().Get("X-data-parallel-rank"); got != "0" {
 		t.Errorf("backend saw X-data-parallel-rank %q, want 0 (set by the proxy)", got)
 	}
 	// A second session goes to the other rank (fewer sessions held).
 	if r := h.do("POST", "/v1/messages", anthropicBody(testModel, "dp-2", 0, false), sessionHdr("dp-2")); r.status != 200 {
 		t.Fatalf("dp-2: %d %s", r.status, r.body)
 	}
-	if got := f.served(); got[1] != 1 {
+	if got := f.Served(); got[1] != 1 {
 		t.Errorf("per rank %v, want the second session on rank 1", got)
 	}
 }
 
 func TestSecondSessionGoesToLessLoaded(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
-	a.hold, b.hold = make(chan struct{}), make(chan struct{})
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
+	a.Hold, b.Hold = make(chan struct{}), make(chan struct{})
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())))
 	h.scraped()
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		h.do("POST", "/v1/chat/completions", chatBody(testModel, "busy", 0, true), sessionHdr("busy"))
 	})
-	h.waitFor("one request at a backend", func(StatusReport) bool { return sum(a.served(), b.served()) == 1 })
-	busy := onlyOne(t, []int{sum(a.served()), sum(b.served())}, 1)
+	h.waitFor("one request at a backend", func(StatusReport) bool { return sum(a.Served(), b.Served()) == 1 })
+	busy := onlyOne(t, []int{sum(a.Served()), sum(b.Served())}, 1)
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "calm", 0, false), sessionHdr("calm")); r.status != 200 {
 		t.Fatalf("calm: %d %s", r.status, r.body)
 	}
-	counts := []int{sum(a.served()), sum(b.served())}
+	counts := []int{sum(a.Served()), sum(b.Served())}
 	if counts[1-busy] != 1 {
 		t.Errorf("per replica %v: the second session did not go to the idle replica %d", counts, 1-busy)
 	}
-	close(a.hold)
-	close(b.hold)
+	close(a.Hold)
+	close(b.Hold)
 	wg.Wait()
 }
 
 func TestSpillAndReturnHome(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
-	a.hold = make(chan struct{})
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
+	a.Hold = make(chan struct{})
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())+"    spill_threshold: 1\n"))
 	h.scraped()
 	// Two turns of s in flight on its home (a: lowest ID on a tie).
@@ -141,23 +144,23 @@ func TestSpillAndReturnHome(t *testing.T) {
 		wg.Go(func() {
 			h.do("POST", "/v1/chat/completions", chatBody(testModel, "s", turn, true), sessionHdr("s"))
 		})
-		h.waitFor("turns at home", func(StatusReport) bool { return sum(a.served()) == turn+1 })
+		h.waitFor("turns at home", func(StatusReport) bool { return sum(a.Served()) == turn+1 })
 	}
 	// Home is over its threshold (2 > 1): the next turn spills to b.
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "s", 2, false), sessionHdr("s")); r.status != 200 {
 		t.Fatalf("spill turn: %d %s", r.status, r.body)
 	}
-	if got := sum(b.served()); got != 1 {
+	if got := sum(b.Served()); got != 1 {
 		t.Fatalf("b served %d, want the spilled turn", got)
 	}
-	close(a.hold)
+	close(a.Hold)
 	wg.Wait()
 	h.waitFor("home drained", func(st StatusReport) bool { return st.Models[0].InFlight == 0 })
 	// Home is below its threshold again: the next turn returns home.
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "s", 3, false), sessionHdr("s")); r.status != 200 {
 		t.Fatalf("return turn: %d %s", r.status, r.body)
 	}
-	if got := []int{sum(a.served()), sum(b.served())}; got[0] != 3 || got[1] != 1 {
+	if got := []int{sum(a.Served()), sum(b.Served())}; got[0] != 3 || got[1] != 1 {
 		t.Errorf("per replica %v, want [3 1]", got)
 	}
 	h.waitFor("one spilled in, two sticky at home", func(st StatusReport) bool {
@@ -169,7 +172,7 @@ func TestSpillAndReturnHome(t *testing.T) {
 }
 
 func TestAffinityOffIsVLLMBalancer(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())+"    affinity: off\n"))
 	h.scraped()
 	// Equal load: vLLM's rotating start spreads one session's turns.
@@ -178,11 +181,11 @@ func TestAffinityOffIsVLLMBalancer(t *testing.T) {
 			t.Fatalf("%d %s", r.status, r.body)
 		}
 	}
-	if got := []int{sum(a.served()), sum(b.served())}; got[0] != 2 || got[1] != 2 {
+	if got := []int{sum(a.Served()), sum(b.Served())}; got[0] != 2 || got[1] != 2 {
 		t.Errorf("per replica %v, want [2 2] (turns placed afresh, rotating)", got)
 	}
 	// A loaded replica (4*waiting + running) is avoided.
-	a.setLoad(0, 100)
+	a.SetLoad(0, 100)
 	h.waitFor("load scraped", func(st StatusReport) bool {
 		r := st.Models[0].Replicas[0].Running
 		return r != nil && *r >= 100 && st.Models[0].Replicas[0].ScrapeState == "ok"
@@ -190,7 +193,7 @@ func TestAffinityOffIsVLLMBalancer(t *testing.T) {
 	for turn := range 4 {
 		h.do("POST", "/v1/chat/completions", chatBody(testModel, "t", turn, false), sessionHdr("t"))
 	}
-	if got := []int{sum(a.served()), sum(b.served())}; got[0] != 2 || got[1] != 6 {
+	if got := []int{sum(a.Served()), sum(b.Served())}; got[0] != 2 || got[1] != 6 {
 		t.Errorf("per replica %v, want [2 6]: everything on the idle replica", got)
 	}
 	st := h.status().Models[0]
@@ -199,17 +202,19 @@ func TestAffinityOffIsVLLMBalancer(t *testing.T) {
 	}
 }
 
+// TestBackendKilledMidStream: the replica (warden emulate --fault
+// die-mid-stream=1) drops the connection after the first of the answer's
+// two tokens; the client gets the token once, then the API's error event
+// in whole events, and the proxy counts an upstream stream error.
 func TestBackendKilledMidStream(t *testing.T) {
 	for _, tc := range []struct {
 		path, body, wantErr, mustNot string
 	}{
-		{"/v1/chat/completions", chatBody(testModel, "k", 0, true), `data: {"error":{`, "[DONE]"},
-		{"/v1/messages", anthropicBody(testModel, "k", 0, true), "event: error\ndata: {\"type\":\"error\"", "message_stop"},
+		{"/v1/chat/completions", strings.Replace(chatBody(emulatedModel, "k", 0, true), `"stream":true`, `"stream":true,"max_tokens":2`, 1), `data: {"error":{`, "[DONE]"},
+		{"/v1/messages", strings.Replace(anthropicBody(emulatedModel, "k", 0, true), `"max_tokens":64`, `"max_tokens":2`, 1), "event: error\ndata: {\"type\":\"error\"", "message_stop"},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			a := newFakeVLLM(t, 1)
-			a.dieMidway.Store(true)
-			h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
+			h := startProxy(t, modelsYAML("", "  - name: "+emulatedModel+"\n    replicas: ["+startEmulator(t, "die-mid-stream=1")+"]\n"))
 			r := h.do("POST", tc.path, tc.body, sessionHdr("k"))
 			if r.status != 200 {
 				t.Fatalf("status %d, want 200 (headers were sent before the failure)", r.status)
@@ -217,7 +222,7 @@ func TestBackendKilledMidStream(t *testing.T) {
 			if !strings.Contains(r.body, tc.wantErr) || strings.Contains(r.body, tc.mustNot) {
 				t.Fatalf("stream = %q, want an error event and no %s", r.body, tc.mustNot)
 			}
-			if !strings.HasSuffix(r.body, "\n\n") || strings.Count(r.body, "t0") != 1 {
+			if !strings.HasSuffix(r.body, "\n\n") || tokenEvents(r.body) != 1 {
 				t.Errorf("stream = %q: want whole events, the first token once", r.body)
 			}
 			h.waitFor("in flight released", func(st StatusReport) bool { return st.Models[0].InFlight == 0 })
@@ -228,18 +233,45 @@ func TestBackendKilledMidStream(t *testing.T) {
 	}
 }
 
+// tokenEvents counts the events of an SSE body that carry a token of the
+// answer: OpenAI chunks with delta content, Anthropic content_block_delta.
+func tokenEvents(body string) int {
+	n := 0
+	for line := range strings.Lines(body) {
+		data, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "data: ")
+		if !ok {
+			continue
+		}
+		var ev struct {
+			Type    string `json:"type"`
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(data), &ev) != nil {
+			continue
+		}
+		if ev.Type == "content_block_delta" || len(ev.Choices) > 0 && ev.Choices[0].Delta.Content != "" {
+			n++
+		}
+	}
+	return n
+}
+
 func TestRefusedConnectionIsRetried(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 	// Scrape once at start, then not again for the test's duration.
 	h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 1h\nmodels:\n"+urlsModel(a.URL(), b.URL()))
 	h.scraped()
-	a.srv.Close() // replica 0 now refuses connections, still looks healthy
+	a.Close() // replica 0 now refuses connections, still looks healthy
 	r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "r", 0, true), sessionHdr("r"))
 	if r.status != 200 || !strings.Contains(r.body, "[DONE]") {
 		t.Fatalf("status %d body %q, want success on the other replica", r.status, r.body)
 	}
-	if sum(b.served()) != 1 {
-		t.Fatalf("b served %d, want 1", sum(b.served()))
+	if sum(b.Served()) != 1 {
+		t.Fatalf("b served %d, want 1", sum(b.Served()))
 	}
 	h.waitMetrics(
 		`warden_requests_total{model="qwen",reason="retried",replica="1"} 1`,
@@ -253,9 +285,9 @@ func TestRefusedConnectionIsRetried(t *testing.T) {
 }
 
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
-	a := newFakeVLLM(t, 1)
-	a.hold = make(chan struct{})
-	defer close(a.hold)
+	a := fakevllm.New(t, 1)
+	a.Hold = make(chan struct{})
+	defer close(a.Hold)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", h.url+"/v1/chat/completions", strings.NewReader(chatBody(testModel, "d", 0, true)))
@@ -270,14 +302,14 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stream ended before the first token: %v", err)
 		}
-		if strings.Contains(line, `"t0"`) {
+		if strings.Contains(line, `"`+fakevllm.Token(0)+`"`) {
 			break
 		}
 	}
 	cancel()
 	res.Body.Close()
 	select {
-	case <-a.canceled:
+	case <-a.Canceled:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the backend's request was not cancelled after the client left")
 	}
@@ -285,7 +317,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 }
 
 func TestAllReplicasDown(t *testing.T) {
-	h := startProxy(t, modelsYAML("", urlsModel(refusingURL(t), refusingURL(t))))
+	h := startProxy(t, modelsYAML("", urlsModel(fakevllm.RefusingURL(t), fakevllm.RefusingURL(t))))
 	// Before the health probes notice, a request fails over and gets 503.
 	r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "x", 0, false), nil)
 	if r.status != http.StatusServiceUnavailable || !isOpenAIError(r.body) {
@@ -305,9 +337,9 @@ func TestAllReplicasDown(t *testing.T) {
 }
 
 func TestScrapeFailingRoutesOnLocalCounts(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
-	a.failMetrics.Store(true)
-	b.failMetrics.Store(true)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
+	a.FailMetrics.Store(true)
+	b.FailMetrics.Store(true)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())))
 	h.waitFor("scrapes failing", func(st StatusReport) bool {
 		for _, r := range st.Models[0].Replicas {
@@ -322,15 +354,15 @@ func TestScrapeFailingRoutesOnLocalCounts(t *testing.T) {
 			t.Fatalf("turn %d: %d %s", turn, r.status, r.body)
 		}
 	}
-	onlyOne(t, []int{sum(a.served()), sum(b.served())}, 4)
+	onlyOne(t, []int{sum(a.Served()), sum(b.Served())}, 4)
 	h.do("POST", "/v1/chat/completions", chatBody(testModel, "g", 0, false), sessionHdr("g"))
-	if got := []int{sum(a.served()), sum(b.served())}; got[0] != 4 || got[1] != 1 {
+	if got := []int{sum(a.Served()), sum(b.Served())}; got[0] != 4 || got[1] != 1 {
 		t.Errorf("per replica %v, want the second session on the other replica", got)
 	}
 }
 
 func TestBadInputNeverReachesBackend(t *testing.T) {
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("limits: {max_body_bytes: 4KiB, max_header_bytes: 2KiB, max_session_id: 64}\n", urlsModel(a.URL())))
 	long := strings.Repeat("x", 65)
 	for _, tc := range []struct {
@@ -384,13 +416,13 @@ func TestBadInputNeverReachesBackend(t *testing.T) {
 			t.Errorf("status %d, want 431", r.status)
 		}
 	})
-	if n := a.hits.Load(); n != 0 {
+	if n := a.Hits.Load(); n != 0 {
 		t.Errorf("the backend received %d inference requests, want 0", n)
 	}
 }
 
 func TestModelsAndAuthHeaders(t *testing.T) {
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("backend_api_key: sk-backend\ntrusted_pin_header: X-Warden-Replica\n",
 		urlsModel(a.URL())+"  - name: other\n    replicas: ["+a.URL()+"]\n"))
 	r := h.do("GET", "/v1/models", "", nil)
@@ -402,7 +434,7 @@ func TestModelsAndAuthHeaders(t *testing.T) {
 		t.Errorf("Anthropic /v1/models = %s", r.body)
 	}
 	h.do("POST", "/v1/messages", anthropicBody(testModel, "p", 0, false), map[string]string{"x-api-key": testKey, "Authorization": "", "X-Warden-Replica": "0"})
-	hdr := a.header()
+	hdr := a.Header()
 	if hdr.Get("Authorization") != "Bearer sk-backend" || hdr.Get("x-api-key") != "" || hdr.Get("X-Warden-Replica") != "" {
 		t.Errorf("backend saw Authorization %q, x-api-key %q, pin %q; want the backend key only",
 			hdr.Get("Authorization"), hdr.Get("x-api-key"), hdr.Get("X-Warden-Replica"))
@@ -411,7 +443,7 @@ func TestModelsAndAuthHeaders(t *testing.T) {
 }
 
 func TestReloadKeepsSessions(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())))
 	h.scraped()
 	h.do("POST", "/v1/chat/completions", chatBody(testModel, "a", 0, false), sessionHdr("a"))
@@ -427,10 +459,10 @@ func TestReloadKeepsSessions(t *testing.T) {
 	if len(st.Models) != 2 || st.Models[1].Sessions != 2 {
 		t.Fatalf("after reload: %d models, %d sessions on qwen; want 2 models and the 2 sessions kept", len(st.Models), st.Models[1].Sessions)
 	}
-	before := []int{sum(a.served()), sum(b.served())}
+	before := []int{sum(a.Served()), sum(b.Served())}
 	h.do("POST", "/v1/chat/completions", chatBody(testModel, "a", 1, false), sessionHdr("a"))
 	h.do("POST", "/v1/chat/completions", chatBody(testModel, "b", 1, false), sessionHdr("b"))
-	after := []int{sum(a.served()), sum(b.served())}
+	after := []int{sum(a.Served()), sum(b.Served())}
 	if after[0]-before[0] != 1 || after[1]-before[1] != 1 {
 		t.Errorf("after reload per replica %v -> %v: sessions did not stay home", before, after)
 	}
@@ -440,14 +472,14 @@ func TestReloadKeepsSessions(t *testing.T) {
 }
 
 func TestDrainFinishesStreams(t *testing.T) {
-	a := newFakeVLLM(t, 1)
-	a.hold = make(chan struct{})
+	a := fakevllm.New(t, 1)
+	a.Hold = make(chan struct{})
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL())))
 	got := make(chan resp, 1)
 	go func() {
 		got <- h.do("POST", "/v1/chat/completions", chatBody(testModel, "d", 0, true), sessionHdr("d"))
 	}()
-	h.waitFor("a stream at the backend", func(StatusReport) bool { return a.hits.Load() == 1 })
+	h.waitFor("a stream at the backend", func(StatusReport) bool { return a.Hits.Load() == 1 })
 	stopped := make(chan error, 1)
 	go func() { stopped <- h.stop() }()
 	// Draining: the listener is closed to new connections while the stream
@@ -465,7 +497,7 @@ func TestDrainFinishesStreams(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// ...and the stream in progress finishes normally.
-	close(a.hold)
+	close(a.Hold)
 	r := <-got
 	if r.status != 200 || !strings.HasSuffix(r.body, "data: [DONE]\n\n") {
 		t.Errorf("drained stream: %d %q, want a complete stream", r.status, r.body)
@@ -514,27 +546,27 @@ func TestDialTimeoutIsRetryable(t *testing.T) {
 // replica, and the session stays homed: the next turn goes home again,
 // where its prefix cache still is.
 func TestRetryKeepsTheSessionHome(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())))
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "k", 0, false), sessionHdr("k")); r.status != 200 {
 		t.Fatalf("turn 0: %d %s", r.status, r.body)
 	}
 	home, other := a, b
-	if sum(b.served()) == 1 {
+	if sum(b.Served()) == 1 {
 		home, other = b, a
 	}
-	home.status.Store(http.StatusServiceUnavailable)
+	home.Status.Store(http.StatusServiceUnavailable)
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "k", 1, false), sessionHdr("k")); r.status != 200 {
 		t.Fatalf("turn 1 (home answers 503): %d %s, want success elsewhere", r.status, r.body)
 	}
-	if sum(other.served()) != 1 {
-		t.Fatalf("the other replica served %d, want the retried turn", sum(other.served()))
+	if sum(other.Served()) != 1 {
+		t.Fatalf("the other replica served %d, want the retried turn", sum(other.Served()))
 	}
-	home.status.Store(0)
+	home.Status.Store(0)
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, "k", 2, false), sessionHdr("k")); r.status != 200 {
 		t.Fatalf("turn 2: %d %s", r.status, r.body)
 	}
-	if got := sum(home.served()); got != 2 {
+	if got := sum(home.Served()); got != 2 {
 		t.Errorf("home served %d of turns 0 and 2, want both: the retry must not move the session's home", got)
 	}
 }
@@ -543,7 +575,7 @@ func TestRetryKeepsTheSessionHome(t *testing.T) {
 // nor refreshes a session, and counts in no turn, stayed or request series
 // (it has its own counter).
 func TestCountTokensIsNotATurn(t *testing.T) {
-	a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
+	a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
 	h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())))
 	h.scraped()
 	countTokens := func() {

@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lm-warden/warden/internal/fakevllm"
 	"github.com/lm-warden/warden/placement"
 )
 
 // reloadModel renders the test model on the fakes at idx with extra lines
 // (indented under the model).
-func reloadModel(fakes []*fakeVLLM, idx []int, extra string) string {
+func reloadModel(fakes []*fakevllm.Server, idx []int, extra string) string {
 	urls := make([]string, len(idx))
 	for i, j := range idx {
 		urls[i] = fakes[j].URL()
@@ -42,18 +43,18 @@ func (h *harness) reload(yamlText string) {
 
 // turnOn sends one non-streamed turn of session and returns the index of
 // the fake that served it.
-func turnOn(t *testing.T, h *harness, fakes []*fakeVLLM, session string, turn int) int {
+func turnOn(t *testing.T, h *harness, fakes []*fakevllm.Server, session string, turn int) int {
 	t.Helper()
 	before := make([]int, len(fakes))
 	for i, f := range fakes {
-		before[i] = sum(f.served())
+		before[i] = sum(f.Served())
 	}
 	if r := h.do("POST", "/v1/chat/completions", chatBody(testModel, session, turn, false), sessionHdr(session)); r.status != 200 {
 		t.Fatalf("session %s turn %d: %d %s", session, turn, r.status, r.body)
 	}
 	got := -1
 	for i, f := range fakes {
-		if sum(f.served()) != before[i] {
+		if sum(f.Served()) != before[i] {
 			if got >= 0 {
 				t.Fatalf("session %s turn %d served twice", session, turn)
 			}
@@ -88,9 +89,9 @@ func TestReloadKeepsHomes(t *testing.T) {
 		{name: "replicas reordered", before: []int{0, 1, 2, 3}, after: []int{3, 2, 1, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fakes := make([]*fakeVLLM, 5)
+			fakes := make([]*fakevllm.Server, 5)
 			for i := range fakes {
-				fakes[i] = newFakeVLLM(t, 1)
+				fakes[i] = fakevllm.New(t, 1)
 			}
 			h := startProxy(t, modelsYAML("", reloadModel(fakes, tc.before, tc.extraBefore)))
 			h.scraped()
@@ -169,15 +170,15 @@ func TestReloadKeepsHomes(t *testing.T) {
 func TestReloadKeepsRunningStreams(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		after func(a, b *fakeVLLM) string // the model section after the reload
+		after func(a, b *fakevllm.Server) string // the model section after the reload
 	}{
-		{"policy changed", func(a, b *fakeVLLM) string { return urlsModel(a.URL(), b.URL()) + "    spill_threshold: 3\n" }},
-		{"replica before it removed", func(a, b *fakeVLLM) string { return urlsModel(b.URL()) }},
-		{"replica added", func(a, b *fakeVLLM) string { return urlsModel(a.URL(), b.URL(), refusingURL(t)) }},
+		{"policy changed", func(a, b *fakevllm.Server) string { return urlsModel(a.URL(), b.URL()) + "    spill_threshold: 3\n" }},
+		{"replica before it removed", func(a, b *fakevllm.Server) string { return urlsModel(b.URL()) }},
+		{"replica added", func(a, b *fakevllm.Server) string { return urlsModel(a.URL(), b.URL(), fakevllm.RefusingURL(t)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, b := newFakeVLLM(t, 1), newFakeVLLM(t, 1)
-			b.hold = make(chan struct{})
+			a, b := fakevllm.New(t, 1), fakevllm.New(t, 1)
+			b.Hold = make(chan struct{})
 			h := startProxy(t, modelsYAML("", urlsModel(a.URL(), b.URL())))
 			h.scraped()
 			// The first session goes to replica 0 (a), the stream's to b.
@@ -185,7 +186,7 @@ func TestReloadKeepsRunningStreams(t *testing.T) {
 				t.Fatalf("warm-up: %d %s", r.status, r.body)
 			}
 			got := h.doAsync("/v1/chat/completions", chatBody(testModel, "s", 0, true), sessionHdr("s"))
-			h.waitFor("the stream on b", func(st StatusReport) bool { return b.hits.Load() == 1 && st.Models[0].InFlight == 1 })
+			h.waitFor("the stream on b", func(st StatusReport) bool { return b.Hits.Load() == 1 && st.Models[0].InFlight == 1 })
 
 			h.reload(modelsYAML("", tc.after(a, b)))
 			st := h.status()
@@ -208,7 +209,7 @@ func TestReloadKeepsRunningStreams(t *testing.T) {
 				t.Errorf("/metrics lacks %q", want)
 			}
 
-			close(b.hold)
+			close(b.Hold)
 			if r := <-got; r.status != 200 || !strings.HasSuffix(r.body, "data: [DONE]\n\n") {
 				t.Fatalf("the stream across the reload: %d %q, want a complete stream", r.status, r.body)
 			}
@@ -266,7 +267,7 @@ func (r *recordHandler) warnings() []string {
 // timeouts, connect, response_header, drain, the limits read per request)
 // are not in it.
 func TestReloadNamesRestartOnlyKeys(t *testing.T) {
-	a := newFakeVLLM(t, 1)
+	a := fakevllm.New(t, 1)
 	base := "client_api_keys: [" + testKey + "]\nscrape_interval: 50ms\n"
 	models := "models:\n" + urlsModel(a.URL())
 	for _, tc := range []struct {
@@ -318,7 +319,8 @@ func TestReloadNamesRestartOnlyKeys(t *testing.T) {
 // changed by a reload bound the requests and the drain that follow.
 func TestReloadAppliesTimeouts(t *testing.T) {
 	t.Run("response_header", func(t *testing.T) {
-		b := newStallBackend(t, "noheaders")
+		b := fakevllm.New(t, 1)
+		b.Stall = fakevllm.StallNoHeaders
 		common := "client_api_keys: [" + testKey + "]\nscrape_interval: 50ms\nmodels:\n" + urlsModel(b.URL())
 		h := startProxy(t, "timeouts: {drain: 5s, health: 1s}\n"+common)
 		h.reload("timeouts: {drain: 5s, health: 1s, response_header: 300ms}\n" + common)
@@ -350,14 +352,14 @@ func TestReloadAppliesTimeouts(t *testing.T) {
 		}
 	})
 	t.Run("drain", func(t *testing.T) {
-		a := newFakeVLLM(t, 1)
-		a.hold = make(chan struct{})
-		defer close(a.hold)
+		a := fakevllm.New(t, 1)
+		a.Hold = make(chan struct{})
+		defer close(a.Hold)
 		h := startProxy(t, "client_api_keys: ["+testKey+"]\nscrape_interval: 50ms\ntimeouts: {drain: 60s, health: 1s}\nmodels:\n"+urlsModel(a.URL()))
 		h.status() // Serve has started with a drain of 60s
 		h.reload("client_api_keys: [" + testKey + "]\nscrape_interval: 50ms\ntimeouts: {drain: 200ms, health: 1s}\nmodels:\n" + urlsModel(a.URL()))
 		got := h.doAsync("/v1/chat/completions", chatBody(testModel, "dr", 0, true), sessionHdr("dr"))
-		h.waitFor("a stream at the backend", func(StatusReport) bool { return a.hits.Load() == 1 })
+		h.waitFor("a stream at the backend", func(StatusReport) bool { return a.Hits.Load() == 1 })
 		stopped := make(chan error, 1)
 		go func() { stopped <- h.stop() }()
 		select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lm-warden/warden/internal/fakevllm"
 	"github.com/lm-warden/warden/live/sessionstore"
 	"github.com/lm-warden/warden/placement"
 	"log/slog"
@@ -23,7 +24,7 @@ import (
 
 // farm is n single-engine fakes and the proxies' model section for them.
 type farm struct {
-	fakes []*fakeVLLM
+	fakes []*fakevllm.Server
 	model string
 }
 
@@ -31,7 +32,7 @@ func newFarm(t *testing.T, n int) *farm {
 	f := &farm{}
 	var urls []string
 	for range n {
-		v := newFakeVLLM(t, 1)
+		v := fakevllm.New(t, 1)
 		f.fakes = append(f.fakes, v)
 		urls = append(urls, v.URL())
 	}
@@ -43,7 +44,7 @@ func newFarm(t *testing.T, n int) *farm {
 func (f *farm) counts() []int {
 	out := make([]int, len(f.fakes))
 	for i, v := range f.fakes {
-		out[i] = sum(v.served())
+		out[i] = sum(v.Served())
 	}
 	return out
 }
@@ -157,7 +158,7 @@ func TestSharedStoreSpillCountsBothProxies(t *testing.T) {
 	rs := redistest.Start(t)
 	f := newFarm(t, 2)
 	for _, v := range f.fakes {
-		v.hold = make(chan struct{})
+		v.Hold = make(chan struct{})
 	}
 	cfg := modelsYAML(storeYAML(rs, ""), f.model+"    spill_threshold: 2\n")
 	a, b := startProxy(t, cfg), startProxy(t, cfg)
@@ -185,7 +186,7 @@ func TestSharedStoreSpillCountsBothProxies(t *testing.T) {
 		t.Errorf("per replica %v: the turn through b did not spill from the home %d", got, home)
 	}
 	for _, v := range f.fakes {
-		close(v.hold)
+		close(v.Hold)
 	}
 	wg.Wait()
 }
@@ -399,7 +400,7 @@ func TestSharedStoreLyingProxies(t *testing.T) {
 	c := rs.Client(t)
 	f := newFarm(t, 4)
 	for _, v := range f.fakes {
-		v.hold = make(chan struct{})
+		v.Hold = make(chan struct{})
 	}
 	h := startProxy(t, modelsYAML(storeYAML(rs, "limits: {max_in_flight: 1000}\n"), f.model))
 	h.scraped()
@@ -438,7 +439,7 @@ func TestSharedStoreLyingProxies(t *testing.T) {
 	}
 	st := h.status().SessionStore
 	for _, v := range f.fakes {
-		close(v.hold)
+		close(v.Hold)
 	}
 	wg.Wait()
 	t.Logf("%d of 30 new sessions went to the replica claimed busy", moved)

@@ -5,7 +5,9 @@ package archtest
 
 import (
 	"fmt"
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -102,4 +104,70 @@ func Check(t *testing.T, pkg string, r Rules) {
 	for _, b := range bad {
 		t.Error(b)
 	}
+}
+
+// TestSupport are the module's test-support packages: the helpers tests
+// start (fakes, real servers run as children, a headless browser, these
+// checks), which import package testing. Only tests, and other
+// test-support packages, may import them: a non-test file that did would
+// link test code into a production binary.
+var TestSupport = []string{
+	"internal/archtest", "internal/fakevllm", "internal/racetest", "internal/testproc",
+	"live/internal/rawbackend", "live/redistest", "metrics/promtest", "web/webtest",
+}
+
+// importsOf maps each of the module's packages (module-relative, "." for
+// the root) to the imports of its non-test files, as built here.
+func importsOf() (map[string][]string, error) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", Module+"/...").Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list %s/...: %v", Module, err)
+	}
+	pkgs := map[string][]string{}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		rel, ok := strings.CutPrefix(f[0], Module+"/")
+		if !ok {
+			rel = "."
+		}
+		pkgs[rel] = f[1:]
+	}
+	return pkgs, nil
+}
+
+// TestOnlyViolations lists each non-test import of one of support by a
+// package outside support, and each package that imports "testing" in a
+// non-test file without being listed in support (a test-support package
+// the rule does not know of), or listed without existing.
+func TestOnlyViolations(support []string) ([]string, error) {
+	pkgs, err := importsOf()
+	if err != nil {
+		return nil, err
+	}
+	if len(pkgs) < 10 {
+		return nil, fmt.Errorf("go list found %d packages: the check went wrong", len(pkgs))
+	}
+	var out []string
+	for _, s := range support {
+		if _, ok := pkgs[s]; !ok {
+			out = append(out, fmt.Sprintf("test-support package %s does not exist", s))
+		}
+	}
+	for _, pkg := range slices.Sorted(maps.Keys(pkgs)) {
+		if matchesAny(Module+"/"+pkg, support) {
+			continue
+		}
+		for _, imp := range pkgs[pkg] {
+			if matchesAny(imp, support) {
+				out = append(out, fmt.Sprintf("%s imports %s, a test-support package, in a non-test file", pkg, imp))
+			}
+			if imp == "testing" {
+				out = append(out, fmt.Sprintf("%s imports testing in a non-test file: a test-support package not listed in archtest.TestSupport", pkg))
+			}
+		}
+	}
+	return out, nil
 }

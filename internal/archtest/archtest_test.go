@@ -42,3 +42,38 @@ func TestViolationsFound(t *testing.T) {
 		}
 	}
 }
+
+// TestSupportOnlyInTests: no non-test file outside the test-support
+// packages imports one of them (internal/fakevllm above all: a fake vLLM
+// linked into the proxy), and every package whose non-test files import
+// testing is among them.
+func TestSupportOnlyInTests(t *testing.T) {
+	bad, err := TestOnlyViolations(TestSupport)
+	if err != nil {
+		t.Skip(err) // no go command: as Check does
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+}
+
+// TestTestOnlyViolationsFound: the check can fail. bench imports
+// internal/num in a non-test file; with internal/num taken for test
+// support, that is named, as is a listed package that does not exist and
+// a real test-support package left off the list.
+func TestTestOnlyViolationsFound(t *testing.T) {
+	bad, err := TestOnlyViolations([]string{"internal/num", "internal/nosuch"})
+	if err != nil {
+		t.Skip(err)
+	}
+	got := strings.Join(bad, "\n")
+	for _, want := range []string{
+		"bench imports " + Module + "/internal/num, a test-support package, in a non-test file",
+		"test-support package internal/nosuch does not exist",
+		"internal/fakevllm imports testing in a non-test file: a test-support package not listed",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("violations:\n%s\nwant one with %q", got, want)
+		}
+	}
+}
