@@ -511,18 +511,26 @@ wait:
 	timer.Stop()
 	tick.Stop()
 	st.End = time.Now()
-	endStep()
-	sampler.Wait()
-	if last || r.cfg.FreshSteps || ctx.Err() != nil {
-		r.stopClients()
-	}
-	// The window closes here: what happens from now counts in the next
-	// step (the last step's clients have ended).
 	next := n
 	if !last {
 		next = r.cfg.Sessions[i+1]
 	}
-	c := r.openStep(next)
+	// The window closes now: carried on, what happens from here counts in
+	// the next step; cut, the clients' requests in flight end as cut, in
+	// this one.
+	cutting := last || r.cfg.FreshSteps || ctx.Err() != nil
+	var c clientStats
+	if cutting {
+		r.cutClients()
+	} else {
+		c = r.openStep(next)
+	}
+	endStep()
+	sampler.Wait()
+	if cutting {
+		r.stopClients()
+		c = r.openStep(next)
+	}
 	if err := r.log.failed(); err != nil {
 		return sim.Row{}, st, farm{}, fmt.Errorf("--requests: %w", err)
 	}
@@ -565,8 +573,9 @@ func (r *runner) startClients(ctx context.Context, n int, fresh bool) {
 	}
 }
 
-// stopClients cuts every client and waits for them to end.
-func (r *runner) stopClients() {
+// cutClients cuts every client's context: their requests in flight end
+// as cut.
+func (r *runner) cutClients() {
 	r.mu.Lock()
 	cut := r.cutAll
 	r.cutAll = nil
@@ -574,6 +583,11 @@ func (r *runner) stopClients() {
 	if cut != nil {
 		cut()
 	}
+}
+
+// stopClients cuts every client and waits for them to end.
+func (r *runner) stopClients() {
+	r.cutClients()
 	r.clients.Wait()
 	r.mu.Lock()
 	clear(r.alive)

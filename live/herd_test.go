@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/lm-warden/warden/internal/fakevllm"
 )
 
 // TestNewConversationsArrivingTogetherSpread: new conversations that
@@ -21,8 +23,8 @@ import (
 func TestNewConversationsArrivingTogetherSpread(t *testing.T) {
 	for _, tc := range []struct{ ranks, sessions int }{{4, 4}, {4, 8}, {3, 7}} {
 		t.Run(fmt.Sprintf("%d sessions on %d ranks", tc.sessions, tc.ranks), func(t *testing.T) {
-			f := newFakeVLLM(t, tc.ranks)
-			f.hold = make(chan struct{})
+			f := fakevllm.New(t, tc.ranks)
+			f.Hold = make(chan struct{})
 			h := startProxy(t, modelsYAML("", fmt.Sprintf("  - name: qwen\n    url: %s\n    data_parallel_size: %d\n", f.URL(), tc.ranks)))
 			h.scraped()
 			start := make(chan struct{})
@@ -37,13 +39,13 @@ func TestNewConversationsArrivingTogetherSpread(t *testing.T) {
 				})
 			}
 			close(start)
-			h.waitFor("every first turn at a rank", func(StatusReport) bool { return sum(f.served()) == tc.sessions })
-			got := f.served()
+			h.waitFor("every first turn at a rank", func(StatusReport) bool { return sum(f.Served()) == tc.sessions })
+			got := f.Served()
 			lo, hi := slices.Min(got), slices.Max(got)
 			if hi-lo > 1 {
 				t.Errorf("per rank %v: %d conversations arriving together herded (want %d or %d per rank)", got, tc.sessions, tc.sessions/tc.ranks, (tc.sessions+tc.ranks-1)/tc.ranks)
 			}
-			close(f.hold)
+			close(f.Hold)
 			wg.Wait()
 		})
 	}
