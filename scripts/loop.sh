@@ -7,9 +7,12 @@
 #
 #   scripts/loop.sh            # steps of 4 and 8 sessions, 3 minutes each, 20x faster (~1 minute)
 #   SHORT=1 scripts/loop.sh    # the short form make test runs (2 sessions, 40 s steps)
+#   FARM=sim/testdata/validation/farm.yaml WORKLOAD=sim/testdata/validation/workload.yaml scripts/loop.sh
+#                              # another farm spec and workload YAML (emulate, bench and sim alike)
 #
 # Outputs go to $OUT (default: a new temporary directory): sim.json,
-# off.json, on.json and compare.html.
+# off.json, on.json and compare.html, and each run's requests
+# (sim.requests.jsonl, off.requests.jsonl, on.requests.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SPEED=${SPEED:-20}
@@ -17,6 +20,9 @@ if [ -n "${SHORT:-}" ]; then SESSIONS=2; STEP=40s; else SESSIONS=4,8; STEP=3m; f
 OUT=${OUT:-$(mktemp -d)}
 BASE=${BASE_PORT:-18000}
 warden=$OUT/warden
+farm=() workload=()
+if [ -n "${FARM:-}" ]; then farm=(--farm "$FARM"); fi
+if [ -n "${WORKLOAD:-}" ]; then workload=(--workload "$WORKLOAD"); fi
 
 go build -o "$warden" ./cmd/warden
 pids=()
@@ -42,7 +48,7 @@ wait_up() {
 }
 
 run_proxy() { # affinity label port
-  "$warden" emulate --listen "127.0.0.1:$BASE" --speed "$SPEED" > "$OUT/emulate-$1.log" 2>&1 &
+  "$warden" emulate "${farm[@]}" --listen "127.0.0.1:$BASE" --speed "$SPEED" > "$OUT/emulate-$1.log" 2>&1 &
   local emu=$!
   pids+=($emu)
   for r in "${replicas[@]}"; do wait_up "$r/health" "$emu" "$OUT/emulate-$1.log"; done
@@ -64,11 +70,12 @@ YAML
   wait_up "http://127.0.0.1:$(($3 + 1))/healthz" "$proxy" "$OUT/proxy-$1.log"
   "$warden" bench --target "http://127.0.0.1:$3" --metrics-url "$(IFS=,; echo "${metrics[*]}")" \
     --proxy-metrics-url "http://127.0.0.1:$(($3 + 1))/metrics" --label "$2" \
-    --sessions "$SESSIONS" --step "$STEP" --speed "$SPEED" --sample-interval 50ms --json > "$OUT/$1.json"
+    --sessions "$SESSIONS" --step "$STEP" --speed "$SPEED" --sample-interval 50ms "${workload[@]}" \
+    --requests "$OUT/$1.requests.jsonl" --json > "$OUT/$1.json"
   kill "$emu"; wait "$emu" 2>/dev/null || true
 }
 run_proxy off least-loaded $((BASE + 80))
 run_proxy on affinity $((BASE + 90))
 
-"$warden" sim --sessions "$SESSIONS" --duration "$STEP" --json > "$OUT/sim.json"
+"$warden" sim "${farm[@]}" "${workload[@]}" --sessions "$SESSIONS" --duration "$STEP" --requests "$OUT/sim.requests.jsonl" --json > "$OUT/sim.json"
 "$warden" compare --predicted "$OUT/sim.json" --observed "$OUT/off.json" --observed "$OUT/on.json" --out "$OUT/compare.html"
