@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The whole loop on one machine, no GPU: an emulated 4 x RTX A4000 farm
-# (warden emulate), warden proxy in front of it with affinity off and then on
-# (a fresh farm for each, as warden sim runs each strategy on a cold farm),
-# warden bench through each, warden sim with the same seed and load, and
-# warden compare.
+# (warden emulate --layout dp: one vLLM server of 4 data-parallel ranks,
+# with vLLM's own front end as the farm's release runs it), benched first
+# straight, through vLLM's own balancer (what warden sim calls least-loaded),
+# then through warden proxy with affinity on (a fresh farm for each, as
+# warden sim runs each strategy on a cold farm); warden sim with the same
+# seed and load, and warden compare. The farm must have 4 replicas.
 #
 #   scripts/loop.sh            # steps of 4 and 8 sessions, 3 minutes each, 20x faster (~1 minute)
 #   SHORT=1 scripts/loop.sh    # the short form make test runs (2 sessions, 40 s steps)
@@ -29,11 +31,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-replicas=() metrics=()
-for k in 0 1 2 3; do
-  replicas+=("http://127.0.0.1:$((BASE + k))")
-  metrics+=("http://127.0.0.1:$((BASE + k))/metrics")
-done
+server=http://127.0.0.1:$BASE
 # wait_up URL PID LOG: until URL answers; if the process PID ends first (a
 # port already in use, say) or 10 s pass, the end of its LOG says why.
 wait_up() {
@@ -47,35 +45,39 @@ wait_up() {
   echo "no answer from $1 in 10 s; the end of $3:" >&2; tail -5 "$3" >&2; return 1
 }
 
-run_proxy() { # affinity label port
-  "$warden" emulate "${farm[@]}" --listen "127.0.0.1:$BASE" --speed "$SPEED" > "$OUT/emulate-$1.log" 2>&1 &
+run() { # name label port: bench one fresh emulated farm, through warden proxy when port is set
+  "$warden" emulate "${farm[@]}" --layout dp --listen "127.0.0.1:$BASE" --speed "$SPEED" > "$OUT/emulate-$1.log" 2>&1 &
   local emu=$!
   pids+=($emu)
-  for r in "${replicas[@]}"; do wait_up "$r/health" "$emu" "$OUT/emulate-$1.log"; done
-  local cfg=$OUT/proxy-$1.yaml
-  cat > "$cfg" <<YAML
+  wait_up "$server/health" "$emu" "$OUT/emulate-$1.log"
+  local target=$server via=()
+  if [ -n "$3" ]; then
+    local cfg=$OUT/proxy-$1.yaml
+    cat > "$cfg" <<YAML
 listen: 127.0.0.1:$3
 admin: 127.0.0.1:$(($3 + 1))
 auth: passthrough
 scrape_interval: 50ms   # the simulator's 1 s scrape at --speed 20
 models:
   - name: Qwen/Qwen3-4B-Instruct-2507
-    replicas: [$(IFS=,; echo "${replicas[*]}")]
+    url: $server
+    data_parallel_size: 4
     max_num_seqs: 32
-    affinity: $1
+    affinity: on
 YAML
-  "$warden" proxy --config "$cfg" --log-level error > "$OUT/proxy-$1.log" 2>&1 &
-  local proxy=$!
-  pids+=($proxy)
-  wait_up "http://127.0.0.1:$(($3 + 1))/healthz" "$proxy" "$OUT/proxy-$1.log"
-  "$warden" bench --target "http://127.0.0.1:$3" --metrics-url "$(IFS=,; echo "${metrics[*]}")" \
-    --proxy-metrics-url "http://127.0.0.1:$(($3 + 1))/metrics" --label "$2" \
+    "$warden" proxy --config "$cfg" --log-level error > "$OUT/proxy-$1.log" 2>&1 &
+    local proxy=$!
+    pids+=($proxy)
+    wait_up "http://127.0.0.1:$(($3 + 1))/healthz" "$proxy" "$OUT/proxy-$1.log"
+    target=http://127.0.0.1:$3 via=(--proxy-metrics-url "http://127.0.0.1:$(($3 + 1))/metrics")
+  fi
+  "$warden" bench --target "$target" --metrics-url "$server/metrics" "${via[@]}" --label "$2" \
     --sessions "$SESSIONS" --step "$STEP" --speed "$SPEED" --sample-interval 50ms "${workload[@]}" \
     --requests "$OUT/$1.requests.jsonl" --json > "$OUT/$1.json"
   kill "$emu"; wait "$emu" 2>/dev/null || true
 }
-run_proxy off least-loaded $((BASE + 80))
-run_proxy on affinity $((BASE + 90))
+run off least-loaded ""
+run on affinity $((BASE + 90))
 
 "$warden" sim "${farm[@]}" "${workload[@]}" --sessions "$SESSIONS" --duration "$STEP" --requests "$OUT/sim.requests.jsonl" --json > "$OUT/sim.json"
 "$warden" compare --predicted "$OUT/sim.json" --observed "$OUT/off.json" --observed "$OUT/on.json" --out "$OUT/compare.html"
