@@ -79,36 +79,48 @@ func TestREADMELoop(t *testing.T) {
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 
-	urlc := make(chan []string, 1)
-	em := &emulateOptions{Listen: "127.0.0.1:0", Layout: "urls", Speed: 20, Seed: 1, ready: func(u []string) { urlc <- u }}
-	var emOut bytes.Buffer
-	emErr := make(chan error, 1)
-	wg.Go(func() { emErr <- runEmulate(ctx, em, &emOut) })
-	var urls []string
-	select {
-	case urls = <-urlc:
-	case err := <-emErr:
-		t.Fatalf("emulate: %v", err)
+	// Each run on a fresh emulated farm, cold as warden sim starts each
+	// strategy: one vLLM server of 4 data-parallel ranks (as
+	// scripts/loop.sh). least-loaded is its own front end, benched
+	// straight; affinity is warden proxy in front of it.
+	emulate := func() (server string, stop func()) {
+		ectx, ecancel := context.WithCancel(ctx)
+		urlc := make(chan []string, 1)
+		em := &emulateOptions{Listen: "127.0.0.1:0", Layout: "dp", Speed: 20, Seed: 1, ready: func(u []string) { urlc <- u }}
+		emErr := make(chan error, 1)
+		wg.Go(func() { emErr <- runEmulate(ectx, em, &bytes.Buffer{}) })
+		var urls []string
+		select {
+		case urls = <-urlc:
+		case err := <-emErr:
+			ecancel()
+			t.Fatalf("emulate: %v", err)
+		}
+		return urls[0], func() {
+			ecancel()
+			select {
+			case err := <-emErr:
+				if err != nil {
+					t.Errorf("emulate: %v", err)
+				}
+			case <-time.After(time.Minute):
+				t.Error("emulate did not stop within a minute of its context ending")
+			}
+		}
 	}
-
-	proxy := func(affinity string) (target, admin string) {
-		cfg := filepath.Join(dir, "proxy-"+affinity+".yaml")
+	proxy := func(server string) (target, admin string) {
+		cfg := filepath.Join(dir, "proxy.yaml")
 		yaml := fmt.Sprintf("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nauth: passthrough\nscrape_interval: 50ms\nmodels:\n"+
-			"  - name: Qwen/Qwen3-4B-Instruct-2507\n    replicas: [%s]\n    max_num_seqs: 32\n    affinity: %s\n", strings.Join(urls, ", "), affinity)
+			"  - name: Qwen/Qwen3-4B-Instruct-2507\n    url: %s\n    data_parallel_size: 4\n    max_num_seqs: 32\n    affinity: on\n", server)
 		if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return startLoopProxy(ctx, t, &wg, cfg)
 	}
-	metricsURLs := make([]string, len(urls))
-	for i, u := range urls {
-		metricsURLs[i] = u + "/metrics"
-	}
-	benchJSON := func(affinity, label string) string {
-		target, admin := proxy(affinity)
-		out, err := execWarden(t, "bench", "--target", target, "--metrics-url", strings.Join(metricsURLs, ","),
-			"--proxy-metrics-url", admin, "--label", label, "--sessions", "2,4", "--step", "40s", "--speed", "20",
-			"--sample-interval", "50ms", "--json", "--requests", filepath.Join(dir, label+".requests.jsonl"))
+	benchJSON := func(label, server, target string, via ...string) string {
+		args := append([]string{"bench", "--target", target, "--metrics-url", server + "/metrics"}, via...)
+		out, err := execWarden(t, append(args, "--label", label, "--sessions", "2,4", "--step", "40s", "--speed", "20",
+			"--sample-interval", "50ms", "--json", "--requests", filepath.Join(dir, label+".requests.jsonl"))...)
 		if err != nil {
 			t.Fatalf("bench %s: %v", label, err)
 		}
@@ -119,8 +131,13 @@ func TestREADMELoop(t *testing.T) {
 		}
 		return path
 	}
-	off := benchJSON("off", "least-loaded")
-	on := benchJSON("on", "affinity")
+	server, stop := emulate()
+	off := benchJSON("least-loaded", server, server)
+	stop()
+	server, stop = emulate()
+	target, admin := proxy(server)
+	on := benchJSON("affinity", server, target, "--proxy-metrics-url", admin)
+	stop()
 
 	simOut, err := execWarden(t, "sim", "--sessions", "2,4", "--duration", "40s", "--json")
 	if err != nil {
@@ -151,15 +168,6 @@ func TestREADMELoop(t *testing.T) {
 	// The report reads either side: warden report renders the bench result.
 	if _, err := execWarden(t, "report", "--from", on, "--out", filepath.Join(dir, "on.html")); err != nil {
 		t.Errorf("warden report --from bench.json: %v", err)
-	}
-	cancel()
-	select {
-	case err := <-emErr:
-		if err != nil {
-			t.Errorf("emulate: %v", err)
-		}
-	case <-time.After(time.Minute):
-		t.Error("emulate did not stop within a minute of its context ending")
 	}
 }
 
