@@ -476,14 +476,7 @@ func (r *runner) step(ctx context.Context, i, n int, start farm, at time.Duratio
 	last := i == len(r.cfg.Sessions)-1
 	if i == 0 {
 		r.began = st.Start
-	}
-	if i == 0 || r.cfg.FreshSteps {
-		r.cur.Store(&stepAcc{sessions: n})
-	} else {
-		a := r.cur.Load() // the window the last step's end opened
-		a.mu.Lock()
-		a.sessions = n
-		a.mu.Unlock()
+		r.cur.Store(&stepAcc{sessions: n}) // later steps' windows open at the end of the one before
 	}
 	r.startClients(ctx, n, i == 0 || r.cfg.FreshSteps)
 	stepCtx, endStep := context.WithCancel(ctx)
