@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -84,7 +85,9 @@ With --json the result is a 'warden sim --json' report: 'warden compare' and
 		Example: `  warden bench --target http://127.0.0.1:8080 --sessions 4,8 --step 1m
   warden bench --target http://vllm:8000 --api anthropic --model Qwen/Qwen3-4B-Instruct-2507 --json > bench.json
   warden bench --target http://127.0.0.1:8080 --metrics-url http://127.0.0.1:8000/metrics \
-      --proxy-metrics-url http://127.0.0.1:9091/metrics --label affinity --speed 20 --step 3m --json`,
+      --proxy-metrics-url http://127.0.0.1:9091/metrics --label affinity --speed 20 --step 3m --json
+  warden bench --target http://127.0.0.1:8080 --sessions 4,8 --requests requests.jsonl   # each request's TTFB and times
+  warden bench --target http://127.0.0.1:8080 --sessions 4,8 --fresh-steps               # every step's sessions start together`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.stderr = cmd.ErrOrStderr()
@@ -163,31 +166,22 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		cfg.Progress = bar.set
 		defer bar.finish()
 	}
-	flush := func() error { return nil }
 	if err := checkOutPath("--requests", o.Requests); err != nil {
 		return err
 	}
+	var reqs *recordFile
 	if o.Requests != "" {
-		f, err := os.Create(o.Requests)
-		if err != nil {
-			return fmt.Errorf("--requests: %w", outError(o.Requests, err))
+		var err error
+		if reqs, err = createRecordFile(o.Requests); err != nil {
+			return fmt.Errorf("--requests: %w", err)
 		}
-		defer f.Close() // after a failure; the records written so far stay
-		w := bufio.NewWriter(f)
-		cfg.Requests = w
-		flush = func() error {
-			if err := w.Flush(); err != nil {
-				return fmt.Errorf("--requests: %w", outError(o.Requests, err))
-			}
-			if err := f.Close(); err != nil {
-				return fmt.Errorf("--requests: %w", outError(o.Requests, err))
-			}
-			return nil
-		}
+		cfg.Requests = reqs
 	}
 	res, err := bench.Run(ctx, cfg)
-	if ferr := flush(); err == nil {
-		err = ferr
+	if reqs != nil {
+		if ferr := reqs.finish(); ferr != nil && err == nil {
+			err = fmt.Errorf("--requests: %w", ferr)
+		}
 	}
 	if err != nil {
 		return err
@@ -196,4 +190,48 @@ func runBench(ctx context.Context, o *benchOptions, out io.Writer) error {
 		return writeJSON(out, &res.Report)
 	}
 	return res.WriteText(out)
+}
+
+// recordFile is --requests: lines written to a temporary file beside the
+// path, which takes its place once the run ends with at least one record
+// (a run cut short keeps what it wrote). A run that wrote nothing (the
+// target unreachable, say) leaves an existing file as it was.
+type recordFile struct {
+	path string
+	f    *os.File
+	w    *bufio.Writer
+	n    int64
+}
+
+func createRecordFile(path string) (*recordFile, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return nil, outError(path, err)
+	}
+	return &recordFile{path: path, f: f, w: bufio.NewWriter(f)}, nil
+}
+
+func (r *recordFile) Write(p []byte) (int, error) {
+	n, err := r.w.Write(p)
+	r.n += int64(n)
+	return n, err
+}
+
+// finish flushes and closes the file, and puts it in place when it holds
+// a record.
+func (r *recordFile) finish() error {
+	err := r.w.Flush()
+	if cerr := r.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && r.n > 0 {
+		err = os.Rename(r.f.Name(), r.path)
+	}
+	if err != nil || r.n == 0 {
+		_ = os.Remove(r.f.Name())
+	}
+	if err != nil {
+		return outError(r.path, err)
+	}
+	return nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,5 +41,35 @@ func TestBenchBadFlags(t *testing.T) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestBenchRequestsFileKeptWhenNothingRan: a run that writes no record (the
+// target unreachable) leaves an existing --requests file as it was and no
+// temporary file beside it.
+func TestBenchRequestsFileKeptWhenNothingRan(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "requests.jsonl")
+	if err := os.WriteFile(path, []byte("earlier run\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := newRootCmd()
+	root.SetOut(&bytes.Buffer{})
+	root.SetErr(&bytes.Buffer{})
+	root.SetArgs([]string{"bench", "--target", closed, "--sessions", "1", "--step", "1s", "--requests", path})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("err = %v, want the target unreachable", err)
+	}
+	if got, _ := os.ReadFile(path); string(got) != "earlier run\n" {
+		t.Errorf("--requests file now %q, want the earlier run's line", got)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("%d files in the folder, want only the --requests file", len(ents))
 	}
 }
